@@ -1,0 +1,87 @@
+"""The bot's error tree. Every error a user sees says where and what to do.
+
+Transports (console, Slack) catch PreflightError and show its message; anything else is
+logged with its traceback and the user gets a short message with the run id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class PreflightError(Exception):
+    """Base of every expected failure shown to a user."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: where (field path, line, column, file) and what is wrong."""
+
+    loc: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+    file: str | None = None
+    severity: str = "error"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"loc": self.loc, "line": self.line, "column": self.column,
+                "message": self.message, **({"file": self.file} if self.file else {})}
+
+    def __str__(self) -> str:
+        where = self.loc or "(manifest)"
+        if self.line is not None:
+            where += f" (line {self.line}" + (f", column {self.column})" if self.column else ")")
+        return f"{where}: {self.message}"
+
+
+class ManifestError(PreflightError):
+    """The manifest cannot be used; ``problems`` lists every error found, not only the first."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem], *, source: str = "manifest",
+                 warnings: list[Problem] | None = None) -> None:
+        self.problems = problems
+        self.warnings = warnings or []
+        self.source = source
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{source}: {len(problems)} problem(s)\n{lines}")
+
+
+class ManifestUnreadable(ManifestError):
+    """The file itself cannot be read (missing, not UTF-8, not YAML/JSON at all)."""
+
+
+class StoreError(PreflightError):
+    """SQLite failed underneath us (translated from sqlite3 / sqlite-utils errors)."""
+
+
+class RunNotFound(PreflightError):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run {run_id!r}: `preflight runs` lists the known runs")
+        self.run_id = run_id
+
+
+class DispatchError(PreflightError):
+    """The runner could not be started or followed on its node."""
+
+
+class DecisionRefused(PreflightError):
+    """A decision that the rules do not allow; it is recorded as refused all the same."""
+
+
+class LeaseError(PreflightError):
+    """A lease state change that is not allowed, or a dispatch to a node not provisioned."""
+
+
+class ProjectCheckError(PreflightError):
+    """The project directory fails the checks the guide prescribes."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"project check: {len(problems)} problem(s)\n{lines}")

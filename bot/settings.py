@@ -1,0 +1,57 @@
+"""One frozen Settings object, built from the environment at the entry point.
+
+Nothing else in the code base reads ``os.environ``: everything below the entry point is
+given a Settings (or the piece of it that it needs).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    db_path: Path
+    jobs_db_path: Path
+    runs_dir: Path
+    python: str
+    slack_bot_token: str | None = None
+    slack_app_token: str | None = None
+    slack_signing_secret: str | None = None
+    slack_api_url: str | None = None
+    channels: frozenset[str] = field(default_factory=frozenset)
+    approvers: frozenset[str] = field(default_factory=frozenset)
+    manifests_dir: Path | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, *, python: str | None = None) -> Settings:
+        import sys
+
+        env = os.environ if env is None else env
+        home = Path(env.get("PREFLIGHT_HOME") or os.getcwd()).resolve()
+        state = home / "state"
+        return cls(
+            home=home,
+            db_path=Path(env.get("PREFLIGHT_DB") or state / "preflight.db"),
+            jobs_db_path=Path(env.get("PREFLIGHT_JOBS_DB") or state / "jobs.db"),
+            runs_dir=Path(env.get("PREFLIGHT_RUNS_DIR") or home / "runs"),
+            python=env.get("PREFLIGHT_RUNNER_PYTHON") or python or sys.executable,
+            slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
+            slack_app_token=env.get("SLACK_APP_TOKEN") or None,
+            slack_signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
+            slack_api_url=env.get("SLACK_API_URL") or None,
+            channels=_csv(env.get("PREFLIGHT_CHANNELS")),
+            approvers=_csv(env.get("PREFLIGHT_APPROVERS")),
+            manifests_dir=Path(env.get("PREFLIGHT_MANIFESTS_DIR") or home / "manifests"),
+        )
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _csv(value: str | None) -> frozenset[str]:
+    return frozenset(v.strip() for v in (value or "").split(",") if v.strip())

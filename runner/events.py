@@ -1,0 +1,198 @@
+"""The event protocol between runner and bot: one JSON object per line.
+
+This module is part of the contract the bot imports, so it stays standard-library only and
+forward compatible: readers ignore unknown event types and unknown fields.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import IO, Any, Dict, List, Optional, Tuple
+
+RUN_STARTED = "run.started"
+STAGE_STARTED = "stage.started"
+STAGE_PASSED = "stage.passed"
+STAGE_FAILED = "stage.failed"
+STAGE_SKIPPED = "stage.skipped"
+ITEM_DONE = "item.done"
+PROGRESS = "progress"
+BALANCE = "balance"
+EVIDENCE = "evidence"
+RUN_FINISHED = "run.finished"
+
+STAGES: Tuple[str, ...] = (
+    "prepare",
+    "interpreter",
+    "environment",
+    "torch",
+    "device",
+    "compute",
+    "extensions",
+    "memory",
+    "pilot",
+    "balance",
+    "evidence",
+)
+
+STAGE_EVENT_TYPES = (STAGE_STARTED, STAGE_PASSED, STAGE_FAILED, STAGE_SKIPPED)
+COMMON_FIELDS = ("seq", "type", "run", "ts")
+
+
+def utc_now() -> str:
+    """UTC ISO-8601 timestamp with microseconds, the form every event carries."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    type: str
+    run: str
+    ts: str
+    data: Dict[str, Any] = field(default_factory=dict)
+
+    def to_line(self) -> str:
+        return (
+            json.dumps(
+                {"seq": self.seq, "type": self.type, "run": self.run, "ts": self.ts, **self.data},
+                sort_keys=True,
+                ensure_ascii=False,
+            )
+            + "\n"
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"seq": self.seq, "type": self.type, "run": self.run, "ts": self.ts, **self.data}
+
+    @property
+    def stage(self) -> Optional[str]:
+        value = self.data.get("stage")
+        return value if isinstance(value, str) else None
+
+
+class EventFormatError(ValueError):
+    """A line of events.jsonl that is not a valid event (names the line)."""
+
+
+def parse_line(line: str, *, lineno: Optional[int] = None) -> Event:
+    """Parse one line; raise EventFormatError naming the line when it is not an event."""
+    where = f"line {lineno}: " if lineno is not None else ""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise EventFormatError(f"{where}not JSON ({exc.msg})") from exc
+    if not isinstance(obj, dict):
+        raise EventFormatError(f"{where}not a JSON object")
+    try:
+        seq, etype, run, ts = obj["seq"], obj["type"], obj["run"], obj["ts"]
+    except KeyError as exc:
+        raise EventFormatError(f"{where}missing field {exc.args[0]!r}") from exc
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise EventFormatError(f"{where}seq must be a positive integer, got {seq!r}")
+    if not isinstance(etype, str) or not isinstance(run, str) or not isinstance(ts, str):
+        raise EventFormatError(f"{where}type, run and ts must be strings")
+    data = {k: v for k, v in obj.items() if k not in COMMON_FIELDS}
+    return Event(seq=seq, type=etype, run=run, ts=ts, data=data)
+
+
+def read_events(path: str, offset: int = 0) -> Tuple[List[Event], int]:
+    """Read the complete lines of an events file from a byte offset.
+
+    Returns the events and the offset just past the last complete line, so a caller that
+    stores the offset can resume exactly where it stopped; a partial last line (a writer
+    mid-append) is left for the next call.
+    """
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read()
+    except FileNotFoundError:
+        return [], offset
+    return parse_chunk(chunk, offset)
+
+
+def parse_chunk(chunk: bytes, offset: int) -> Tuple[List[Event], int]:
+    """Parse the complete lines of ``chunk`` (bytes read from ``offset``)."""
+    end = chunk.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    events: List[Event] = []
+    for raw in chunk[: end + 1].splitlines():
+        if raw.strip():
+            events.append(parse_line(raw.decode("utf-8")))
+    return events, offset + end + 1
+
+
+class EventWriter:
+    """Numbers events, appends each to events.jsonl (flushed) and then echoes it.
+
+    Durable before visible: the line reaches the file before the stream. ``fsync`` is
+    forced at stage boundaries and on run events; item events are flushed, and synced
+    every ``sync_every`` events, which keeps a million-item volume fast.
+    """
+
+    SYNC_TYPES = frozenset({RUN_STARTED, RUN_FINISHED, STAGE_PASSED, STAGE_FAILED,
+                            STAGE_SKIPPED, BALANCE, EVIDENCE})
+
+    def __init__(self, path: str, run: str, *, echo: Optional[IO[str]] = None,
+                 start_seq: int = 0, sync_every: int = 256) -> None:
+        self.path = path
+        self.run = run
+        self.seq = start_seq
+        self._echo = echo
+        self._fh = open(path, "a", encoding="utf-8")
+        self._since_sync = 0
+        self._sync_every = sync_every
+
+    @classmethod
+    def resume(cls, path: str, run: str, *, echo: Optional[IO[str]] = None) -> "EventWriter":
+        """Continue numbering after the last complete event already in ``path``.
+
+        A torn last line (the process was killed mid-write) is cut off first so the file
+        stays one valid event per line.
+        """
+        last = 0
+        good_end = 0
+        if os.path.exists(path):
+            with open(path, "rb") as fh:
+                data = fh.read()
+            good_end = data.rfind(b"\n") + 1
+            for raw in data[:good_end].splitlines():
+                if raw.strip():
+                    last = max(last, parse_line(raw.decode("utf-8")).seq)
+            if good_end != len(data):
+                with open(path, "r+b") as fh:
+                    fh.truncate(good_end)
+        return cls(path, run, echo=echo, start_seq=last)
+
+    def emit(self, etype: str, **data: Any) -> Event:
+        self.seq += 1
+        event = Event(seq=self.seq, type=etype, run=self.run, ts=utc_now(), data=data)
+        line = event.to_line()
+        self._fh.write(line)
+        self._fh.flush()
+        self._since_sync += 1
+        if etype in self.SYNC_TYPES or self._since_sync >= self._sync_every:
+            os.fsync(self._fh.fileno())
+            self._since_sync = 0
+        if self._echo is not None:
+            try:
+                self._echo.write(line)
+                self._echo.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                self._echo = None  # a reader that went away must not stop the run
+        return event
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+
+
+def default_echo() -> IO[str]:
+    return sys.stdout

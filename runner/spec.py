@@ -1,0 +1,170 @@
+"""The run spec: what the bot hands the runner, as one JSON file.
+
+Part of the bot/runner contract, so standard library only. The bot builds it from a
+validated manifest with every path resolved for the node that runs it; the runner trusts
+its shape but reports a clear SpecError (naming the field) when a field is missing or of
+the wrong type, instead of a KeyError deep inside a stage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+SPEC_VERSION = 1
+
+
+class SpecError(ValueError):
+    """The spec file is unreadable or a field is missing or of the wrong type."""
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    gpu: str = "cpu"
+    vendor: str = "none"
+    cards_per_lot: int = 1
+    memory_gib: Optional[float] = None
+    bf16_tflops: Optional[float] = None
+    fp32_tflops: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ProjectSpec:
+    dir: str = "."
+    requirements: Optional[str] = None
+    params: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InputsSpec:
+    dir: str
+    pattern: str = "*"
+    expected_count: int = 0
+    expected_refusals: List[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    kind: str = "classify"
+    handler: Optional[str] = None
+    command: Optional[List[str]] = None
+    categories: List[str] = field(default_factory=list)
+    batch_size: int = 8
+    params: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DiagnosticsSpec:
+    extensions: List[str] = field(default_factory=list)
+    checks: List[str] = field(default_factory=list)
+    timeouts: Dict[str, float] = field(default_factory=dict)
+    min_free_disk_gib: float = 0.0
+    memory_budget_gib: Optional[float] = None
+    compute_size: int = 1024
+
+
+@dataclass(frozen=True)
+class SuccessSpec:
+    min_accepted: Optional[int] = None
+    max_refused: Optional[int] = None
+    balance_ok: bool = True
+    require_evidence: bool = False
+
+
+@dataclass(frozen=True)
+class ResultsSpec:
+    copy_to: Optional[str] = None
+    sample_per_category: int = 2
+    sample_chars: int = 160
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    steps: int = 1
+    resume_steps: int = 1
+    tolerance: Optional[float] = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: str
+    name: str
+    inputs: InputsSpec
+    purpose: str = "inference"
+    backend: str = "cpu"
+    python: Optional[str] = None
+    hardware: HardwareSpec = field(default_factory=HardwareSpec)
+    project: ProjectSpec = field(default_factory=ProjectSpec)
+    task: TaskSpec = field(default_factory=TaskSpec)
+    diagnostics: DiagnosticsSpec = field(default_factory=DiagnosticsSpec)
+    success: SuccessSpec = field(default_factory=SuccessSpec)
+    results: ResultsSpec = field(default_factory=ResultsSpec)
+    training: TrainingSpec = field(default_factory=TrainingSpec)
+    version: int = SPEC_VERSION
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, raw: Dict[str, Any]) -> "RunSpec":
+        if not isinstance(raw, dict):
+            raise SpecError("spec: expected a JSON object")
+        try:
+            return cls(
+                run_id=_req(raw, "run_id", str),
+                name=_req(raw, "name", str),
+                purpose=raw.get("purpose", "inference"),
+                backend=raw.get("backend", "cpu"),
+                python=raw.get("python"),
+                hardware=_sub(HardwareSpec, raw, "hardware"),
+                project=_sub(ProjectSpec, raw, "project"),
+                inputs=_sub(InputsSpec, raw, "inputs", required=True),
+                task=_sub(TaskSpec, raw, "task"),
+                diagnostics=_sub(DiagnosticsSpec, raw, "diagnostics"),
+                success=_sub(SuccessSpec, raw, "success"),
+                results=_sub(ResultsSpec, raw, "results"),
+                training=_sub(TrainingSpec, raw, "training"),
+                version=raw.get("version", SPEC_VERSION),
+            )
+        except TypeError as exc:
+            raise SpecError(f"spec: {exc}") from exc
+
+
+def load_spec(path: str) -> RunSpec:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = json.load(fh)
+    except OSError as exc:
+        raise SpecError(f"cannot read spec {path}: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"spec {path} is not JSON: line {exc.lineno}: {exc.msg}") from exc
+    return RunSpec.from_dict(raw)
+
+
+def _req(raw: Dict[str, Any], key: str, typ: type) -> Any:
+    if key not in raw:
+        raise SpecError(f"spec.{key}: missing")
+    if not isinstance(raw[key], typ):
+        raise SpecError(f"spec.{key}: expected {typ.__name__}, got {type(raw[key]).__name__}")
+    return raw[key]
+
+
+def _sub(cls: Any, raw: Dict[str, Any], key: str, required: bool = False) -> Any:
+    value = raw.get(key)
+    if value is None:
+        if required:
+            raise SpecError(f"spec.{key}: missing")
+        return cls()
+    if not isinstance(value, dict):
+        raise SpecError(f"spec.{key}: expected an object, got {type(value).__name__}")
+    known = set(cls.__dataclass_fields__)
+    try:
+        # Unknown fields are ignored so an older runner accepts a newer bot's spec.
+        return cls(**{k: v for k, v in value.items() if k in known})
+    except TypeError as exc:
+        raise SpecError(f"spec.{key}: {exc}") from exc
