@@ -26,6 +26,7 @@ class Settings:
     channels: frozenset[str] = field(default_factory=frozenset)
     approvers: frozenset[str] = field(default_factory=frozenset)
     manifests_dir: Path | None = None
+    user: str = "unknown"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *, python: str | None = None) -> Settings:
@@ -47,6 +48,7 @@ class Settings:
             channels=_csv(env.get("PREFLIGHT_CHANNELS")),
             approvers=_csv(env.get("PREFLIGHT_APPROVERS")),
             manifests_dir=Path(env.get("PREFLIGHT_MANIFESTS_DIR") or home / "manifests"),
+            user=env.get("PREFLIGHT_USER") or env.get("USER") or env.get("LOGNAME") or "unknown",
         )
 
     def with_(self, **changes: object) -> Settings:

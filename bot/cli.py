@@ -1,0 +1,203 @@
+"""`preflight`: the command line, the terminal transport's entry point.
+
+Exit codes: 0 the pilot met its success criteria (or the command succeeded), 1 the pilot
+ran but failed them (or a check failed), 2 a bad manifest or a bad invocation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from bot import views
+from bot.console import ConsoleNotifier
+from bot.decisions import DECISIONS
+from bot.errors import DecisionRefused, ManifestError, PreflightError
+from bot.render import to_rich
+from bot.settings import Settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Prove a rented GPU machine on a small pilot before the full job.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def build_service(settings: Settings, notifier: Any) -> Any:
+    """The service as the terminal uses it: SQLite state, local and SSH dispatchers."""
+    from bot.runtime import make_service
+
+    return make_service(settings, notifier)
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _print_manifest_error(exc: ManifestError) -> None:
+    err_console.print(f"[red]{exc.source}: the manifest is not valid "
+                      f"({len(exc.problems)} problem(s))[/red]", highlight=False)
+    for problem in exc.problems:
+        err_console.print(f"  - {problem}", highlight=False, markup=False)
+
+
+@app.command()
+def run(
+    manifest: Path = typer.Argument(..., help="the pilot manifest (YAML or JSON)"),
+    decide: Optional[str] = typer.Option(None, help="record a decision at the end: "
+                                         + " | ".join(DECISIONS)),
+    reason: Optional[str] = typer.Option(None, help="the reason for --decide (required with it)"),
+    by: Optional[str] = typer.Option(None, help="who submits and decides (default: $USER)"),
+    override: bool = typer.Option(False, help="approve a failed pilot, recorded as an override"),
+) -> None:
+    """Validate, plan, run the diagnostics and the pilot, show the balance and the verdict."""
+    from bot.manifest import load_manifest_file
+
+    settings = Settings.from_env()
+    if decide is not None and decide not in DECISIONS:
+        raise _fail(f"--decide must be one of {', '.join(DECISIONS)}, not {decide!r}", 2)
+    if decide is not None and not (reason or "").strip():
+        raise _fail("--decide needs --reason \"...\" (every decision is recorded with its reason)", 2)
+    user = by or settings.user
+    notifier = ConsoleNotifier(console)
+    try:
+        loaded = load_manifest_file(manifest)
+        from bot.runtime import precheck
+
+        precheck(loaded)
+        service = build_service(settings, notifier)
+        sub = service.submit(loaded, submitter=user)
+        service.start(sub.run_id)
+        final = service.follow(sub.run_id)
+    except ManifestError as exc:
+        _print_manifest_error(exc)
+        raise typer.Exit(2) from exc
+    except PreflightError as exc:
+        notifier.close_live()
+        raise _fail(str(exc), exc.exit_code) from exc
+    finally:
+        notifier.close_live()
+    _after_run(service, final, decide, reason, user, override)
+    raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
+
+
+def _after_run(service: Any, run: dict[str, Any], decide: str | None, reason: str | None,
+               user: str, override: bool) -> None:
+    if decide is None and sys.stdin.isatty():
+        decide = typer.prompt(f"Decision ({' / '.join(DECISIONS)}, empty to decide later)",
+                              default="", show_default=False).strip() or None
+        if decide is not None:
+            reason = typer.prompt("Reason")
+    if decide is None:
+        console.print(f"Decide later: preflight decide {run['id']} "
+                      f"{{{'|'.join(DECISIONS)}}} --reason \"...\" --by NAME", highlight=False)
+        return
+    try:
+        record = service.decide(run["id"], decide, reason or "", user, override=override,
+                                source="cli")
+    except DecisionRefused as exc:
+        err_console.print(f"[red]decision refused (recorded):[/red] {exc}", highlight=False)
+        return
+    if record.get("volume_run"):
+        console.print(f"volume run {record['volume_run']} started")
+
+
+@app.command()
+def decide(
+    run_id: str = typer.Argument(..., help="the run id (or its unique prefix)"),
+    decision: str = typer.Argument(..., help=" | ".join(DECISIONS)),
+    reason: str = typer.Option(..., help="why (recorded)"),
+    by: Optional[str] = typer.Option(None, help="who decides (default: $USER)"),
+    override: bool = typer.Option(False, help="approve a failed pilot, recorded as an override"),
+    follow: bool = typer.Option(True, help="follow the volume run an approval starts"),
+) -> None:
+    """Record a decision after a pilot: approve, fix-env or revise."""
+    settings = Settings.from_env()
+    notifier = ConsoleNotifier(console)
+    service = build_service(settings, notifier)
+    try:
+        record = service.decide(run_id, decision, reason, by or settings.user, override=override)
+        if record.get("volume_run") and follow:
+            service.follow(record["volume_run"])
+    except PreflightError as exc:
+        raise _fail(str(exc), 1 if isinstance(exc, DecisionRefused) else exc.exit_code) from exc
+    finally:
+        notifier.close_live()
+
+
+@app.command()
+def resume(run_id: str = typer.Argument(..., help="the run id (or its unique prefix)")) -> None:
+    """Start the runner again on an interrupted run: finished items are not processed again."""
+    settings = Settings.from_env()
+    notifier = ConsoleNotifier(console)
+    service = build_service(settings, notifier)
+    try:
+        run_row = service.store.find_run(run_id)
+        service.resume(run_row["id"])
+        final = service.follow(run_row["id"])
+    except PreflightError as exc:
+        raise _fail(str(exc), exc.exit_code) from exc
+    finally:
+        notifier.close_live()
+    raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
+
+
+@app.command()
+def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+         limit: int = typer.Option(50, help="how many, newest first")) -> None:
+    """List runs with their status and the stage reached."""
+    from rich.table import Table
+
+    service = build_service(Settings.from_env(), ConsoleNotifier(console))
+    rows = service.runs(limit)
+    if as_json:
+        keys = ("id", "name", "attempt", "kind", "status", "outcome", "stage_reached", "created_at")
+        typer.echo(json.dumps([{k: r.get(k) for k in keys} for r in rows], indent=2))
+        return
+    table = Table("run", "status", "outcome", "stage reached", "first error")
+    for r in rows:
+        err = r.get("first_error") or {}
+        table.add_row(r["id"], r["status"], r.get("outcome") or "", r.get("stage_reached") or "",
+                      f"{err.get('stage')}: {err.get('message', '')}"[:60] if err else "")
+    console.print(table)
+
+
+@app.command()
+def show(run_id: str = typer.Argument(..., help="the run id (or its unique prefix)"),
+         as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
+    """One run: stages with facts, first error, balance, verdict, decisions."""
+    service = build_service(Settings.from_env(), ConsoleNotifier(console))
+    try:
+        data = service.show(run_id)
+    except PreflightError as exc:
+        raise _fail(str(exc), 2) from exc
+    if as_json:
+        drop = {"manifest_text"}
+        typer.echo(json.dumps({k: v for k, v in data.items() if k not in drop},
+                              indent=2, default=str))
+        return
+    for message in service.thread_messages(data["id"]):
+        console.print(to_rich(message))
+    if data.get("status") == "decided":
+        return
+    console.print(to_rich(views.decision_message(data, data["decisions"])))
+
+
+def _register_extensions() -> None:
+    from bot.runtime import register_commands
+
+    register_commands(app)
+
+
+_register_extensions()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app()

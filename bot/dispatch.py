@@ -1,0 +1,137 @@
+"""Starting the runner and reading its events: the Dispatcher protocol and the local one.
+
+A dispatcher starts ``python -m runner SPEC --run-dir DIR`` somewhere and hands back the
+events it appends to ``events.jsonl``, read by byte offset so a follower (or a restarted
+bot) resumes exactly where it stopped. The runner is started detached (its own process
+session, output to ``runner.log``), so stopping the bot does not stop the pilot.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import runner
+from bot.errors import DispatchError
+from runner.events import Event, read_events
+
+RUNNER_ROOT = Path(runner.__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    run_id: str
+    run_dir: Path  # the run directory on the bot host (events are read from here)
+    spec_path: Path
+    project_dir: Path
+    pid: int | None = None
+    resume: bool = False
+
+
+class Dispatcher(Protocol):
+    def start(self, handle: RunHandle) -> int | None:
+        """Start the runner; return its pid where that means something to ``is_alive``."""
+
+    def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
+        """Complete events appended since ``offset`` and the offset after them."""
+
+    def is_alive(self, handle: RunHandle) -> bool:
+        """Whether the runner process is still running."""
+
+    def exit_code(self, handle: RunHandle) -> int | None:
+        """The runner's exit status once it has ended and it is known, else None."""
+
+    def fetch_results(self, handle: RunHandle) -> None:
+        """Bring the run directory's results back to the bot host (no-op when local)."""
+
+    def stop(self, handle: RunHandle) -> None:
+        """Stop the runner (used on shutdown of tests, never on a bot restart)."""
+
+
+class LocalDispatcher:
+    """Runs the runner as a detached local process with the given interpreter."""
+
+    def __init__(self, python: str, *, extra_env: dict[str, str] | None = None) -> None:
+        self.python = python
+        self.extra_env = dict(extra_env or {})
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, handle: RunHandle) -> int | None:
+        argv = [self.python, "-m", "runner", str(handle.spec_path), "--run-dir", str(handle.run_dir)]
+        if handle.resume:
+            argv.append("--resume")
+        env = {**os.environ, **self.extra_env}
+        # The runner package travels by path: the node's interpreter need not have us installed.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(RUNNER_ROOT), str(handle.project_dir), env.get("PYTHONPATH", "")) if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            log = open(handle.run_dir / "runner.log", "ab")
+        except OSError as exc:
+            raise DispatchError(f"cannot write {handle.run_dir / 'runner.log'}: {exc}") from exc
+        try:
+            proc = subprocess.Popen(argv, cwd=str(handle.project_dir), stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise DispatchError(
+                f"cannot start the runner with {self.python!r}: {exc.strerror or exc}; "
+                "set PREFLIGHT_RUNNER_PYTHON or node.python to a working interpreter") from exc
+        finally:
+            log.close()
+        self._procs[handle.run_id] = proc
+        (handle.run_dir / "runner.pid").write_text(f"{proc.pid}\n")
+        return proc.pid
+
+    def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
+        return read_events(str(handle.run_dir / "events.jsonl"), offset)
+
+    def is_alive(self, handle: RunHandle) -> bool:
+        proc = self._procs.get(handle.run_id)
+        if proc is not None:
+            return proc.poll() is None
+        pid = handle.pid
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return _not_zombie(pid)
+
+    def exit_code(self, handle: RunHandle) -> int | None:
+        proc = self._procs.get(handle.run_id)
+        return proc.poll() if proc is not None else None
+
+    def fetch_results(self, handle: RunHandle) -> None:
+        return None
+
+    def stop(self, handle: RunHandle) -> None:
+        proc = self._procs.get(handle.run_id)
+        pid = proc.pid if proc is not None else handle.pid
+        if pid is None:
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            return
+        if proc is not None:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True

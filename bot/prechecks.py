@@ -1,0 +1,31 @@
+"""What the service computes from a manifest before dispatch: expected ids, changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.manifest import LoadedManifest
+from bot.store import Store
+
+
+def expected_inputs(loaded: LoadedManifest, inputs: Any | None = None) -> list[str]:
+    """The input ids the balance must account for (the volume's when ``inputs`` is given)."""
+    if inputs is None:
+        return [f.id for f in loaded.input_files()]
+    pattern = inputs.pattern
+    base = (loaded.project_dir / inputs.dir).resolve()
+    ids = sorted(p.name.rsplit(".", 1)[0] if "." in p.name else p.name
+                 for p in base.glob(pattern) if p.is_file())
+    return ids
+
+
+def previous_changes(store: Store, name: str, run_id: str,
+                     manifest_json: dict[str, Any]) -> list[dict[str, Any]]:
+    """Field-by-field changes against the previous attempt of the same pilot."""
+    previous = store.previous_attempt(name, run_id)
+    if previous is None or not previous.get("manifest_json"):
+        return []
+    from bot.attempts import diff_manifests
+
+    return [{"path": c.path, "old": c.old, "new": c.new}
+            for c in diff_manifests(previous["manifest_json"], manifest_json)]

@@ -1,0 +1,112 @@
+"""Renders the neutral message model for the terminal: rich renderables and plain text."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.progress_bar import ProgressBar
+from rich.table import Table as RichTable
+from rich.text import Text as RichText
+
+from bot.message import (
+    Actions,
+    Attachment,
+    Block,
+    Fields,
+    Heading,
+    Message,
+    Progress,
+    StageLine,
+    Table,
+    Text,
+)
+
+STATE_MARK = {"pending": "·", "running": "…", "passed": "✓", "failed": "✗", "skipped": "–"}
+STATE_STYLE = {"pending": "dim", "running": "yellow", "passed": "green", "failed": "bold red",
+               "skipped": "dim"}
+TEXT_STYLE = {"plain": "", "ok": "green", "warn": "yellow", "error": "red", "muted": "dim"}
+
+
+def to_rich(message: Message) -> RenderableType:
+    title = None
+    parts: list[RenderableType] = []
+    stage_rows: list[StageLine] = []
+    for block in message.blocks:
+        if isinstance(block, Heading) and title is None:
+            title = block.text
+        elif isinstance(block, StageLine):
+            stage_rows.append(block)
+        else:
+            parts.append(_block_rich(block))
+    if stage_rows:
+        parts.insert(0, _stages_table(stage_rows))
+    border = {"first_error": "red", "verdict": "green" if "PASSED" in (title or "") else "red",
+              "plan": "blue", "decision": "magenta"}.get(message.key, "white")
+    return Panel(Group(*parts), title=title, title_align="left", border_style=border)
+
+
+def _stages_table(rows: list[StageLine]) -> RichTable:
+    table = RichTable.grid(padding=(0, 1))
+    table.add_column(width=1)
+    table.add_column(min_width=11)
+    table.add_column(overflow="fold")
+    for row in rows:
+        style = STATE_STYLE[row.state]
+        table.add_row(RichText(STATE_MARK[row.state], style=style), RichText(row.stage, style=style),
+                      RichText(row.detail))
+    return table
+
+
+def _block_rich(block: Block) -> RenderableType:
+    if isinstance(block, Heading):
+        return RichText(block.text, style="bold")
+    if isinstance(block, Text):
+        return RichText(block.text, style=TEXT_STYLE[block.style])
+    if isinstance(block, Fields):
+        grid = RichTable.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column(overflow="fold")
+        for label, value in block.pairs:
+            grid.add_row(label, value)
+        return grid
+    if isinstance(block, Table):
+        table = RichTable(*block.columns, show_lines=False, header_style="bold")
+        for row in block.rows:
+            table.add_row(*row)
+        if block.total_rows and block.total_rows > len(block.rows):
+            table.caption = f"{len(block.rows)} of {block.total_rows} rows shown"
+        return table
+    if isinstance(block, Progress):
+        return Group(RichText(f"items {block.done}/{block.total}"),
+                     ProgressBar(total=max(block.total, 1), completed=block.done, width=40))
+    if isinstance(block, Actions):
+        return RichText("  ".join(f"[{b.action}] {b.label}" for b in block.buttons), style="magenta")
+    if isinstance(block, Attachment):
+        return RichText(f"attached: {block.title} ({block.path})", style="dim")
+    raise TypeError(f"unknown block {block!r}")
+
+
+def to_text(message: Message) -> str:
+    """Plain text, one block after another: logs, tests, `--plain` output."""
+    out: list[str] = []
+    for block in message.blocks:
+        if isinstance(block, Heading):
+            out.append(f"== {block.text} ==")
+        elif isinstance(block, Text):
+            out.append(block.text)
+        elif isinstance(block, Fields):
+            out.extend(f"{label}: {value}" for label, value in block.pairs)
+        elif isinstance(block, StageLine):
+            out.append(f"{STATE_MARK[block.state]} {block.stage:<11} {block.state:<7} {block.detail}".rstrip())
+        elif isinstance(block, Table):
+            out.append(" | ".join(block.columns))
+            out.extend(" | ".join(row) for row in block.rows)
+            if block.total_rows and block.total_rows > len(block.rows):
+                out.append(f"({len(block.rows)} of {block.total_rows} rows shown)")
+        elif isinstance(block, Progress):
+            out.append(f"items {block.done}/{block.total}")
+        elif isinstance(block, Actions):
+            out.append("  ".join(f"[{b.action}] {b.label}" for b in block.buttons))
+        elif isinstance(block, Attachment):
+            out.append(f"attached: {block.title} ({block.path})")
+    return "\n".join(out)

@@ -1,0 +1,371 @@
+"""PilotService: the one orchestrator. submit → plan → dispatch → follow → decide.
+
+It knows no Slack and no SQL: it is given a store, dispatchers (by node kind) and a
+notifier, and every transport (console, Slack) calls it. Every event is recorded in the
+store before any message is published, and the follower's position is stored with it, so
+a restarted bot continues from the last consumed ``seq`` without losing or repeating posts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bot import views
+from bot.dispatch import Dispatcher, RunHandle
+from bot.errors import DecisionRefused, DispatchError, PreflightError
+from bot.manifest import LoadedManifest, load_manifest
+from bot.message import Message, Notifier
+from bot.plan import make_plan
+from bot.settings import Settings
+from bot.specbuild import build_spec, runs_dir_for
+from bot.store import Store
+from bot.verdict import judge
+from runner.events import BALANCE, EVIDENCE, PROGRESS, RUN_FINISHED, STAGE_EVENT_TYPES, Event
+
+log = logging.getLogger(__name__)
+
+DECISIONS = ("approve", "fix-env", "revise")
+LeaseGuard = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Submission:
+    run_id: str
+    run_dir: Path
+    loaded: LoadedManifest
+
+
+class PilotService:
+    def __init__(self, settings: Settings, store: Store, dispatchers: Mapping[str, Dispatcher],
+                 notifier: Notifier, *, lease_guard: LeaseGuard | None = None,
+                 progress_interval: float = 0.2) -> None:
+        self.settings = settings
+        self.store = store
+        self.dispatchers = dict(dispatchers)
+        self.notifier = notifier
+        self.lease_guard = lease_guard
+        self.progress_interval = progress_interval
+        self._progress: dict[str, tuple[int, int]] = {}
+        self._last_progress_post: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    # -- submit -------------------------------------------------------------------
+    def submit_text(self, text: str, *, source: str, base_dir: Path, submitter: str,
+                    channel: str | None = None, thread_ts: str | None = None) -> Submission:
+        loaded = load_manifest(text, source=source, base_dir=base_dir)
+        return self.submit(loaded, submitter=submitter, channel=channel, thread_ts=thread_ts)
+
+    def submit(self, loaded: LoadedManifest, *, submitter: str, channel: str | None = None,
+               thread_ts: str | None = None, kind: str = "pilot", parent: str | None = None,
+               inputs: Any | None = None) -> Submission:
+        """Plan an attempt and prepare its own new run directory; nothing is started yet."""
+        from bot.prechecks import expected_inputs, previous_changes
+
+        m = loaded.manifest
+        plan = make_plan(loaded)
+        ids = expected_inputs(loaded, inputs)
+        with self._lock:
+            attempt = self.store.next_attempt(m.name, kind)
+            run_id = new_run_id(m.name, attempt, kind)
+            run_dir = runs_dir_for(loaded, self.settings.runs_dir) / run_id
+            try:
+                run_dir.parent.mkdir(parents=True, exist_ok=True)
+                run_dir.mkdir(exist_ok=False)  # a run directory is never reused
+            except FileExistsError as exc:
+                raise DispatchError(f"run directory {run_dir} already exists: refusing to reuse it") from exc
+            except OSError as exc:
+                raise DispatchError(f"cannot create run directory {run_dir}: {exc}") from exc
+            spec = build_spec(loaded, plan, run_id, inputs=inputs, kind=kind)
+            (run_dir / "manifest.yaml").write_text(loaded.text, encoding="utf-8")
+            spec_path = run_dir / "spec.json"
+            spec_path.write_text(spec.to_json(), encoding="utf-8")
+            manifest_json = m.model_dump(mode="json")
+            self.store.create_run({
+                "id": run_id, "name": m.name, "attempt": attempt, "kind": kind,
+                "parent_run": parent, "plan": plan.to_dict(),
+                "changes": previous_changes(self.store, m.name, run_id, manifest_json)
+                if kind == "pilot" else [],
+                "manifest_text": loaded.text, "manifest_json": manifest_json,
+                "spec_path": str(spec_path), "run_dir": str(run_dir),
+                "base_dir": str(loaded.base_dir), "project_dir": str(loaded.project_dir),
+                "node": m.node.model_dump(mode="json"), "submitter": submitter,
+                "channel": channel, "thread_ts": thread_ts, "expected_ids": ids,
+                "expected_refusals": list(spec.inputs.expected_refusals),
+                "categories": list(spec.task.categories),
+                "success": spec.success.__dict__ | {"copy_to": spec.results.copy_to},
+                "approvers": sorted(set(m.approvals.approvers) | set(self.settings.approvers)),
+                "two_person": int(m.approvals.two_person),
+            })
+        if kind == "pilot":
+            self._publish(views.plan_message(self.store.get_run(run_id)))
+        return Submission(run_id, run_dir, loaded)
+
+    # -- dispatch -----------------------------------------------------------------
+    def start(self, run_id: str, *, resume: bool = False) -> None:
+        run = self.store.get_run(run_id)
+        if self.lease_guard is not None:
+            self.lease_guard(run)
+        dispatcher = self._dispatcher(run)
+        handle = self._handle(run, resume=resume)
+        from_states = ("running", "awaiting_decision") if resume else ("planned",)
+        if not self.store.transition(run_id, from_states, "running",
+                                     started_at=_now(), finished_at=None):
+            raise DispatchError(f"run {run_id} is {run['status']}: it cannot be started again; "
+                                "submit the manifest again for a new attempt")
+        try:
+            pid = dispatcher.start(handle)
+        except PreflightError as exc:
+            self.store.update_run(run_id, status="dispatch_failed",
+                                  first_error={"stage": "dispatch", "type": type(exc).__name__,
+                                               "message": str(exc)})
+            self._publish_outcome(run_id)
+            raise
+        self.store.update_run(run_id, pid=pid)
+        self._publish_status(run_id)
+
+    def resume(self, run_id: str) -> None:
+        run = self.store.get_run(run_id)
+        if run["status"] == "decided":
+            raise DispatchError(f"run {run_id} is decided; submit the manifest again instead")
+        if run["status"] == "running" and self._dispatcher(run).is_alive(self._handle(run)):
+            raise DispatchError(f"run {run_id} is still running; nothing to resume")
+        self.start(run_id, resume=True)
+
+    # -- follow -------------------------------------------------------------------
+    def follow(self, run_id: str, *, stop: threading.Event | None = None,
+               poll: float = 0.1, timeout: float | None = None) -> dict[str, Any]:
+        """Consume the run's events until it finishes (or ``stop`` is set)."""
+        stop = stop or threading.Event()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not stop.is_set():
+            fresh = self.pump(run_id)
+            run = self.store.get_run(run_id)
+            if run["status"] != "running":
+                return run
+            if not fresh and not self._dispatcher(run).is_alive(self._handle(run)):
+                if not self.pump(run_id):  # the last lines may have landed as it exited
+                    self._runner_died(run_id)
+                    return self.store.get_run(run_id)
+            if deadline is not None and time.monotonic() > deadline:
+                raise DispatchError(f"run {run_id} still running after {timeout} s")
+            if not fresh:
+                stop.wait(poll)
+        return self.store.get_run(run_id)
+
+    def pump(self, run_id: str) -> list[Event]:
+        """Read, record, then publish whatever the runner appended since last time."""
+        run = self.store.get_run(run_id)
+        if run["status"] != "running":
+            return []
+        handle = self._handle(run)
+        events, offset = self._dispatcher(run).read_events(handle, int(run["events_offset"]))
+        fresh = self.store.record_events(run_id, events, offset) if events else []
+        stage_changed = any(e.type in STAGE_EVENT_TYPES for e in fresh)
+        for event in fresh:
+            if event.type == PROGRESS:
+                self._progress[run_id] = (int(event.data.get("done", 0)),
+                                          int(event.data.get("total", 0)))
+        if stage_changed:
+            self._publish_status(run_id)
+        elif any(e.type == PROGRESS for e in fresh):
+            self._maybe_publish_progress(run_id)
+        if self.store.events_of_type(run_id, RUN_FINISHED):
+            self._finish(run_id)
+        return fresh
+
+    def _finish(self, run_id: str) -> None:
+        run = self.store.get_run(run_id)
+        finished = self.store.events_of_type(run_id, RUN_FINISHED)[-1]
+        balance = self._recorded(run_id, BALANCE)
+        evidence = self._recorded(run_id, EVIDENCE)
+        if balance is not None:
+            balance = self._recheck_balance(run, balance)
+        handle = self._handle(run)
+        try:
+            self._dispatcher(run).fetch_results(handle)
+        except PreflightError as exc:
+            log.warning("could not fetch results of %s: %s", run_id, exc)
+        run = {**run, "balance": balance, "evidence": evidence}
+        verdict = judge(run, self.store.stages(run_id), finished.data)
+        outcome = "passed" if verdict["passed"] else "failed"
+        if self.store.transition(run_id, ("running",), "awaiting_decision", outcome=outcome,
+                                 verdict=verdict, balance=balance, evidence=evidence,
+                                 finished_at=_now(), exit_code=finished.data.get("exit_code")):
+            self._progress.pop(run_id, None)
+            self._publish_outcome(run_id)
+
+    def _runner_died(self, run_id: str) -> None:
+        run = self.store.get_run(run_id)
+        handle = self._handle(run)
+        code = self._dispatcher(run).exit_code(handle)
+        tail = _log_tail(Path(run["run_dir"]) / "runner.log")
+        error = {"stage": run.get("stage_reached") or "prepare", "type": "RunnerExited",
+                 "message": f"the runner ended (exit code {code}) without reporting the end of "
+                            f"the run" + (f"; its last output: {tail}" if tail else ""),
+                 "hint": "look at runner.log in the run directory; `preflight resume RUN` "
+                         "continues from the ledger"}
+        verdict = {"passed": False, "checks": [{"ok": False, "text": error["message"]}]}
+        if self.store.transition(run_id, ("running",), "awaiting_decision", outcome="failed",
+                                 first_error=run.get("first_error") or error, verdict=verdict,
+                                 finished_at=_now(), exit_code=code):
+            self._publish_outcome(run_id)
+
+    def _recheck_balance(self, run: dict[str, Any], balance: dict[str, Any]) -> dict[str, Any]:
+        """Apply the balance rules again to the item events the bot itself recorded."""
+        from runner.balance import compute_balance
+
+        items = self.store.items(run["id"])
+        ours = compute_balance(run.get("expected_ids") or [], run.get("expected_refusals") or [],
+                               run.get("categories") or [], items).to_dict()
+        merged = {**balance, "items": [{k: i[k] for k in ("id", "status", "category", "reason")}
+                                       for i in items]}
+        disagreements = [k for k in ("accepted", "refused", "total", "ok")
+                         if ours.get(k) != balance.get(k)]
+        if disagreements:
+            merged["ok"] = False
+            merged["problems"] = list(balance.get("problems") or []) + [
+                {"kind": "recheck", "id": "", "detail":
+                 f"the runner's balance and the recorded item events disagree on "
+                 f"{', '.join(disagreements)} (runner: {[balance.get(k) for k in disagreements]}, "
+                 f"recorded: {[ours.get(k) for k in disagreements]})"}]
+        merged["recheck"] = {k: ours.get(k) for k in ("accepted", "refused", "total", "ok")}
+        return merged
+
+    def _recorded(self, run_id: str, etype: str) -> dict[str, Any] | None:
+        events = self.store.events_of_type(run_id, etype)
+        return dict(events[-1].data) if events else None
+
+    # -- decide -------------------------------------------------------------------
+    def decide(self, run_id: str, decision: str, reason: str, by: str, *,
+               override: bool = False, source: str = "cli") -> dict[str, Any]:
+        from bot.decisions import check_decision
+
+        run = self.store.find_run(run_id)
+        reason = (reason or "").strip()
+        refusal, is_override = check_decision(run, decision, reason, by, override=override)
+        base = {"run": run["id"], "decision": decision, "reason": reason or "(none)", "by": by,
+                "override": int(is_override), "source": source}
+        if refusal is not None:
+            self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
+            raise DecisionRefused(refusal)
+        record = self.store.decide_run(run["id"], base)
+        if record is None:
+            current = self.store.get_run(run["id"])
+            refusal = f"run {run['id']} is {current['status']}: it is not awaiting a decision"
+            self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
+            raise DecisionRefused(refusal)
+        self._publish(views.decision_message(self.store.get_run(run["id"]),
+                                             self.store.decisions(run["id"])))
+        if decision == "approve":
+            record["volume_run"] = self._launch_volume(run["id"])
+        return record
+
+    def _launch_volume(self, run_id: str) -> str | None:
+        run = self.store.get_run(run_id)
+        loaded = load_manifest(run["manifest_text"], source=f"run {run_id}",
+                               base_dir=_base_dir(run))
+        volume = loaded.manifest.volume
+        if volume is None:
+            return None
+        sub = self.submit(loaded, submitter=run["submitter"], channel=run.get("channel"),
+                          thread_ts=run.get("thread_ts"), kind="volume", parent=run_id,
+                          inputs=volume.inputs)
+        self.start(sub.run_id)
+        return sub.run_id
+
+    # -- read ---------------------------------------------------------------------
+    def show(self, run_id: str) -> dict[str, Any]:
+        run = self.store.find_run(run_id)
+        return {**run, "stages": self.store.stages(run["id"]),
+                "decisions": self.store.decisions(run["id"])}
+
+    def runs(self, limit: int = 50) -> list[dict[str, Any]]:
+        return self.store.list_runs(limit=limit)
+
+    def thread_messages(self, run_id: str) -> list[Message]:
+        """Every message of the run's thread as it stands now (for re-rendering)."""
+        run = self.store.get_run(run_id)
+        out: list[Message | None] = [views.plan_message(run), self._status(run_id)]
+        if run["status"] in ("awaiting_decision", "decided"):
+            out += [views.first_error_message(run), views.balance_message(run, _csv(run)),
+                    views.evidence_message(run), views.verdict_message(run),
+                    views.decision_message(run, self.store.decisions(run_id))]
+        return [m for m in out if m is not None]
+
+    # -- helpers ------------------------------------------------------------------
+    def _dispatcher(self, run: dict[str, Any]) -> Dispatcher:
+        kind = (run.get("node") or {}).get("kind", "local")
+        try:
+            return self.dispatchers[kind]
+        except KeyError as exc:
+            raise DispatchError(f"node.kind {kind!r}: no dispatcher configured for it "
+                                f"(available: {', '.join(sorted(self.dispatchers))})") from exc
+
+    def _handle(self, run: dict[str, Any], *, resume: bool = False) -> RunHandle:
+        spec_path = Path(run["spec_path"])
+        return RunHandle(run_id=run["id"], run_dir=Path(run["run_dir"]), spec_path=spec_path,
+                         project_dir=Path(_project_dir(run)), pid=run.get("pid"), resume=resume)
+
+    def _status(self, run_id: str) -> Message:
+        return views.status_message(self.store.get_run(run_id), self.store.stages(run_id),
+                                    self._progress.get(run_id))
+
+    def _publish_status(self, run_id: str) -> None:
+        self._last_progress_post[run_id] = time.monotonic()
+        self._publish(self._status(run_id))
+
+    def _maybe_publish_progress(self, run_id: str) -> None:
+        if time.monotonic() - self._last_progress_post.get(run_id, 0.0) >= self.progress_interval:
+            self._publish_status(run_id)
+
+    def _publish_outcome(self, run_id: str) -> None:
+        for message in self.thread_messages(run_id)[1:]:
+            self._publish(message)
+
+    def _publish(self, message: Message) -> None:
+        try:
+            self.notifier.publish(message)
+        except PreflightError:
+            raise
+        except Exception:  # a transport failure must never lose the recorded state
+            log.exception("publishing %s of run %s failed", message.key, message.run_id)
+
+
+def new_run_id(name: str, attempt: int, kind: str = "pilot") -> str:
+    """Time-sortable and unique: ``20261202T140501123Z-pilote-demo-a1``."""
+    now = datetime.now(timezone.utc)
+    stamp = now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}Z"
+    return f"{stamp}-{name}-{'v' if kind == 'volume' else 'a'}{attempt}"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _base_dir(run: dict[str, Any]) -> Path:
+    return Path(run["base_dir"])
+
+
+def _project_dir(run: dict[str, Any]) -> str:
+    return str(run["project_dir"])
+
+
+def _csv(run: dict[str, Any]) -> str | None:
+    path = Path(run["run_dir"]) / "balance.csv"
+    return str(path) if path.exists() else None
+
+
+def _log_tail(path: Path, limit: int = 400) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("{")]
+    return " | ".join(lines[-3:])[-limit:]

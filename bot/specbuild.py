@@ -1,0 +1,83 @@
+"""From a validated manifest and its plan to the runner's spec, every path resolved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bot.manifest import LoadedManifest
+from bot.plan import Plan
+from runner.spec import (
+    DiagnosticsSpec,
+    HardwareSpec,
+    InputsSpec,
+    ProjectSpec,
+    ResultsSpec,
+    RunSpec,
+    SuccessSpec,
+    TaskSpec,
+    TrainingSpec,
+)
+
+
+def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
+               inputs: Any | None = None, kind: str = "pilot") -> RunSpec:
+    """The spec for one attempt. ``inputs`` overrides the pilot inputs (the volume run)."""
+    m = loaded.manifest
+    project_dir = loaded.project_dir
+    src = inputs if inputs is not None else m.inputs
+    task = m.task
+    command = task.command
+    if isinstance(command, str):
+        command = [command]
+    return RunSpec(
+        run_id=run_id,
+        name=m.name,
+        purpose=m.purpose,
+        backend=m.backend,
+        python=m.project.python,
+        hardware=HardwareSpec(
+            gpu=plan.gpu, vendor=plan.vendor, cards_per_lot=plan.cards_per_lot,
+            memory_gib=plan.memory_per_card_gib,
+            bf16_tflops=getattr(plan, "bf16_tflops", None),
+            fp32_tflops=getattr(plan, "fp32_tflops", None)),
+        project=ProjectSpec(dir=str(project_dir), requirements=_under(project_dir, m.project.requirements),
+                            params=dict(m.project.params)),
+        inputs=InputsSpec(dir=str((project_dir / src.dir).resolve()), pattern=src.pattern,
+                          expected_count=src.expected_count,
+                          expected_refusals=list(src.expected_refusals)),
+        task=TaskSpec(kind=task.kind, handler=task.handler, command=command,
+                      categories=list(task.categories), batch_size=task.batch_size,
+                      params=dict(task.params)),
+        diagnostics=DiagnosticsSpec(
+            extensions=list(m.diagnostics.extensions), checks=list(m.diagnostics.checks),
+            timeouts=dict(m.diagnostics.timeouts),
+            min_free_disk_gib=m.diagnostics.min_free_disk_gib,
+            memory_budget_gib=m.diagnostics.memory_budget_gib),
+        success=SuccessSpec(min_accepted=m.success.min_accepted if kind == "pilot" else None,
+                            max_refused=m.success.max_refused if kind == "pilot" else None,
+                            balance_ok=m.success.balance_ok,
+                            require_evidence=m.success.require_evidence),
+        results=ResultsSpec(copy_to=_copy_to(project_dir, m.results.copy_to),
+                            sample_per_category=m.results.sample_per_category,
+                            sample_chars=m.results.sample_chars),
+        training=TrainingSpec(steps=task.steps, resume_steps=task.resume_steps,
+                              tolerance=task.tolerance),
+    )
+
+
+def runs_dir_for(loaded: LoadedManifest, default: Path) -> Path:
+    runs_dir = loaded.manifest.results.runs_dir
+    return (loaded.project_dir / runs_dir).resolve() if runs_dir else default
+
+
+def _under(base: Path, rel: str | None) -> str | None:
+    return str((base / rel).resolve()) if rel else None
+
+
+def _copy_to(base: Path, dest: str | None) -> str | None:
+    if not dest:
+        return None
+    if "://" in dest:
+        return dest
+    return str((base / dest).resolve())

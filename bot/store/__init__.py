@@ -1,0 +1,77 @@
+"""The bot's state in SQLite: the only package that talks SQL.
+
+One sqlite-utils Database per thread (bolt listeners, scheduler jobs and the follower run
+on different threads), WAL on, a busy timeout so writers wait instead of failing. Each
+concern has its own mixin module; ``Store`` composes them and runs every migration.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlite_utils
+
+from bot.errors import StoreError
+from bot.store.leases import LeasesMixin, migrate_leases
+from bot.store.runs import RunsMixin, migrate_runs
+from bot.store.slack import SlackMixin, migrate_slack
+
+__all__ = ["Store"]
+
+
+class Store(RunsMixin, SlackMixin, LeasesMixin):
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the state directory {self.path.parent}: {exc}") from exc
+        self._local = threading.local()
+        with self.transaction() as db:
+            migrate_runs(db)
+            migrate_slack(db)
+            migrate_leases(db)
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        db: sqlite_utils.Database | None = getattr(self._local, "db", None)
+        if db is None:
+            try:
+                conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("PRAGMA foreign_keys=ON")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the state database {self.path}: {exc}") from exc
+            db = sqlite_utils.Database(conn)
+            self._local.db = db
+        return db
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite_utils.Database]:
+        """One IMMEDIATE transaction: all of it is recorded, or none of it."""
+        db = self.db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"state database busy or unwritable ({self.path}): {exc}") from exc
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        else:
+            try:
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StoreError(f"could not commit to {self.path}: {exc}") from exc
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.conn.close()
+            self._local.db = None

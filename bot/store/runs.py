@@ -1,0 +1,259 @@
+"""Runs, their events, stages, items and decisions.
+
+Events are recorded before anything is shown: ``record_events`` stores a batch of events,
+the stage and item rows they imply and the follower's position (last seq, byte offset) in
+one transaction, and returns only the events that were new, so a restarted follower that
+reads the same lines again neither loses nor repeats anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import sqlite_utils
+
+from bot.errors import RunNotFound
+from runner.events import ITEM_DONE, STAGE_EVENT_TYPES, Event, utc_now
+
+JSON_COLUMNS = frozenset({
+    "first_error", "verdict", "balance", "evidence", "environment", "plan", "manifest_json",
+    "node", "facts", "error", "data", "changes", "expected_ids", "expected_refusals",
+    "categories", "success", "approvers",
+})
+
+RUN_STATES = ("planned", "running", "awaiting_decision", "decided", "dispatch_failed")
+STAGE_STATE = {"stage.started": "running", "stage.passed": "passed",
+               "stage.failed": "failed", "stage.skipped": "skipped"}
+
+
+def migrate_runs(db: sqlite_utils.Database) -> None:
+    db.execute("""CREATE TABLE IF NOT EXISTS runs (
+        id TEXT PRIMARY KEY, name TEXT NOT NULL, attempt INTEGER NOT NULL,
+        kind TEXT NOT NULL DEFAULT 'pilot', parent_run TEXT, status TEXT NOT NULL,
+        outcome TEXT, stage_reached TEXT, first_error TEXT, verdict TEXT, balance TEXT,
+        evidence TEXT, environment TEXT, plan TEXT, changes TEXT, manifest_text TEXT,
+        manifest_json TEXT, spec_path TEXT, run_dir TEXT NOT NULL, node TEXT,
+        submitter TEXT, channel TEXT, thread_ts TEXT, created_at TEXT NOT NULL,
+        started_at TEXT, finished_at TEXT, last_seq INTEGER NOT NULL DEFAULT 0,
+        events_offset INTEGER NOT NULL DEFAULT 0, last_event_at TEXT, pid INTEGER,
+        expected_ids TEXT, expected_refusals TEXT, categories TEXT, success TEXT,
+        approvers TEXT, two_person INTEGER NOT NULL DEFAULT 0, exit_code INTEGER,
+        base_dir TEXT, project_dir TEXT,
+        UNIQUE (name, attempt, kind))""")
+    db.execute("""CREATE TABLE IF NOT EXISTS events (
+        run TEXT NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL, type TEXT NOT NULL,
+        ts TEXT NOT NULL, stage TEXT, data TEXT NOT NULL, PRIMARY KEY (run, seq))""")
+    db.execute("""CREATE TABLE IF NOT EXISTS stages (
+        run TEXT NOT NULL REFERENCES runs(id), stage TEXT NOT NULL, state TEXT NOT NULL,
+        facts TEXT, error TEXT, reason TEXT, started_at TEXT, ended_at TEXT,
+        PRIMARY KEY (run, stage))""")
+    db.execute("""CREATE TABLE IF NOT EXISTS items (
+        run TEXT NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL, item_id TEXT NOT NULL,
+        status TEXT, category TEXT, reason TEXT, PRIMARY KEY (run, seq))""")
+    db.execute("CREATE INDEX IF NOT EXISTS items_by_id ON items(run, item_id)")
+    db.execute("""CREATE TABLE IF NOT EXISTS decisions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, run TEXT NOT NULL REFERENCES runs(id),
+        decision TEXT NOT NULL, reason TEXT NOT NULL, by TEXT NOT NULL, at TEXT NOT NULL,
+        override INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL,
+        refusal TEXT, source TEXT)""")
+    db.execute("""CREATE TABLE IF NOT EXISTS message_refs (
+        run TEXT NOT NULL, key TEXT NOT NULL, transport TEXT NOT NULL, channel TEXT,
+        ref TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (run, key, transport))""")
+
+
+def _encode(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: (json.dumps(v, sort_keys=True, default=str) if k in JSON_COLUMNS and v is not None
+                else v) for k, v in fields.items()}
+
+
+def _decode(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (json.loads(v) if k in JSON_COLUMNS and isinstance(v, str) else v)
+            for k, v in row.items()}
+
+
+class RunsMixin:
+    db: sqlite_utils.Database
+
+    def transaction(self) -> Any: ...  # provided by Store
+
+    # -- runs ---------------------------------------------------------------------
+    def create_run(self, record: dict[str, Any]) -> None:
+        record = {"created_at": utc_now(), "status": "planned", **record}
+        with self.transaction() as db:
+            db.table("runs").insert(_encode(record))
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        rows = list(self.db.query("SELECT * FROM runs WHERE id = ?", [run_id]))
+        if not rows:
+            raise RunNotFound(run_id)
+        return _decode(rows[0])
+
+    def find_run(self, prefix: str) -> dict[str, Any]:
+        """A run by id, or by a unique id prefix (what a person types)."""
+        rows = list(self.db.query("SELECT id FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\'",
+                                  [prefix, prefix.replace("%", "\\%").replace("_", "\\_") + "%"]))
+        exact = [r for r in rows if r["id"] == prefix]
+        if exact or len(rows) == 1:
+            return self.get_run((exact or rows)[0]["id"])
+        raise RunNotFound(prefix)
+
+    def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
+        where, params = ("WHERE status = ?", [status]) if status else ("", [])
+        sql = f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?"
+        return [_decode(r) for r in self.db.query(sql, [*params, limit])]
+
+    def active_runs(self) -> list[dict[str, Any]]:
+        return [_decode(r) for r in self.db.query(
+            "SELECT * FROM runs WHERE status = 'running' ORDER BY id")]
+
+    def next_attempt(self, name: str, kind: str = "pilot") -> int:
+        row = next(self.db.query(
+            "SELECT COALESCE(MAX(attempt), 0) AS n FROM runs WHERE name = ? AND kind = ?",
+            [name, kind]))
+        return int(row["n"]) + 1
+
+    def previous_attempt(self, name: str, before: str) -> dict[str, Any] | None:
+        rows = list(self.db.query(
+            "SELECT * FROM runs WHERE name = ? AND kind = 'pilot' AND id < ? "
+            "ORDER BY id DESC LIMIT 1", [name, before]))
+        return _decode(rows[0]) if rows else None
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        with self.transaction() as db:
+            db.table("runs").update(run_id, _encode(fields))
+
+    def transition(self, run_id: str, from_states: Iterable[str], to_state: str,
+                   **fields: Any) -> bool:
+        """Conditional state change; False when the run was not in one of ``from_states``.
+
+        This is what makes a double click or a duplicated request harmless.
+        """
+        states = list(from_states)
+        values = _encode({"status": to_state, **fields})
+        sets = ", ".join(f"{k} = ?" for k in values)
+        marks = ", ".join("?" for _ in states)
+        with self.transaction() as db:
+            cur = db.execute(f"UPDATE runs SET {sets} WHERE id = ? AND status IN ({marks})",
+                             [*values.values(), run_id, *states])
+            return cur.rowcount == 1
+
+    # -- events -------------------------------------------------------------------
+    def record_events(self, run_id: str, events: list[Event], offset: int) -> list[Event]:
+        """Record events and the follower position atomically; return the new ones."""
+        fresh: list[Event] = []
+        with self.transaction() as db:
+            for event in events:
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO events (run, seq, type, ts, stage, data) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    [run_id, event.seq, event.type, event.ts, event.stage,
+                     json.dumps(event.data, sort_keys=True)])
+                if cur.rowcount == 1:
+                    fresh.append(event)
+                    _apply_event(db, run_id, event)
+            last = max([e.seq for e in events], default=0)
+            db.execute(
+                "UPDATE runs SET last_seq = MAX(last_seq, ?), events_offset = MAX(events_offset, ?),"
+                " last_event_at = COALESCE(?, last_event_at) WHERE id = ?",
+                [last, offset, fresh[-1].ts if fresh else None, run_id])
+        return fresh
+
+    def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
+        rows = self.db.query("SELECT * FROM events WHERE run = ? AND seq > ? ORDER BY seq",
+                             [run_id, after_seq])
+        return [Event(seq=r["seq"], type=r["type"], run=r["run"], ts=r["ts"],
+                      data=json.loads(r["data"])) for r in rows]
+
+    def events_of_type(self, run_id: str, etype: str) -> list[Event]:
+        rows = self.db.query("SELECT * FROM events WHERE run = ? AND type = ? ORDER BY seq",
+                             [run_id, etype])
+        return [Event(seq=r["seq"], type=r["type"], run=r["run"], ts=r["ts"],
+                      data=json.loads(r["data"])) for r in rows]
+
+    def stages(self, run_id: str) -> list[dict[str, Any]]:
+        return [_decode(r) for r in self.db.query(
+            "SELECT * FROM stages WHERE run = ? ORDER BY rowid", [run_id])]
+
+    def items(self, run_id: str) -> list[dict[str, Any]]:
+        return list(self.db.query(
+            "SELECT item_id AS id, status, category, reason, seq FROM items "
+            "WHERE run = ? ORDER BY seq", [run_id]))
+
+    # -- decisions ----------------------------------------------------------------
+    def record_decision(self, record: dict[str, Any]) -> dict[str, Any]:
+        record = {"at": utc_now(), **record}
+        with self.transaction() as db:
+            table = db.table("decisions")
+            table.insert(record)
+            record["id"] = table.last_pk
+        return record
+
+    def decide_run(self, run_id: str, record: dict[str, Any]) -> dict[str, Any] | None:
+        """Record an accepted decision and move the run to ``decided``, atomically.
+
+        Returns None (and records nothing) when the run is no longer awaiting a decision.
+        """
+        record = {"at": utc_now(), **record, "run": run_id, "accepted": 1}
+        with self.transaction() as db:
+            cur = db.execute("UPDATE runs SET status = 'decided' WHERE id = ? "
+                             "AND status = 'awaiting_decision'", [run_id])
+            if cur.rowcount != 1:
+                return None
+            table = db.table("decisions")
+            table.insert(record)
+            record["id"] = table.last_pk
+        return record
+
+    def decisions(self, run_id: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
+        if run_id is None:
+            return list(self.db.query("SELECT * FROM decisions ORDER BY id DESC LIMIT ?", [limit]))
+        return list(self.db.query("SELECT * FROM decisions WHERE run = ? ORDER BY id", [run_id]))
+
+    # -- where a transport put each message (Slack ts, ...) ------------------------
+    def set_message_ref(self, run_id: str, key: str, transport: str, ref: str,
+                        channel: str | None = None) -> None:
+        with self.transaction() as db:
+            db.table("message_refs").upsert(
+                {"run": run_id, "key": key, "transport": transport, "ref": ref,
+                 "channel": channel, "updated_at": utc_now()}, pk=("run", "key", "transport"))
+
+    def message_ref(self, run_id: str, key: str, transport: str) -> dict[str, Any] | None:
+        rows = list(self.db.query(
+            "SELECT * FROM message_refs WHERE run = ? AND key = ? AND transport = ?",
+            [run_id, key, transport]))
+        return rows[0] if rows else None
+
+
+def _apply_event(db: sqlite_utils.Database, run_id: str, event: Event) -> None:
+    if event.type in STAGE_EVENT_TYPES and event.stage:
+        _apply_stage(db, run_id, event)
+    elif event.type == ITEM_DONE:
+        db.execute("INSERT INTO items (run, seq, item_id, status, category, reason) "
+                   "VALUES (?, ?, ?, ?, ?, ?)",
+                   [run_id, event.seq, str(event.data.get("id")), event.data.get("status"),
+                    event.data.get("category"), event.data.get("reason")])
+
+
+def _apply_stage(db: sqlite_utils.Database, run_id: str, event: Event) -> None:
+    state = STAGE_STATE[event.type]
+    data = event.data
+    started = event.ts if event.type == "stage.started" else None
+    ended = None if event.type == "stage.started" else event.ts
+    db.execute(
+        "INSERT INTO stages (run, stage, state, facts, error, reason, started_at, ended_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run, stage) DO UPDATE SET "
+        "state = excluded.state, facts = COALESCE(excluded.facts, facts), "
+        "error = COALESCE(excluded.error, error), reason = COALESCE(excluded.reason, reason), "
+        "started_at = COALESCE(started_at, excluded.started_at), ended_at = excluded.ended_at",
+        [run_id, event.stage, state,
+         json.dumps(data["facts"], sort_keys=True) if data.get("facts") is not None else None,
+         json.dumps(data["error"], sort_keys=True) if data.get("error") is not None else None,
+         data.get("reason"), started, ended])
+    if event.type == "stage.started":
+        db.execute("UPDATE runs SET stage_reached = ? WHERE id = ?", [event.stage, run_id])
+    if event.type == "stage.failed":
+        error = {"stage": event.stage, **(data.get("error") or {})}
+        db.execute("UPDATE runs SET first_error = COALESCE(first_error, ?) WHERE id = ?",
+                   [json.dumps(error, sort_keys=True), run_id])

@@ -1,0 +1,44 @@
+"""The verdict: the pilot measured against the manifest's success criteria."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def judge(run: dict[str, Any], stages: list[dict[str, Any]],
+          finished: dict[str, Any]) -> dict[str, Any]:
+    """Each criterion as a check with a sentence; the pilot passes only if all hold."""
+    checks: list[dict[str, Any]] = []
+    failed = [s["stage"] for s in stages if s["state"] == "failed"]
+    checks.append(_check(not failed, "every stage passed or was skipped for a stated reason"
+                         if not failed else f"stage(s) failed: {', '.join(failed)}"))
+    success = run.get("success") or {}
+    balance = run.get("balance")
+    if balance is None:
+        checks.append(_check(False, "no balance was produced"))
+    else:
+        accepted, refused = int(balance.get("accepted", 0)), int(balance.get("refused", 0))
+        total = int(balance.get("total", 0))
+        if success.get("balance_ok", True):
+            n = len(balance.get("problems") or [])
+            checks.append(_check(bool(balance.get("ok")),
+                                 f"balance holds: {accepted} accepted + {refused} refused = {total}"
+                                 if balance.get("ok") else f"balance fails with {n} problem(s)"))
+        if success.get("min_accepted") is not None:
+            want = int(success["min_accepted"])
+            checks.append(_check(accepted >= want, f"accepted {accepted} ≥ {want} required"))
+        if success.get("max_refused") is not None:
+            cap = int(success["max_refused"])
+            checks.append(_check(refused <= cap, f"refused {refused} ≤ {cap} allowed"))
+    evidence = run.get("evidence")
+    if success.get("require_evidence") or success.get("copy_to"):
+        verified = bool(evidence and evidence.get("verified"))
+        checks.append(_check(verified, "evidence copy verified" if verified
+                             else "evidence copy missing or not verified"))
+    if finished.get("status") not in (None, "passed"):
+        checks.append(_check(False, f"the runner reported the run as {finished.get('status')}"))
+    return {"passed": all(c["ok"] for c in checks), "checks": checks}
+
+
+def _check(ok: bool, text: str) -> dict[str, Any]:
+    return {"ok": bool(ok), "text": text}

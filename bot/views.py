@@ -1,0 +1,218 @@
+"""Builds the neutral messages of a pilot thread from what the store recorded.
+
+Each function returns one ``Message``; its ``key`` says which visible message it replaces.
+Transports render them (bot/render.py for the terminal, bot/slack/blocks.py for Slack).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.message import (
+    Actions,
+    Attachment,
+    Button,
+    Fields,
+    Heading,
+    Message,
+    Progress,
+    StageLine,
+    Table,
+    Text,
+)
+from runner.events import STAGES
+
+MAX_TABLE_ROWS = 40
+
+# The facts worth one glance, per stage; the rest is in environment.json / `preflight show`.
+KEY_FACTS: dict[str, tuple[str, ...]] = {
+    "prepare": ("free_disk_gib",),
+    "interpreter": ("version", "executable"),
+    "environment": ("checked", "missing", "mismatched"),
+    "torch": ("version", "build", "cuda", "hip"),
+    "device": ("count", "name", "names", "memory_gib"),
+    "compute": ("bf16_tflops", "fp32_tflops", "bf16_fraction_of_peak", "max_abs_error"),
+    "extensions": ("passed", "failed"),
+    "memory": ("peak_allocated_gib", "peak_rss_mib", "peak_reserved_gib"),
+    "pilot": ("done", "total", "accepted", "refused"),
+    "balance": ("accepted", "refused", "total", "ok"),
+    "evidence": ("dest", "files", "verified"),
+}
+
+
+def plan_message(run: dict[str, Any]) -> Message:
+    plan = run.get("plan") or {}
+    pairs = [
+        ("Pilot", f"{run['name']} (attempt {run['attempt']}, run {run['id']})"),
+        ("GPU model", str(plan.get("gpu"))),
+        ("Backend / preparation", f"{plan.get('backend')} / {plan.get('preparation')}"),
+        ("Duration", f"{plan.get('days')} days"),
+        ("Lots", f"{plan.get('lots')} × {plan.get('cards_per_lot')} card(s) per lot"
+                 f" = {plan.get('total_cards')} card(s)"),
+        ("Total", f"{plan.get('total_usd')} USD"),
+        ("Formula", str(plan.get("formula"))),
+    ]
+    if plan.get("memory_per_card_gib") is not None:
+        pairs.append(("Memory per card", f"{plan['memory_per_card_gib']} GiB"))
+    blocks: list[Any] = [Heading(f"Plan for {run['name']}"), Fields(tuple(pairs))]
+    for note in plan.get("notes") or ():
+        blocks.append(Text(str(note), style="muted"))
+    changes = run.get("changes") or []
+    if changes:
+        rows = tuple((str(c.get("path")), _short(c.get("old")), _short(c.get("new"))) for c in changes)
+        blocks.append(Text(f"Changed since the previous attempt ({len(changes)} field(s)):"))
+        blocks.append(Table(("field", "before", "now"), rows[:MAX_TABLE_ROWS], len(rows)))
+        if len(changes) > 1:
+            blocks.append(Text("More than one factor changed: if this attempt fails you will not "
+                               "know which change caused it. Change one factor at a time.",
+                               style="warn"))
+    return Message(run["id"], "plan", tuple(blocks),
+                   summary=f"Plan {run['name']}: {plan.get('total_usd')} USD")
+
+
+def status_message(run: dict[str, Any], stages: list[dict[str, Any]],
+                   progress: tuple[int, int] | None = None) -> Message:
+    by_name = {s["stage"]: s for s in stages}
+    lines: list[Any] = [Heading(f"Diagnostics and pilot — {run['name']} ({_state_word(run)})")]
+    for name in STAGES:
+        row = by_name.get(name)
+        if row is None:
+            lines.append(StageLine(name, "pending"))
+            continue
+        lines.append(StageLine(name, row["state"], stage_detail(row)))
+    if progress is not None and progress[1]:
+        lines.append(Progress(*progress))
+    return Message(run["id"], "status", tuple(lines),
+                   summary=f"{run['name']}: {_state_word(run)}")
+
+
+def stage_detail(row: dict[str, Any]) -> str:
+    if row["state"] == "failed" and row.get("error"):
+        err = row["error"]
+        return f"{err.get('type', 'Error')}: {err.get('message', '')}"
+    if row["state"] == "skipped":
+        return str(row.get("reason") or "")
+    facts = row.get("facts") or {}
+    keys = KEY_FACTS.get(row["stage"], ())
+    parts = [f"{k}={_fmt(facts[k])}" for k in keys if k in facts and facts[k] not in (None, [], {})]
+    if not parts:
+        parts = [f"{k}={_fmt(v)}" for k, v in list(facts.items())[:3]
+                 if isinstance(v, (str, int, float, bool))]
+    return ", ".join(parts)
+
+
+def first_error_message(run: dict[str, Any]) -> Message | None:
+    err = run.get("first_error")
+    if not err:
+        return None
+    pairs = [("Stage reached", str(err.get("stage"))),
+             ("Error", f"{err.get('type', 'Error')}: {err.get('message', '')}")]
+    if err.get("where"):
+        pairs.append(("Where", str(err["where"])))
+    if err.get("hint"):
+        pairs.append(("Hint", str(err["hint"])))
+    return Message(run["id"], "first_error",
+                   (Heading("First error"), Fields(tuple(pairs))),
+                   summary=f"{run['name']}: first error at stage {err.get('stage')}")
+
+
+def balance_message(run: dict[str, Any], csv_path: str | None = None) -> Message | None:
+    bal = run.get("balance")
+    if not bal:
+        return None
+    ok = bool(bal.get("ok"))
+    blocks: list[Any] = [
+        Heading("Balance"),
+        Fields((("Accepted", str(bal.get("accepted"))), ("Refused", str(bal.get("refused"))),
+                ("Expected", str(bal.get("total"))),
+                ("Check", "accepted + refused = expected" if ok else "FAILED"))),
+    ]
+    by_cat = bal.get("by_category") or {}
+    if by_cat:
+        blocks.append(Text("By category: " + ", ".join(f"{k} {v}" for k, v in sorted(by_cat.items()))))
+    problems = bal.get("problems") or []
+    if problems:
+        rows = tuple((str(p.get("kind")), str(p.get("id", "")), str(p.get("detail", "")))
+                     for p in problems)
+        blocks.append(Text(f"{len(problems)} problem(s):", style="error"))
+        blocks.append(Table(("problem", "id", "detail"), rows[:MAX_TABLE_ROWS], len(rows)))
+    items = bal.get("items") or []
+    if items:
+        rows = tuple((str(i.get("id")), str(i.get("status")),
+                      str(i.get("category") or i.get("reason") or "")) for i in items)
+        blocks.append(Table(("id", "status", "category / reason"), rows[:MAX_TABLE_ROWS], len(rows)))
+    sample = bal.get("sample") or []
+    if sample:
+        rows = tuple((str(s.get("id")), str(s.get("category") or s.get("reason") or ""),
+                      _short(s.get("excerpt"), 80)) for s in sample)
+        blocks.append(Text("Sample review — check these results against their inputs:"))
+        blocks.append(Table(("id", "result", "input begins"), rows[:MAX_TABLE_ROWS], len(rows)))
+    if csv_path and len(items) > MAX_TABLE_ROWS:
+        blocks.append(Attachment(csv_path, "balance.csv"))
+    return Message(run["id"], "balance", tuple(blocks),
+                   summary=f"Balance {bal.get('accepted')} accepted + {bal.get('refused')} refused"
+                           f" of {bal.get('total')}: {'ok' if ok else 'FAILED'}")
+
+
+def evidence_message(run: dict[str, Any]) -> Message | None:
+    ev = run.get("evidence")
+    if not ev:
+        return None
+    verified = bool(ev.get("verified"))
+    pairs = (("Copied to", str(ev.get("dest"))), ("Files", str(ev.get("files"))),
+             ("Bytes", str(ev.get("bytes", "?"))), ("Verified", "yes" if verified else "NO"))
+    return Message(run["id"], "evidence", (Heading("Evidence copy"), Fields(pairs)),
+                   summary=f"Evidence {'verified' if verified else 'NOT verified'} at {ev.get('dest')}")
+
+
+def verdict_message(run: dict[str, Any]) -> Message:
+    verdict = run.get("verdict") or {}
+    passed = bool(verdict.get("passed"))
+    blocks: list[Any] = [Heading("Verdict: " + ("PASSED" if passed else "FAILED"))]
+    for check in verdict.get("checks") or []:
+        mark = "ok" if check.get("ok") else "error"
+        blocks.append(Text(f"{'✓' if check.get('ok') else '✗'} {check.get('text')}", style=mark))
+    return Message(run["id"], "verdict", tuple(blocks),
+                   summary=f"{run['name']}: pilot {'passed' if passed else 'failed'}")
+
+
+def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Message:
+    accepted = [d for d in decisions if d.get("accepted")]
+    if accepted:
+        d = accepted[-1]
+        label = {"approve": "Scale-up approved", "fix-env": "Fix the environment",
+                 "revise": "Revise the configuration"}.get(d["decision"], d["decision"])
+        over = " (override of a failed pilot)" if d.get("override") else ""
+        return Message(run["id"], "decision",
+                       (Heading(f"Decision: {label}{over}"),
+                        Fields((("By", d["by"]), ("When", d["at"]), ("Reason", d["reason"])))),
+                       summary=f"{run['name']}: {label} by {d['by']}")
+    buttons = (Button("approve", "Approve scale-up", run["id"], "primary"),
+               Button("fix-env", "Fix environment", run["id"], "danger"),
+               Button("revise", "Revise configuration", run["id"]))
+    return Message(run["id"], "decision",
+                   (Heading("Decision"), Text("Launch the volume, fix the environment, or revise "
+                                              "the configuration. A reason is required."),
+                    Actions(buttons)),
+                   summary=f"{run['name']}: awaiting a decision")
+
+
+def _state_word(run: dict[str, Any]) -> str:
+    if run.get("status") in ("awaiting_decision", "decided"):
+        return "passed" if run.get("outcome") == "passed" else "failed"
+    return {"planned": "planned", "running": "running",
+            "dispatch_failed": "could not start"}.get(run.get("status", ""), run.get("status", ""))
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value[:4]) + ("…" if len(value) > 4 else "")
+    return str(value)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = "" if value is None else str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,152 @@
+"""The service against a scripted dispatcher: recording, verdict, decisions, restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.errors import DecisionRefused, DispatchError
+from bot.manifest import load_manifest_file
+from bot.message import RecordingNotifier
+from bot.service import PilotService
+from bot.settings import Settings
+from bot.store import Store
+from tests.bot.fakes import ScriptedDispatcher, pilot_script, write_manifest
+
+IDS = ["doc-01", "doc-02", "doc-03", "doc-04"]
+
+
+def make(tmp_path: Path, script: Any, **kw: Any) -> tuple[PilotService, RecordingNotifier]:
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    notifier = RecordingNotifier()
+    service = PilotService(settings, Store(settings.db_path),
+                           {"local": ScriptedDispatcher(script, **kw)}, notifier)
+    return service, notifier
+
+
+def submit(service: PilotService, tmp_path: Path, **kw: Any) -> str:
+    loaded = load_manifest_file(write_manifest(tmp_path, **kw))
+    sub = service.submit(loaded, submitter="bob")
+    service.start(sub.run_id)
+    return sub.run_id
+
+
+def test_events_recorded_in_order_and_verdict_passes(tmp_path: Path) -> None:
+    service, notifier = make(tmp_path, lambda run: pilot_script(IDS, refuse=()), step=5)
+    run_id = submit(service, tmp_path)
+    run = service.follow(run_id, timeout=30)
+    assert run["status"] == "awaiting_decision" and run["outcome"] == "passed"
+    events = service.store.events(run_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [i["id"] for i in service.store.items(run_id)] == IDS
+    assert run["balance"]["recheck"] == {"accepted": 4, "refused": 0, "total": 4, "ok": True}
+    keys = [m.key for m in notifier.history]
+    assert keys[0] == "plan" and keys.index("verdict") < keys.index("decision")
+    assert keys.count("balance") == 1
+
+
+def test_runner_that_lies_about_its_balance_is_caught(tmp_path: Path) -> None:
+    service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=(), lie=True,
+                                                         drop=("doc-03",)))
+    run = service.follow(submit(service, tmp_path), timeout=30)
+    assert run["outcome"] == "failed"
+    kinds = {p["kind"] for p in run["balance"]["problems"]}
+    assert "recheck" in kinds
+    assert any("disagree" in p["detail"] for p in run["balance"]["problems"])
+
+
+def test_runner_dying_without_finishing_is_a_failed_run_with_the_stage(tmp_path: Path) -> None:
+    service, notifier = make(tmp_path, lambda run: pilot_script(IDS, finish=False), exit_code=-9)
+    run = service.follow(submit(service, tmp_path), timeout=30)
+    assert run["outcome"] == "failed"
+    assert run["first_error"]["type"] == "RunnerExited"
+    assert run["first_error"]["stage"] == "balance"  # the last stage that started
+    assert "exit code -9" in run["first_error"]["message"]
+    assert ("first_error" in [m.key for m in notifier.history])
+
+
+def test_restart_neither_loses_nor_repeats_events(tmp_path: Path) -> None:
+    script = pilot_script(IDS, refuse=())
+    service, notifier = make(tmp_path, lambda run: script, step=7)
+    run_id = submit(service, tmp_path)
+    service.pump(run_id)
+    service.pump(run_id)
+    seen = service.store.get_run(run_id)["last_seq"]
+    assert 0 < seen < len(script)
+    # A new service on the same database and the same (still running) dispatcher.
+    dispatcher = service.dispatchers["local"]
+    again = PilotService(service.settings, Store(service.settings.db_path),
+                         {"local": dispatcher}, notifier)
+    run = again.follow(run_id, timeout=30)
+    events = again.store.events(run_id)
+    assert [e.seq for e in events] == list(range(1, len(script) + 1))
+    assert run["outcome"] == "passed"
+
+
+def test_same_lines_read_twice_are_recorded_once(tmp_path: Path) -> None:
+    service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
+    run_id = submit(service, tmp_path)
+    run = service.follow(run_id, timeout=30)
+    before = len(service.store.events(run_id))
+    # Replay the whole file from offset 0, as a follower that lost its offset would.
+    dispatcher = service.dispatchers["local"]
+    events, offset = dispatcher.read_events(service._handle(run), 0)
+    assert service.store.record_events(run_id, events, offset) == []
+    assert len(service.store.events(run_id)) == before
+    assert len(service.store.items(run_id)) == 4
+
+
+def test_each_attempt_gets_a_new_directory(tmp_path: Path) -> None:
+    service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
+    first = submit(service, tmp_path)
+    second = submit(service, tmp_path)
+    a, b = service.store.get_run(first), service.store.get_run(second)
+    assert a["run_dir"] != b["run_dir"] and (a["attempt"], b["attempt"]) == (1, 2)
+    assert sorted([first, second]) == [first, second]  # ids sort by time
+    with pytest.raises(DispatchError):
+        service.start(first)  # an attempt is never started twice
+
+
+def test_decision_rules(tmp_path: Path) -> None:
+    service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
+    run_id = submit(service, tmp_path, two_person="true", approvers="[alice, bob]")
+    service.follow(run_id, timeout=30)
+    with pytest.raises(DecisionRefused, match="not an approver"):
+        service.decide(run_id, "approve", "looks good", "mallory")
+    with pytest.raises(DecisionRefused, match="two-person"):
+        service.decide(run_id, "approve", "looks good", "bob")
+    with pytest.raises(DecisionRefused, match="reason is required"):
+        service.decide(run_id, "approve", "  ", "alice")
+    record = service.decide(run_id, "approve", "11 of 12 as expected", "alice")
+    assert record["decision"] == "approve" and record["override"] == 0
+    with pytest.raises(DecisionRefused, match="already decided"):
+        service.decide(run_id, "revise", "second thoughts", "alice")
+    rows = service.store.decisions(run_id)
+    assert [(r["by"], r["accepted"]) for r in rows] == [
+        ("mallory", 0), ("bob", 0), ("alice", 0), ("alice", 1), ("alice", 0)]
+    assert service.store.get_run(run_id)["status"] == "decided"
+
+
+def test_failed_pilot_needs_an_explicit_override(tmp_path: Path) -> None:
+    service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=(), drop=("doc-02",)))
+    run_id = submit(service, tmp_path)
+    assert service.follow(run_id, timeout=30)["outcome"] == "failed"
+    with pytest.raises(DecisionRefused, match="override"):
+        service.decide(run_id, "approve", "ship it", "alice")
+    record = service.decide(run_id, "approve", "override: doc-02 is a known bad scan", "alice")
+    assert record["override"] == 1
+
+
+def test_changes_since_previous_attempt_are_listed(tmp_path: Path) -> None:
+    service, notifier = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
+    submit(service, tmp_path)
+    path = write_manifest(tmp_path, extra="diagnostics: {min_free_disk_gib: 0.5}")
+    text = path.read_text().replace("batch_size", "batch_size")
+    path.write_text(text.replace("days: 3", "days: 7"))
+    sub = service.submit(load_manifest_file(path), submitter="bob")
+    changes = service.store.get_run(sub.run_id)["changes"]
+    assert {c["path"] for c in changes} >= {"hardware.days", "diagnostics.min_free_disk_gib"}
+    plan = notifier.latest[(sub.run_id, "plan")]
+    assert any("one factor at a time" in getattr(b, "text", "") for b in plan.blocks)
