@@ -189,6 +189,40 @@ def show(run_id: str = typer.Argument(..., help="the run id (or its unique prefi
     console.print(to_rich(views.decision_message(data, data["decisions"])))
 
 
+@app.command()
+def diff(run_a: str = typer.Argument(..., help="the earlier run"),
+         run_b: str = typer.Argument(..., help="the later run"),
+         as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
+    """What changed between two runs: manifest fields, then environment facts."""
+    from bot.attempts import diff_facts, diff_manifests, one_factor_warning
+
+    service = build_service(Settings.from_env(), ConsoleNotifier(console))
+    try:
+        a, b = service.store.find_run(run_a), service.store.find_run(run_b)
+    except PreflightError as exc:
+        raise _fail(str(exc), 2) from exc
+    manifest = diff_manifests(a.get("manifest_json") or {}, b.get("manifest_json") or {})
+    facts = diff_facts(a.get("environment") or {}, b.get("environment") or {})
+    warning = one_factor_warning(manifest)
+    if as_json:
+        typer.echo(json.dumps({"a": a["id"], "b": b["id"],
+                               "manifest": [c.to_dict() for c in manifest],
+                               "environment": [c.to_dict() for c in facts],
+                               "warning": warning}, indent=2, default=str))
+        return
+    console.print(f"[bold]{a['id']} → {b['id']}[/bold]")
+    console.print(f"Manifest: {len(manifest)} change(s)")
+    for change in manifest:
+        console.print(f"  {change}", markup=False, highlight=False)
+    console.print(f"Environment facts: {len(facts)} change(s)"
+                  + ("" if a.get("environment") and b.get("environment")
+                     else " (a run without recorded facts is compared as empty)"))
+    for change in facts:
+        console.print(f"  {change}", markup=False, highlight=False)
+    if warning:
+        console.print(f"[yellow]{warning}[/yellow]", highlight=False)
+
+
 def _register_extensions() -> None:
     from bot.runtime import register_commands
 

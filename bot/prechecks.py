@@ -25,7 +25,8 @@ def previous_changes(store: Store, name: str, run_id: str,
     previous = store.previous_attempt(name, run_id)
     if previous is None or not previous.get("manifest_json"):
         return []
-    from bot.attempts import diff_manifests
+    from bot.attempts import diff_manifests, factors
 
-    return [{"path": c.path, "old": c.old, "new": c.new}
-            for c in diff_manifests(previous["manifest_json"], manifest_json)]
+    changes = diff_manifests(previous["manifest_json"], manifest_json)
+    moving = set(factors(changes))
+    return [{**c.to_dict(), "factor": c.path in moving} for c in changes]

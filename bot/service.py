@@ -193,10 +193,13 @@ class PilotService:
         except PreflightError as exc:
             log.warning("could not fetch results of %s: %s", run_id, exc)
         run = {**run, "balance": balance, "evidence": evidence}
-        verdict = judge(run, self.store.stages(run_id), finished.data)
+        stages = self.store.stages(run_id)
+        environment = {s["stage"]: s["facts"] for s in stages if s.get("facts")}
+        verdict = judge(run, stages, finished.data)
         outcome = "passed" if verdict["passed"] else "failed"
         if self.store.transition(run_id, ("running",), "awaiting_decision", outcome=outcome,
                                  verdict=verdict, balance=balance, evidence=evidence,
+                                 environment=environment,
                                  finished_at=_now(), exit_code=finished.data.get("exit_code")):
             self._progress.pop(run_id, None)
             self._publish_outcome(run_id)

@@ -62,10 +62,11 @@ def plan_message(run: dict[str, Any]) -> Message:
         rows = tuple((str(c.get("path")), _short(c.get("old")), _short(c.get("new"))) for c in changes)
         blocks.append(Text(f"Changed since the previous attempt ({len(changes)} field(s)):"))
         blocks.append(Table(("field", "before", "now"), rows[:MAX_TABLE_ROWS], len(rows)))
-        if len(changes) > 1:
-            blocks.append(Text("More than one factor changed: if this attempt fails you will not "
-                               "know which change caused it. Change one factor at a time.",
-                               style="warn"))
+        moved = [str(c.get("path")) for c in changes if c.get("factor")]
+        if len(moved) > 1:
+            blocks.append(Text(f"{len(moved)} factors changed at once ({', '.join(moved)}): "
+                               "change one factor at a time, or a failure cannot be traced "
+                               "to its cause.", style="warn"))
     return Message(run["id"], "plan", tuple(blocks),
                    summary=f"Plan {run['name']}: {plan.get('total_usd')} USD")
 

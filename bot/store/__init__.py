@@ -61,6 +61,9 @@ class Store(RunsMixin, SlackMixin, LeasesMixin):
             raise StoreError(f"state database busy or unwritable ({self.path}): {exc}") from exc
         try:
             yield db
+        except sqlite3.Error as exc:
+            db.execute("ROLLBACK")
+            raise StoreError(f"state database {self.path}: {exc}") from exc
         except BaseException:
             db.execute("ROLLBACK")
             raise

@@ -28,8 +28,9 @@ def migrate_leases(db: sqlite_utils.Database) -> None:
         from_state TEXT, to_state TEXT NOT NULL, by TEXT NOT NULL, at TEXT NOT NULL,
         note TEXT)""")
     db.execute("""CREATE TABLE IF NOT EXISTS watch (
-        run TEXT PRIMARY KEY, stalled INTEGER NOT NULL DEFAULT 0, alerted_at TEXT,
-        alerted_last_event_at TEXT, recovered_at TEXT, alerts INTEGER NOT NULL DEFAULT 0)""")
+        run TEXT PRIMARY KEY, seen_seq INTEGER NOT NULL DEFAULT 0, seen_at TEXT NOT NULL,
+        stalled INTEGER NOT NULL DEFAULT 0, alerted_at TEXT, recovered_at TEXT,
+        alerts INTEGER NOT NULL DEFAULT 0)""")
     db.execute("""CREATE TABLE IF NOT EXISTS reminders (
         key TEXT PRIMARY KEY, kind TEXT NOT NULL, subject TEXT NOT NULL, sent_at TEXT NOT NULL,
         detail TEXT)""")
@@ -107,20 +108,28 @@ class LeasesMixin:
         return [_decode_json(r, ("evidence", "balance")) for r in rows]
 
     # -- watch --------------------------------------------------------------------
-    def watch_state(self, run_id: str) -> dict[str, Any]:
-        rows = list(self.db.query("SELECT * FROM watch WHERE run = ?", [run_id]))
-        if rows:
-            return rows[0]
-        return {"run": run_id, "stalled": 0, "alerted_at": None, "alerted_last_event_at": None,
-                "recovered_at": None, "alerts": 0}
+    def observe_run(self, run_id: str, seq: int, at: str, first_seen_at: str) -> dict[str, Any]:
+        """Note the run's last seq as seen by the watch; ``seen_at`` moves only when it grows.
 
-    def mark_stalled(self, run_id: str, at: str, last_event_at: str | None) -> bool:
+        The stall clock is the bot's own (when a new seq was first seen), never the node's,
+        so a node with a skewed clock neither hides nor fakes a stall.
+        """
+        with self.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO watch (run, seen_seq, seen_at) VALUES (?, ?, ?)",
+                       [run_id, seq, first_seen_at])
+            db.execute("UPDATE watch SET seen_seq = ?, seen_at = ? WHERE run = ? AND seen_seq < ?",
+                       [seq, at, run_id, seq])
+            return next(db.query("SELECT * FROM watch WHERE run = ?", [run_id]))
+
+    def watch_state(self, run_id: str) -> dict[str, Any] | None:
+        rows = list(self.db.query("SELECT * FROM watch WHERE run = ?", [run_id]))
+        return rows[0] if rows else None
+
+    def mark_stalled(self, run_id: str, at: str) -> bool:
         """Flag the run as stalled; True only for the caller that flipped the flag."""
         with self.transaction() as db:
-            db.execute("INSERT OR IGNORE INTO watch (run) VALUES (?)", [run_id])
-            cur = db.execute(
-                "UPDATE watch SET stalled = 1, alerted_at = ?, alerted_last_event_at = ?, "
-                "alerts = alerts + 1 WHERE run = ? AND stalled = 0", [at, last_event_at, run_id])
+            cur = db.execute("UPDATE watch SET stalled = 1, alerted_at = ?, alerts = alerts + 1 "
+                             "WHERE run = ? AND stalled = 0", [at, run_id])
             return cur.rowcount == 1
 
     def mark_recovered(self, run_id: str, at: str) -> bool:
@@ -129,6 +138,9 @@ class LeasesMixin:
             cur = db.execute("UPDATE watch SET stalled = 0, recovered_at = ? "
                              "WHERE run = ? AND stalled = 1", [at, run_id])
             return cur.rowcount == 1
+
+    def stalled_runs(self) -> list[dict[str, Any]]:
+        return list(self.db.query("SELECT * FROM watch WHERE stalled = 1 ORDER BY run"))
 
     def evidence_candidates(self) -> list[dict[str, Any]]:
         """Pilots with a recorded balance and no verified evidence event yet."""

@@ -143,10 +143,13 @@ def test_changes_since_previous_attempt_are_listed(tmp_path: Path) -> None:
     service, notifier = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
     submit(service, tmp_path)
     path = write_manifest(tmp_path, extra="diagnostics: {min_free_disk_gib: 0.5}")
-    text = path.read_text().replace("batch_size", "batch_size")
-    path.write_text(text.replace("days: 3", "days: 7"))
+    text = path.read_text().replace("days: 3", "days: 7")
+    path.write_text(text.replace("[invoice, contract]", "[invoice, contract, support]"))
     sub = service.submit(load_manifest_file(path), submitter="bob")
     changes = service.store.get_run(sub.run_id)["changes"]
-    assert {c["path"] for c in changes} >= {"hardware.days", "diagnostics.min_free_disk_gib"}
+    assert {c["path"] for c in changes} == {"hardware.days", "diagnostics.min_free_disk_gib",
+                                             "task.categories"}
+    assert {c["path"] for c in changes if c["factor"]} == {"diagnostics.min_free_disk_gib",
+                                                            "task.categories"}
     plan = notifier.latest[(sub.run_id, "plan")]
     assert any("one factor at a time" in getattr(b, "text", "") for b in plan.blocks)

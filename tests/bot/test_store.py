@@ -1,0 +1,99 @@
+"""The store: atomic event recording, conditional transitions, one connection per thread."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from bot.errors import RunNotFound, StoreError
+from bot.store import Store
+from runner.events import Event
+
+
+def new_run(store: Store, run_id: str = "r1", status: str = "running", attempt: int = 1) -> None:
+    store.create_run({"id": run_id, "name": "demo", "attempt": attempt, "run_dir": "/tmp/x",
+                      "status": status})
+
+
+def ev(seq: int, etype: str, **data: object) -> Event:
+    return Event(seq, etype, "r1", f"2026-12-02T00:00:{seq:02d}+00:00", dict(data))
+
+
+def test_wal_and_schema(tmp_path: Path) -> None:
+    store = Store(tmp_path / "state" / "p.db")
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert {"runs", "events", "stages", "items", "decisions", "message_refs"} <= set(
+        store.db.table_names())
+
+
+def test_record_events_is_idempotent_and_derives_stages(tmp_path: Path) -> None:
+    store = Store(tmp_path / "p.db")
+    new_run(store)
+    batch = [ev(1, "run.started"), ev(2, "stage.started", stage="torch"),
+             ev(3, "stage.failed", stage="torch",
+                error={"type": "ImportError", "message": "no torch"}),
+             ev(4, "stage.skipped", stage="device", reason="torch failed"),
+             ev(5, "item.done", id="a", status="accepted", category="x")]
+    assert [e.seq for e in store.record_events("r1", batch, 500)] == [1, 2, 3, 4, 5]
+    assert store.record_events("r1", batch, 500) == []
+    run = store.get_run("r1")
+    assert (run["last_seq"], run["events_offset"], run["stage_reached"]) == (5, 500, "torch")
+    assert run["first_error"] == {"stage": "torch", "type": "ImportError", "message": "no torch"}
+    states = {s["stage"]: s["state"] for s in store.stages("r1")}
+    assert states == {"torch": "failed", "device": "skipped"}
+    assert [i["id"] for i in store.items("r1")] == ["a"]
+
+
+def test_failed_batch_records_nothing(tmp_path: Path) -> None:
+    store = Store(tmp_path / "p.db")
+    new_run(store)
+    good = ev(1, "run.started")
+    bad = Event(2, "item.done", "r1", "ts", {"id": object()})  # not JSON-serialisable
+    with pytest.raises(TypeError):
+        store.record_events("r1", [good, bad], 100)
+    assert store.events("r1") == [] and store.get_run("r1")["events_offset"] == 0
+
+
+def test_transition_is_conditional(tmp_path: Path) -> None:
+    store = Store(tmp_path / "p.db")
+    new_run(store, status="awaiting_decision")
+    results: list[bool] = []
+    barrier = threading.Barrier(4)
+
+    def click() -> None:
+        barrier.wait(timeout=10)
+        results.append(store.decide_run("r1", {"decision": "approve", "reason": "ok",
+                                               "by": "alice"}) is not None)
+
+    threads = [threading.Thread(target=click) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(results) == [False, False, False, True]
+    assert len(store.decisions("r1")) == 1
+    assert store.transition("r1", ["awaiting_decision"], "running") is False
+
+
+def test_lookup_by_prefix_and_missing(tmp_path: Path) -> None:
+    store = Store(tmp_path / "p.db")
+    new_run(store, "20261202T1-demo-a1")
+    new_run(store, "20261202T2-demo-a2", attempt=2)
+    with pytest.raises(StoreError, match="UNIQUE"):
+        new_run(store, "20261202T3-demo-a2", attempt=2)
+    assert store.find_run("20261202T1")["id"] == "20261202T1-demo-a1"
+    with pytest.raises(RunNotFound):
+        store.find_run("20261202T")  # ambiguous
+    with pytest.raises(RunNotFound):
+        store.get_run("nope")
+
+
+def test_unwritable_state_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match="state directory"):
+        Store(blocker / "sub" / "p.db")
+    assert isinstance(sqlite3.sqlite_version, str)
