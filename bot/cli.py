@@ -22,7 +22,8 @@ from bot.errors import DecisionRefused, ManifestError, PreflightError
 from bot.render import to_rich
 from bot.settings import Settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+log = logging.getLogger("preflight")
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Prove a rented GPU machine on a small pilot before the full job.")
 console = Console()
 err_console = Console(stderr=True)
@@ -234,4 +235,11 @@ _register_extensions()
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    app()
+    try:
+        app()
+    except Exception as exc:  # unexpected: keep the traceback in the log, say it briefly
+        log.exception("unexpected error")
+        err_console.print(f"[red]internal error:[/red] {type(exc).__name__}: {exc} "
+                          "(the traceback is above; state already recorded is kept)",
+                          highlight=False)
+        raise SystemExit(1) from exc

@@ -33,7 +33,7 @@ KEY_FACTS: dict[str, tuple[str, ...]] = {
     "device": ("count", "name", "names", "memory_gib"),
     "compute": ("bf16_tflops", "fp32_tflops", "bf16_fraction_of_peak", "max_abs_error"),
     "extensions": ("passed", "failed"),
-    "memory": ("peak_allocated_gib", "peak_rss_mib", "peak_reserved_gib"),
+    "memory": ("peak_allocated_gib", "peak_reserved_gib", "peak_rss_gib", "budget_gib"),
     "pilot": ("done", "total", "accepted", "refused"),
     "balance": ("accepted", "refused", "total", "ok"),
     "evidence": ("dest", "files", "verified"),
@@ -145,7 +145,7 @@ def balance_message(run: dict[str, Any], csv_path: str | None = None) -> Message
     sample = bal.get("sample") or []
     if sample:
         rows = tuple((str(s.get("id")), str(s.get("category") or s.get("reason") or ""),
-                      _short(s.get("excerpt"), 80)) for s in sample)
+                      _short(s.get("input_head"), 80)) for s in sample)
         blocks.append(Text("Sample review — check these results against their inputs:"))
         blocks.append(Table(("id", "result", "input begins"), rows[:MAX_TABLE_ROWS], len(rows)))
     if csv_path and len(items) > MAX_TABLE_ROWS:
