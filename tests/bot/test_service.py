@@ -153,3 +153,29 @@ def test_changes_since_previous_attempt_are_listed(tmp_path: Path) -> None:
                                                             "task.categories"}
     plan = notifier.latest[(sub.run_id, "plan")]
     assert any("one factor at a time" in getattr(b, "text", "") for b in plan.blocks)
+
+
+def test_approval_with_a_volume_launches_the_full_run(tmp_path: Path) -> None:
+    service, notifier = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
+    volume = ('volume: {inputs: {dir: data/pilote, pattern: "doc-*.txt", expected_count: 4}, '
+              'nodes: 1}')
+    run_id = submit(service, tmp_path, extra=volume)
+    service.follow(run_id, timeout=30)
+    record = service.decide(run_id, "approve", "pilot clean", "alice")
+    volume_id = record["volume_run"]
+    assert volume_id and volume_id.endswith("-v1")
+    vol = service.store.get_run(volume_id)
+    assert (vol["kind"], vol["parent_run"], vol["status"]) == ("volume", run_id, "running")
+    assert service.follow(volume_id, timeout=30)["outcome"] == "passed"
+    # The volume's messages go to the pilot's thread: same channel/thread as the pilot.
+    assert vol["thread_ts"] == service.store.get_run(run_id)["thread_ts"]
+    assert (volume_id, "verdict") in notifier.latest
+
+
+def test_approval_without_a_volume_only_records(tmp_path: Path) -> None:
+    service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
+    run_id = submit(service, tmp_path)
+    service.follow(run_id, timeout=30)
+    record = service.decide(run_id, "approve", "pilot clean", "alice")
+    assert record["volume_run"] is None
+    assert [r["kind"] for r in service.runs()] == ["pilot"]
