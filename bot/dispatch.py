@@ -55,16 +55,21 @@ class Dispatcher(Protocol):
 class LocalDispatcher:
     """Runs the runner as a detached local process with the given interpreter."""
 
-    def __init__(self, python: str, *, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, python: str, *, env: dict[str, str] | None = None) -> None:
+        """``env``: what the runner inherits (default: the entry point's, minus Slack secrets)."""
+        if env is None:
+            from bot.settings import Settings
+
+            env = dict(Settings.from_env().runner_env)
         self.python = python
-        self.extra_env = dict(extra_env or {})
+        self.env = env
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, handle: RunHandle) -> int | None:
         argv = [self.python, "-m", "runner", str(handle.spec_path), "--run-dir", str(handle.run_dir)]
         if handle.resume:
             argv.append("--resume")
-        env = {**os.environ, **self.extra_env}
+        env = dict(self.env)
         # The runner package travels by path: the node's interpreter need not have us installed.
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(RUNNER_ROOT), str(handle.project_dir), env.get("PYTHONPATH", "")) if p)

@@ -19,14 +19,17 @@ COMMAND_MODULES = ("bot.cli_manifest", "bot.cli_evidence", "bot.cli_remote", "bo
 
 
 def make_dispatchers(settings: Settings) -> dict[str, Dispatcher]:
-    dispatchers: dict[str, Dispatcher] = {"local": LocalDispatcher(settings.python)}
+    dispatchers: dict[str, Dispatcher] = {
+        "local": LocalDispatcher(settings.python, env=dict(settings.runner_env))}
     try:
         ssh = importlib.import_module("bot.dispatch_ssh")
     except ModuleNotFoundError as exc:
         if exc.name != "bot.dispatch_ssh":
             raise
     else:
-        dispatchers["ssh"] = ssh.SSHDispatcher.from_settings(settings)
+        dispatchers["ssh"] = ssh.SSHDispatcher(
+            known_hosts=settings.ssh_known_hosts, client_keys=list(settings.ssh_client_keys) or None,
+            ssh_config=settings.ssh_config)
     return dispatchers
 
 
@@ -39,7 +42,7 @@ def make_service(settings: Settings, notifier: Notifier) -> PilotService:
         if exc.name != "bot.leases":
             raise
     else:
-        guard = leases.lease_guard(store)
+        guard = leases.lease_guard_for(store)
     return PilotService(settings, store, make_dispatchers(settings), notifier, lease_guard=guard)
 
 

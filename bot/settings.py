@@ -27,6 +27,11 @@ class Settings:
     approvers: frozenset[str] = field(default_factory=frozenset)
     manifests_dir: Path | None = None
     user: str = "unknown"
+    ssh_known_hosts: Path | None = None
+    ssh_client_keys: tuple[Path, ...] = ()
+    ssh_config: Path | None = None
+    # The environment a local runner inherits: the entry point's, minus every Slack secret.
+    runner_env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *, python: str | None = None) -> Settings:
@@ -49,10 +54,18 @@ class Settings:
             approvers=_csv(env.get("PREFLIGHT_APPROVERS")),
             manifests_dir=Path(env.get("PREFLIGHT_MANIFESTS_DIR") or home / "manifests"),
             user=env.get("PREFLIGHT_USER") or env.get("USER") or env.get("LOGNAME") or "unknown",
+            ssh_known_hosts=_path(env.get("PREFLIGHT_SSH_KNOWN_HOSTS")),
+            ssh_client_keys=tuple(Path(p) for p in _csv(env.get("PREFLIGHT_SSH_KEYS"))),
+            ssh_config=_path(env.get("PREFLIGHT_SSH_CONFIG")),
+            runner_env=tuple(sorted((k, v) for k, v in env.items() if not k.startswith("SLACK_"))),
         )
 
     def with_(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value).expanduser() if value else None
 
 
 def _csv(value: str | None) -> frozenset[str]:
