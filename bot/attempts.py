@@ -1,0 +1,133 @@
+"""What changed between two attempts of a pilot: one factor at a time.
+
+A manifest submitted again under the same name is a new attempt. The guide's rule is to
+change one factor at a time, so the plan lists the changes field by field and warns when
+several factors moved at once. The same diff applies to the environment facts two runs
+recorded (interpreter, torch build, driver...), ignoring what changes on every run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+ADDED = "added"
+REMOVED = "removed"
+CHANGED = "changed"
+
+# Fields that do not change what the pilot does: a new price or approver is not a factor.
+NOT_A_FACTOR = ("approvals", "lease", "hardware.days", "hardware.lots",
+                "hardware.lot_price_usd_per_day", "hardware.memory_estimate_gib",
+                "results", "name", "apiVersion", "api_version", "node.stall_after_s",
+                "success")
+# Facts that differ on every run (timings, ids, measured rates) are not changes.
+_VOLATILE = re.compile(r"(^|_)(ts|at|time|seconds|duration|elapsed|pid|ms|s|run|run_id|"
+                       r"tflops|gbps|per_s|free_gib|free_bytes|peak_gib|peak_bytes)$")
+
+
+@dataclass(frozen=True)
+class Change:
+    path: str
+    old: Any
+    new: Any
+    kind: str = CHANGED
+
+    def __str__(self) -> str:
+        if self.kind == ADDED:
+            return f"{self.path}: added {_show(self.new)}"
+        if self.kind == REMOVED:
+            return f"{self.path}: removed (was {_show(self.old)})"
+        return f"{self.path}: {_show(self.old)} -> {_show(self.new)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "old": self.old, "new": self.new, "kind": self.kind}
+
+
+def diff_manifests(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    """Field-by-field changes between two manifests (as JSON data), sorted by path.
+
+    Lists are compared whole (``task.categories: [a, b] -> [a, c]``); equal amounts
+    written differently (``2.5`` and ``"2.50"``) are not a change.
+    """
+    return sorted(_diff(old, new, "", sets=False, ignore=None), key=lambda c: c.path)
+
+
+def diff_facts(old_env: dict[str, Any], new_env: dict[str, Any]) -> list[Change]:
+    """Changes between two runs' environment facts, leaving out per-run noise.
+
+    Lists of plain values (installed packages) are compared as sets: ``old`` holds what
+    disappeared and ``new`` what appeared.
+    """
+    return sorted(_diff(old_env, new_env, "", sets=True, ignore=_VOLATILE),
+                  key=lambda c: c.path)
+
+
+def factors(changes: list[Change]) -> list[str]:
+    """The changed paths that alter what the pilot does (price, approvers... are not)."""
+    return [c.path for c in changes if not _under(c.path, NOT_A_FACTOR)]
+
+
+def one_factor_warning(changes: list[Change]) -> str | None:
+    """A warning when more than one factor changed since the previous attempt."""
+    moved = factors(changes)
+    if len(moved) <= 1:
+        return None
+    return (f"{len(moved)} factors changed at once ({', '.join(moved)}): change one factor "
+            "at a time, or a failure cannot be traced to its cause")
+
+
+def _under(path: str, prefixes: tuple[str, ...]) -> bool:
+    return any(path == p or path.startswith(p + ".") or path.startswith(p + "[")
+               for p in prefixes)
+
+
+def _diff(old: Any, new: Any, path: str, *, sets: bool,
+          ignore: re.Pattern[str] | None) -> list[Change]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        changes: list[Change] = []
+        for key in sorted(set(old) | set(new), key=str):
+            if ignore is not None and ignore.search(str(key)):
+                continue
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in old:
+                changes.append(Change(sub, None, new[key], ADDED))
+            elif key not in new:
+                changes.append(Change(sub, old[key], None, REMOVED))
+            else:
+                changes += _diff(old[key], new[key], sub, sets=sets, ignore=ignore)
+        return changes
+    if sets and isinstance(old, list) and isinstance(new, list) and _plain(old) and _plain(new):
+        gone = sorted(set(old) - set(new), key=str)
+        came = sorted(set(new) - set(old), key=str)
+        return [Change(path, gone, came)] if gone or came else []
+    return [] if _same(old, new) else [Change(path, old, new)]
+
+
+def _plain(values: list[Any]) -> bool:
+    return all(isinstance(v, (str, int, float, bool)) or v is None for v in values)
+
+
+def _same(old: Any, new: Any) -> bool:
+    if isinstance(old, bool) or isinstance(new, bool):
+        return type(old) is type(new) and bool(old == new)
+    if type(old) is type(new) and old == new:
+        return True
+    try:
+        return _number(old) == _number(new)
+    except (InvalidOperation, TypeError, ValueError):
+        return False
+
+
+def _number(value: Any) -> Decimal:
+    if isinstance(value, (int, float)):
+        return Decimal(str(value))
+    if isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d+)?", value.strip()):
+        return Decimal(value.strip())
+    raise ValueError(value)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

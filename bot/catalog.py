@@ -1,0 +1,105 @@
+"""The hardware catalog: GPU models, their memory, backends and what a lot holds.
+
+The data lives in ``hardware.yaml`` beside this module so that a new card or a new plan
+is a data change. Lookups are case-insensitive and accept the aliases listed there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bot.errors import PreflightError
+
+CATALOG_PATH = Path(__file__).with_name("hardware.yaml")
+
+
+class CatalogError(PreflightError):
+    """The catalog file itself is broken (names the entry and the field)."""
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    key: str
+    vendor: str
+    memory_gib: float | None
+    cards_per_lot: int
+    backends: tuple[str, ...]
+    bf16_tflops: float | None = None
+    fp32_tflops: float | None = None
+    note: str | None = None
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.vendor == "none"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    gpus: tuple[GpuModel, ...]
+    _index: dict[str, GpuModel] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for gpu in self.gpus:
+            for name in (gpu.key, *gpu.aliases):
+                self._index[name.lower()] = gpu
+
+    def get(self, name: str) -> GpuModel | None:
+        """The model named ``name`` (case-insensitive, aliases accepted), or None."""
+        return self._index.get(name.strip().lower())
+
+    def names(self) -> list[str]:
+        return [gpu.key for gpu in self.gpus]
+
+
+def load_catalog(path: Path | str | None = None) -> Catalog:
+    """Read a catalog file; raise CatalogError naming the entry when it is malformed."""
+    source = Path(path) if path is not None else CATALOG_PATH
+    try:
+        raw = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise CatalogError(f"hardware catalog {source}: unreadable: {exc}") from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("gpus"), dict):
+        raise CatalogError(f"hardware catalog {source}: expected a mapping with 'gpus'")
+    try:
+        return Catalog(gpus=tuple(_parse_gpu(str(k), v) for k, v in raw["gpus"].items()))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CatalogError(f"hardware catalog {source}: {exc}") from exc
+
+
+def _parse_gpu(key: str, entry: Any) -> GpuModel:
+    if not isinstance(entry, dict):
+        raise ValueError(f"gpus.{key}: expected a mapping")
+    try:
+        backends = tuple(str(b) for b in entry["backends"])
+        cards = int(entry.get("cards_per_lot", 1))
+    except KeyError as exc:
+        raise ValueError(f"gpus.{key}: missing {exc.args[0]!r}") from exc
+    if cards < 1 or not backends:
+        raise ValueError(f"gpus.{key}: cards_per_lot must be >= 1 and backends non-empty")
+    return GpuModel(
+        key=key,
+        vendor=str(entry.get("vendor", "unknown")),
+        memory_gib=_opt_float(entry.get("memory_gib")),
+        cards_per_lot=cards,
+        backends=backends,
+        bf16_tflops=_opt_float(entry.get("bf16_tflops")),
+        fp32_tflops=_opt_float(entry.get("fp32_tflops")),
+        note=entry.get("note"),
+        aliases=tuple(str(a) for a in entry.get("aliases", ())),
+    )
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@lru_cache(maxsize=1)
+def default_catalog() -> Catalog:
+    """The catalog shipped with the package (read once)."""
+    return load_catalog()

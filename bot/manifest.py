@@ -1,0 +1,218 @@
+"""Load a pilot manifest (YAML or JSON) and report every problem with its path and line.
+
+``load_manifest`` is the one entry point: it parses with line numbers, validates with the
+pydantic models of ``bot.manifest_model``, runs the rules of ``bot.manifest_rules``
+(catalog, input files, success criteria, secrets) and raises one ``ManifestError`` listing
+all problems of the file, or returns a ``LoadedManifest`` with the warnings.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, fields
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from bot.catalog import Catalog, default_catalog
+from bot.errors import ManifestError, ManifestUnreadable, Problem
+from bot.manifest_model import (
+    API_VERSION,
+    Approvals,
+    Diagnostics,
+    Hardware,
+    Inputs,
+    Lease,
+    Manifest,
+    Node,
+    Project,
+    Results,
+    Success,
+    Task,
+    Volume,
+    VolumeInputs,
+)
+from bot.manifest_rules import InputFile, Parts, Report, check_rules, list_inputs
+from bot.manifest_source import DOCUMENT, SourceError, parse_text
+
+__all__ = ["API_VERSION", "InputFile", "LoadedManifest", "Manifest", "load_manifest",
+           "load_manifest_file", "manifest_json_schema"]
+
+_SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
+    (): Manifest, ("hardware",): Hardware, ("node",): Node, ("project",): Project,
+    ("inputs",): Inputs, ("task",): Task, ("diagnostics",): Diagnostics,
+    ("success",): Success, ("results",): Results, ("approvals",): Approvals,
+    ("lease",): Lease, ("volume",): Volume, ("volume", "inputs"): VolumeInputs,
+}
+
+_PATTERN_HELP = {
+    "name": "a lower-case slug (a-z, 0-9, '.', '_', '-'; starts with a letter or digit; "
+            "at most 63 characters)",
+    "handler": 'an entry point "module:function" (e.g. runner.workloads.classify:handle)',
+    "checks": 'entry points "module:function"',
+    "host_key_fingerprint": 'a pin as printed by `ssh-keygen -lf`: "SHA256:" and 43 '
+                            "base64 characters",
+}
+
+
+@dataclass(frozen=True)
+class LoadedManifest:
+    """A valid manifest with the text it came from and where relative paths start."""
+
+    manifest: Manifest
+    text: str
+    source: str
+    base_dir: Path
+    warnings: list[Problem]
+
+    @property
+    def project_dir(self) -> Path:
+        return (self.base_dir / self.manifest.project.dir).resolve()
+
+    @property
+    def inputs_dir(self) -> Path:
+        return (self.project_dir / self.manifest.inputs.dir).resolve()
+
+    def input_files(self) -> list[InputFile]:
+        """The pilot inputs found now, sorted by id (ids: file names without extension)."""
+        return list_inputs(self.inputs_dir, self.manifest.inputs.pattern)
+
+
+def load_manifest(text: str, *, source: str, base_dir: Path,
+                  catalog: Catalog | None = None) -> LoadedManifest:
+    """Parse and check ``text``; raise ManifestError listing every problem found."""
+    try:
+        data, source_map = parse_text(text)
+    except SourceError as exc:
+        raise ManifestUnreadable(exc.problems, source=source) from exc
+    if not isinstance(data, dict):
+        line, column = source_map.locate(())
+        raise ManifestError([Problem(DOCUMENT, "expected a mapping of sections (apiVersion, "
+                                     f"name, hardware, ...), found {_kind(data)}", line,
+                                     column)], source=source)
+    report = Report(source_map)
+    manifest, parts = _validate(data, report)
+    check_rules(parts, data, base_dir=Path(base_dir), catalog=catalog or default_catalog(),
+                report=report)
+    report.errors.sort(key=_by_line)
+    report.warnings.sort(key=_by_line)
+    if report.errors or manifest is None:
+        raise ManifestError(report.errors, source=source, warnings=report.warnings)
+    return LoadedManifest(manifest=manifest, text=text, source=source,
+                          base_dir=Path(base_dir).resolve(), warnings=report.warnings)
+
+
+def load_manifest_file(path: Path | str, *, catalog: Catalog | None = None) -> LoadedManifest:
+    """Read and load a manifest file; ManifestUnreadable when the file cannot be read."""
+    file = Path(path)
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ManifestUnreadable([Problem(DOCUMENT, f"cannot read {file}: "
+                                          f"{exc.strerror or exc}")], source=str(file)) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ManifestUnreadable([Problem(DOCUMENT, f"not UTF-8 text (byte {exc.start})",
+                                          line, 1)], source=str(file)) from exc
+    return load_manifest(text, source=str(file), base_dir=file.resolve().parent,
+                         catalog=catalog)
+
+
+def manifest_json_schema() -> dict[str, Any]:
+    """The JSON Schema of the manifest (for editors and the YAML language server)."""
+    schema = Manifest.model_json_schema(by_alias=True)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://preflight.invalid/schema/manifest-v1.json", **schema}
+
+
+def _validate(data: dict[str, Any], report: Report) -> tuple[Manifest | None, Parts]:
+    manifest: Manifest | None = None
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as exc:
+        bad: set[str] = set()
+        for error in exc.errors(include_url=False):
+            loc = error["loc"]
+            bad.add(str(loc[0]) if loc else "")
+            _report_error(error, report)
+        parts = _partial_parts(data, bad)
+    else:
+        parts = Parts(**{f.name: getattr(manifest, f.name) for f in fields(Parts)
+                         if hasattr(manifest, f.name)})
+    hardware = data.get("hardware")
+    if isinstance(hardware, dict) and isinstance(hardware.get("gpu"), str):
+        parts.gpu_name = hardware["gpu"]
+    return manifest, parts
+
+
+def _report_error(error: Any, report: Report) -> None:
+    loc = tuple(error["loc"])
+    kind = error["type"]
+    if kind == "string_pattern_mismatch" and _last_name(loc) in _PATTERN_HELP:
+        message = f"expected {_PATTERN_HELP[_last_name(loc)]}; found {_show(error.get('input'))}"
+    elif kind == "extra_forbidden":
+        message = f"unknown key {str(loc[-1])!r}" + _suggest(loc)
+    elif kind == "missing":
+        message = f"missing required field {str(loc[-1])!r}"
+    else:
+        text = str(error["msg"]).removeprefix("Value error, ")
+        message = f"{text[:1].lower()}{text[1:]}; found {_show(error.get('input'))}"
+    report.problem(loc, message)
+
+
+def _last_name(loc: tuple[Any, ...]) -> str:
+    names = [p for p in loc if isinstance(p, str)]
+    return names[-1] if names else ""
+
+
+def _suggest(loc: tuple[Any, ...]) -> str:
+    model = _SECTIONS.get(tuple(str(p) for p in loc[:-1]))
+    if model is None:
+        return ""
+    known = [f.alias or name for name, f in model.model_fields.items()]
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{hint}; expected one of: {', '.join(known)}"
+
+
+def _partial_parts(data: dict[str, Any], bad: set[str]) -> Parts:
+    values: dict[str, Any] = {}
+    for f in fields(Parts):
+        if f.name in bad or f.name not in Manifest.model_fields:
+            continue
+        try:
+            values[f.name] = _adapter(f.name).validate_python(data[f.name]) \
+                if f.name in data else Manifest.model_fields[f.name].get_default(
+                    call_default_factory=True)
+        except ValidationError:
+            continue
+    return Parts(**values)
+
+
+@cache
+def _adapter(name: str) -> TypeAdapter[Any]:
+    info = Manifest.model_fields[name]
+    return TypeAdapter(Annotated[info.annotation, info])  # type: ignore[arg-type]
+
+
+def _by_line(problem: Problem) -> tuple[int, int]:
+    return problem.line or 0, problem.column or 0
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _kind(value: Any) -> str:
+    names: dict[type, str] = {dict: "a mapping", list: "a list", str: "text"}
+    return names.get(type(value), repr(value))
+

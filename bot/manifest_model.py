@@ -1,0 +1,183 @@
+"""The manifest's pydantic models, one per section; field names are the public interface.
+
+Every section forbids unknown keys, so a typo is an error naming the field and the line,
+never a silently ignored setting. Cross-field and filesystem rules live in
+``bot.manifest_rules``; reading YAML with line numbers in ``bot.manifest_source``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from runner.events import STAGES
+
+API_VERSION = "preflight/v1"
+SLUG = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+ENTRY_POINT = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+_VERSION_SPEC = re.compile(r"^\s*(==|!=|>=|<=|>|<|~=)\s*\d+(\.\d+){0,2}(\.\*)?\s*$")
+
+Name = Annotated[str, Field(pattern=SLUG, description="lower-case slug: [a-z0-9][a-z0-9._-]{0,62}")]
+EntryPoint = Annotated[str, Field(pattern=ENTRY_POINT, description='"module:function"')]
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Hardware(Section):
+    gpu: NonEmpty = Field(description="catalog model, case-insensitive (H100, B200, MI300X, cpu)")
+    lots: int = Field(ge=1, le=10, description="rented lots, 1 to 10")
+    days: Literal[3, 7, 30] = Field(description="plan duration: 3, 7 or 30 days")
+    lot_price_usd_per_day: Decimal = Field(
+        ge=0, allow_inf_nan=False,
+        description="price of ONE lot for one day in USD (a B200 lot covers its two cards)")
+    memory_estimate_gib: float | None = Field(
+        default=None, gt=0, description="the team's estimate of the peak memory per card")
+
+
+class Node(Section):
+    kind: Literal["local", "ssh"] = "local"
+    host: NonEmpty | None = None
+    port: int = Field(default=22, ge=1, le=65535)
+    user: NonEmpty | None = None
+    workdir: NonEmpty | None = None
+    python: NonEmpty = Field(default="python3", description="the node's interpreter")
+    host_key_fingerprint: str | None = Field(
+        default=None, pattern=r"^SHA256:[A-Za-z0-9+/]{43}=?$",
+        description='pinned host key, "SHA256:..." as printed by ssh-keygen -lf')
+    stall_after_s: int = Field(default=600, ge=1,
+                               description="alert after this many seconds without an event")
+
+
+class Project(Section):
+    dir: NonEmpty = Field(default=".", description="relative to the manifest file's directory")
+    requirements: NonEmpty | None = Field(default=None, description="relative to project.dir")
+    python: str | None = Field(default=None, description='interpreter constraint, e.g. ">=3.10"')
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("python")
+    @classmethod
+    def _version_spec(cls, value: str | None) -> str | None:
+        if value is not None and not all(_VERSION_SPEC.match(p) for p in value.split(",")):
+            raise ValueError('expected a version constraint such as ">=3.10" or ">=3.9,<3.13"')
+        return value
+
+
+class Inputs(Section):
+    dir: NonEmpty = Field(description="relative to project.dir")
+    pattern: NonEmpty = "*"
+    expected_count: int = Field(ge=1)
+    expected_refusals: list[NonEmpty] = Field(default_factory=list)
+
+
+class Task(Section):
+    kind: Literal["classify", "train", "custom"] = "classify"
+    handler: EntryPoint | None = None
+    command: list[NonEmpty] | None = Field(
+        default=None, description="external program; a string is split like a shell would")
+    categories: list[NonEmpty] = Field(default_factory=list)
+    batch_size: int = Field(default=8, ge=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+    steps: int = Field(default=1, ge=1, description="training: optimizer updates in the pilot")
+    resume_steps: int = Field(default=1, ge=1, description="training: steps after the resume")
+    tolerance: float | None = Field(default=None, ge=0,
+                                    description="training: allowed resume difference")
+    distributed: bool = Field(default=False,
+                              description="the program itself distributes over several cards")
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split_command(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"cannot split the command like a shell would: {exc}") from exc
+        return value
+
+
+class Diagnostics(Section):
+    extensions: list[NonEmpty] = Field(default_factory=list)
+    checks: list[EntryPoint] = Field(default_factory=list)
+    timeouts: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    min_free_disk_gib: float = Field(default=1.0, ge=0)
+    memory_budget_gib: float | None = Field(default=None, gt=0)
+
+    @field_validator("timeouts")
+    @classmethod
+    def _known_stages(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(STAGES))
+        if unknown:
+            raise ValueError(f"unknown stage(s) {', '.join(unknown)}; "
+                             f"expected one of: {', '.join(STAGES)}")
+        return value
+
+
+class Success(Section):
+    min_accepted: int | None = Field(default=None, ge=0)
+    max_refused: int | None = Field(default=None, ge=0)
+    balance_ok: bool = True
+    require_evidence: bool = False
+
+
+class Results(Section):
+    runs_dir: NonEmpty | None = None
+    copy_to: NonEmpty | None = None
+    sample_per_category: int = Field(default=2, ge=0)
+    sample_chars: int = Field(default=160, ge=1)
+
+
+class Approvals(Section):
+    approvers: list[NonEmpty] = Field(default_factory=list)
+    two_person: bool = False
+
+
+class Lease(Section):
+    starts_at: AwareDatetime | None = Field(default=None,
+                                            description="ISO-8601 with a timezone")
+
+
+class VolumeInputs(Section):
+    dir: NonEmpty
+    pattern: NonEmpty = "*"
+    expected_count: int = Field(ge=1)
+    expected_refusals: list[NonEmpty] = Field(default_factory=list)
+
+
+class Volume(Section):
+    inputs: VolumeInputs
+    nodes: int = Field(default=1, ge=1)
+
+
+class Manifest(Section):
+    """A pilot manifest, ``apiVersion: preflight/v1``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False,
+                              title="Preflight pilot manifest")
+
+    api_version: Literal["preflight/v1"] = Field(alias="apiVersion")
+    name: Name
+    purpose: Literal["inference", "training"] = "inference"
+    hardware: Hardware
+    backend: Literal["cuda", "rocm", "cpu"]
+    preparation: Literal["ubuntu", "pytorch", "blender", "custom"]
+    node: Node = Field(default_factory=Node)
+    project: Project = Field(default_factory=Project)
+    inputs: Inputs
+    task: Task = Field(default_factory=Task)
+    diagnostics: Diagnostics = Field(default_factory=Diagnostics)
+    success: Success = Field(default_factory=Success)
+    results: Results = Field(default_factory=Results)
+    approvals: Approvals = Field(default_factory=Approvals)
+    lease: Lease = Field(default_factory=Lease)
+    volume: Volume | None = None
+
+    def to_data(self) -> dict[str, Any]:
+        """JSON-able dict with the field names a user writes (Decimal and dates as strings)."""
+        return self.model_dump(mode="json", by_alias=True)

@@ -1,0 +1,311 @@
+"""The manifest's cross-field and filesystem rules (what pydantic alone cannot check).
+
+Rules run on whatever sections validated, so a file with a bad ``hardware`` section still
+gets its ``inputs`` checked: the user sees every problem at once. Each finding carries the
+field path; ``Report`` turns it into a located Problem.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bot.catalog import Catalog, GpuModel
+from bot.errors import Problem
+from bot.manifest_model import (
+    Approvals,
+    Diagnostics,
+    Hardware,
+    Inputs,
+    Node,
+    Project,
+    Success,
+    Task,
+    Volume,
+    VolumeInputs,
+)
+from bot.manifest_source import FieldPath, SourceMap, format_loc
+from bot.secrets import find_secrets
+
+CUDA_FIRST_EXTENSIONS = frozenset({"flash_attn", "xformers", "bitsandbytes", "apex"})
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One pilot input: ``id`` is the file name without its final extension."""
+
+    id: str
+    path: Path
+
+
+@dataclass
+class Parts:
+    """The sections that validated; None where the section itself had errors."""
+
+    hardware: Hardware | None = None
+    backend: str | None = None
+    preparation: str | None = None
+    purpose: str | None = None
+    node: Node | None = None
+    project: Project | None = None
+    inputs: Inputs | None = None
+    task: Task | None = None
+    diagnostics: Diagnostics | None = None
+    success: Success | None = None
+    approvals: Approvals | None = None
+    volume: Volume | None = None
+    gpu_name: str | None = None  # hardware.gpu as written, even when hardware has errors
+
+
+@dataclass
+class Report:
+    source: SourceMap
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+    def problem(self, loc: FieldPath, message: str, *, severity: str = "error") -> None:
+        line, column = self.source.locate(loc)
+        problem = Problem(format_loc(loc) or "(document)", message, line, column,
+                          severity=severity)
+        (self.errors if severity == "error" else self.warnings).append(problem)
+
+    def warn(self, loc: FieldPath, message: str) -> None:
+        self.problem(loc, message, severity="warning")
+
+
+def list_inputs(directory: Path, pattern: str) -> list[InputFile]:
+    """Regular files of ``directory`` matching ``pattern``, sorted by id then path.
+
+    Hidden files are left out unless the pattern itself starts with a dot.
+    """
+    hidden_ok = pattern.startswith(".")
+    if "/" in pattern or "**" in pattern:
+        files = [p for p in directory.glob(pattern)
+                 if p.is_file() and (hidden_ok or not p.name.startswith("."))]
+    else:  # one directory level: scandir knows file types without a stat per file
+        match = re.compile(fnmatch.translate(pattern)).match
+        with os.scandir(directory) as entries:
+            files = [Path(e.path) for e in entries if match(e.name) and e.is_file()
+                     and (hidden_ok or not e.name.startswith("."))]
+    return sorted((InputFile(p.stem, p) for p in files), key=lambda f: (f.id, str(f.path)))
+
+
+def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
+                report: Report) -> None:
+    """Run every rule whose sections validated; findings go into ``report``."""
+    gpu = _check_hardware(parts, catalog, report)
+    _check_backend_nuances(parts, gpu, report)
+    _check_task(parts, report)
+    _check_node(parts, report)
+    _check_approvals(parts, report)
+    _check_success(parts, report)
+    project_dir = _check_project(parts, base_dir, report)
+    if project_dir is not None and parts.inputs is not None:
+        check_input_files(parts.inputs, project_dir, ("inputs",), report, required=True)
+    if project_dir is not None and parts.volume is not None:
+        check_input_files(parts.volume.inputs, project_dir, ("volume", "inputs"), report,
+                          required=False)
+    for finding in find_secrets(data):
+        report.problem(finding.path, finding.message)
+
+
+def _check_hardware(parts: Parts, catalog: Catalog, report: Report) -> GpuModel | None:
+    if parts.gpu_name is None:
+        return None
+    gpu = catalog.get(parts.gpu_name)
+    if gpu is None:
+        report.problem(("hardware", "gpu"), f"unknown GPU model {parts.gpu_name!r}; "
+                       f"expected one of: {', '.join(catalog.names())}")
+        return None
+    if parts.backend is not None and parts.backend not in gpu.backends:
+        report.problem(("backend",), f"{gpu.key} supports {' or '.join(gpu.backends)} only; "
+                       f"found {parts.backend!r}" + _backend_hint(gpu, parts.backend))
+    if parts.hardware is None:
+        return gpu
+    estimate = parts.hardware.memory_estimate_gib
+    if gpu.memory_gib is not None and estimate is not None and estimate > gpu.memory_gib:
+        report.warn(("hardware", "memory_estimate_gib"),
+                    f"the estimate ({estimate:g} GiB) exceeds the {gpu.memory_gib:g} GiB of one "
+                    f"{gpu.key} card; several cards do not pool their memory unless the "
+                    "program distributes itself")
+    budget = parts.diagnostics.memory_budget_gib if parts.diagnostics else None
+    if gpu.memory_gib is not None and budget is not None and budget > gpu.memory_gib:
+        report.warn(("diagnostics", "memory_budget_gib"),
+                    f"{budget:g} GiB is more than one {gpu.key} card holds "
+                    f"({gpu.memory_gib:g} GiB)")
+    return gpu
+
+
+def _backend_hint(gpu: GpuModel, backend: str) -> str:
+    if gpu.vendor == "amd" and backend == "cuda":
+        return " (a CUDA dependency needs an NVIDIA card; on an MI300X use backend: rocm and " \
+               "check ROCm builds of every extension)"
+    if gpu.is_cpu:
+        return " (hardware.gpu: cpu runs the pilot without an accelerator)"
+    if backend == "cpu":
+        return f" (a rented {gpu.key} must be proven on its card, not on the CPU)"
+    return ""
+
+
+def _check_backend_nuances(parts: Parts, gpu: GpuModel | None, report: Report) -> None:
+    extensions = parts.diagnostics.extensions if parts.diagnostics else []
+    if parts.backend == "rocm" and extensions:
+        cuda_first = sorted(set(extensions) & CUDA_FIRST_EXTENSIONS)
+        report.warn(("diagnostics", "extensions"),
+                    "on ROCm, check that each extension has a ROCm build for this card"
+                    + (f" ({', '.join(cuda_first)} started CUDA-only)" if cuda_first else "")
+                    + "; an install command copied from a CUDA machine is not a "
+                    "compatibility check: the extensions stage will import each one")
+    if gpu is not None and gpu.note and gpu.cards_per_lot > 1 and parts.hardware is not None:
+        report.warn(("hardware", "gpu"), gpu.note)
+    if parts.preparation in ("ubuntu", "custom") and parts.project is not None \
+            and parts.project.requirements is None:
+        report.warn(("project", "requirements"),
+                    f"preparation {parts.preparation!r} states a need, it does not install "
+                    "torch or your project: list what must be present in a requirements file")
+
+
+def _check_task(parts: Parts, report: Report) -> None:
+    task = parts.task
+    if task is None:
+        return
+    if task.handler is not None and task.command is not None:
+        report.problem(("task", "command"), "give task.handler or task.command, not both")
+    elif task.handler is None and task.command is None:
+        report.problem(("task", "handler"), 'give task.handler ("module:function") or '
+                       "task.command (the program to run)")
+    if task.kind != "train" and not task.categories:
+        report.problem(("task", "categories"), "list the allowed categories (at least one): "
+                       "every accepted result must carry one of them")
+    _check_unique(task.categories, ("task", "categories"), "category", report)
+    if parts.purpose == "training" and task.kind == "classify":
+        report.warn(("task", "kind"), "purpose is training but task.kind is classify: "
+                    "use kind: train for a pilot that updates and checkpoints a model")
+
+
+def _check_unique(values: Sequence[str], loc: FieldPath, what: str, report: Report) -> None:
+    first: dict[str, int] = {}
+    for index, value in enumerate(values):
+        key = value.casefold()
+        if key in first:
+            report.problem((*loc, index), f"{what} {value!r} repeats "
+                           f"{values[first[key]]!r} ({format_loc((*loc, first[key]))}); "
+                           "each must be unique, case-insensitively")
+        else:
+            first[key] = index
+
+
+def _check_node(parts: Parts, report: Report) -> None:
+    node = parts.node
+    if node is None:
+        return
+    if node.kind == "ssh" and node.host is None:
+        report.problem(("node", "host"), "an ssh node needs node.host (the machine's address)")
+    if node.kind == "ssh" and node.workdir is None:
+        report.warn(("node", "workdir"), "no node.workdir: the runner will work in the login "
+                    "directory; name a work directory so a change of machine is explicit")
+    if node.kind == "local" and node.host is not None:
+        report.warn(("node", "host"), "node.host is ignored for kind: local")
+
+
+def _check_approvals(parts: Parts, report: Report) -> None:
+    approvals = parts.approvals
+    if approvals is None or not approvals.two_person:
+        return
+    if not approvals.approvers:
+        report.problem(("approvals", "approvers"), "two_person is set: list the approvers "
+                       "(someone other than the submitter must approve)")
+    elif len(approvals.approvers) == 1:
+        report.warn(("approvals", "approvers"), "two_person with a single approver: that "
+                    "person cannot approve a pilot they submitted")
+    _check_unique(approvals.approvers, ("approvals", "approvers"), "approver", report)
+
+
+def _check_success(parts: Parts, report: Report) -> None:
+    if parts.success is None or parts.inputs is None:
+        return
+    expected = parts.inputs.expected_count
+    refusals = len(set(parts.inputs.expected_refusals))
+    can_accept = expected - refusals
+    if refusals > expected:
+        report.problem(("inputs", "expected_refusals"), f"{refusals} expected refusals but "
+                       f"only {expected} inputs expected")
+    minimum, maximum = parts.success.min_accepted, parts.success.max_refused
+    if minimum is not None and minimum > can_accept:
+        report.problem(("success", "min_accepted"), f"{minimum} cannot be met: {expected} "
+                       f"inputs - {refusals} expected refusal(s) = {can_accept} can be accepted")
+    if maximum is not None and maximum < refusals:
+        report.problem(("success", "max_refused"), f"{maximum} is below the {refusals} "
+                       "expected refusal(s): the pilot could never pass")
+    if maximum is not None and maximum > expected:
+        report.warn(("success", "max_refused"), f"{maximum} is more than the {expected} inputs")
+
+
+def _check_project(parts: Parts, base_dir: Path, report: Report) -> Path | None:
+    if parts.project is None:
+        return None
+    project_dir = (base_dir / parts.project.dir).resolve()
+    if not project_dir.is_dir():
+        report.problem(("project", "dir"), f"{project_dir} is not a directory (project.dir is "
+                       "relative to the manifest's directory)")
+        return None
+    requirements = parts.project.requirements
+    if requirements is not None and not (project_dir / requirements).is_file():
+        report.problem(("project", "requirements"), f"{requirements!r} not found in "
+                       f"{project_dir}")
+    return project_dir
+
+
+def check_input_files(inputs: Inputs | VolumeInputs, project_dir: Path, loc: FieldPath,
+                      report: Report, *, required: bool) -> list[InputFile]:
+    """Count, id and refusal rules for one inputs section; returns the files found."""
+    directory = (project_dir / inputs.dir).resolve()
+    say: Callable[[FieldPath, str], None] = report.problem if required else report.warn
+    if not directory.is_dir():
+        say((*loc, "dir"), f"{directory} is not a directory (inputs.dir is relative to "
+            "project.dir)" + ("" if required else "; checked again at scale-up"))
+        return []
+    if Path(inputs.pattern).is_absolute() or ".." in Path(inputs.pattern).parts:
+        report.problem((*loc, "pattern"), "the pattern must stay inside inputs.dir "
+                       "(no absolute path, no '..')")
+        return []
+    files = list_inputs(directory, inputs.pattern)
+    if len(files) != inputs.expected_count:
+        report.problem((*loc, "expected_count"), f"expected {inputs.expected_count} input "
+                       f"files, found {len(files)} in {directory} matching {inputs.pattern!r}")
+    _check_ids(files, loc, report)
+    _check_refusals(inputs.expected_refusals, {f.id for f in files}, loc, report)
+    return files
+
+
+def _check_ids(files: list[InputFile], loc: FieldPath, report: Report) -> None:
+    by_key: dict[str, list[InputFile]] = {}
+    for f in files:
+        by_key.setdefault(f.id.casefold(), []).append(f)
+    for group in by_key.values():
+        if len(group) > 1:
+            names = ", ".join(f.path.name for f in group)
+            report.problem((*loc, "pattern"), f"input ids collide ({names}): an id is the "
+                           "file name without its extension and must be unique, "
+                           "case-insensitively")
+
+
+def _check_refusals(refusals: list[str], ids: set[str], loc: FieldPath,
+                    report: Report) -> None:
+    folded = {i.casefold(): i for i in ids}
+    _check_unique(refusals, (*loc, "expected_refusals"), "expected refusal", report)
+    seen: set[str] = set()
+    for index, rid in enumerate(refusals):
+        if rid in ids or rid.casefold() in seen:
+            seen.add(rid.casefold())
+            continue
+        seen.add(rid.casefold())
+        near = folded.get(rid.casefold()) or folded.get(Path(rid).stem.casefold())
+        hint = f" (did you mean {near!r}?)" if near else ""
+        report.problem((*loc, "expected_refusals", index), f"no input with id {rid!r}{hint}; "
+                       "ids are file names without their extension")

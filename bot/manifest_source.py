@@ -1,0 +1,230 @@
+"""Read manifest text (YAML or JSON) into plain data plus a map from field path to line.
+
+The text is composed once into PyYAML's node tree, which keeps the line and column of
+every key and item; the data is constructed from that same tree. Errors found later
+(pydantic, rules, secrets) are located with ``SourceMap.locate`` on their field path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from bot.errors import Problem
+
+FieldPath = tuple[str | int, ...]
+DOCUMENT = "(document)"
+MAX_NODES = 2_000_000  # expanded size; stops alias bombs before pydantic walks them
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_NUMBER_TAGS = frozenset({"tag:yaml.org,2002:float", "tag:yaml.org,2002:int"})
+_LoaderBase: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_LoaderBase):  # type: ignore[misc]
+    """Safe loader that leaves timestamps as text: pydantic parses them and reports a bad
+    date with its field path instead of a bare ValueError from the YAML constructor."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp",
+                        lambda loader, node: loader.construct_scalar(node))
+
+
+class SourceError(Exception):
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems
+
+
+@dataclass
+class SourceMap:
+    """Line/column (1-based) of each key or list item, by field path."""
+
+    marks: dict[FieldPath, tuple[int, int]] = field(default_factory=dict)
+    kinds: dict[FieldPath, str] = field(default_factory=dict)
+
+    def resolve(self, loc: Sequence[Any]) -> tuple[FieldPath, FieldPath]:
+        """Split ``loc`` into the deepest existing path and the remaining elements.
+
+        Elements that pydantic inserts (union tags such as ``list[str]``) are skipped.
+        """
+        found: FieldPath = ()
+        rest: list[str | int] = []
+        for element in loc:
+            kind = self.kinds.get(found)
+            if rest:
+                rest.append(element)
+                continue
+            if kind == "seq" and isinstance(element, int) and (*found, element) in self.marks:
+                found = (*found, element)
+            elif kind == "map" and (*found, str(element)) in self.marks:
+                found = (*found, str(element))
+            elif _is_tag(element):
+                continue
+            else:
+                rest.append(element)
+        return found, tuple(rest)
+
+    def locate(self, loc: Sequence[Any]) -> tuple[int | None, int | None]:
+        """Line and column of the closest existing node along ``loc``."""
+        found, _ = self.resolve(loc)
+        return self.marks.get(found, (None, None))
+
+
+def format_loc(loc: Sequence[Any]) -> str:
+    """``("inputs", "expected_refusals", 0)`` -> ``inputs.expected_refusals[0]``."""
+    out = ""
+    for element in loc:
+        if isinstance(element, int):
+            out += f"[{element}]"
+        elif not _is_tag(element):
+            out += ("." if out else "") + str(element)
+    return out
+
+
+def _is_tag(element: Any) -> bool:
+    return isinstance(element, str) and any(c in element for c in "[]()")
+
+
+def parse_text(text: str) -> tuple[Any, SourceMap]:
+    """Data and source map of ``text``; SourceError with located problems when unparsable."""
+    text = text.lstrip("\ufeff")
+    if text.lstrip().startswith("{"):
+        # JSON is YAML, except that YAML refuses tabs as indentation; JSON strings cannot
+        # hold a raw tab, so replacing them changes nothing but whitespace.
+        text = text.replace("\t", " ")
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise SourceError([Problem(DOCUMENT, "the manifest is empty", 1, 1)])
+        source = SourceMap()
+        _check_size(node)
+        _index(node, (), source, set())
+        data = _construct(loader, node)
+        _keep_price_text(node, data)
+    except yaml.YAMLError as exc:
+        raise SourceError([_yaml_problem(exc, text)]) from exc
+    except RecursionError as exc:
+        raise SourceError([Problem(DOCUMENT, "nested too deeply to be a manifest", 1, 1)]) from exc
+    finally:
+        loader.dispose()
+    return data, source
+
+
+def _construct(loader: Any, root: yaml.Node) -> Any:
+    """Build the data; a scalar its tag cannot hold (``!!int abc``) is located, not raised."""
+    try:
+        return loader.construct_document(root)
+    except (ValueError, TypeError, OverflowError, ArithmeticError) as exc:
+        for node in _scalars(root, set()):
+            loader.constructed_objects, loader.recursive_objects = {}, {}
+            try:
+                loader.construct_object(node, deep=True)
+            except (ValueError, TypeError, OverflowError, ArithmeticError):
+                line, column = _mark(node)
+                raise SourceError([Problem(DOCUMENT, f"{node.value!r} cannot be read as "
+                                           f"{node.tag.rsplit(':', 1)[-1]}", line, column)]
+                                  ) from exc
+        raise SourceError([Problem(DOCUMENT, f"a value cannot be read: {exc}", 1, 1)]) from exc
+
+
+def _scalars(node: yaml.Node, seen: set[int]) -> list[yaml.Node]:
+    if id(node) in seen:
+        return []
+    seen.add(id(node))
+    if isinstance(node, yaml.ScalarNode):
+        return [node]
+    children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) \
+        else list(node.value)
+    return [s for child in children for s in _scalars(child, seen)]
+
+
+def _mark(node: yaml.Node) -> tuple[int, int]:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _index(node: yaml.Node, path: FieldPath, source: SourceMap, seen: set[int]) -> None:
+    if id(node) in seen:
+        return  # an alias: its paths fall back to the alias's own line
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        source.kinds[path] = "map"
+        keys: set[str] = set()
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = str(key_node.value)
+            if key in keys:
+                line, column = _mark(key_node)
+                raise SourceError([Problem(format_loc((*path, key)),
+                                           f"duplicate key {key!r}: each key appears once",
+                                           line, column)])
+            keys.add(key)
+            source.marks[(*path, key)] = _mark(key_node)
+            _index(value_node, (*path, key), source, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        source.kinds[path] = "seq"
+        for index, item in enumerate(node.value):
+            source.marks[(*path, index)] = _mark(item)
+            _index(item, (*path, index), source, seen)
+    if not path:
+        source.marks[()] = _mark(node)
+
+
+def _check_size(root: yaml.Node) -> None:
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in active:
+            line, column = _mark(node)
+            raise SourceError([Problem(DOCUMENT, "a YAML alias refers to itself", line, column)])
+        active.add(id(node))
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        active.discard(id(node))
+        sizes[id(node)] = total
+        if total > MAX_NODES:
+            raise SourceError([Problem(DOCUMENT, f"the manifest expands to more than {MAX_NODES}"
+                                       " values (YAML aliases?)", 1, 1)])
+        return total
+
+    size(root)
+
+
+def _child(node: yaml.Node, key: str) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+                return value_node
+    return None
+
+
+def _keep_price_text(root: yaml.Node, data: Any) -> None:
+    """Keep the price as written (``2.10``, not the float 2.1000000000000001)."""
+    hardware = _child(root, "hardware")
+    price = _child(hardware, "lot_price_usd_per_day") if hardware is not None else None
+    if (isinstance(price, yaml.ScalarNode) and price.tag in _NUMBER_TAGS
+            and isinstance(data, dict) and isinstance(data.get("hardware"), dict)):
+        data["hardware"]["lot_price_usd_per_day"] = price.value
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> Problem:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is not None:
+        line, column = mark.line + 1, mark.column + 1
+    else:
+        position = getattr(exc, "position", 0) or 0
+        line = text.count("\n", 0, position) + 1
+        column = position - (text.rfind("\n", 0, position) + 1) + 1
+    what = " ".join(str(p) for p in (getattr(exc, "context", None), getattr(exc, "problem", None))
+                    if p) or str(exc).splitlines()[0]
+    return Problem(DOCUMENT, f"not valid YAML or JSON: {what}", line, column)

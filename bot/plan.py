@@ -1,0 +1,109 @@
+"""The order summary of a pilot: what is rented, for how long, and what it costs.
+
+Money is Decimal end to end and never rounded: total = lot price x days x lots. A lot's
+price already covers every card in it (a B200 lot holds two), so the card count never
+enters the total. The plan also says what it cannot know: the memory peak is measured by
+the pilot, and several cards neither distribute a program nor pool their memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from bot.catalog import Catalog, default_catalog
+from bot.errors import PreflightError
+from bot.manifest import LoadedManifest
+
+CENT = Decimal("0.01")
+
+
+@dataclass(frozen=True)
+class Plan:
+    gpu: str
+    vendor: str
+    days: int
+    lots: int
+    cards_per_lot: int
+    total_cards: int
+    preparation: str
+    backend: str
+    lot_price_usd_per_day: Decimal
+    total_usd: Decimal
+    formula: str
+    memory_per_card_gib: float | None
+    memory_estimate_gib: float | None
+    notes: tuple[str, ...]
+    starts_at: str | None = None
+    ends_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able, with the issue's field names; money as exact decimal strings."""
+        return {
+            "gpu": self.gpu, "vendor": self.vendor, "days": self.days, "lots": self.lots,
+            "cards_per_lot": self.cards_per_lot, "total_cards": self.total_cards,
+            "preparation": self.preparation, "backend": self.backend,
+            "lot_price_usd_per_day": format_usd(self.lot_price_usd_per_day),
+            "total_usd": format_usd(self.total_usd), "formula": self.formula,
+            "memory_per_card_gib": self.memory_per_card_gib,
+            "memory_estimate_gib": self.memory_estimate_gib, "notes": list(self.notes),
+            "starts_at": self.starts_at, "ends_at": self.ends_at,
+        }
+
+
+def format_usd(amount: Decimal) -> str:
+    """At least two decimals, never rounded: 2.5 -> "2.50", 0.125 -> "0.125"."""
+    if amount.as_tuple().exponent >= -2:  # type: ignore[operator]
+        amount = amount.quantize(CENT)
+    return f"{amount:f}"
+
+
+def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None) -> Plan:
+    """The order summary of a validated manifest."""
+    manifest = loaded.manifest
+    hardware = manifest.hardware
+    gpu = (catalog or default_catalog()).get(hardware.gpu)
+    if gpu is None:
+        raise PreflightError(f"hardware.gpu: {hardware.gpu!r} is not in the catalog")
+    price = hardware.lot_price_usd_per_day
+    total = price * hardware.days * hardware.lots
+    formula = (f"{format_usd(price)} USD × {hardware.days} days × {hardware.lots} "
+               f"lot{'s' if hardware.lots != 1 else ''} = {format_usd(total)} USD")
+    total_cards = gpu.cards_per_lot * hardware.lots
+    starts = manifest.lease.starts_at
+    return Plan(
+        gpu=gpu.key, vendor=gpu.vendor, days=hardware.days, lots=hardware.lots,
+        cards_per_lot=gpu.cards_per_lot, total_cards=total_cards,
+        preparation=manifest.preparation, backend=manifest.backend,
+        lot_price_usd_per_day=price, total_usd=total, formula=formula,
+        memory_per_card_gib=gpu.memory_gib, memory_estimate_gib=hardware.memory_estimate_gib,
+        notes=tuple(_notes(loaded, gpu.key, gpu.cards_per_lot, gpu.memory_gib, total_cards)),
+        starts_at=starts.isoformat() if starts else None,
+        ends_at=(starts + timedelta(days=hardware.days)).isoformat() if starts else None,
+    )
+
+
+def _notes(loaded: LoadedManifest, gpu: str, cards_per_lot: int, memory: float | None,
+           total_cards: int) -> list[str]:
+    manifest = loaded.manifest
+    estimate = manifest.hardware.memory_estimate_gib
+    notes: list[str] = []
+    if memory is None:
+        notes.append("no accelerator: the memory stage measures the process peak on the CPU")
+    else:
+        declared = (f"declared estimate {estimate:g} GiB per card" if estimate is not None
+                    else "no estimate declared")
+        notes.append(f"memory: {memory:g} GiB per card, {declared}; the peak is measured by "
+                     "the pilot, never inferred from a parameter count")
+    if cards_per_lot > 1:
+        notes.append(f"a {gpu} lot holds {cards_per_lot} cards and its price covers them all: "
+                     "the total is not multiplied by the card count")
+    if total_cards > 1 and not manifest.task.distributed:
+        notes.append(f"{total_cards} cards: several cards neither distribute a program nor "
+                     "pool their memory; the task declares no distribution, so it uses one "
+                     "card unless it distributes itself")
+    notes.append("'I have paid' records a notification: it confirms neither receipt of funds "
+                 "nor that the machine is available; follow the access details actually sent")
+    return notes

@@ -1,0 +1,68 @@
+"""Attempt diffs: field by field, one factor at a time, facts without per-run noise."""
+
+from __future__ import annotations
+
+from bot.attempts import ADDED, REMOVED, diff_facts, diff_manifests, one_factor_warning
+
+OLD = {"name": "p", "hardware": {"gpu": "H100", "lot_price_usd_per_day": "2.5", "lots": 1},
+       "backend": "cuda", "task": {"categories": ["a", "b"], "batch_size": 8},
+       "approvals": {"approvers": ["alice"]}}
+
+
+def new(**change: object) -> dict[str, object]:
+    import copy
+
+    data = copy.deepcopy(OLD)
+    for dotted, value in change.items():
+        section, key = dotted.split("__")
+        data[section][key] = value  # type: ignore[index]
+    return data
+
+
+def test_identical_and_equal_amounts_are_no_change() -> None:
+    assert diff_manifests(OLD, new()) == []
+    assert diff_manifests(OLD, new(hardware__lot_price_usd_per_day="2.50")) == []
+    assert diff_manifests(OLD, new(hardware__lots=1.0)) == []
+
+
+def test_one_factor_changed() -> None:
+    changes = diff_manifests(OLD, new(task__batch_size=16))
+    assert [(c.path, c.old, c.new) for c in changes] == [("task.batch_size", 8, 16)]
+    assert one_factor_warning(changes) is None
+    assert str(changes[0]) == "task.batch_size: 8 -> 16"
+
+
+def test_several_factors_warn_but_price_and_approvers_do_not_count() -> None:
+    changes = diff_manifests(OLD, new(task__batch_size=16, hardware__gpu="H200",
+                                      approvals__approvers=["bob"]))
+    assert [c.path for c in changes] == ["approvals.approvers", "hardware.gpu",
+                                         "task.batch_size"]
+    warning = one_factor_warning(changes)
+    assert warning is not None and "2 factors" in warning and "hardware.gpu" in warning
+    assert one_factor_warning(diff_manifests(OLD, new(hardware__lot_price_usd_per_day="3",
+                                                      approvals__approvers=[]))) is None
+
+
+def test_added_and_removed_keys() -> None:
+    data = new()
+    data["volume"] = {"nodes": 2}
+    del data["backend"]
+    changes = {c.path: c for c in diff_manifests(OLD, data)}
+    assert changes["volume"].kind == ADDED and changes["backend"].kind == REMOVED
+    assert changes["backend"].old == "cuda"
+
+
+def test_facts_ignore_noise_and_compare_package_sets() -> None:
+    old = {"interpreter": {"version": "3.11.4", "pid": 10, "duration_s": 0.1},
+           "torch": {"version": "2.3.0", "cuda": "12.1"}, "compute": {"tflops": 41.2},
+           "environment": {"packages": ["numpy==1.26", "torch==2.3.0"]}}
+    same = {"interpreter": {"version": "3.11.4", "pid": 99, "duration_s": 0.4},
+            "torch": {"version": "2.3.0", "cuda": "12.1"}, "compute": {"tflops": 40.9},
+            "environment": {"packages": ["torch==2.3.0", "numpy==1.26"]}}
+    assert diff_facts(old, same) == []
+    moved = {**same, "torch": {"version": "2.4.0", "cuda": "12.4"},
+             "environment": {"packages": ["numpy==1.26", "torch==2.4.0"]}}
+    changes = {c.path: c for c in diff_facts(old, moved)}
+    assert changes["torch.version"].new == "2.4.0"
+    assert changes["environment.packages"].old == ["torch==2.3.0"]
+    assert changes["environment.packages"].new == ["torch==2.4.0"]

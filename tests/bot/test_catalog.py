@@ -1,0 +1,39 @@
+"""The hardware catalog is data: lookups, lots, backends, and a broken file named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.catalog import CatalogError, default_catalog, load_catalog
+
+
+def test_shipped_catalog_models() -> None:
+    catalog = default_catalog()
+    assert {"H100", "H200", "B200", "MI300X", "A100", "L40S", "cpu"} <= set(catalog.names())
+    b200 = catalog.get("b200")
+    assert b200 is not None and b200.cards_per_lot == 2
+    assert all(g.cards_per_lot == 1 for g in catalog.gpus if g.key != "B200")
+    mi = catalog.get("MI300X")
+    assert mi is not None and mi.backends == ("rocm",) and mi.vendor == "amd"
+    assert all(g.backends == ("cuda",) for g in catalog.gpus if g.vendor == "nvidia")
+    h100 = catalog.get(" H100-SXM ")
+    assert h100 is not None and h100.key == "H100" and h100.bf16_tflops == 989
+    cpu = catalog.get("CPU")
+    assert cpu is not None and cpu.is_cpu and cpu.memory_gib is None
+    assert catalog.get("nope") is None
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("gpus: [a]", "gpus"),
+    ("gpus:\n  X: {vendor: v}\n", "backends"),
+    ("gpus:\n  X: {backends: [cuda], cards_per_lot: 0}\n", "cards_per_lot"),
+    ("gpus: {X: 3}", "gpus.X"),
+    ("{{", "unreadable"),
+])
+def test_broken_catalog_is_named(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "hw.yaml"
+    path.write_text(text)
+    with pytest.raises(CatalogError, match=fragment):
+        load_catalog(path)

@@ -1,0 +1,155 @@
+"""Table tests: one row per rule of the manifest, refused at the right field path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bot.manifest_helpers import dump, load, locs, make_project, merged
+
+REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
+    ("days 5", {"hardware": {"days": 5}}, "hardware.days", "3, 7 or 30"),
+    ("lots 11", {"hardware": {"lots": 11}}, "hardware.lots", "10"),
+    ("lots 0", {"hardware": {"lots": 0}}, "hardware.lots", "1"),
+    ("negative price", {"hardware": {"lot_price_usd_per_day": "-1"}},
+     "hardware.lot_price_usd_per_day", "0"),
+    ("price nan", {"hardware": {"lot_price_usd_per_day": "NaN"}},
+     "hardware.lot_price_usd_per_day", ""),
+    ("mi300x with cuda", {"hardware": {"gpu": "MI300X"}}, "backend", "rocm only"),
+    ("h100 with rocm", {"backend": "rocm"}, "backend", "cuda only"),
+    ("cpu model with cuda", {"hardware": {"gpu": "cpu"}}, "backend", "cpu only"),
+    ("h100 proven on cpu", {"backend": "cpu"}, "backend", "on its card"),
+    ("unknown gpu", {"hardware": {"gpu": "RTX9999"}}, "hardware.gpu", "MI300X"),
+    ("api version", {"apiVersion": "preflight/v2"}, "apiVersion", "preflight/v1"),
+    ("name not a slug", {"name": "My Pilot"}, "name", "slug"),
+    ("backend unknown", {"backend": "metal"}, "backend", "cuda"),
+    ("preparation unknown", {"preparation": "conda"}, "preparation", "pytorch"),
+    ("expected count", {"inputs": {"expected_count": 11}}, "inputs.expected_count",
+     "found 12"),
+    ("refusal missing", {"inputs": {"expected_refusals": ["doc-99"]}},
+     "inputs.expected_refusals[0]", "doc-99"),
+    ("refusal with extension", {"inputs": {"expected_refusals": ["doc-07.txt"]}},
+     "inputs.expected_refusals[0]", "did you mean 'doc-07'"),
+    ("refusal twice", {"inputs": {"expected_refusals": ["doc-07", "DOC-07"]},
+                       "success": {"min_accepted": 10, "max_refused": 2}},
+     "inputs.expected_refusals[1]", "unique"),
+    ("inputs dir missing", {"inputs": {"dir": "nowhere"}}, "inputs.dir", "not a directory"),
+    ("project dir missing", {"project": {"dir": "../nowhere-at-all"}}, "project.dir",
+     "not a directory"),
+    ("requirements missing", {"project": {"requirements": "req.txt"}},
+     "project.requirements", "not found"),
+    ("pattern escapes", {"inputs": {"pattern": "../*"}}, "inputs.pattern", "inside"),
+    ("no categories", {"task": {"categories": []}}, "task.categories", "at least one"),
+    ("duplicate category", {"task": {"categories": ["invoice", "Invoice"]}},
+     "task.categories[1]", "unique"),
+    ("handler and command", {"task": {"command": ["python", "x.py"]}}, "task.command",
+     "not both"),
+    ("neither handler nor command", {"task": {"handler": None}}, "task.handler", "give"),
+    ("handler not an entry point", {"task": {"handler": "classify.py"}}, "task.handler",
+     "module:function"),
+    ("min_accepted too high", {"success": {"min_accepted": 12}}, "success.min_accepted",
+     "11 can be accepted"),
+    ("max_refused below refusals", {"success": {"max_refused": 0}}, "success.max_refused",
+     "never pass"),
+    ("two_person without approvers", {"approvals": {"two_person": True}},
+     "approvals.approvers", "two_person"),
+    ("ssh without host", {"node": {"kind": "ssh", "workdir": "/srv/p"}}, "node.host",
+     "node.host"),
+    ("bad fingerprint", {"node": {"host_key_fingerprint": "MD5:aa"}},
+     "node.host_key_fingerprint", "SHA256"),
+    ("unknown stage timeout", {"diagnostics": {"timeouts": {"warmup": 3}}},
+     "diagnostics.timeouts", "warmup"),
+    ("zero timeout", {"diagnostics": {"timeouts": {"pilot": 0}}},
+     "diagnostics.timeouts.pilot", "greater than 0"),
+    ("bad python constraint", {"project": {"python": "3.10 please"}}, "project.python",
+     ">=3.10"),
+    ("naive lease start", {"lease": {"starts_at": "2030-01-01T00:00:00"}}, "lease.starts_at",
+     "timezone"),
+    ("slack bot token", {"project": {"params": {"notify": "xoxb-123456789-abcdefghij"}}},
+     "project.params.notify", "Slack token"),
+    ("password key", {"task": {"params": {"db_password": "hunter2"}}},
+     "task.params.db_password", "environment"),
+    ("aws key", {"task": {"params": {"bucket_key": "AKIAIOSFODNN7EXAMPLE"}}},
+     "task.params.bucket_key", "AWS"),
+    ("url with credentials", {"results": {"copy_to": "https://bob:pw@example.net/e"}},
+     "results.copy_to", "user and password"),
+    ("pem block", {"project": {"params": {"key": "-----BEGIN RSA PRIVATE KEY-----\nMII"}}},
+     "project.params.key", "PEM"),
+    ("volume count", {"volume": {"inputs": {"dir": "data/pilote", "expected_count": 3}}},
+     "volume.inputs.expected_count", "found 12"),
+    ("volume without inputs", {"volume": {"nodes": 2}}, "volume.inputs", "missing"),
+]
+
+
+@pytest.mark.parametrize("label, change, loc, fragment", REFUSED, ids=[r[0] for r in REFUSED])
+def test_rule_refuses(tmp_path: Path, label: str, change: dict[str, Any], loc: str,
+                      fragment: str) -> None:
+    make_project(tmp_path)
+    found = locs(tmp_path, dump(merged(**change)))
+    assert loc in found, f"{label}: {sorted(found)}"
+    assert fragment.lower() in found[loc].message.lower()
+    assert found[loc].line is not None
+
+
+ACCEPTED: list[tuple[str, dict[str, Any]]] = [
+    ("gpu case-insensitive", {"hardware": {"gpu": "h100"}}),
+    ("mi300x with rocm", {"hardware": {"gpu": "MI300X"}, "backend": "rocm"}),
+    ("cpu model", {"hardware": {"gpu": "cpu", "lot_price_usd_per_day": 0}, "backend": "cpu"}),
+    ("price as number", {"hardware": {"lot_price_usd_per_day": 3}}),
+    ("b200", {"hardware": {"gpu": "B200", "lots": 3}}),
+    ("days 30, lots 10", {"hardware": {"days": 30, "lots": 10}}),
+    ("training without categories", {"purpose": "training",
+                                     "task": {"kind": "train", "categories": []}}),
+    ("command instead of handler", {"task": {"handler": None, "command": ["python", "x.py"]}}),
+    ("min_accepted exactly reachable", {"success": {"min_accepted": 11}}),
+    ("no refusals", {"inputs": {"expected_refusals": []}, "success": {"max_refused": 0}}),
+    ("password from the environment", {"task": {"params": {"password": "${DB_PASSWORD}"}}}),
+    ("two_person with approvers", {"approvals": {"approvers": ["a", "b"], "two_person": True}}),
+    ("volume dir elsewhere", {"volume": {"inputs": {"dir": "corpus", "expected_count": 9000},
+                                         "nodes": 2}}),
+    ("aware lease start", {"lease": {"starts_at": "2030-01-01T00:00:00+02:00"}}),
+    ("timeouts of known stages", {"diagnostics": {"timeouts": {"pilot": 60, "torch": 5}}}),
+]
+
+
+@pytest.mark.parametrize("label, change", ACCEPTED, ids=[r[0] for r in ACCEPTED])
+def test_rule_accepts(tmp_path: Path, label: str, change: dict[str, Any]) -> None:
+    make_project(tmp_path)
+    load(tmp_path, dump(merged(**change)))
+
+
+def test_ids_collide_case_insensitively(tmp_path: Path) -> None:
+    make_project(tmp_path, names=["doc-01.txt", "DOC-01.md", "doc-02.txt"])
+    text = dump(merged(inputs={"pattern": "*", "expected_count": 3, "expected_refusals": []},
+                       success=None))
+    problem = locs(tmp_path, text)["inputs.pattern"]
+    assert "doc-01.txt" in problem.message and "DOC-01.md" in problem.message
+
+
+def test_same_stem_different_extension_collides(tmp_path: Path) -> None:
+    make_project(tmp_path, names=["a.txt", "a.pdf"])
+    text = dump(merged(inputs={"pattern": "*", "expected_count": 2, "expected_refusals": []},
+                       success=None))
+    assert "collide" in locs(tmp_path, text)["inputs.pattern"].message
+
+
+def test_warnings_for_nuances(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    rocm = load(tmp_path, dump(merged(hardware={"gpu": "MI300X"}, backend="rocm",
+                                      diagnostics={"extensions": ["flash_attn", "triton"]})))
+    assert "flash_attn" in {w.loc: w for w in rocm.warnings}["diagnostics.extensions"].message
+    b200 = load(tmp_path, dump(merged(hardware={"gpu": "B200"})))
+    assert "two cards" in {w.loc: w for w in b200.warnings}["hardware.gpu"].message
+    ubuntu = load(tmp_path, dump(merged(preparation="ubuntu")))
+    assert "project.requirements" in {w.loc for w in ubuntu.warnings}
+    single = load(tmp_path, dump(merged(approvals={"approvers": ["a"], "two_person": True})))
+    assert "approvals.approvers" in {w.loc for w in single.warnings}
+
+
+def test_volume_dir_missing_is_only_a_warning(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    loaded = load(tmp_path, dump(merged(volume={"inputs": {"dir": "corpus",
+                                                           "expected_count": 5}})))
+    assert "volume.inputs.dir" in {w.loc for w in loaded.warnings}
