@@ -201,8 +201,8 @@ class PilotService:
                                  verdict=verdict, balance=balance, evidence=evidence,
                                  environment=environment,
                                  finished_at=_now(), exit_code=finished.data.get("exit_code")):
-            self._progress.pop(run_id, None)
             self._publish_outcome(run_id)
+            self._progress.pop(run_id, None)
 
     def _runner_died(self, run_id: str) -> None:
         run = self.store.get_run(run_id)
