@@ -1,0 +1,35 @@
+"""`preflight verify PATH`: re-verify a copied evidence folder, without the original run."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from runner.evidence import EvidenceError, verify_evidence
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``verify`` command to the ``preflight`` app."""
+
+    @app.command("verify")
+    def verify(
+        path: str = typer.Argument(..., help="evidence folder: a directory or an fsspec URL"),
+        as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+    ) -> None:
+        """Check every SHA256SUMS entry and the files needed to understand the result."""
+        try:
+            report = verify_evidence(path)
+        except EvidenceError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        if as_json:
+            typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+        elif report.ok:
+            typer.echo(f"verified: {path}: {report.files} files, {report.bytes} bytes, "
+                       f"every checksum matches")
+        else:
+            typer.echo(f"NOT verified: {path}: {len(report.problems)} problem(s)")
+            for problem in report.problems:
+                typer.echo(f"  - {problem}")
+        raise typer.Exit(0 if report.ok else 1)

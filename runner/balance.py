@@ -1,0 +1,193 @@
+"""The balance rules (DESIGN.md "The balance"), as pure functions.
+
+Every expected input id must appear exactly once: ``accepted`` with an allowed category,
+or ``refused`` with a reason. Invented ids, ids returned twice, ids never returned, bad
+categories, refusals without a reason and expected refusals that were accepted are
+problems, and ``accepted + refused == expected_count`` is checked, not assumed.
+
+The runner computes the balance from its ledger; the bot recomputes it from the
+``item.done`` events it recorded, with this same module, so the two cannot drift.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
+
+ACCEPTED = "accepted"
+REFUSED = "refused"
+
+PROBLEM_KINDS = (
+    "invented",            # an id that is not among the inputs
+    "duplicate",           # an id returned more than once
+    "missing",             # an expected id never returned (silent disappearance)
+    "bad_category",        # accepted with a category outside the allowed set
+    "no_reason",           # refused without a reason
+    "bad_status",          # status neither accepted nor refused
+    "bad_id",              # a result without a usable id
+    "unexpected_accept",   # an expected refusal that was accepted
+    "count_mismatch",      # accepted + refused != expected_count
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str
+    id: Optional[str]
+    detail: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "id": self.id, "detail": self.detail}
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id}: {self.detail}" if self.id else f"{self.kind}: {self.detail}"
+
+
+@dataclass
+class Balance:
+    accepted: int
+    refused: int
+    total: int
+    problems: List[Problem] = field(default_factory=list)
+    warnings: List[Problem] = field(default_factory=list)
+    by_category: Dict[str, int] = field(default_factory=dict)
+    rows: List[Dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        head = f"accepted {self.accepted} + refused {self.refused} of {self.total}"
+        if self.ok:
+            return head + ": balance ok"
+        names = "; ".join(str(p) for p in self.problems[:10])
+        more = f" (+{len(self.problems) - 10} more)" if len(self.problems) > 10 else ""
+        return f"{head}: {len(self.problems)} problem(s): {names}{more}"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "accepted": self.accepted,
+            "refused": self.refused,
+            "total": self.total,
+            "ok": self.ok,
+            "problems": [p.to_dict() for p in self.problems],
+            "warnings": [p.to_dict() for p in self.warnings],
+            "by_category": dict(self.by_category),
+        }
+
+
+def compute_balance(
+    expected_ids: Iterable[str],
+    expected_refusals: Iterable[str],
+    categories: Sequence[str],
+    results: Iterable[Dict[str, Any]],
+    *,
+    expected_count: Optional[int] = None,
+) -> Balance:
+    """Check ``results`` (item.done-like dicts) against the expected ids.
+
+    ``expected_count`` is the manifest's figure; when given it is the total the sums are
+    checked against, and a listing of a different size is itself a problem. The first
+    result of an id counts; later ones are reported as duplicates.
+    """
+    expected = list(dict.fromkeys(expected_ids))
+    expected_set = set(expected)
+    refusals = set(expected_refusals)
+    allowed = list(categories)
+    total = len(expected) if expected_count is None else int(expected_count)
+    problems: List[Problem] = []
+    warnings: List[Problem] = []
+    first: Dict[str, Dict[str, Any]] = {}
+    for result in results:
+        _check_one(result, expected_set, first, problems)
+    accepted = refused = 0
+    by_category = {c: 0 for c in allowed}
+    rows: List[Dict[str, Any]] = []
+    for iid in expected:
+        res = first.get(iid)
+        if res is None:
+            problems.append(Problem("missing", iid, "never returned (silent disappearance)"))
+            continue
+        status = res.get("status")
+        if status == ACCEPTED:
+            accepted += 1
+            cat = res.get("category")
+            if cat in by_category:
+                by_category[cat] += 1
+            else:
+                problems.append(Problem("bad_category", iid,
+                                        f"category {cat!r} is not one of {allowed}"))
+            if iid in refusals:
+                problems.append(Problem("unexpected_accept", iid,
+                                        "listed in expected_refusals but was accepted"))
+        elif status == REFUSED:
+            refused += 1
+            if not _text(res.get("reason")):
+                problems.append(Problem("no_reason", iid, "refused without a reason"))
+            if iid not in refusals:
+                detail = f"refused but not an expected refusal: {res.get('reason')}"
+                warnings.append(Problem("unexpected_refusal", iid, detail))
+        rows.append(_row(iid, res))
+    _check_counts(expected, expected_count, accepted, refused, total, problems)
+    return Balance(accepted=accepted, refused=refused, total=total, problems=problems,
+                   warnings=warnings, by_category=by_category, rows=rows)
+
+
+def _check_one(result: Any, expected: Set[str], first: Dict[str, Dict[str, Any]],
+               problems: List[Problem]) -> None:
+    if not isinstance(result, dict):
+        problems.append(Problem("bad_id", None, f"result is not an object: {result!r:.80}"))
+        return
+    iid = result.get("id")
+    if not isinstance(iid, str) or not iid:
+        problems.append(Problem("bad_id", None, f"result without a usable id: {result!r:.120}"))
+        return
+    if iid not in expected:
+        problems.append(Problem("invented", iid, "not among the inputs"))
+        return
+    if iid in first:
+        problems.append(Problem("duplicate", iid, "returned more than once"))
+        return
+    status = result.get("status")
+    if status not in (ACCEPTED, REFUSED):
+        problems.append(Problem("bad_status", iid,
+                                f"status {status!r} is neither accepted nor refused"))
+        return
+    first[iid] = result
+
+
+def _check_counts(expected: List[str], expected_count: Optional[int], accepted: int,
+                  refused: int, total: int, problems: List[Problem]) -> None:
+    if expected_count is not None and expected_count != len(expected):
+        detail = f"{len(expected)} inputs found, expected_count is {expected_count}"
+        problems.append(Problem("count_mismatch", None, detail))
+    if accepted + refused != total:
+        problems.append(Problem("count_mismatch", None,
+                                f"accepted {accepted} + refused {refused} = "
+                                f"{accepted + refused}, expected {total}"))
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _row(iid: str, res: Dict[str, Any]) -> Dict[str, Any]:
+    status = res.get("status")
+    return {
+        "id": iid,
+        "status": status,
+        "category": res.get("category") if status == ACCEPTED else None,
+        "reason": res.get("reason") if status == REFUSED else None,
+    }
+
+
+def problems_text(problems: Iterable[Dict[str, Any]]) -> str:
+    """One line naming each problem of a serialized balance (for messages)."""
+    parts = []
+    for p in problems:
+        iid = p.get("id")
+        parts.append(f"{p.get('kind')} {iid}: {p.get('detail')}" if iid else
+                     f"{p.get('kind')}: {p.get('detail')}")
+    return "; ".join(parts)

@@ -1,0 +1,69 @@
+"""The pilot's inputs: one Item per file of ``spec.inputs.dir`` matching the pattern.
+
+An item's id is its file name without the final extension (``doc-01.txt`` -> ``doc-01``),
+the same rule the bot's manifest loader uses, so both sides agree on the ids to expect.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any, Dict, List
+
+
+class InputsError(ValueError):
+    """The inputs directory cannot be listed, or two files map to the same id."""
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    path: str
+    size: int
+
+
+def item_id(name: str) -> str:
+    """The id of a file name: the name without its final extension."""
+    stem, _ext = os.path.splitext(name)
+    return stem or name
+
+
+def list_inputs(spec: Any) -> List[Item]:
+    """Items of ``spec.inputs.dir`` matching ``spec.inputs.pattern``, sorted by id.
+
+    Only regular files directly in the directory count (no recursion), hidden files are
+    ignored. Two files with the same id (``a.txt`` and ``a.json``) are an error naming both,
+    because the balance is keyed by id and would otherwise count one of them twice.
+    """
+    return list_dir(spec.inputs.dir, spec.inputs.pattern or "*")
+
+
+def list_dir(directory: str, pattern: str = "*") -> List[Item]:
+    try:
+        names = os.listdir(directory)
+    except OSError as exc:
+        raise InputsError(f"inputs.dir {directory}: cannot list: {exc.strerror or exc}") from exc
+    seen: Dict[str, str] = {}
+    items: List[Item] = []
+    for name in sorted(names):
+        if name.startswith(".") or not fnmatch.fnmatchcase(name, pattern):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        iid = item_id(name)
+        if iid in seen:
+            raise InputsError(
+                f"inputs.dir {directory}: files {seen[iid]} and {name} have the same id {iid!r}"
+            )
+        seen[iid] = name
+        items.append(Item(id=iid, path=os.path.abspath(path), size=st.st_size))
+    items.sort(key=lambda it: it.id)
+    return items
+

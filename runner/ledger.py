@@ -1,0 +1,205 @@
+"""Per-item outcomes of a run, in ``ledger.sqlite`` (standard library sqlite3).
+
+The ledger is the source of truth for the balance and for resume: an item is done when,
+and only when, its row is committed here. Rows are keyed by input id (PRIMARY KEY), so an
+item can never be recorded twice: a second insert is an error, not an overwrite. Batches
+are written in one transaction each; the database runs in WAL mode with
+``synchronous=NORMAL``, which survives a killed process at any instant (a power loss may
+lose the last batches, which resume then redoes, but never corrupts the file).
+
+Anomalies (ids a handler invented or returned twice, malformed results) are kept in their
+own table, so nothing the application said is silently dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS items (
+    id TEXT PRIMARY KEY,
+    status TEXT NOT NULL CHECK (status IN ('accepted', 'refused')),
+    category TEXT,
+    reason TEXT,
+    output TEXT,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    done_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS anomalies (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    id TEXT,
+    detail TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class LedgerError(RuntimeError):
+    """The ledger file cannot be opened or written (translated from sqlite3)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    status: str
+    category: Optional[str] = None
+    reason: Optional[str] = None
+    output: Optional[str] = None
+
+    def to_result(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"id": self.id, "status": self.status}
+        if self.status == "accepted":
+            out["category"] = self.category
+        else:
+            out["reason"] = self.reason
+        if self.output:
+            out["output"] = self.output
+        return out
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    kind: str
+    id: Optional[str]
+    detail: str
+
+
+class Ledger:
+    """One run's ledger. Open with :meth:`open`; use from one thread."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self._conn = conn
+        self.path = path
+        self.attempt = 1
+
+    @classmethod
+    def open(cls, path: str, *, new_attempt: bool = False) -> Ledger:
+        """Open (creating) the ledger; ``new_attempt`` counts a new processing attempt."""
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(SCHEMA)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {path}: cannot open: {exc}") from exc
+        ledger = cls(conn, path)
+        ledger.attempt = ledger._bump_attempt() if new_attempt else ledger._read_attempt()
+        return ledger
+
+    def _read_attempt(self) -> int:
+        row = self._conn.execute("SELECT value FROM meta WHERE key='attempts'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _bump_attempt(self) -> int:
+        with self._tx():
+            n = self._read_attempt() + 1
+            self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('attempts', ?)",
+                               (str(n),))
+        return n
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self._conn, self.path)
+
+    def done_ids(self) -> Set[str]:
+        """Ids already recorded (resume skips them)."""
+        try:
+            return {r[0] for r in self._conn.execute("SELECT id FROM items")}
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: cannot read: {exc}") from exc
+
+    def record(self, rows: Sequence[Row], anomalies: Sequence[Anomaly] = ()) -> None:
+        """Record one batch in one transaction: all of it or none of it.
+
+        An id already in the ledger makes the whole batch fail with LedgerError naming it:
+        an item marked done is never recorded (or processed) a second time.
+        """
+        with self._tx():
+            try:
+                self._conn.executemany(
+                    "INSERT INTO items(id, status, category, reason, output, attempt) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    [(r.id, r.status, r.category, r.reason, r.output, self.attempt)
+                     for r in rows])
+            except sqlite3.IntegrityError as exc:
+                dup = self._first_existing([r.id for r in rows])
+                what = f"item {dup!r} is already recorded" if dup else "batch refused"
+                raise LedgerError(f"ledger {self.path}: {what}: {exc}") from exc
+            if anomalies:
+                self._conn.executemany(
+                    "INSERT INTO anomalies(kind, id, detail, attempt) VALUES (?, ?, ?, ?)",
+                    [(a.kind, a.id, a.detail, self.attempt) for a in anomalies])
+
+    def _first_existing(self, ids: Sequence[str]) -> Optional[str]:
+        """The id that broke uniqueness: repeated in the batch or already committed."""
+        seen: Set[str] = set()
+        for iid in ids:
+            if iid in seen:
+                return iid
+            seen.add(iid)
+        self._conn.execute("ROLLBACK")  # drop this batch's partial inserts before looking
+        self._conn.execute("BEGIN IMMEDIATE")
+        for iid in ids:
+            if self._conn.execute("SELECT 1 FROM items WHERE id=?", (iid,)).fetchone():
+                return iid
+        return None
+
+    def rows(self) -> Iterator[Row]:
+        cur = self._conn.execute(
+            "SELECT id, status, category, reason, output FROM items ORDER BY id")
+        for r in cur:
+            yield Row(*r)
+
+    def anomalies(self) -> List[Anomaly]:
+        cur = self._conn.execute("SELECT kind, id, detail FROM anomalies ORDER BY n")
+        return [Anomaly(*r) for r in cur]
+
+    def count(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM items").fetchone()[0])
+
+    def close(self) -> None:
+        try:
+            self._conn.close()
+        except sqlite3.Error:
+            pass
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _Transaction:
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self._conn = conn
+        self._path = path
+
+    def __enter__(self) -> None:
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self._path}: cannot begin a transaction: {exc}") from exc
+
+    def __exit__(self, etype: Any, exc: Any, tb: Any) -> None:
+        if etype is None:
+            try:
+                self._conn.execute("COMMIT")
+                return
+            except sqlite3.Error as err:
+                self._conn.execute("ROLLBACK")
+                raise LedgerError(f"ledger {self._path}: commit failed: {err}") from err
+        try:
+            self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        if isinstance(exc, sqlite3.Error) and not isinstance(exc, LedgerError):
+            raise LedgerError(f"ledger {self._path}: {exc}") from exc
+
+
+def ledger_path(run_dir: str) -> str:
+    return os.path.join(run_dir, "ledger.sqlite")

@@ -1,0 +1,363 @@
+"""The pilot, balance and evidence stages.
+
+``pilot`` runs the task over the inputs through the ledger (resumable, exactly once per
+id); ``balance`` recomputes the balance from the ledger and writes balance.json/.csv with
+the sample review; ``evidence`` copies the run's evidence to ``results.copy_to`` and
+verifies the copy. Standard library only at import time.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from typing import Any, Dict, Iterable, List, Optional, Set
+
+from runner.balance import Balance, Problem, compute_balance
+from runner.inputs import InputsError, Item, list_inputs
+from runner.ledger import Anomaly, Ledger, LedgerError, Row, ledger_path
+from runner.stages import StageContext, StageFailure, StageSkipped
+
+EVENT_SAMPLE_REFUSED_MAX = 100
+
+
+class Recorder:
+    """Audits a task's results for a batch, commits them to the ledger, then emits.
+
+    Nothing the task returns is dropped: a result that cannot be recorded as an item
+    (an id not asked for, one returned twice, no id, an unknown status) becomes a ledger
+    anomaly, which the balance lists as a problem.
+    """
+
+    def __init__(self, ctx: StageContext, ledger: Ledger, items: List[Item],
+                 done: Set[str]) -> None:
+        self.ctx = ctx
+        self.ledger = ledger
+        self.all_ids = {it.id for it in items}
+        self.total = len(items)
+        self.recorded: Set[str] = set(done) & self.all_ids
+        self.outputs_dir = os.path.join(ctx.run_dir, "outputs")
+
+    def record(self, asked: Iterable[str], results: Any) -> int:
+        asked_set = set(asked)
+        rows, anomalies = self.audit(asked_set, results)
+        self.ledger.record(rows, anomalies)
+        for row in rows:
+            self.recorded.add(row.id)
+            self.ctx.emit("item.done", **row.to_result())
+        self.ctx.emit("progress", done=len(self.recorded), total=self.total)
+        return len(rows)
+
+    def audit(self, asked: Set[str], results: Any) -> tuple[List[Row], List[Anomaly]]:
+        rows: List[Row] = []
+        anomalies: List[Anomaly] = []
+        if not isinstance(results, (list, tuple)):
+            anomalies.append(Anomaly("bad_id", None,
+                                     f"task returned {type(results).__name__}, not a list"))
+            return rows, anomalies
+        seen: Set[str] = set()
+        for res in results:
+            bad = self._bad(res, asked, seen)
+            if bad is not None:
+                anomalies.append(bad)
+                continue
+            seen.add(res["id"])
+            rows.append(self._row(res))
+        return rows, anomalies
+
+    def _bad(self, res: Any, asked: Set[str], seen: Set[str]) -> Optional[Anomaly]:
+        if not isinstance(res, dict) or not isinstance(res.get("id"), str) or not res["id"]:
+            return Anomaly("bad_id", None, f"result without a usable id: {res!r:.120}")
+        iid = res["id"]
+        if iid in seen or iid in self.recorded:
+            return Anomaly("duplicate", iid, "returned more than once")
+        if iid not in asked:
+            detail = ("not among the inputs" if iid not in self.all_ids
+                      else "not asked for in this batch")
+            return Anomaly("invented", iid, detail)
+        if res.get("status") not in ("accepted", "refused"):
+            return Anomaly("bad_status", iid,
+                           f"status {res.get('status')!r} is neither accepted nor refused")
+        return None
+
+    def _row(self, res: Dict[str, Any]) -> Row:
+        iid = res["id"]
+        output = res.get("output")
+        if isinstance(output, (dict, list)):
+            from runner.workloads import write_output
+
+            output = write_output(self.outputs_dir, iid,
+                                  json.dumps(output, sort_keys=True).encode("utf-8"))
+        if isinstance(output, str) and os.path.isabs(output):
+            rel = os.path.relpath(output, self.ctx.run_dir)
+            output = rel if not rel.startswith("..") else output
+        accepted = res["status"] == "accepted"
+        return Row(id=iid, status=res["status"],
+                   category=_opt_str(res.get("category")) if accepted else None,
+                   reason=None if accepted else _opt_str(res.get("reason")),
+                   output=output if isinstance(output, str) else None)
+
+
+def _opt_str(value: Any) -> Optional[str]:
+    return None if value is None else str(value)
+
+
+def pilot(ctx: StageContext) -> Dict[str, Any]:
+    """Run the task on the inputs not yet in the ledger, batch by batch."""
+    spec = ctx.spec
+    items = _inputs(spec, "pilot")
+    os.makedirs(os.path.join(ctx.run_dir, "outputs"), exist_ok=True)
+    _clean_temp(os.path.join(ctx.run_dir, "outputs"))
+    ledger = _open_ledger(ctx, "pilot")
+    try:
+        done = ledger.done_ids()
+        replayed = _replay(ctx, ledger) if ctx.resume else 0
+        remaining = [it for it in items if it.id not in done]
+        facts: Dict[str, Any] = {
+            "items": len(items), "already_done": len(done), "remaining": len(remaining),
+            "resumed": bool(ctx.resume), "replayed": replayed, "attempt": ledger.attempt,
+        }
+        if not remaining:
+            ctx.emit("progress", done=len(done), total=len(items))
+            facts["note"] = f"nothing to do: all {len(done)} items were already done"
+            return facts
+        recorder = Recorder(ctx, ledger, items, done)
+        if spec.task.kind == "train":
+            from runner.workloads.train import train_pilot
+
+            facts.update(train_pilot(ctx, remaining, recorder))
+        elif spec.task.command:
+            from runner.command import run_command
+
+            facts.update(run_command(ctx, remaining, recorder))
+        else:
+            facts["recorded"] = _run_handler(ctx, remaining, recorder)
+        facts["done"] = len(recorder.recorded)
+        return facts
+    except LedgerError as exc:
+        raise StageFailure("pilot", str(exc), hint="check the run directory's disk") from exc
+    finally:
+        ledger.close()
+
+
+def _run_handler(ctx: StageContext, remaining: List[Item], recorder: Recorder) -> int:
+    from runner.workloads import HandlerError, load_handler, make_context
+
+    spec = ctx.spec
+    try:
+        handler = load_handler(spec)
+    except HandlerError as exc:
+        raise StageFailure("pilot", str(exc), hint="check task.handler and project.dir") from exc
+    wctx = make_context(spec, recorder.outputs_dir)
+    wctx.device = ctx.device
+    size = max(1, int(spec.task.batch_size or 1))
+    recorded = 0
+    for start in range(0, len(remaining), size):
+        batch = remaining[start:start + size]
+        try:
+            results = handler(batch, wctx)
+        except Exception as exc:
+            ids = ", ".join(it.id for it in batch[:5]) + (" ..." if len(batch) > 5 else "")
+            raise StageFailure(
+                "pilot", f"task.handler raised {type(exc).__name__}: {exc} (batch: {ids})",
+                hint="the items recorded so far are kept; fix the handler and resume",
+                facts={"recorded": recorded}) from exc
+        recorded += recorder.record([it.id for it in batch], results)
+    return recorded
+
+
+def _inputs(spec: Any, stage: str) -> List[Item]:
+    try:
+        return list_inputs(spec)
+    except InputsError as exc:
+        raise StageFailure(stage, str(exc), hint="check inputs.dir and inputs.pattern") from exc
+
+
+def _open_ledger(ctx: StageContext, stage: str) -> Ledger:
+    try:
+        return Ledger.open(ledger_path(ctx.run_dir), new_attempt=stage == "pilot")
+    except LedgerError as exc:
+        raise StageFailure(stage, str(exc), hint="check the run directory") from exc
+
+
+def _clean_temp(outputs_dir: str) -> None:
+    """Remove temporary files a killed process left behind (never a final output)."""
+    for name in os.listdir(outputs_dir):
+        if name.startswith(".") and ".tmp-" in name:
+            try:
+                os.remove(os.path.join(outputs_dir, name))
+            except OSError:
+                pass
+
+
+def _replay(ctx: StageContext, ledger: Ledger) -> int:
+    """Emit item.done for ledger items whose event never reached events.jsonl."""
+    seen = _done_ids_in_events(os.path.join(ctx.run_dir, "events.jsonl"))
+    n = 0
+    for row in ledger.rows():
+        if row.id not in seen:
+            ctx.emit("item.done", replayed=True, **row.to_result())
+            n += 1
+    return n
+
+
+def _done_ids_in_events(path: str) -> Set[str]:
+    ids: Set[str] = set()
+    try:
+        fh = open(path, "rb")
+    except OSError:
+        return ids
+    with fh:
+        for raw in fh:
+            if b'"item.done"' not in raw or not raw.endswith(b"\n"):
+                continue
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and obj.get("type") == "item.done":
+                ids.add(str(obj.get("id")))
+    return ids
+
+
+def balance(ctx: StageContext) -> Dict[str, Any]:
+    """Balance from the ledger; writes balance.json and balance.csv; fails when not ok."""
+    spec = ctx.spec
+    items = _inputs(spec, "balance")
+    if not os.path.exists(ledger_path(ctx.run_dir)):
+        raise StageFailure("balance", "no ledger.sqlite in the run directory",
+                           hint="the pilot stage did not record anything")
+    ledger = _open_ledger(ctx, "balance")
+    try:
+        rows = list(ledger.rows())
+        anomalies = ledger.anomalies()
+    finally:
+        ledger.close()
+    bal = balance_from_rows(spec, items, rows, anomalies)
+    sample = sample_review(spec, items, rows)
+    by_id = {r.id: r for r in rows}
+    doc = bal.to_dict()
+    doc.update({"run": spec.run_id, "rows": _csv_rows(items, by_id), "sample": sample,
+                "expected_refusals": list(spec.inputs.expected_refusals),
+                "categories": _categories(spec)})
+    _write_atomic(os.path.join(ctx.run_dir, "balance.json"),
+                  json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    _write_atomic(os.path.join(ctx.run_dir, "balance.csv"), _csv_text(doc["rows"]))
+    event = bal.to_dict()
+    event["sample"] = _event_sample(sample)
+    ctx.emit("balance", **event)
+    facts = {k: doc[k] for k in ("accepted", "refused", "total", "ok", "by_category")}
+    facts["problems"] = len(bal.problems)
+    if not bal.ok:
+        raise StageFailure("balance", bal.summary(), facts=facts,
+                           hint="each problem names the input id; see balance.json")
+    return facts
+
+
+def _categories(spec: Any) -> List[str]:
+    cats = list(spec.task.categories or [])
+    return cats or (["train"] if spec.task.kind == "train" else [])
+
+
+def balance_from_rows(spec: Any, items: List[Item], rows: List[Row],
+                      anomalies: List[Anomaly]) -> Balance:
+    bal = compute_balance([it.id for it in items], spec.inputs.expected_refusals,
+                          _categories(spec), [r.to_result() for r in rows],
+                          expected_count=spec.inputs.expected_count or None)
+    for a in anomalies:
+        bal.problems.append(Problem(a.kind, a.id, a.detail))
+    return bal
+
+
+def sample_review(spec: Any, items: List[Item], rows: List[Row]) -> List[Dict[str, Any]]:
+    """A few accepted items per category and every refused one, beside their input."""
+    per_cat = max(0, int(spec.results.sample_per_category))
+    chars = max(0, int(spec.results.sample_chars))
+    paths = {it.id: it.path for it in items}
+    taken: Dict[str, int] = {}
+    sample: List[Dict[str, Any]] = []
+    for row in rows:
+        if row.status == "accepted":
+            key = str(row.category)
+            if taken.get(key, 0) >= per_cat:
+                continue
+            taken[key] = taken.get(key, 0) + 1
+        entry = row.to_result()
+        entry["input_head"] = _head(paths.get(row.id), chars)
+        sample.append(entry)
+    return sample
+
+
+def _head(path: Optional[str], chars: int) -> Optional[str]:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(chars * 4 + 4)
+    except OSError as exc:
+        return f"(unreadable: {exc.strerror or exc})"
+    return data.decode("utf-8", errors="replace")[:chars]
+
+
+def _event_sample(sample: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    refused = [s for s in sample if s.get("status") == "refused"]
+    if len(refused) <= EVENT_SAMPLE_REFUSED_MAX:
+        return sample
+    keep = set(id(s) for s in refused[:EVENT_SAMPLE_REFUSED_MAX])
+    return [s for s in sample if s.get("status") != "refused" or id(s) in keep]
+
+
+def _csv_rows(items: List[Item], by_id: Dict[str, Row]) -> List[Dict[str, Any]]:
+    out = []
+    for it in items:
+        row = by_id.get(it.id)
+        if row is None:
+            out.append({"id": it.id, "status": "missing", "category": None,
+                        "reason": "never returned", "output": None, "input_bytes": it.size})
+        else:
+            out.append({"id": it.id, "status": row.status, "category": row.category,
+                        "reason": row.reason, "output": row.output, "input_bytes": it.size})
+    return out
+
+
+def _csv_text(rows: List[Dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    cols = ["id", "status", "category", "reason", "output", "input_bytes"]
+    writer = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({c: "" if r.get(c) is None else r.get(c) for c in cols})
+    return buf.getvalue()
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def evidence(ctx: StageContext) -> Dict[str, Any]:
+    """Copy the evidence to results.copy_to/<run_id>/, then read it back and verify."""
+    from runner.evidence import EvidenceError, copy_evidence, join_dest
+
+    dest = ctx.spec.results.copy_to
+    if not dest:
+        raise StageSkipped("no copy_to in the manifest")
+    target = join_dest(dest, ctx.spec.run_id)
+    try:
+        report = copy_evidence(ctx.run_dir, target)
+    except EvidenceError as exc:
+        raise StageFailure("evidence", str(exc),
+                           hint="check results.copy_to is writable from this node") from exc
+    ctx.emit("evidence", dest=target, files=report.files, bytes=report.bytes,
+             verified=report.verified, problems=report.problems)
+    facts = {"dest": target, "files": report.files, "bytes": report.bytes,
+             "verified": report.verified}
+    if not report.verified:
+        raise StageFailure("evidence", "the copy does not verify: " + "; ".join(report.problems),
+                           facts=facts, hint="re-run the copy; check the destination's disk")
+    return facts

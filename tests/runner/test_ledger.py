@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from runner.ledger import Anomaly, Ledger, LedgerError, Row
+
+
+def test_rows_survive_reopen_and_attempts_are_counted(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger.sqlite")
+    with Ledger.open(path, new_attempt=True) as led:
+        led.record([Row("b", "accepted", category="x"), Row("a", "refused", reason="bad")],
+                   [Anomaly("invented", "zz", "not among the inputs")])
+        assert led.attempt == 1
+    with Ledger.open(path, new_attempt=True) as led:
+        assert led.attempt == 2
+        assert led.done_ids() == {"a", "b"}
+        assert [r.id for r in led.rows()] == ["a", "b"]
+        assert led.rows().__next__().to_result() == {"id": "a", "status": "refused",
+                                                      "reason": "bad"}
+        assert led.anomalies() == [Anomaly("invented", "zz", "not among the inputs")]
+    mode = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_an_item_is_never_recorded_twice_and_the_batch_is_all_or_nothing(tmp_path: Path) -> None:
+    with Ledger.open(str(tmp_path / "l.sqlite")) as led:
+        led.record([Row("a", "accepted", category="x")])
+        with pytest.raises(LedgerError, match="'a' is already recorded"):
+            led.record([Row("c", "accepted", category="x"), Row("a", "refused", reason="r")])
+        with pytest.raises(LedgerError, match="'d' is already recorded"):
+            led.record([Row("d", "accepted", category="x"), Row("d", "accepted", category="x")])
+        assert led.done_ids() == {"a"}  # c and d were rolled back with their batch
+        assert led.count() == 1
+
+
+def test_a_status_outside_the_two_is_refused_by_the_schema(tmp_path: Path) -> None:
+    with Ledger.open(str(tmp_path / "l.sqlite")) as led:
+        with pytest.raises(LedgerError, match="batch refused: CHECK constraint"):
+            led.record([Row("a", "maybe")])
+        assert led.count() == 0
+
+
+def test_unopenable_path_is_a_ledger_error(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError, match="cannot open"):
+        Ledger.open(str(tmp_path / "no" / "such" / "dir" / "l.sqlite"))
