@@ -28,6 +28,7 @@ def project(tmp_path: Path) -> Path:
     (root / "manifests").mkdir(parents=True)
     shutil.copytree(REPO / "data" / "pilote", root / "data" / "pilote")
     shutil.copy(REPO / "manifests" / "pilote.yaml", root / "manifests" / "pilote.yaml")
+    shutil.copy(REPO / "requirements-rebuild.txt", root / "requirements-rebuild.txt")
     return root
 
 
