@@ -1,0 +1,82 @@
+"""``python -m runner SPEC.json --run-dir DIR [--resume]``: diagnostics and pilot on a node.
+
+Exit 0 when every stage passed or was skipped for a reason that is not a failure, 1 when a
+stage failed (or was blocked), 2 for an unusable spec or invocation (message on stderr).
+Events go to DIR/events.jsonl (appended and flushed first) and then to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Dict, List, Optional
+
+from runner import __version__
+from runner.events import RUN_FINISHED, RUN_STARTED, EventWriter
+from runner.spec import RunSpec, SpecError, load_spec
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # exit 2 with our wording, never a traceback
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"runner: {message}\n")
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = _Parser(prog="python -m runner", description=__doc__.splitlines()[0])
+    parser.add_argument("spec", help="the run spec (JSON) written by the bot")
+    parser.add_argument("--run-dir", required=True, help="this attempt's run directory")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue a run whose directory already has events.jsonl")
+    parser.add_argument("--version", action="version", version=f"preflight runner {__version__}")
+    return parser.parse_args(argv)
+
+
+def spec_summary(spec: RunSpec) -> Dict[str, Any]:
+    return {"name": spec.name, "purpose": spec.purpose, "backend": spec.backend,
+            "gpu": spec.hardware.gpu, "cards_per_lot": spec.hardware.cards_per_lot,
+            "task": spec.task.kind, "handler": spec.task.handler,
+            "inputs": spec.inputs.dir, "expected_count": spec.inputs.expected_count,
+            "python": spec.python}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        print(f"runner: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    run_dir = os.path.abspath(args.run_dir)
+    events_path = os.path.join(run_dir, "events.jsonl")
+    if os.path.exists(events_path) and not args.resume:
+        print(f"runner: run directory {run_dir} already has events.jsonl; a run directory is "
+              f"never reused (start a new one, or pass --resume to continue this run)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        if args.resume:
+            writer = EventWriter.resume(events_path, spec.run_id, echo=sys.stdout)
+        else:
+            writer = EventWriter(events_path, spec.run_id, echo=sys.stdout)
+    except (OSError, ValueError) as exc:
+        print(f"runner: cannot open {events_path}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from runner.stages.ladder import Ladder
+
+    try:
+        writer.emit(RUN_STARTED, spec=spec_summary(spec), runner_version=__version__,
+                    pid=os.getpid(), resume=bool(args.resume), python=sys.executable)
+        finished = Ladder(spec, args.spec, run_dir, bool(args.resume), writer).run()
+        writer.emit(RUN_FINISHED, **finished)
+    finally:
+        writer.close()
+    return EXIT_OK if finished["status"] == "passed" else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The stage framework: what a stage is, how it fails, and the table of stages.
+
+A stage is a function ``run(ctx: StageContext) -> dict`` returning its facts (JSON-able
+values only: str, int, float, bool, None, lists and dicts of those). It reports trouble by
+raising:
+
+- ``StageFailure(stage, message, hint=None, facts=None, error_type=None, where=None)``:
+  the stage failed; ``facts`` gathered so far are kept. Raise it ``from exc`` when it
+  translates an exception: the error's ``type`` and ``where`` then come from that cause
+  (its type name, and the deepest traceback frame in user code, else the deepest frame).
+  Any other exception escaping a stage is a failure too, described the same way.
+- ``StageSkipped(reason, facts=None, blocking=False)``: the stage has nothing to do
+  (``extensions`` with none listed, ``evidence`` without ``results.copy_to``). A *soft* skip
+  (``blocking=False``) does not count as a failure and does not stop the stages that
+  depend on it; a *blocking* skip does.
+
+``StageContext`` carries ``spec`` (runner.spec.RunSpec), ``run_dir`` (absolute path),
+``resume`` (bool), ``facts`` (facts of the stages that already ran, by stage name), and
+``emit(type, **data)`` to send stage-internal events (``item.done``, ``progress``). In the
+watchdog worker ``emit`` relays the event to the parent process, which alone numbers and
+writes events, so a stage never touches events.jsonl itself. ``ctx.device`` is the torch
+device string chosen by the ``device`` stage ("cuda" or "cpu").
+
+Standard library only at import time; the stage modules import torch inside functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Tuple
+
+Facts = Dict[str, Any]
+Emit = Callable[..., Any]
+
+
+class StageFailure(Exception):
+    """A stage failed: what (message), what to do (hint), and the facts gathered so far."""
+
+    def __init__(self, stage: str, message: str, hint: Optional[str] = None,
+                 facts: Optional[Facts] = None, error_type: Optional[str] = None,
+                 where: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.message = message
+        self.hint = hint
+        self.facts = dict(facts or {})
+        self.error_type = error_type
+        self.where = where
+
+
+class StageSkipped(Exception):
+    """The stage has nothing to do; ``blocking`` says whether dependents must skip too."""
+
+    def __init__(self, reason: str, facts: Optional[Facts] = None,
+                 blocking: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.facts = dict(facts or {})
+        self.blocking = blocking
+
+
+def _no_emit(etype: str, **data: Any) -> None:
+    return None
+
+
+@dataclass
+class StageContext:
+    """What a stage may rely on; see the module docstring."""
+
+    spec: Any
+    run_dir: str
+    resume: bool = False
+    facts: Dict[str, Facts] = field(default_factory=dict)
+    emit: Emit = _no_emit
+
+    @property
+    def device(self) -> str:
+        value = self.facts.get("device", {}).get("device")
+        return value if isinstance(value, str) else "cpu"
+
+
+@dataclass(frozen=True)
+class StageDef:
+    """One row of the stage table.
+
+    ``target`` is "module:function"; ``in_worker`` stages (those that can hang in a
+    driver or user call) run in the watchdog's worker process under ``timeout_s``
+    (overridable by ``spec.diagnostics.timeouts[name]``).
+    """
+
+    name: str
+    target: str
+    deps: Tuple[str, ...] = ()
+    in_worker: bool = False
+    timeout_s: float = 300.0
+
+
+STAGE_TABLE: Tuple[StageDef, ...] = (
+    StageDef("prepare", "runner.stages.basic:prepare", (), False, 60),
+    StageDef("interpreter", "runner.stages.basic:interpreter", ("prepare",), False, 60),
+    StageDef("environment", "runner.stages.basic:environment", ("interpreter",), False, 120),
+    StageDef("torch", "runner.stages.torch_stages:torch_stage", ("interpreter",), True, 120),
+    StageDef("device", "runner.stages.torch_stages:device", ("torch",), True, 60),
+    StageDef("compute", "runner.stages.torch_stages:compute", ("device",), True, 120),
+    StageDef("extensions", "runner.stages.extensions:extensions", ("device",), True, 300),
+    StageDef("memory", "runner.stages.memory:memory", ("compute",), True, 300),
+    StageDef("pilot", "runner.stages.pilot_stages:pilot",
+             ("environment", "compute", "extensions", "memory"), True, 3600),
+    StageDef("balance", "runner.stages.pilot_stages:balance", ("pilot",), False, 600),
+    StageDef("evidence", "runner.stages.pilot_stages:evidence", ("balance",), False, 600),
+)
+
+STAGES_BY_NAME: Dict[str, StageDef] = {s.name: s for s in STAGE_TABLE}
+
+
+def stage_timeout(stage: StageDef, spec: Any) -> float:
+    """The stage's timeout in seconds: the spec's override, else the table's default."""
+    timeouts = getattr(getattr(spec, "diagnostics", None), "timeouts", None) or {}
+    value = timeouts.get(stage.name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return float(stage.timeout_s)
+
+
+__all__ = [
+    "Facts", "Emit", "StageFailure", "StageSkipped", "StageContext", "StageDef",
+    "STAGE_TABLE", "STAGES_BY_NAME", "stage_timeout",
+]

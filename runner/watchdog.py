@@ -1,0 +1,307 @@
+"""The watchdog: stages that can hang run in one persistent worker process.
+
+The parent (``python -m runner``) starts the worker once; torch is imported there once and
+reused by every later stage. Messages are JSON lines: commands go to the worker's stdin,
+results and relayed events come back on a dedicated pipe (the worker's stdout is sent to
+the parent's stderr, so a stage that prints cannot corrupt the protocol). The parent alone
+owns the EventWriter; events a stage emits in the worker are relayed and written there, so
+``seq`` stays single-writer.
+
+A stage past its timeout gets the worker's whole process group killed (SIGKILL) and fails
+with "timed out after N s"; the next stage that needs the worker starts a fresh one. The
+worker dies with its parent: it exits on stdin EOF (a thread watches it even while a stage
+runs) and, on Linux, asks the kernel for SIGKILL when the parent dies (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from runner.stages import StageFailure, StageSkipped
+
+Result = Dict[str, Any]
+_BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
+         "from runner.watchdog import worker_main; worker_main(int(sys.argv[2]))")
+
+
+def _interpreter_flags() -> List[str]:
+    """Flags that make the worker's interpreter behave like the parent's."""
+    flags = []
+    if sys.flags.isolated:
+        flags.append("-I")
+    else:
+        if sys.flags.ignore_environment:
+            flags.append("-E")
+        if sys.flags.no_user_site:
+            flags.append("-s")
+    if sys.flags.no_site:
+        flags.append("-S")
+    return flags
+
+
+class Worker:
+    """Parent-side handle on the worker process."""
+
+    def __init__(self, spec_path: str, run_dir: str, resume: bool) -> None:
+        self.spec_path = os.path.abspath(spec_path)
+        self.run_dir = run_dir
+        self.resume = resume
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self._messages: queue.Queue[Optional[Result]] = queue.Queue()
+        self._reader: Optional[threading.Thread] = None
+        self.starts = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        """Start the worker process (no-op when one is running)."""
+        if self.alive:
+            return
+        self.stop()
+        read_fd, write_fd = os.pipe()
+        path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+        argv = [sys.executable, *_interpreter_flags(), "-c", _BOOT, json.dumps(path),
+                str(write_fd)]
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), pass_fds=(write_fd,),
+                start_new_session=True, close_fds=True)
+        finally:
+            os.close(write_fd)
+        self.starts += 1
+        self._messages = queue.Queue()
+        self._reader = threading.Thread(target=self._read, args=(read_fd, self._messages),
+                                        name="watchdog-reader", daemon=True)
+        self._reader.start()
+        self._send({"op": "init", "spec_path": self.spec_path, "run_dir": self.run_dir,
+                    "resume": self.resume})
+
+    @staticmethod
+    def _read(fd: int, messages: queue.Queue[Optional[Result]]) -> None:
+        with os.fdopen(fd, "rb") as fh:
+            for raw in fh:
+                try:
+                    messages.put(json.loads(raw.decode("utf-8")))
+                except ValueError:
+                    continue
+        messages.put(None)
+
+    def _send(self, message: Result) -> bool:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode("utf-8"))
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    def run_stage(self, name: str, facts: Dict[str, Any], timeout: float,
+                  emit: Callable[..., Any]) -> Result:
+        """Run one stage in the worker; relay its events through ``emit``.
+
+        Returns ``{"status": "passed"|"failed"|"skipped", "facts", "error"?, "reason"?,
+        "blocking"?}``. A timeout or a dead worker is a failed result, never an exception.
+        """
+        self.start()
+        if not self._send({"op": "run", "stage": name, "facts": facts}):
+            return self._died(name)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self._timed_out(name, timeout)
+            try:
+                message = self._messages.get(timeout=remaining)
+            except queue.Empty:
+                return self._timed_out(name, timeout)
+            if message is None:
+                return self._died(name)
+            if message.get("kind") == "event":
+                emit(message["type"], **message.get("data", {}))
+            elif message.get("kind") == "result":
+                return message
+
+    def _timed_out(self, name: str, timeout: float) -> Result:
+        self.kill()
+        return {"status": "failed", "facts": {}, "error": {
+            "type": "Timeout",
+            "message": f"stage {name} timed out after {timeout:g} s",
+            "where": f"stage {name}",
+            "hint": (f"the {name} stage did not finish in time (a hung driver call, a "
+                     f"deadlocked extension or a slow user check); raise "
+                     f"diagnostics.timeouts.{name} if it is only slow"),
+        }}
+
+    def _died(self, name: str) -> Result:
+        code = self.proc.wait() if self.proc is not None else None
+        self.kill()
+        how = (f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"exited with code {code}")
+        return {"status": "failed", "facts": {}, "error": {
+            "type": "WorkerDied",
+            "message": f"the worker process running stage {name} {how}",
+            "where": f"stage {name}",
+            "hint": ("a crash inside native code (driver, extension) or the out-of-memory "
+                     "killer; see the runner's stderr and dmesg"),
+        }}
+
+    def kill(self) -> None:
+        """Kill the worker's whole process group and reap it."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        self._close_pipes()
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Ask the worker to exit; kill it if it does not within ``grace`` seconds."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            self._send({"op": "exit"})
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def _close_pipes(self) -> None:
+        if self.proc is not None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+            self._reader = None
+        self.proc = None
+
+
+# ---------------------------------------------------------------- worker side
+
+def _die_with_parent(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(1)  # the parent died before prctl took effect
+
+
+def _watch_stdin(commands: queue.Queue[Result]) -> None:
+    for raw in sys.stdin.buffer:
+        try:
+            commands.put(json.loads(raw.decode("utf-8")))
+        except ValueError:
+            continue
+    os._exit(0)  # parent gone (or closed our stdin): never outlive it
+
+
+class _Channel:
+    def __init__(self, fd: int) -> None:
+        self._fh = os.fdopen(fd, "w", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def send(self, message: Result) -> None:
+        line = json.dumps(message, default=str, allow_nan=False) + "\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+
+
+def _safe(value: Any) -> Any:
+    """Facts as strict JSON values: NaN/inf become strings, unknown objects their str()."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), -float("inf"))):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_safe(v) for v in value]
+    return str(value)
+
+
+def run_stage_here(name: str, ctx: Any) -> Result:
+    """Run one stage in this process and describe the outcome (shared with the parent)."""
+    from runner.stages import STAGES_BY_NAME
+    from runner.stages.hints import describe_error
+
+    target = STAGES_BY_NAME[name].target
+    try:
+        func = _resolve(target)
+        facts = func(ctx) or {}
+        return {"status": "passed", "facts": _safe(facts)}
+    except StageSkipped as exc:
+        return {"status": "skipped", "reason": exc.reason, "facts": _safe(exc.facts),
+                "blocking": exc.blocking}
+    except StageFailure as exc:
+        return {"status": "failed", "facts": _safe(exc.facts), "error": describe_error(exc)}
+    except Exception as exc:  # noqa: BLE001 - any stage crash is that stage's failure
+        return {"status": "failed", "facts": {}, "error": describe_error(exc)}
+
+
+def _resolve(target: str) -> Callable[..., Any]:
+    import importlib
+
+    module_name, func_name = target.split(":")
+    return getattr(importlib.import_module(module_name), func_name)  # type: ignore[no-any-return]
+
+
+def worker_main(channel_fd: int) -> None:
+    """Entry point of the worker process."""
+    parent = os.getppid()
+    _die_with_parent(parent)
+    os.dup2(2, 1)  # keep stray prints of stages out of the parent's event stream
+    sys.stdout = sys.stderr
+    from runner.spec import load_spec
+    from runner.stages import StageContext
+
+    channel = _Channel(channel_fd)
+    commands: queue.Queue[Result] = queue.Queue()
+    threading.Thread(target=_watch_stdin, args=(commands,), daemon=True).start()
+    init = commands.get()
+    spec = load_spec(init["spec_path"])
+
+    def emit(etype: str, **data: Any) -> None:
+        channel.send({"kind": "event", "type": etype, "data": _safe(data)})
+
+    while True:
+        command = commands.get()
+        if command.get("op") != "run":
+            break
+        ctx = StageContext(spec=spec, run_dir=init["run_dir"], resume=init["resume"],
+                           facts=command.get("facts") or {}, emit=emit)
+        result = run_stage_here(command["stage"], ctx)
+        channel.send({"kind": "result", **result})
+    os._exit(0)
+
+
+def resolve_stage(target: str) -> Tuple[bool, str]:
+    """Whether a stage's module exists (without importing it)."""
+    import importlib.util
+
+    module_name = target.split(":")[0]
+    try:
+        return importlib.util.find_spec(module_name) is not None, module_name
+    except (ImportError, ValueError):
+        return False, module_name

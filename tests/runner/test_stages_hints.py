@@ -1,0 +1,113 @@
+"""Hints for the known first errors, the relevant traceback line, the stage table."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from runner.events import STAGES
+from runner.stages import STAGE_TABLE, StageDef, StageFailure, stage_timeout
+from runner.stages.hints import describe_error, hint_for
+from runner.stages.smi import parse_cuda_version, parse_nvidia_smi, parse_rocm_smi
+from runner.stages.torch_stages import device_warnings
+
+
+@pytest.mark.parametrize(("etype", "message", "needle"), [
+    ("RuntimeError", "CUDA error: no kernel image is available for execution on the device",
+     "arch"),
+    ("RuntimeError", "The NVIDIA driver on your system is too old (found version 11040)",
+     "driver"),
+    ("RuntimeError", "CUDA driver version is insufficient for CUDA runtime version", "driver"),
+    ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB", "batch_size"),
+    ("RuntimeError", "HIP error: invalid device function", "ROCm"),
+    ("OSError", "libcudart.so.12: cannot open shared object file: No such file", "shared"),
+    ("ModuleNotFoundError", "No module named 'flash_attn'", "install the missing module"),
+    ("AssertionError", "Torch not compiled with CUDA enabled", "CUDA build"),
+])
+def test_known_first_errors_get_hints(etype: str, message: str, needle: str) -> None:
+    hint = hint_for(etype, message)
+    assert hint is not None and needle in hint
+
+
+def test_unknown_errors_get_no_hint() -> None:
+    assert hint_for("ValueError", "the answer is not 42") is None
+
+
+def test_where_is_the_deepest_user_frame(tmp_path: Path) -> None:
+    user = tmp_path / "usercode.py"
+    user.write_text("import json\n\ndef parse():\n    return json.loads('{bad')\n")
+    spec = importlib.util.spec_from_file_location("usercode", user)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.parse()
+    except ValueError as exc:
+        error = describe_error(exc)
+    assert error["type"] == "JSONDecodeError"
+    assert error["where"] == f"{user}:4 in parse"  # not json/decoder.py, deeper but stdlib
+
+
+def test_stage_failure_takes_type_and_where_from_its_cause(tmp_path: Path) -> None:
+    try:
+        try:
+            import definitely_not_a_module_xyz  # noqa: F401
+        except ImportError as inner:
+            raise StageFailure("torch", f"cannot import: {inner}") from inner
+    except StageFailure as exc:
+        error = describe_error(exc)
+    assert error["type"] == "ModuleNotFoundError"
+    assert error["message"].startswith("cannot import")
+    assert "install the missing module" in error["hint"]
+    assert error["where"] and "test_stages_hints.py" in error["where"]
+
+
+def test_stage_table_follows_the_contract_order_and_dependencies() -> None:
+    names = [s.name for s in STAGE_TABLE]
+    assert tuple(names) == STAGES
+    for index, stage in enumerate(STAGE_TABLE):
+        assert all(names.index(dep) < index for dep in stage.deps), stage.name
+    deps = {s.name: set(s.deps) for s in STAGE_TABLE}
+    assert deps["pilot"] == {"environment", "compute", "extensions", "memory"}
+    assert deps["extensions"] == {"device"} and deps["memory"] == {"compute"}
+
+
+def test_timeouts_come_from_the_spec_or_the_defaults() -> None:
+    class Diag:
+        timeouts = {"torch": 5, "device": "soon", "compute": -1}
+
+    class Spec:
+        diagnostics = Diag()
+
+    torch_def = StageDef("torch", "x:y", timeout_s=120)
+    assert stage_timeout(torch_def, Spec()) == 5.0
+    assert stage_timeout(StageDef("device", "x:y", timeout_s=60), Spec()) == 60.0
+    assert stage_timeout(StageDef("compute", "x:y", timeout_s=120), Spec()) == 120.0
+
+
+def test_vendor_tool_parsing() -> None:
+    rows = parse_nvidia_smi("NVIDIA H200, 550.54.15, 143771, GPU-abc, 00000000:19:00.0\n"
+                            "NVIDIA H200, 550.54.15, [N/A], GPU-def, 00000000:3B:00.0\n")
+    assert rows[0] == {"name": "NVIDIA H200", "driver_version": "550.54.15",
+                       "memory_mib": 143771, "uuid": "GPU-abc",
+                       "pci_bus_id": "00000000:19:00.0"}
+    assert rows[1]["memory_mib"] is None
+    assert parse_cuda_version("| NVIDIA-SMI 550.54.15  Driver Version: 550.54.15  "
+                              "CUDA Version: 12.4     |") == "12.4"
+    rocm = parse_rocm_smi('{"card0": {"Card series": "AMD Instinct MI300X", "GFX Version": '
+                          '"gfx942"}, "system": {"Driver version": "6.8.5"}}')
+    assert rocm == {"cards": [{"card": "card0", "name": "AMD Instinct MI300X",
+                               "gfx": "gfx942"}], "driver_version": "6.8.5"}
+    assert parse_rocm_smi("not json") == {}
+
+
+def test_device_warnings_for_model_and_arch() -> None:
+    devices = [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}]
+    assert device_warnings("H100", devices, ["sm_80", "sm_90"]) == []
+    warns = device_warnings("H200", devices, ["sm_80"])
+    assert any("manifest asks for H200" in w for w in warns)
+    assert any("sm_90" in w and "no kernel image" in w for w in warns)
+    amd = [{"index": 0, "name": "AMD Instinct MI300X", "gfx_arch": "gfx942:sramecc+:xnack-"}]
+    assert device_warnings("MI300X", amd, ["gfx942"]) == []
