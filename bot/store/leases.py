@@ -130,14 +130,14 @@ class LeasesMixin:
         with self.transaction() as db:
             cur = db.execute("UPDATE watch SET stalled = 1, alerted_at = ?, alerts = alerts + 1 "
                              "WHERE run = ? AND stalled = 0", [at, run_id])
-            return cur.rowcount == 1
+            return bool(cur.rowcount == 1)
 
     def mark_recovered(self, run_id: str, at: str) -> bool:
         """Clear the stall flag; True only for the caller that cleared it."""
         with self.transaction() as db:
             cur = db.execute("UPDATE watch SET stalled = 0, recovered_at = ? "
                              "WHERE run = ? AND stalled = 1", [at, run_id])
-            return cur.rowcount == 1
+            return bool(cur.rowcount == 1)
 
     def stalled_runs(self) -> list[dict[str, Any]]:
         return list(self.db.query("SELECT * FROM watch WHERE stalled = 1 ORDER BY run"))
@@ -163,7 +163,7 @@ class LeasesMixin:
                 "VALUES (?, ?, ?, ?, ?)",
                 [key, kind, subject, utc_now(),
                  json.dumps(detail, sort_keys=True) if detail is not None else None])
-            return cur.rowcount == 1
+            return bool(cur.rowcount == 1)
 
     def reminders(self, subject: str | None = None) -> list[dict[str, Any]]:
         if subject is None:

@@ -1,0 +1,121 @@
+"""`preflight lease ...` and `preflight watch`: rented nodes from the terminal."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bot import leases as lease_rules
+from bot.errors import PreflightError
+from bot.settings import Settings
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    lease_app = typer.Typer(no_args_is_help=True, help="Leases of rented nodes: "
+                            + " -> ".join(lease_rules.STATES))
+    lease_app.command("list")(lease_list)
+    lease_app.command("show")(lease_show)
+    lease_app.command("set")(lease_set)
+    app.add_typer(lease_app, name="lease")
+    app.command("watch")(watch)
+
+
+def _store(settings: Settings) -> Any:
+    from bot.store import Store
+
+    return Store(settings.db_path)
+
+
+def _fail(exc: PreflightError) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+    return typer.Exit(exc.exit_code)
+
+
+def lease_list() -> None:
+    """The current lease of every node."""
+    try:
+        rows = _store(Settings.from_env()).leases()
+    except PreflightError as exc:
+        raise _fail(exc) from exc
+    table = Table("node", "state", "starts at", "days", "ends at", "updated")
+    for row in rows:
+        end = lease_rules.lease_end(row)
+        table.add_row(row["node"], row["state"], row["starts_at"] or "-", str(row["days"] or "-"),
+                      end.isoformat() if end else "-", row["updated_at"])
+    empty = "no lease recorded (`preflight lease set NODE ordered --by you`)"
+    console.print(table if rows else empty)
+
+
+def lease_show(node: str = typer.Argument(..., help="the node's host")) -> None:
+    """A node's current lease and every change, with who and when."""
+    try:
+        store = _store(Settings.from_env())
+        lease = store.current_lease(node)
+        if lease is None:
+            raise PreflightError(f"no lease recorded for {node}")
+        changes = store.lease_changes(int(lease["id"]))
+    except PreflightError as exc:
+        raise _fail(exc) from exc
+    end = lease_rules.lease_end(lease)
+    console.print(f"[bold]{node}[/bold]: {lease['state']}  (starts {lease['starts_at'] or '?'}, "
+                  f"{lease['days'] or '?'} days, ends {end.isoformat() if end else '?'})",
+                  highlight=False)
+    table = Table("at", "from", "to", "by", "note")
+    for change in changes:
+        table.add_row(change["at"], change["from_state"] or "-", change["to_state"], change["by"],
+                      change["note"] or "")
+    console.print(table)
+
+
+def lease_set(
+    node: str = typer.Argument(..., help="the node's host"),
+    state: str = typer.Argument(..., help=" | ".join(lease_rules.STATES)),
+    by: str = typer.Option(..., "--by", help="who records this change"),
+    starts_at: Optional[str] = typer.Option(None, help="lease start, ISO-8601 with a timezone"),
+    days: Optional[int] = typer.Option(None, help="lease duration in days (3, 7 or 30)"),
+    note: Optional[str] = typer.Option(None, help="free text kept with the change"),
+) -> None:
+    """Record a lease state change (one step at a time; `ended` from any state)."""
+    try:
+        lease = lease_rules.set_state(_store(Settings.from_env()), node, state, by,
+                                      starts_at=starts_at, days=days, note=note)
+    except PreflightError as exc:
+        raise _fail(exc) from exc
+    console.print(f"{node}: lease is now [bold]{lease['state']}[/bold] (recorded by {by})",
+                  highlight=False)
+
+
+def watch(once: bool = typer.Option(False, help="run each job once now and exit")) -> None:
+    """Run the scheduled jobs (run watch, lease and evidence reminders) in the foreground."""
+    from bot import schedule
+    from bot.cli import build_service
+    from bot.console import ConsoleNotifier
+
+    settings = Settings.from_env()
+    try:
+        service = build_service(settings, ConsoleNotifier(console))
+        if once:
+            now = schedule.utcnow()
+            sent = (schedule.watch_runs(service, now) + schedule.check_leases(service, now)
+                    + schedule.remind_evidence(service, now))
+            console.print(f"{len(sent)} alert(s) or reminder(s) sent")
+            return
+        scheduler = schedule.BotScheduler(settings, service)
+        scheduler.start()
+    except PreflightError as exc:
+        raise _fail(exc) from exc
+    console.print(f"watching (job store {settings.jobs_db_path}); Ctrl-C to stop")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        scheduler.shutdown()

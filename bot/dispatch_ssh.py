@@ -1,0 +1,640 @@
+"""SSHDispatcher: the runner on a rented node, reached over SSH (asyncssh).
+
+What it does, and what a caller must know:
+
+- Credentials come only from the bot host (agent, key files, ``~/.ssh/config``); every
+  path is injectable so tests use their own. Host keys are checked against known_hosts, or
+  only against ``node.host_key_fingerprint`` when one is pinned; an unknown or changed key
+  refuses the run (DispatchError), it is never learned silently.
+- ``start`` uploads the ``runner`` package (standard library only), the project files
+  (only those whose SHA-256 differs from the node's copy; stale ones removed) and the run's
+  own ``spec.json`` (paths rewritten for the node) and ``manifest.yaml``, then starts the
+  runner detached with the node's interpreter: its own session, output to the run
+  directory's ``runner.log``, exit status to ``exit_code``. A dropped connection or a bot
+  restart does not stop it; the layout is kept in the local ``remote.json`` for that.
+- ``read_events`` reads the remote ``events.jsonl`` from a byte offset, mirrors the
+  complete lines into the local run directory and returns them. After a drop it reconnects
+  with exponential backoff; while unreachable it returns nothing (and ``is_alive`` says
+  yes: unknown is not dead; the stall watch reports a silent node).
+- ``fetch_results`` mirrors the remote run directory back and, when ``results.copy_to`` is
+  a path on the bot host, brings the evidence copy back there and verifies it.
+
+The service calls these methods synchronously; the SSH work runs on a private event loop
+thread. Call ``close`` when done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import posixpath
+import shlex
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncssh
+import yaml
+
+import runner
+from bot.dispatch import RunHandle
+from bot.errors import DispatchError
+from runner.events import Event, parse_chunk
+
+T = TypeVar("T")
+RUNNER_PACKAGE = Path(runner.__file__).resolve().parent
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".mypy_cache",
+                       ".pytest_cache", ".ruff_cache", "node_modules", ".tox", ".eggs",
+                       ".hypothesis", ".cache", ".idea", ".vscode"})
+SKIP_TOP = frozenset({"runs", "state", "evidence"})
+READ_LIMIT = 4 << 20
+
+# Runs on the node with its own interpreter (Python >= 3.9, standard library only).
+HASH_SCRIPT = r"""
+import hashlib, json, os, sys
+out = {}
+for root in sys.argv[1:]:
+    os.makedirs(root, exist_ok=True)
+    files = {}
+    for base, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in names:
+            path = os.path.join(base, name)
+            if os.path.islink(path):
+                continue
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            files[os.path.relpath(path, root).replace(os.sep, "/")] = h.hexdigest()
+    out[root] = files
+sys.stdout.write(json.dumps(out))
+"""
+
+LAUNCH_SCRIPT = r"""
+import os, subprocess, sys
+run_dir, cwd, pkg = sys.argv[1:4]
+argv = sys.argv[4:]
+pid = os.fork()
+if pid:
+    sys.stdout.write("%d\n" % pid)
+    sys.exit(0)
+os.setsid()
+null = os.open(os.devnull, os.O_RDONLY)
+log = os.open(os.path.join(run_dir, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+os.dup2(null, 0)
+os.dup2(log, 1)
+os.dup2(log, 2)
+with open(os.path.join(run_dir, "runner.pid"), "w") as fh:
+    fh.write("%d\n" % os.getpid())
+env = dict(os.environ)
+extra = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
+env["PYTHONPATH"] = os.pathsep.join([pkg, cwd] + extra)
+env["PYTHONUNBUFFERED"] = "1"
+try:
+    code = subprocess.call(argv, cwd=cwd, env=env)
+except OSError as exc:
+    sys.stderr.write("cannot start the runner: %s\n" % exc)
+    code = 127
+tmp = os.path.join(run_dir, "exit_code.tmp")
+with open(tmp, "w") as fh:
+    fh.write("%d\n" % code)
+os.replace(tmp, os.path.join(run_dir, "exit_code"))
+os._exit(0)
+"""
+
+
+@dataclass(frozen=True)
+class SSHNode:
+    host: str
+    workdir: str
+    port: int = 22
+    user: str | None = None
+    python: str = "python3"
+    host_key_fingerprint: str | None = None
+
+    @classmethod
+    def from_dict(cls, node: dict[str, Any]) -> SSHNode:
+        missing = [k for k in ("host", "workdir") if not node.get(k)]
+        if missing:
+            raise DispatchError(f"node.{missing[0]}: required for node.kind ssh")
+        return cls(host=str(node["host"]), workdir=str(node["workdir"]),
+                   port=int(node.get("port") or 22), user=node.get("user") or None,
+                   python=str(node.get("python") or "python3"),
+                   host_key_fingerprint=node.get("host_key_fingerprint") or None)
+
+    @property
+    def where(self) -> str:
+        return f"{self.user + '@' if self.user else ''}{self.host}:{self.port}"
+
+
+class _PinnedClient(asyncssh.SSHClient):
+    """Accepts exactly the host key whose SHA-256 fingerprint is pinned."""
+
+    def __init__(self, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+
+    def validate_host_public_key(self, host: str, addr: str, port: int,
+                                 key: asyncssh.SSHKey) -> bool:
+        return bool(key.get_fingerprint("sha256") == self.fingerprint)
+
+
+class SSHDispatcher:
+    def __init__(self, *, known_hosts: Path | str | None = None,
+                 client_keys: Sequence[Path | str] | None = None,
+                 ssh_config: Path | str | None = None, use_agent: bool = True,
+                 runner_package: Path | None = None, connect_timeout: float = 15.0,
+                 backoff: tuple[float, float] = (0.25, 30.0),
+                 node_of: Callable[[RunHandle], dict[str, Any]] | None = None) -> None:
+        self.known_hosts = str(known_hosts) if known_hosts else None
+        self.client_keys = [str(k) for k in client_keys] if client_keys else None
+        self.ssh_config = str(ssh_config) if ssh_config else None
+        self.use_agent = use_agent
+        self.runner_package = Path(runner_package or RUNNER_PACKAGE)
+        self.connect_timeout = connect_timeout
+        self.backoff = backoff
+        self.node_of = node_of or _node_from_run_dir
+        self.uploaded: dict[str, dict[str, int]] = {}  # run id -> bytes by kind
+        self.uploaded_files: dict[str, list[str]] = {}  # run id -> remote paths written
+        self._conns: dict[tuple[str, int, str | None, str | None], Any] = {}
+        self._sftp: dict[int, Any] = {}  # id(connection) -> its SFTP client
+        self.connects = 0
+        self._locks: dict[tuple[str, int, str | None, str | None], asyncio.Lock] = {}
+        self._retry: dict[tuple[str, int, str | None, str | None], tuple[int, float]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+
+    # -- the Dispatcher protocol -----------------------------------------------------
+    def start(self, handle: RunHandle) -> int | None:
+        return self._call(self._start(handle), timeout=600)
+
+    def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
+        layout = _layout(handle)
+        node = SSHNode.from_dict(layout["node"])
+        if not self._may_try(node):
+            return [], offset
+        try:
+            chunk = self._call(self._read(node, layout["run_dir"] + "/events.jsonl", offset), 60)
+        except _Unreachable:
+            return [], offset
+        events, new_offset = parse_chunk(chunk, offset)
+        if new_offset > offset:
+            _mirror(handle.run_dir / "events.jsonl", offset, chunk[: new_offset - offset])
+        return events, new_offset
+
+    def is_alive(self, handle: RunHandle) -> bool:
+        state = self._probe(handle)
+        return state != "dead" and state != "done"
+
+    def exit_code(self, handle: RunHandle) -> int | None:
+        layout = _layout(handle)
+        node = SSHNode.from_dict(layout["node"])
+        try:
+            raw = self._call(self._read(node, layout["run_dir"] + "/exit_code", 0), 60)
+        except _Unreachable:
+            return None
+        try:
+            return int(raw.decode().strip())
+        except ValueError:
+            return None
+
+    def fetch_results(self, handle: RunHandle) -> None:
+        self._call(self._fetch(handle, _layout(handle)), timeout=600)
+
+    def stop(self, handle: RunHandle) -> None:
+        layout = _layout(handle)
+        node = SSHNode.from_dict(layout["node"])
+        pid = int(layout.get("pid") or 0)
+        if pid > 1:
+            self._call(self._exec(node, f"kill -TERM -- -{pid} 2>/dev/null; true"), 60)
+
+    def close(self) -> None:
+        with self._guard:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._close_all(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+
+    # -- the event loop thread -------------------------------------------------------
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        with self._guard:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=self._loop.run_forever,
+                                                name="ssh-dispatch", daemon=True)
+                self._thread.start()
+            loop = self._loop
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError as exc:
+            future.cancel()
+            raise DispatchError(f"SSH operation took more than {timeout:.0f} s") from exc
+
+    async def _close_all(self) -> None:
+        conns, self._conns = list(self._conns.values()), {}
+        for sftp in self._sftp.values():
+            sftp.exit()
+        self._sftp = {}
+        for conn in conns:
+            conn.close()
+            await conn.wait_closed()
+
+    # -- connections -------------------------------------------------------------------
+    def _may_try(self, node: SSHNode) -> bool:
+        failures, not_before = self._retry.get(_key(node), (0, 0.0))
+        return time.monotonic() >= not_before
+
+    def _failed(self, node: SSHNode) -> None:
+        failures, _ = self._retry.get(_key(node), (0, 0.0))
+        delay = min(self.backoff[1], self.backoff[0] * (2 ** failures))
+        self._retry[_key(node)] = (failures + 1, time.monotonic() + delay)
+
+    async def _conn(self, node: SSHNode) -> Any:
+        key = _key(node)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(key)
+            if conn is not None and not conn.is_closed():
+                return conn
+            self._conns.pop(key, None)
+            conn = await self._connect(node)
+            self.connects += 1
+            self._conns[key] = conn
+            self._retry.pop(key, None)
+            return conn
+
+    async def _connect(self, node: SSHNode) -> Any:
+        options: dict[str, Any] = {"port": node.port, "connect_timeout": self.connect_timeout,
+                                   "config": [self.ssh_config] if self.ssh_config else ()}
+        if node.user:
+            options["username"] = node.user
+        if self.client_keys is not None:
+            options["client_keys"] = self.client_keys
+        if not self.use_agent:
+            options["agent_path"] = None
+        if node.host_key_fingerprint:
+            fingerprint = node.host_key_fingerprint
+            options["known_hosts"] = ([], [], [])
+            options["client_factory"] = lambda: _PinnedClient(fingerprint)
+        elif self.known_hosts is not None:
+            options["known_hosts"] = self.known_hosts
+        try:
+            return await asyncssh.connect(node.host, **options)
+        except asyncssh.HostKeyNotVerifiable as exc:
+            source = (f"the pinned node.host_key_fingerprint {node.host_key_fingerprint}"
+                      if node.host_key_fingerprint else
+                      f"known_hosts ({self.known_hosts or '~/.ssh/known_hosts'})")
+            raise DispatchError(
+                f"{node.where}: host key refused: it does not match {source} ({exc.reason}). "
+                "An unknown or changed key is never accepted silently: check the key with the "
+                "provider, then add it to known_hosts or pin node.host_key_fingerprint") from exc
+        except asyncssh.PermissionDenied as exc:
+            raise DispatchError(
+                f"{node.where}: SSH login refused for user {node.user or '(default)'}: the bot "
+                "host's agent, key files and ~/.ssh/config offered no accepted key") from exc
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            raise _Unreachable(f"{node.where}: cannot connect: {exc}") from exc
+
+    async def _sftp_of(self, conn: Any) -> Any:
+        sftp = self._sftp.get(id(conn))
+        if sftp is None:
+            sftp = await conn.start_sftp_client()
+            self._sftp[id(conn)] = sftp
+        return sftp
+
+    def _drop(self, node: SSHNode) -> None:
+        stale = self._conns.pop(_key(node), None)
+        if stale is not None:
+            sftp = self._sftp.pop(id(stale), None)
+            if sftp is not None:
+                sftp.exit()
+            stale.close()
+
+    async def _guarded(self, node: SSHNode, work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
+        """Run ``work(conn)``; a lost connection is dropped and reported as unreachable."""
+        try:
+            conn = await self._conn(node)
+            return await work(conn)
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            if isinstance(exc, asyncssh.SFTPNoSuchFile):
+                raise
+            self._drop(node)
+            self._failed(node)
+            raise _Unreachable(f"{node.where}: {type(exc).__name__}: {exc}") from exc
+        except _Unreachable:
+            self._failed(node)
+            raise
+
+    async def _exec(self, node: SSHNode, command: str, *, check: bool = True) -> str:
+        async def work(conn: Any) -> Any:
+            return await conn.run(command, check=False)
+
+        result = await self._guarded(node, work)
+        if check and result.exit_status != 0:
+            err = str(result.stderr or "").strip()[-600:]
+            raise DispatchError(f"{node.where}: `{command[:80]}` failed "
+                                f"(exit {result.exit_status}): {err}")
+        return str(result.stdout or "")
+
+    async def _read(self, node: SSHNode, path: str, offset: int) -> bytes:
+        async def work(conn: Any) -> bytes:
+            sftp = await self._sftp_of(conn)
+            try:
+                async with sftp.open(path, "rb") as fh:
+                    await fh.seek(offset)
+                    return bytes(await fh.read(READ_LIMIT))
+            except asyncssh.SFTPNoSuchFile:
+                return b""
+
+        return await self._guarded(node, work)
+
+    # -- start -------------------------------------------------------------------------
+    async def _start(self, handle: RunHandle) -> int:
+        node = SSHNode.from_dict(self.node_of(handle))
+        try:
+            return await self._dispatch(handle, node)
+        except _Unreachable as exc:
+            raise DispatchError(f"cannot dispatch run {handle.run_id}: {exc}") from exc
+
+    async def _dispatch(self, handle: RunHandle, node: SSHNode) -> int:
+        spec = _load_json(handle.spec_path)
+        workdir = await self._workdir(node)
+        plan = _UploadPlan(workdir, handle, self.runner_package, spec)
+        remote_hashes = json.loads(await self._exec(node, _py(node, HASH_SCRIPT, *plan.roots())))
+        sent, files = await self._upload(node, plan, remote_hashes)
+        self.uploaded_files[handle.run_id] = files
+        run_dir = plan.remote_run_dir
+        remote_spec = json.dumps(plan.rewrite_spec(), indent=2, sort_keys=True).encode()
+        sent["run"] = await self._put_bytes(node, {
+            f"{run_dir}/spec.json": remote_spec,
+            f"{run_dir}/manifest.yaml": _read_or_empty(handle.run_dir / "manifest.yaml")})
+        self.uploaded[handle.run_id] = sent
+        argv = [node.python, "-m", "runner", f"{run_dir}/spec.json", "--run-dir", run_dir]
+        if handle.resume:
+            argv.append("--resume")
+        out = await self._exec(node, _py(node, LAUNCH_SCRIPT, run_dir, plan.remote_project,
+                                         plan.remote_pkg_root, *argv))
+        try:
+            pid = int(out.strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise DispatchError(f"{node.where}: the launcher printed no pid: {out!r}") from exc
+        layout = {"node": {**node.__dict__}, "run_dir": run_dir, "pid": pid,
+                  "evidence": plan.evidence, "uploaded": sent}
+        (handle.run_dir / "remote.json").write_text(json.dumps(layout, indent=2, sort_keys=True))
+        return pid
+
+    async def _workdir(self, node: SSHNode) -> str:
+        workdir = node.workdir
+        if workdir.startswith("/"):
+            return workdir.rstrip("/") or "/"
+        home = (await self._exec(node, "pwd")).strip()
+        return posixpath.join(home, workdir[2:] if workdir.startswith("~/") else workdir)
+
+    async def _upload(self, node: SSHNode, plan: _UploadPlan,
+                      remote: dict[str, dict[str, str]]) -> tuple[dict[str, int], list[str]]:
+        sent = {"runner": 0, "project": 0}
+        todo: list[tuple[Path, str]] = []
+        stale: list[str] = []
+        for kind, root, files in plan.trees():
+            have = remote.get(root, {})
+            for rel, (path, digest) in files.items():
+                if have.get(rel) != digest:
+                    todo.append((path, f"{root}/{rel}"))
+                    sent[kind] += path.stat().st_size
+            stale += [f"{root}/{rel}" for rel in have if rel not in files]
+
+        async def work(conn: Any) -> None:
+            sftp = await self._sftp_of(conn)
+            for parent in sorted({posixpath.dirname(dst) for _, dst in todo}):
+                await sftp.makedirs(parent, exist_ok=True)
+            # many small files: keep several SFTP requests in flight, not one at a time
+            for i in range(0, len(todo), 16):
+                await asyncio.gather(*(sftp.put(str(src), dst) for src, dst in todo[i:i + 16]))
+            for i in range(0, len(stale), 16):
+                await asyncio.gather(*(sftp.remove(path) for path in stale[i:i + 16]))
+
+        await self._guarded(node, work)
+        return sent, [dst for _, dst in todo]
+
+    async def _put_bytes(self, node: SSHNode, files: dict[str, bytes]) -> int:
+        async def work(conn: Any) -> None:
+            sftp = await self._sftp_of(conn)
+            for path, data in files.items():
+                await sftp.makedirs(posixpath.dirname(path), exist_ok=True)
+                async with sftp.open(path, "wb") as fh:
+                    await fh.write(data)
+
+        await self._guarded(node, work)
+        return sum(len(d) for d in files.values())
+
+    # -- state and results -------------------------------------------------------------
+    def _probe(self, handle: RunHandle) -> str:
+        layout = _layout(handle)
+        node = SSHNode.from_dict(layout["node"])
+        if not self._may_try(node):
+            return "unknown"
+        pid, run_dir = int(layout["pid"]), shlex.quote(layout["run_dir"])
+        command = (f"if [ -e {run_dir}/exit_code ]; then echo done; "
+                   f"elif kill -0 {pid} 2>/dev/null && [ \"$(cut -d')' -f2 /proc/{pid}/stat "
+                   f"2>/dev/null | cut -c2)\" != Z ]; then echo alive; else echo dead; fi")
+        try:
+            return self._call(self._exec(node, command), 60).strip() or "unknown"
+        except _Unreachable:
+            return "unknown"
+
+    async def _fetch(self, handle: RunHandle, layout: dict[str, Any]) -> None:
+        node = SSHNode.from_dict(layout["node"])
+        run_dir = layout["run_dir"]
+        evidence = layout.get("evidence") or {}
+
+        async def work(conn: Any) -> None:
+            sftp = await self._sftp_of(conn)
+            for name in await sftp.listdir(run_dir):
+                if name not in (".", "..", "spec.json"):
+                    await sftp.get(f"{run_dir}/{name}", str(handle.run_dir), recurse=True)
+            if evidence.get("local"):
+                src = f"{evidence['remote']}/{handle.run_id}"
+                if await sftp.exists(src):
+                    dest = Path(evidence["local"])
+                    dest.mkdir(parents=True, exist_ok=True)
+                    await sftp.get(src, str(dest), recurse=True)
+
+        try:
+            await self._guarded(node, work)
+        except _Unreachable as exc:
+            raise DispatchError(f"cannot fetch the results of {handle.run_id}: {exc}") from exc
+        except OSError as exc:
+            raise DispatchError(f"cannot write the results of {handle.run_id}: {exc}") from exc
+        if evidence.get("local"):
+            _verify_fetched(handle, Path(evidence["local"]) / handle.run_id)
+
+
+class _Unreachable(DispatchError):
+    """The node could not be reached now (a retry later may work)."""
+
+
+class _UploadPlan:
+    """Where each local file goes on the node, and the spec with its paths rewritten."""
+
+    def __init__(self, workdir: str, handle: RunHandle, package: Path,
+                 spec: dict[str, Any]) -> None:
+        self.workdir = workdir
+        self.spec = spec
+        project = spec.get("project", {}).get("dir") or handle.project_dir
+        self.local_project = Path(project).resolve()
+        tag = _tag(str(self.local_project))
+        self.remote_project = f"{workdir}/projects/{self.local_project.name}-{tag}"
+        self.remote_pkg_root = f"{workdir}/runner-pkg"
+        self.remote_run_dir = f"{workdir}/runs/{handle.run_id}"
+        self.package = package
+        self.skip = {handle.run_dir.parent.resolve()}
+        self.extra: dict[Path, str] = {}
+        inputs = Path(spec["inputs"]["dir"]).resolve()
+        if not _under(inputs, self.local_project):
+            self.extra[inputs] = f"{workdir}/inputs/{inputs.name}-{_tag(str(inputs))}"
+        copy_to = (spec.get("results") or {}).get("copy_to")
+        self.evidence: dict[str, Any] = {}
+        if copy_to and "://" not in copy_to:
+            local = Path(copy_to).resolve()
+            self.skip.add(local)
+            self.evidence = {"local": str(local),
+                             "remote": f"{workdir}/evidence/{_tag(str(local))}"}
+
+    def roots(self) -> list[str]:
+        return [self.remote_pkg_root, self.remote_project, *self.extra.values()]
+
+    def trees(self) -> list[tuple[str, str, dict[str, tuple[Path, str]]]]:
+        out = [("runner", self.remote_pkg_root, {f"runner/{rel}": v for rel, v in
+                                                _files(self.package, set(), top=False).items()}),
+               ("project", self.remote_project, _files(self.local_project, self.skip))]
+        out += [("project", remote, _files(local, self.skip))
+                for local, remote in self.extra.items()]
+        return out
+
+    def map_path(self, value: str | None) -> str | None:
+        if not value:
+            return value
+        path = Path(value).resolve()
+        for local, remote in [(self.local_project, self.remote_project), *self.extra.items()]:
+            if _under(path, local):
+                rel = path.relative_to(local).as_posix()
+                return remote if rel == "." else f"{remote}/{rel}"
+        raise DispatchError(f"{value}: outside project.dir {self.local_project}; "
+                            "the node only receives the project directory")
+
+    def rewrite_spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = json.loads(json.dumps(self.spec))
+        spec["project"]["dir"] = self.remote_project
+        spec["project"]["requirements"] = self.map_path(spec["project"].get("requirements"))
+        spec["inputs"]["dir"] = self.map_path(spec["inputs"]["dir"])
+        if self.evidence:
+            spec["results"]["copy_to"] = self.evidence["remote"]
+        return spec
+
+
+def _files(root: Path, skip: set[Path], *, top: bool = True) -> dict[str, tuple[Path, str]]:
+    """Regular files under ``root`` (relative POSIX path -> (path, sha256)), junk skipped."""
+    out: dict[str, tuple[Path, str]] = {}
+    for base, dirs, names in os.walk(root):
+        here = Path(base)
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS
+                         and not (top and here == root and d in SKIP_TOP)
+                         and (here / d).resolve() not in skip
+                         and not (here / d / "pyvenv.cfg").exists())
+        for name in sorted(names):
+            path = here / name
+            if name.endswith(".pyc") or path.is_symlink() or not path.is_file():
+                continue
+            out[path.relative_to(root).as_posix()] = (path, _sha256(path))
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verify_fetched(handle: RunHandle, dest: Path) -> None:
+    from runner.evidence import verify_evidence
+
+    report = verify_evidence(str(dest))
+    (handle.run_dir / "evidence-fetch.json").write_text(
+        json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    if not report.ok:
+        raise DispatchError(f"evidence of {handle.run_id} fetched to {dest} but it does not "
+                            f"verify: {'; '.join(report.problems[:5])}")
+
+
+def _node_from_run_dir(handle: RunHandle) -> dict[str, Any]:
+    """The manifest's node section, read from the run directory's ``manifest.yaml``."""
+    path = handle.run_dir / "manifest.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise DispatchError(f"{path}: cannot read the node section: {exc}") from exc
+    node = data.get("node") if isinstance(data, dict) else None
+    if not isinstance(node, dict) or node.get("kind") != "ssh":
+        raise DispatchError(f"{path}: node.kind is not ssh; use the local dispatcher")
+    return node
+
+
+def _layout(handle: RunHandle) -> dict[str, Any]:
+    path = handle.run_dir / "remote.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DispatchError(f"run {handle.run_id}: {path} is missing or unreadable; "
+                            "the run was never dispatched over SSH") from exc
+    return data
+
+
+def _mirror(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b" if path.exists() else "wb") as fh:
+        fh.seek(offset)
+        fh.write(data)
+
+
+def _py(node: SSHNode, script: str, *args: str) -> str:
+    return " ".join(shlex.quote(a) for a in (node.python, "-c", script, *args))
+
+
+def _key(node: SSHNode) -> tuple[str, int, str | None, str | None]:
+    """A connection is shared only by nodes with the same address, user and trust rule."""
+    return (node.host, node.port, node.user, node.host_key_fingerprint)
+
+
+def _tag(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DispatchError(f"cannot read the spec {path}: {exc}") from exc
+    return data
+
+
+def _read_or_empty(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""

@@ -1,0 +1,201 @@
+"""Lease rules: the states of a rented node, the dispatch guard and the reminder plan.
+
+"I have paid" is not "the machine is ready": a lease moves one step at a time through
+``ordered → payment-notified → funds-confirmed → provisioned → ended`` (``ended`` may be
+recorded from any state: a cancelled order ends too), each change with who and when. No
+run is dispatched to an SSH node whose current lease is not ``provisioned``. A node is
+known by its ``host``.
+
+The reminder plan is a pure function of the lease, the runs on its node and ``now``, so
+the scheduled job is tested by calling it with an explicit time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Protocol
+
+from bot.errors import LeaseError
+
+STATES = ("ordered", "payment-notified", "funds-confirmed", "provisioned", "ended")
+REMINDER_HOURS = (24, 2)
+SYSTEM = "preflight"
+
+
+class LeaseStore(Protocol):
+    def current_lease(self, node: str) -> dict[str, Any] | None: ...
+    def open_lease(self, node: str, state: str, by: str, *, starts_at: str | None = None,
+                   days: int | None = None, note: str | None = None) -> dict[str, Any]: ...
+    def lease(self, lease_id: int) -> dict[str, Any]: ...
+    def change_lease(self, lease_id: int, from_state: str, to_state: str, by: str, *,
+                     note: str | None = None) -> bool: ...
+    def set_lease_terms(self, lease_id: int, *, starts_at: str | None = None,
+                        days: int | None = None) -> None: ...
+
+
+def node_key(node: dict[str, Any] | None) -> str | None:
+    """The lease key of a manifest node section; None for a local node (no lease)."""
+    if not node or node.get("kind", "local") != "ssh":
+        return None
+    host = node.get("host")
+    return str(host) if host else None
+
+
+def set_state(store: LeaseStore, node: str, state: str, by: str, *,
+              starts_at: str | None = None, days: int | None = None,
+              note: str | None = None) -> dict[str, Any]:
+    """Apply one lease state change with its rules; return the lease as it now stands."""
+    node, by = node.strip(), by.strip()
+    if not node:
+        raise LeaseError("lease: the node (its host) is required")
+    if not by:
+        raise LeaseError("lease: --by is required: every change records who made it")
+    if state not in STATES:
+        raise LeaseError(f"lease state {state!r} is unknown; expected one of: {', '.join(STATES)}")
+    starts_at = normalize_time(starts_at, "--starts-at") if starts_at else None
+    if days is not None and days < 1:
+        raise LeaseError(f"lease --days must be at least 1, got {days}")
+    current = store.current_lease(node)
+    if current is None or current["state"] == "ended":
+        if state != STATES[0]:
+            have = "no lease" if current is None else "only an ended lease"
+            raise LeaseError(f"node {node} has {have}: a new lease starts at 'ordered' "
+                             f"(`preflight lease set {node} ordered --by you`)")
+        return store.open_lease(node, state, by, starts_at=starts_at, days=days, note=note)
+    check_transition(node, current["state"], state)
+    if not store.change_lease(int(current["id"]), current["state"], state, by, note=note):
+        raise LeaseError(f"the lease of {node} changed meanwhile; look at it again "
+                         f"(`preflight lease show {node}`)")
+    store.set_lease_terms(int(current["id"]), starts_at=starts_at, days=days)
+    return store.lease(int(current["id"]))
+
+
+def check_transition(node: str, old: str, new: str) -> None:
+    if new == old:
+        raise LeaseError(f"the lease of {node} is already {old!r}")
+    if new == "ended":
+        return
+    i, j = STATES.index(old), STATES.index(new)
+    if j < i:
+        raise LeaseError(f"the lease of {node} is {old!r}: it does not go back to {new!r}")
+    if j > i + 1:
+        missing = ", ".join(STATES[i + 1:j])
+        raise LeaseError(f"the lease of {node} is {old!r}: record {missing} before {new!r} "
+                         "(a payment notice is not a receipt, a receipt is not a ready machine)")
+
+
+def lease_guard_for(store: LeaseStore) -> Any:
+    """The ``lease_guard`` the service calls before a dispatch (raises LeaseError)."""
+
+    def guard(run: dict[str, Any]) -> None:
+        check_dispatch(store, run)
+
+    return guard
+
+
+def check_dispatch(store: LeaseStore, run: dict[str, Any]) -> None:
+    """Refuse a dispatch to an SSH node whose lease is not ``provisioned``.
+
+    A node seen for the first time gets a lease record in state ``ordered`` (so reminders
+    can follow it), with the manifest's ``lease.starts_at`` and ``hardware.days``.
+    """
+    node = node_key(run.get("node"))
+    if node is None:
+        return
+    starts_at, days = _terms(run)
+    lease = store.current_lease(node)
+    if lease is None:
+        lease = store.open_lease(node, STATES[0], SYSTEM, starts_at=starts_at, days=days,
+                                 note=f"first seen with run {run.get('id')}")
+    elif lease["state"] != "ended":  # fill in terms the lease does not have yet
+        store.set_lease_terms(int(lease["id"]),
+                              starts_at=None if lease.get("starts_at") else starts_at,
+                              days=None if lease.get("days") else days)
+    if lease["state"] != "provisioned":
+        nxt = STATES[min(STATES.index(lease["state"]) + 1, len(STATES) - 1)]
+        raise LeaseError(
+            f"run {run.get('id')}: node {node} is not provisioned (its lease is "
+            f"{lease['state']!r}); nothing is dispatched to it until someone records it, "
+            f"e.g. `preflight lease set {node} {nxt} --by you`"
+            if lease["state"] != "ended" else
+            f"run {run.get('id')}: the lease of node {node} has ended; record a new one "
+            f"(`preflight lease set {node} ordered --by you`)")
+
+
+def _terms(run: dict[str, Any]) -> tuple[str | None, int | None]:
+    manifest = run.get("manifest_json") or {}
+    starts = (manifest.get("lease") or {}).get("starts_at")
+    days = (manifest.get("hardware") or {}).get("days")
+    return (normalize_time(starts, "lease.starts_at") if starts else None,
+            int(days) if days else None)
+
+
+def normalize_time(value: str, what: str) -> str:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise LeaseError(f"{what}: {value!r} is not an ISO-8601 time "
+                         "(e.g. 2026-03-01T09:00:00+00:00)") from exc
+    if parsed.tzinfo is None:
+        raise LeaseError(f"{what}: {value!r} has no timezone; add one (e.g. +00:00)")
+    return parsed.astimezone(timezone.utc).isoformat(timespec="seconds")
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+def lease_end(lease: dict[str, Any]) -> datetime | None:
+    if not lease.get("starts_at") or not lease.get("days"):
+        return None
+    return parse_time(lease["starts_at"]) + timedelta(days=int(lease["days"]))
+
+
+@dataclass(frozen=True)
+class LeaseAction:
+    """What the lease job must do now: ``remind`` (with ``hours``) or ``end``."""
+
+    kind: str
+    node: str
+    lease_id: int
+    end: datetime
+    hours: int = 0
+
+    @property
+    def key(self) -> str:
+        suffix = f"{self.hours}h" if self.kind == "remind" else "end"
+        return f"lease:{self.lease_id}:{suffix}"
+
+
+def due_actions(lease: dict[str, Any], now: datetime) -> list[LeaseAction]:
+    """The reminder (only the most urgent one due) or the end, for one lease at ``now``.
+
+    A reminder missed while the bot was down is still sent late, but a 24 h reminder is not
+    sent once the 2 h one is due: the closest deadline is the one that matters.
+    """
+    end = lease_end(lease)
+    if end is None or lease["state"] == "ended":
+        return []
+    node, lid = str(lease["node"]), int(lease["id"])
+    if now >= end:
+        return [LeaseAction("end", node, lid, end)]
+    due = [h for h in REMINDER_HOURS if now >= end - timedelta(hours=h)]
+    if not due:
+        return []
+    return [LeaseAction("remind", node, lid, end, hours=min(due))]
+
+
+def unsecured(runs: list[dict[str, Any]]) -> list[str]:
+    """What is not yet secured on a node: evidence not verified, decision not taken."""
+    out: list[str] = []
+    for run in runs:
+        evidence = run.get("evidence") or {}
+        if run.get("status") == "running":
+            out.append(f"{run['id']}: still running")
+        if run.get("kind", "pilot") == "pilot" and run.get("status") != "dispatch_failed" \
+                and not evidence.get("verified"):
+            out.append(f"{run['id']}: evidence not verified")
+        if run.get("status") == "awaiting_decision":
+            out.append(f"{run['id']}: decision not taken")
+    return out

@@ -1,0 +1,111 @@
+"""Lease rules: one step at a time, who and when, the dispatch guard, the reminder plan."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from bot.errors import LeaseError
+from bot.leases import STATES, check_dispatch, due_actions, lease_end, set_state, unsecured
+from bot.store import Store
+
+NODE = "gpu-1.example.net"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "state" / "preflight.db")
+
+
+def test_states_move_forward_one_step_at_a_time_with_who_and_when(store: Store) -> None:
+    lease = set_state(store, NODE, "ordered", "alice", starts_at="2026-03-01T09:00:00+01:00",
+                      days=3)
+    assert lease["starts_at"] == "2026-03-01T08:00:00+00:00" and lease["days"] == 3
+    with pytest.raises(LeaseError, match="record payment-notified, funds-confirmed before"):
+        set_state(store, NODE, "provisioned", "alice")
+    set_state(store, NODE, "payment-notified", "alice", note="paid by card")
+    with pytest.raises(LeaseError, match="does not go back"):
+        set_state(store, NODE, "ordered", "bob")
+    with pytest.raises(LeaseError, match="already 'payment-notified'"):
+        set_state(store, NODE, "payment-notified", "bob")
+    set_state(store, NODE, "funds-confirmed", "bob")
+    final = set_state(store, NODE, "provisioned", "carol")
+    changes = store.lease_changes(final["id"])
+    assert [(c["from_state"], c["to_state"], c["by"]) for c in changes] == [
+        (None, "ordered", "alice"), ("ordered", "payment-notified", "alice"),
+        ("payment-notified", "funds-confirmed", "bob"), ("funds-confirmed", "provisioned", "carol")]
+    assert all(c["at"].startswith("20") for c in changes)
+    assert changes[1]["note"] == "paid by card"
+
+
+def test_ended_from_any_state_and_a_new_lease_starts_at_ordered(store: Store) -> None:
+    set_state(store, NODE, "ordered", "alice")
+    ended = set_state(store, NODE, "ended", "alice", note="order cancelled")
+    assert ended["state"] == "ended" and ended["ended_at"]
+    with pytest.raises(LeaseError, match="only an ended lease"):
+        set_state(store, NODE, "provisioned", "alice")
+    again = set_state(store, NODE, "ordered", "bob")
+    assert again["id"] != ended["id"] and store.current_lease(NODE)["id"] == again["id"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"state": "paid"}, "unknown"),
+    ({"by": "  "}, "--by is required"),
+    ({"starts_at": "tomorrow"}, "not an ISO-8601 time"),
+    ({"starts_at": "2026-03-01T09:00:00"}, "no timezone"),
+    ({"days": 0}, "at least 1"),
+])
+def test_bad_input_is_refused_with_a_clear_message(store: Store, kwargs: dict[str, object],
+                                                   message: str) -> None:
+    args = {"state": "ordered", "by": "alice", **kwargs}
+    with pytest.raises(LeaseError, match=message):
+        set_state(store, NODE, args.pop("state"), args.pop("by"), **args)
+    assert store.current_lease(NODE) is None
+
+
+def _run(node: dict, **manifest: object) -> dict:
+    return {"id": "r1", "node": node, "manifest_json": {"hardware": {"days": 7}, **manifest}}
+
+
+def test_guard_lets_local_runs_through_and_refuses_ssh_until_provisioned(store: Store) -> None:
+    check_dispatch(store, _run({"kind": "local"}))
+    assert store.leases() == []
+    ssh = _run({"kind": "ssh", "host": NODE}, lease={"starts_at": "2026-03-01T08:00:00Z"})
+    with pytest.raises(LeaseError, match="not provisioned .*'ordered'.*payment-notified"):
+        check_dispatch(store, ssh)
+    lease = store.current_lease(NODE)
+    assert lease["state"] == "ordered" and lease["created_by"] == "preflight"
+    assert (lease["starts_at"], lease["days"]) == ("2026-03-01T08:00:00+00:00", 7)
+    for state in STATES[1:4]:
+        set_state(store, NODE, state, "alice")
+    check_dispatch(store, ssh)
+    set_state(store, NODE, "ended", "alice")
+    with pytest.raises(LeaseError, match="has ended"):
+        check_dispatch(store, ssh)
+
+
+def test_due_actions_remind_at_24_and_2_hours_and_end_at_expiry() -> None:
+    lease = {"id": 1, "node": NODE, "state": "provisioned",
+             "starts_at": "2026-03-01T08:00:00+00:00", "days": 3}
+    end = lease_end(lease)
+    assert end == datetime(2026, 3, 4, 8, tzinfo=timezone.utc)
+    assert due_actions(lease, end - timedelta(hours=25)) == []
+    [day] = due_actions(lease, end - timedelta(hours=24))
+    assert (day.kind, day.hours, day.key) == ("remind", 24, "lease:1:24h")
+    [late] = due_actions(lease, end - timedelta(hours=1))  # the 24 h one is superseded
+    assert (late.kind, late.hours) == ("remind", 2)
+    [over] = due_actions(lease, end)
+    assert (over.kind, over.key) == ("end", "lease:1:end")
+    assert due_actions({**lease, "state": "ended"}, end) == []
+    assert due_actions({**lease, "starts_at": None}, end) == []
+
+
+def test_unsecured_lists_unverified_evidence_and_pending_decisions() -> None:
+    runs = [{"id": "a", "status": "awaiting_decision", "evidence": {"verified": True}},
+            {"id": "b", "status": "decided", "evidence": None},
+            {"id": "c", "status": "running", "evidence": None},
+            {"id": "d", "status": "dispatch_failed", "evidence": None}]
+    assert unsecured(runs) == ["a: decision not taken", "b: evidence not verified",
+                               "c: still running", "c: evidence not verified"]

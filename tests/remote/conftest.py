@@ -1,0 +1,17 @@
+"""The remote tests' real sshd: started once per session on a free port, stopped after."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.remote.sshd_server import BARE_PYTHON, FAKE_RUNNER, Sshd, running_sshd
+
+__all__ = ["BARE_PYTHON", "FAKE_RUNNER", "Sshd", "sshd"]
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    with running_sshd(tmp_path_factory.mktemp("sshd")) as server:
+        yield server

@@ -1,0 +1,109 @@
+"""Building a service wired to the SSH dispatcher, over a small project, for the tests."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.dispatch_ssh import SSHDispatcher
+from bot.leases import lease_guard_for, set_state
+from bot.manifest import load_manifest_file
+from bot.message import RecordingNotifier
+from bot.service import PilotService
+from bot.settings import Settings
+from bot.store import Store
+from runner.events import Event
+
+
+def write_project(root: Path, node: dict[str, Any], *, count: int = 4,
+                  gate_after: int | None = None, name: str = "remote-demo",
+                  copy_to: str | None = None) -> Path:
+    """A project with ``count`` documents and a manifest whose node is ``node``."""
+    docs = root / "data" / "pilote"
+    docs.mkdir(parents=True, exist_ok=True)
+    for n in range(1, count + 1):
+        (docs / f"doc-{n:02d}.txt").write_text(f"invoice number {n} total due", encoding="utf-8")
+    (root / "src").mkdir(exist_ok=True)
+    (root / "src" / "app.py").write_text("VALUE = 1\n")
+    params = {"gate_after": gate_after} if gate_after is not None else {}
+    manifest = {
+        "apiVersion": "preflight/v1", "name": name, "purpose": "inference",
+        "hardware": {"gpu": "cpu", "lots": 1, "days": 3, "lot_price_usd_per_day": "0"},
+        "backend": "cpu", "preparation": "pytorch", "node": node,
+        "inputs": {"dir": "data/pilote", "pattern": "doc-*.txt", "expected_count": count,
+                   "expected_refusals": []},
+        "task": {"kind": "classify", "handler": "runner.workloads.classify:handle",
+                 "categories": ["invoice", "contract"], "params": params},
+        "success": {"min_accepted": count, "max_refused": 0, "balance_ok": True},
+        "approvals": {"approvers": ["alice"]},
+    }
+    if copy_to:
+        manifest["results"] = {"copy_to": copy_to}
+    path = root / "manifest.yaml"
+    path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return path
+
+
+@dataclass
+class Bot:
+    """One "bot process": its store, service, notifier and SSH dispatcher."""
+
+    settings: Settings
+    store: Store
+    service: PilotService
+    notifier: RecordingNotifier
+    dispatcher: SSHDispatcher
+
+    def close(self) -> None:
+        self.dispatcher.close()
+        self.store.close()
+
+
+def make_bot(home: Path, dispatcher: SSHDispatcher, *, guard: bool = True) -> Bot:
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(home)})
+    store = Store(settings.db_path)
+    notifier = RecordingNotifier()
+    service = PilotService(settings, store, {"ssh": dispatcher}, notifier,
+                           lease_guard=lease_guard_for(store) if guard else None)
+    return Bot(settings, store, service, notifier, dispatcher)
+
+
+def provision(store: Store, host: str = "127.0.0.1") -> None:
+    for state in ("ordered", "payment-notified", "funds-confirmed", "provisioned"):
+        set_state(store, host, state, "alice")
+
+
+def submit(bot: Bot, manifest: Path) -> str:
+    sub = bot.service.submit(load_manifest_file(manifest), submitter="bob")
+    return sub.run_id
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float = 30, what: str = "condition") -> Any:
+    """Poll ``condition`` until it is truthy, with a deadline (never a bare sleep)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def pump_until(bot: Bot, run_id: str, predicate: Callable[[list[Event]], bool], *,
+               timeout: float = 30) -> list[Event]:
+    """Pump the run until the recorded events satisfy ``predicate``."""
+    def step() -> bool:
+        bot.service.pump(run_id)
+        return predicate(bot.store.events(run_id))
+
+    wait_for(step, timeout=timeout, what=f"events of {run_id}")
+    return bot.store.events(run_id)
+
+
+def remote_lines(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in run_dir.joinpath("events.jsonl").read_text().splitlines()]

@@ -1,0 +1,140 @@
+"""Fault tests with a real sshd: dropped connection, bot restart, stalled runner, recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from bot.schedule import BotScheduler, watch_runs
+from tests.remote.remote_kit import (
+    make_bot,
+    provision,
+    pump_until,
+    remote_lines,
+    submit,
+    wait_for,
+    write_project,
+)
+from tests.remote.sshd_server import Sshd
+
+
+def _items_done(n: int):  # type: ignore[no-untyped-def]
+    return lambda events: sum(e.type == "item.done" for e in events) >= n
+
+
+def _assert_exactly_once(bot, run_id: str, remote_run: Path) -> None:  # type: ignore[no-untyped-def]
+    recorded = [e.seq for e in bot.store.events(run_id)]
+    lines = remote_lines(remote_run)
+    assert recorded == [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
+    ids = [i["id"] for i in bot.store.items(run_id)]
+    assert len(ids) == len(set(ids))
+
+
+def test_connection_killed_mid_run_runner_continues_and_bot_reconnects(tmp_path: Path,
+                                                                       sshd: Sshd) -> None:
+    workdir = tmp_path / "node"
+
+    manifest = write_project(tmp_path / "project", sshd.node(workdir), count=6, gate_after=2)
+    bot = make_bot(tmp_path / "home", sshd.dispatcher())
+    try:
+        provision(bot.store)
+        run_id = submit(bot, manifest)
+        bot.service.start(run_id)
+        pump_until(bot, run_id, _items_done(2))
+        connects = bot.dispatcher.connects
+        assert sshd.kill_connections() >= 1
+        remote_run = workdir / "runs" / run_id
+        (remote_run / "go").write_text("")  # the runner may go on; the bot is disconnected
+        run = bot.service.follow(run_id, timeout=60)
+        assert run["outcome"] == "passed", run["verdict"]
+        assert bot.dispatcher.connects > connects  # it reconnected
+        _assert_exactly_once(bot, run_id, remote_run)
+        assert (remote_run / "exit_code").read_text().strip() == "0"
+        published_items = [m for m in bot.notifier.history if m.key == "balance"]
+        assert len(published_items) == 1
+    finally:
+        bot.close()
+
+
+def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
+        tmp_path: Path, sshd: Sshd) -> None:
+    workdir = tmp_path / "node"
+    manifest = write_project(tmp_path / "project", sshd.node(workdir), count=5, gate_after=3)
+    first = make_bot(tmp_path / "home", sshd.dispatcher())
+    scheduler = BotScheduler(first.settings, first.service)
+    scheduler.start(paused=True)
+    try:
+        provision(first.store)
+        run_id = submit(first, manifest)
+        first.service.start(run_id)
+        pump_until(first, run_id, _items_done(3))
+        seen = first.store.get_run(run_id)
+        assert scheduler.job_ids() == ["preflight-evidence", "preflight-leases", "preflight-watch"]
+    finally:
+        scheduler.shutdown()
+        first.close()  # the "bot process" ends: connections closed, nothing stops the runner
+
+    second = make_bot(tmp_path / "home", sshd.dispatcher())
+    restored = BotScheduler(second.settings, second.service)
+    restored.start(paused=True, register=False)  # nothing added: only what the store kept
+    try:
+        assert restored.job_ids() == ["preflight-evidence", "preflight-leases", "preflight-watch"]
+        run = second.store.get_run(run_id)
+        assert (run["last_seq"], run["events_offset"]) == (seen["last_seq"], seen["events_offset"])
+        handle = second.service._handle(run)
+        assert second.dispatcher.is_alive(handle)
+        (workdir / "runs" / run_id / "go").write_text("")
+
+        def finished() -> bool:
+            watch_runs(second.service, datetime.now(timezone.utc))
+            return second.store.get_run(run_id)["status"] == "awaiting_decision"
+
+        wait_for(finished, timeout=60, what="the watch to consume the rest of the run")
+        _assert_exactly_once(second, run_id, workdir / "runs" / run_id)
+        # the new process posted only what it consumed itself: no stage posted twice
+        new_items = [e for e in second.store.events(run_id, after_seq=seen["last_seq"])
+                     if e.type == "item.done"]
+        assert [e.data["id"] for e in new_items] == ["doc-04", "doc-05"]
+        assert second.store.get_run(run_id)["outcome"] == "passed"
+    finally:
+        restored.shutdown()
+        second.close()
+
+
+def test_stalled_runner_alerts_once_and_its_return_is_announced_once(tmp_path: Path,
+                                                                     sshd: Sshd) -> None:
+    workdir = tmp_path / "node"
+    node = sshd.node(workdir, stall_after_s=120)
+    manifest = write_project(tmp_path / "project", node, count=4, gate_after=2)
+    bot = make_bot(tmp_path / "home", sshd.dispatcher())
+    try:
+        provision(bot.store)
+        run_id = submit(bot, manifest)
+        bot.service.start(run_id)
+        pump_until(bot, run_id, _items_done(2))
+        remote_run = workdir / "runs" / run_id
+        layout = Path(bot.store.get_run(run_id)["run_dir"]) / "remote.json"
+        pid = json.loads(layout.read_text())["pid"]
+        os.killpg(pid, signal.SIGSTOP)
+        try:
+            t0 = datetime.now(timezone.utc)
+            assert watch_runs(bot.service, t0) == []
+            assert watch_runs(bot.service, t0 + timedelta(seconds=60)) == []
+            alerts = watch_runs(bot.service, t0 + timedelta(seconds=121))
+            assert [m.key for m in alerts] == ["alert-stall"]
+            text = alerts[0].summary
+            assert "Last stage: pilot" in text and "last event at 20" in text
+            assert watch_runs(bot.service, t0 + timedelta(seconds=400)) == []  # once only
+            (remote_run / "go").write_text("")
+        finally:
+            os.killpg(pid, signal.SIGCONT)
+        pump_until(bot, run_id, lambda events: events[-1].type == "run.finished")
+        back = watch_runs(bot.service, t0 + timedelta(seconds=500))
+        assert [m.key for m in back] == ["alert-recovered"]
+        assert watch_runs(bot.service, t0 + timedelta(seconds=900)) == []
+        assert [m.key for m in bot.notifier.history].count("alert-stall") == 1
+    finally:
+        bot.close()
