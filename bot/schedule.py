@@ -112,7 +112,7 @@ def watch_runs(service: PilotService, now: datetime) -> list[Message]:
 def _watch_one(service: PilotService, run_id: str, now: datetime) -> Message | None:
     store = service.store
     if store.get_run(run_id)["status"] == "running":
-        service.pump(run_id)
+        service.reap(run_id)  # pumps; closes the run if its runner ended unseen
     run = store.get_run(run_id)
     stamp = _iso(now)
     first = _first_seen(run, now)

@@ -180,6 +180,17 @@ class PilotService:
             self._finish(run_id)
         return fresh
 
+    def reap(self, run_id: str) -> bool:
+        """Close a running run whose runner ended while nobody followed it; True if closed."""
+        run = self.store.get_run(run_id)
+        if run["status"] != "running" or self.pump(run_id):
+            return False
+        run = self.store.get_run(run_id)
+        if run["status"] != "running" or self._dispatcher(run).is_alive(self._handle(run)):
+            return False
+        self._runner_died(run_id)
+        return True
+
     def _finish(self, run_id: str) -> None:
         run = self.store.get_run(run_id)
         finished = self.store.events_of_type(run_id, RUN_FINISHED)[-1]
@@ -191,7 +202,10 @@ class PilotService:
         try:
             self._dispatcher(run).fetch_results(handle)
         except PreflightError as exc:
+            # The copy the team controls is what counts: a fetch that fails, or a fetched
+            # copy that does not verify, overrides the node's own "verified".
             log.warning("could not fetch results of %s: %s", run_id, exc)
+            evidence = {**(evidence or {}), "verified": False, "fetch_error": str(exc)}
         run = {**run, "balance": balance, "evidence": evidence}
         stages = self.store.stages(run_id)
         environment = {s["stage"]: s["facts"] for s in stages if s.get("facts")}

@@ -24,6 +24,7 @@ class ScriptedDispatcher:
         self.pending: dict[str, list[dict[str, Any]]] = {}
         self.seq: dict[str, int] = {}
         self.started: list[RunHandle] = []
+        self.stalled: set[str] = set()  # alive but silent (a SIGSTOPped runner)
 
     def start(self, handle: RunHandle) -> int | None:
         self.started.append(handle)
@@ -32,6 +33,8 @@ class ScriptedDispatcher:
         return None
 
     def _advance(self, handle: RunHandle) -> None:
+        if handle.run_id in self.stalled:
+            return
         queue = self.pending.get(handle.run_id, [])
         batch, self.pending[handle.run_id] = queue[: self.step], queue[self.step:]
         with open(handle.run_dir / "events.jsonl", "a", encoding="utf-8") as fh:
@@ -46,7 +49,7 @@ class ScriptedDispatcher:
         return read_events(str(handle.run_dir / "events.jsonl"), offset)
 
     def is_alive(self, handle: RunHandle) -> bool:
-        return bool(self.pending.get(handle.run_id))
+        return handle.run_id in self.stalled or bool(self.pending.get(handle.run_id))
 
     def exit_code(self, handle: RunHandle) -> int | None:
         return None if self.is_alive(handle) else self.exit_code_value

@@ -50,7 +50,7 @@ def test_stall_alert_once_then_recovery_once(tmp_path: Path) -> None:
     service = make(tmp_path, lambda run: script, step=3)
     run_id = start(service, tmp_path, ssh=True)
     fake: ScriptedDispatcher = service.dispatchers["ssh"]  # type: ignore[assignment]
-    held, fake.pending[run_id] = fake.pending[run_id], []  # the runner goes silent
+    fake.stalled.add(run_id)  # the runner goes silent but stays alive
     t0 = datetime.now(timezone.utc)
     assert watch_runs(service, t0) == []
     assert watch_runs(service, t0 + timedelta(seconds=299)) == []
@@ -58,11 +58,21 @@ def test_stall_alert_once_then_recovery_once(tmp_path: Path) -> None:
     assert alert.key == "alert-stall" and alert.run_id == run_id
     assert "stall_after 300 s" in alert.summary
     assert watch_runs(service, t0 + timedelta(seconds=900)) == []
-    fake.pending[run_id] = held
+    fake.stalled.discard(run_id)
     [back] = watch_runs(service, t0 + timedelta(seconds=901))
     assert back.key == "alert-recovered"
     assert watch_runs(service, t0 + timedelta(seconds=902)) == []
     assert published(service) == ["alert-stall", "alert-recovered"]
+
+
+def test_watch_closes_a_run_whose_runner_died_unseen(tmp_path: Path) -> None:
+    service = make(tmp_path, lambda run: pilot_script(IDS, refuse=(), finish=False), step=100)
+    run_id = start(service, tmp_path)
+    now = datetime.now(timezone.utc)
+    watch_runs(service, now)
+    watch_runs(service, now + timedelta(seconds=5))
+    run = service.store.get_run(run_id)
+    assert (run["status"], run["first_error"]["type"]) == ("awaiting_decision", "RunnerExited")
 
 
 def test_watch_pumps_runs_nobody_follows(tmp_path: Path) -> None:

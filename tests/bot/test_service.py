@@ -179,3 +179,33 @@ def test_approval_without_a_volume_only_records(tmp_path: Path) -> None:
     record = service.decide(run_id, "approve", "pilot clean", "alice")
     assert record["volume_run"] is None
     assert [r["kind"] for r in service.runs()] == ["pilot"]
+
+
+def test_reap_closes_a_run_whose_runner_ended_unseen(tmp_path: Path) -> None:
+    service, _ = make(tmp_path, lambda run: pilot_script(IDS, finish=False), exit_code=137)
+    run_id = submit(service, tmp_path)
+    assert service.reap(run_id) is False  # events were read: not a dead runner yet
+    assert service.reap(run_id) is True
+    run = service.store.get_run(run_id)
+    assert (run["status"], run["outcome"]) == ("awaiting_decision", "failed")
+    assert "exit code 137" in run["first_error"]["message"]
+    assert service.reap(run_id) is False
+
+
+class FailingFetch(ScriptedDispatcher):
+    def fetch_results(self, handle: object) -> None:
+        from bot.errors import DispatchError
+
+        raise DispatchError("evidence fetched to /x but it does not verify: SHA256SUMS: a.txt")
+
+
+def test_evidence_that_fails_to_verify_on_the_bot_host_fails_the_pilot(tmp_path: Path) -> None:
+    script = pilot_script(IDS, refuse=())
+    script.insert(-1, {"type": "evidence", "dest": "/node/evidence", "files": 5,
+                       "verified": True})
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    service = PilotService(settings, Store(settings.db_path),
+                           {"local": FailingFetch(lambda run: script)}, RecordingNotifier())
+    run = service.follow(submit(service, tmp_path, copy_to=True), timeout=30)
+    assert run["evidence"]["verified"] is False and "does not verify" in run["evidence"]["fetch_error"]
+    assert run["outcome"] == "failed"
