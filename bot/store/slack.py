@@ -1,4 +1,4 @@
-"""Slack delivery state: event ids already handled (Slack retries), per-message edits."""
+"""Slack delivery state: event ids already handled (Slack retries), threads of runs."""
 
 from __future__ import annotations
 
@@ -21,3 +21,11 @@ class SlackMixin:
             "INSERT OR IGNORE INTO slack_events (event_id, kind, received_at) VALUES (?, ?, ?)",
             [event_id, kind, utc_now()])
         return cur.rowcount == 1
+
+    def run_for_thread(self, channel: str, thread_ts: str) -> str | None:
+        """The id of the latest pilot whose Slack thread this is (decisions typed in the thread)."""
+        rows = list(self.db.query(
+            "SELECT id FROM runs WHERE channel = ? AND kind = 'pilot' AND (thread_ts = ? OR id IN "
+            "(SELECT run FROM message_refs WHERE transport = 'slack' AND key = 'thread' "
+            "AND ref = ?)) ORDER BY id DESC LIMIT 1", [channel, thread_ts, thread_ts]))
+        return str(rows[0]["id"]) if rows else None

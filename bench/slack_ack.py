@@ -1,0 +1,150 @@
+"""Acknowledgement latency of the Slack bot under load, against a bare bolt app.
+
+1,000 signed Events API requests are posted on loopback to (a) a bare bolt App whose only
+listener does nothing, and (b) the Preflight bot while a pilot streams its events and the
+bot posts and edits its thread. Both run the same server (bolt's ASGI adapter under
+uvicorn) against the same Web API emulator, in this invocation. Also prints how many Web
+API calls the 12-document pilot costs. Target: p99 of (b) within 2x of (a).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from slack_bolt import App  # noqa: E402
+from slack_sdk.signature import SignatureVerifier  # noqa: E402
+
+from bot.dispatch import LocalDispatcher  # noqa: E402
+from bot.message import NullNotifier  # noqa: E402
+from bot.service import PilotService  # noqa: E402
+from bot.settings import Settings  # noqa: E402
+from bot.slack.app import SlackBot, make_client  # noqa: E402
+from bot.slack.server import HttpServer  # noqa: E402
+from bot.store import Store  # noqa: E402
+from tests.slack.emulator import SlackEmulator  # noqa: E402
+from tests.slack.fakes import ReplayDispatcher, make_project  # noqa: E402
+
+TOKEN, SECRET, CHANNEL = "xoxb-bench", "bench-secret", "C0BENCH"
+EVENTS, CLIENTS, TARGET = 1000, 4, 2.0
+
+
+def settings_for(root: Path, emu: SlackEmulator) -> Settings:
+    return Settings(home=root, db_path=root / "state" / "db.sqlite", jobs_db_path=root / "j.db",
+                    runs_dir=root / "runs", python=sys.executable, slack_bot_token=TOKEN,
+                    slack_signing_secret=SECRET, slack_api_url=emu.api_url,
+                    manifests_dir=root / "manifests")
+
+
+def post(url: str, body: str) -> float:
+    ts = str(int(time.time()))
+    sig = SignatureVerifier(SECRET).generate_signature(timestamp=ts, body=body)
+    req = urllib.request.Request(url, data=body.encode(), method="POST", headers={
+        "Content-Type": "application/json", "X-Slack-Request-Timestamp": ts,
+        "X-Slack-Signature": sig})
+    start = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        resp.read()
+        assert resp.status == 200, resp.status
+    return time.perf_counter() - start
+
+
+def event_body(n: int, tag: str) -> str:
+    """Nine channel messages in ten; every tenth a mention the bot answers in a thread."""
+    ts = f"{int(time.time())}.{n:06d}"
+    kind = "app_mention" if n % 10 == 0 else "message"
+    return json.dumps({"type": "event_callback", "team_id": "T1", "api_app_id": "A1",
+                       "event_id": f"Ev{tag}{n:07d}", "event_time": int(time.time()),
+                       "event": {"type": kind, "channel": CHANNEL, "user": "U1",
+                                 "ts": ts, "text": f"<@U0BOT> help {n}"}})
+
+
+def blast(url: str, tag: str) -> list[float]:
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        return list(pool.map(lambda n: post(url, event_body(n, tag)), range(EVENTS)))
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] * 1000
+
+
+def bare(emu: SlackEmulator, root: Path) -> list[float]:
+    app = App(client=make_client(settings_for(root, emu)), signing_secret=SECRET)
+    app.event("message")(lambda: None)
+    app.event("app_mention")(lambda: None)
+    with HttpServer(app) as server:
+        blast(server.url, "warm")
+        return blast(server.url, "bare")
+
+
+def loaded(emu: SlackEmulator, root: Path) -> tuple[list[float], int]:
+    text = make_project(root, count=400)
+    settings = settings_for(root, emu)
+    store = Store(settings.db_path)
+    replay = ReplayDispatcher(pause_after=5, pace=0.01)
+    service = PilotService(settings, store, {"local": replay}, NullNotifier())
+    bot = SlackBot(settings, service)
+    with HttpServer(bot.app) as server:
+        blast(server.url, "warm")
+        root_ts = emu.user_message(CHANNEL, "bench", "U1")
+        run_id = bot.handlers.submit(text, source="bench", user="U1", channel=CHANNEL,
+                                     thread_ts=root_ts)
+        assert run_id is not None
+        replay.release()  # the pilot streams while the events arrive
+        latencies = blast(server.url, "bot")
+        streaming = store.get_run(run_id)["status"] == "running"
+    bot.close()
+    return latencies, int(streaming)
+
+
+def pilot_cost(root: Path) -> tuple[int, dict[str, int]]:
+    """Web API calls of the 12-document pilot with the real runner, mention to buttons."""
+    with SlackEmulator(tokens=(TOKEN,)) as emu:
+        text = make_project(root, real_docs=True)
+        settings = settings_for(root, emu)
+        service = PilotService(settings, Store(settings.db_path),
+                               {"local": LocalDispatcher(sys.executable)}, NullNotifier())
+        bot = SlackBot(settings, service)
+        thread = emu.user_message(CHANNEL, "pilot", "U1")
+        run_id = bot.handlers.submit(text, source="bench", user="U1", channel=CHANNEL,
+                                     thread_ts=thread)
+        assert run_id is not None
+        bot.followers.wait(run_id, 90)
+        bot.close()
+        calls = [c.method for c in emu.calls if c.method != "auth.test"]
+        return len(calls), dict(Counter(calls))
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.ERROR)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        with SlackEmulator(tokens=(TOKEN,)) as emu:
+            (base / "bare").mkdir()
+            reference = bare(emu, base / "bare")
+            (base / "bot").mkdir()
+            ours, streaming = loaded(emu, base / "bot")
+        (base / "cost").mkdir()
+        calls, by_method = pilot_cost(base / "cost")
+    ratio = pct(ours, 99) / pct(reference, 99)
+    print(f"bare bolt app : p50 {pct(reference, 50):.2f} ms  p99 {pct(reference, 99):.2f} ms")
+    print(f"preflight bot : p50 {pct(ours, 50):.2f} ms  p99 {pct(ours, 99):.2f} ms"
+          f"  (pilot still streaming at the end: {'yes' if streaming else 'no'})")
+    print(f"web API calls for the 12-document pilot (real runner): {calls} {by_method}")
+    verdict = "PASS" if ratio <= TARGET else "MISS"
+    print(f"ack_p99_ratio: {ratio:.2f} (target {TARGET:.1f}) {verdict}")
+
+
+if __name__ == "__main__":
+    main()

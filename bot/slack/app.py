@@ -1,0 +1,105 @@
+"""The Slack bot assembled: Web API client, notifier, followers, the bolt App, listeners."""
+
+from __future__ import annotations
+
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from slack_bolt import App
+from slack_sdk import WebClient
+from slack_sdk.http_retry.builtin_handlers import (
+    ConnectionErrorRetryHandler,
+    RateLimitErrorRetryHandler,
+)
+
+from bot.service import PilotService
+from bot.settings import Settings
+from bot.slack.followers import Followers
+from bot.slack.handlers import Handlers, Precheck
+from bot.slack.listeners import register
+from bot.slack.notifier import SlackNotifier
+
+DEFAULT_API_URL = "https://slack.com/api/"
+_TOKEN = re.compile(r"xox[abposr]-[A-Za-z0-9-]+|xapp-[A-Za-z0-9-]+")
+
+
+class RedactTokens(logging.Filter):
+    """Tokens never reach a log line, whoever logs them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if _TOKEN.search(message):
+            record.msg, record.args = _TOKEN.sub("xox…(redacted)", message), None
+        return True
+
+
+def make_client(settings: Settings, *, rate_limit_retries: int = 5) -> WebClient:
+    """A Web API client that honours 429 Retry-After and retries dropped connections."""
+    base = settings.slack_api_url or DEFAULT_API_URL
+    return WebClient(token=settings.slack_bot_token, base_url=base.rstrip("/") + "/",
+                     timeout=30, retry_handlers=[
+                         ConnectionErrorRetryHandler(max_retry_count=2),
+                         RateLimitErrorRetryHandler(max_retry_count=rate_limit_retries)])
+
+
+class SlackBot:
+    """One running bot. ``service.notifier`` is replaced by the Slack notifier."""
+
+    def __init__(self, settings: Settings, service: PilotService, *,
+                 client: WebClient | None = None, precheck: Precheck | None = None,
+                 socket_mode: bool = False, min_interval: float = 1.0,
+                 token_verification: bool = True, workers: int = 8) -> None:
+        self.settings = settings
+        self.service = service
+        self.client = client or make_client(settings)
+        self.notifier = SlackNotifier(self.client, service.store, min_interval=min_interval)
+        service.notifier = self.notifier
+        self.followers = Followers(service)
+        self.app = App(client=self.client, signing_secret=settings.slack_signing_secret or "",
+                       request_verification_enabled=not socket_mode,
+                       token_verification_enabled=token_verification,
+                       listener_executor=ThreadPoolExecutor(max_workers=workers,
+                                                            thread_name_prefix="slack-listener"),
+                       logger=logging.getLogger("bot.slack.bolt"))
+        self.handlers = Handlers(settings, service, self.client, self.followers,
+                                 precheck=precheck)
+        register(self.app, self.handlers)
+
+    def resume(self) -> list[str]:
+        """Pick up the runs a previous bot was following (continues from the stored seq)."""
+        return self.followers.resume_active()
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.followers.stop(timeout)
+        self.notifier.close(timeout)
+
+
+def install_log_redaction(logger: logging.Logger | None = None) -> None:
+    target = logger or logging.getLogger()
+    for handler in target.handlers:
+        handler.addFilter(RedactTokens())
+    target.addFilter(RedactTokens())
+
+
+def describe_token_problem(settings: Settings, *, http: bool) -> str | None:
+    """One line naming what is missing or malformed, or None when the tokens look right."""
+    token = settings.slack_bot_token
+    if not token:
+        return "SLACK_BOT_TOKEN is not set: copy the Bot User OAuth Token (xoxb-…) of the app"
+    if not token.startswith("xoxb-"):
+        return "SLACK_BOT_TOKEN must be a bot token starting with xoxb-"
+    if http and not settings.slack_signing_secret:
+        return "SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request with it"
+    app_token = settings.slack_app_token
+    if not http and app_token is not None and not app_token.startswith("xapp-"):
+        return "SLACK_APP_TOKEN must be an app-level token starting with xapp-"
+    return None
+
+
+def bolt_problem(exc: Any) -> str:
+    """A bolt start-up error (auth.test refused) as one line without the token."""
+    text = _TOKEN.sub("xox…(redacted)", str(exc))
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return f"Slack refused SLACK_BOT_TOKEN ({first})"

@@ -1,0 +1,86 @@
+"""`preflight serve`: the Slack bot, in Socket Mode or over HTTP (Events API)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+
+from bot.settings import Settings
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(serve)
+
+
+def serve(
+    http: bool = typer.Option(False, "--http", help="serve the Events API over HTTP instead of "
+                              "Socket Mode (needs SLACK_SIGNING_SECRET)"),
+    port: int = typer.Option(3000, "--port", help="HTTP port (0: any free port)"),
+    host: str = typer.Option("0.0.0.0", "--host", help="HTTP address to listen on"),
+) -> None:
+    """Run the Slack bot: Socket Mode when SLACK_APP_TOKEN is set, else --http."""
+    from slack_sdk.errors import SlackApiError, SlackClientError
+
+    from bot.slack.app import describe_token_problem, install_log_redaction, make_client
+
+    settings = Settings.from_env()
+    if not http and not settings.slack_app_token:
+        _die("SLACK_APP_TOKEN is not set: set it (xapp-…) for Socket Mode, "
+             "or run `preflight serve --http --port N` behind a public URL")
+    problem = describe_token_problem(settings, http=http)
+    if problem:
+        _die(problem)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_redaction()
+    quiet = logging.getLogger("slack_sdk")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # the one line below says it all
+    try:
+        who = make_client(settings).auth_test()
+    except SlackApiError as exc:
+        _die(f"Slack refused SLACK_BOT_TOKEN ({exc.response.get('error', 'unknown error')}): "
+             "copy the Bot User OAuth Token again from the app's OAuth & Permissions page")
+    except (SlackClientError, OSError) as exc:
+        _die(f"cannot reach the Slack Web API at {settings.slack_api_url or 'slack.com'}: {exc}")
+    finally:
+        quiet.setLevel(level)
+    _run(settings, http=http, host=host, port=port, bot_user=str(who.get("user_id")))
+
+
+def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str) -> None:
+    from bot.message import NullNotifier
+    from bot.runtime import make_service, precheck
+    from bot.slack.app import SlackBot
+    from bot.slack.server import HttpServer
+
+    service = make_service(settings, NullNotifier())
+    bot = SlackBot(settings, service, precheck=precheck, socket_mode=not http,
+                   token_verification=False)
+    resumed = bot.resume()
+    if resumed:
+        typer.echo(f"following {len(resumed)} run(s) again: {', '.join(resumed)}")
+    try:
+        if http:
+            try:
+                server = HttpServer(bot.app, host, port, log_level="info")
+            except OSError as exc:
+                _die(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+            typer.echo(f"preflight bot {bot_user} listening on {server.url}", err=False)
+            sys.stdout.flush()
+            server.serve()
+        else:
+            from slack_bolt.adapter.socket_mode import SocketModeHandler
+
+            typer.echo(f"preflight bot {bot_user} connected in Socket Mode")
+            handler = SocketModeHandler(bot.app, settings.slack_app_token)
+            handler.start()  # type: ignore[no-untyped-call]
+    finally:
+        bot.close()
+
+
+def _die(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)

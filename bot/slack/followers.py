@@ -1,0 +1,65 @@
+"""One background thread per run being followed (the service records, then publishes)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from bot.errors import PreflightError
+from bot.service import PilotService
+
+log = logging.getLogger(__name__)
+
+
+class Followers:
+    def __init__(self, service: PilotService, *, poll: float = 0.1) -> None:
+        self.service = service
+        self.poll = poll
+        self._stop = threading.Event()
+        self._threads: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+
+    def follow(self, run_id: str) -> None:
+        """Start following a run unless a thread already does."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            current = self._threads.get(run_id)
+            if current is not None and current.is_alive():
+                return
+            thread = threading.Thread(target=self._follow, args=(run_id,),
+                                      name=f"follow-{run_id}", daemon=True)
+            self._threads[run_id] = thread
+            thread.start()
+
+    def resume_active(self) -> list[str]:
+        """Follow again every run the store says is running (a restarted bot)."""
+        ids = [run["id"] for run in self.service.store.active_runs()]
+        for run_id in ids:
+            self.follow(run_id)
+        return ids
+
+    def wait(self, run_id: str, timeout: float) -> bool:
+        """Block until the follower of ``run_id`` has ended; False on timeout."""
+        with self._lock:
+            thread = self._threads.get(run_id)
+        if thread is None:
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop following (the runners keep running; a new bot picks them up)."""
+        self._stop.set()
+        with self._lock:
+            threads = list(self._threads.values())
+        for thread in threads:
+            thread.join(timeout)
+
+    def _follow(self, run_id: str) -> None:
+        try:
+            self.service.follow(run_id, stop=self._stop, poll=self.poll)
+        except PreflightError as exc:
+            log.warning("following %s stopped: %s", run_id, exc)
+        except Exception:  # a follower must never take the bot down
+            log.exception("following %s failed", run_id)

@@ -1,0 +1,173 @@
+"""What each Slack action does, as plain methods: submit, decide, answer, refuse.
+
+Listeners (bot/slack/listeners.py) acknowledge first and then call these on bolt's worker
+threads. Expected failures (``PreflightError``) are shown to the user; anything else is
+logged with its traceback and the user gets a short line naming the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+
+from bot.errors import DecisionRefused, ManifestError, PreflightError, ProjectCheckError
+from bot.manifest import load_manifest
+from bot.service import PilotService
+from bot.settings import Settings
+from bot.slack.blocks import escape
+from bot.slack.followers import Followers
+from bot.slack.intake import IntakeError, download, manifest_files
+from bot.slack.surfaces import home_view, problems_blocks
+
+log = logging.getLogger(__name__)
+
+Precheck = Callable[[Any], Any]
+
+
+class Handlers:
+    def __init__(self, settings: Settings, service: PilotService, client: WebClient,
+                 followers: Followers, *, precheck: Precheck | None = None) -> None:
+        self.settings = settings
+        self.service = service
+        self.client = client
+        self.followers = followers
+        self.precheck = precheck
+        api = urlsplit(settings.slack_api_url or "https://slack.com/api/")
+        self.file_hosts = frozenset({(api.hostname or "slack.com").lower()})
+
+    # -- where we serve -----------------------------------------------------------
+    def allowed(self, channel: str | None) -> bool:
+        return not self.settings.channels or (channel or "") in self.settings.channels
+
+    def refuse_channel(self, channel: str, user: str, thread_ts: str | None) -> None:
+        self.ephemeral(channel, user, thread_ts,
+                       "Sorry, Preflight only runs pilots in its own channels here. "
+                       "Please post the manifest in one of them (ask whoever runs the bot).")
+
+    # -- intake -------------------------------------------------------------------
+    def manifest_from_files(self, files: list[dict[str, Any]]) -> tuple[str, str] | None:
+        """(text, file name) of the first manifest file shared, downloaded with the token."""
+        wanted = manifest_files(files)
+        if not wanted:
+            return None
+        info = wanted[0]
+        url = str(info.get("url_private_download") or info.get("url_private") or "")
+        if not url:
+            resp = self.client.files_info(file=str(info["id"]))
+            url = str(resp["file"].get("url_private_download") or resp["file"]["url_private"])
+        token = self.client.token or ""
+        return download(url, token, self.file_hosts), str(info.get("name"))
+
+    def submit(self, text: str, *, source: str, user: str, channel: str,
+               thread_ts: str) -> str | None:
+        """Validate, plan, start and follow; every failure is answered in the thread."""
+        try:
+            loaded = load_manifest(text, source=source, base_dir=self._base_dir())
+            if self.precheck is not None:
+                self.precheck(loaded)
+            sub = self.service.submit(loaded, submitter=user, channel=channel,
+                                      thread_ts=thread_ts)
+        except ManifestError as exc:
+            self.post(channel, thread_ts, f"The manifest is not valid ({len(exc.problems)} "
+                      "problem(s))", problems_blocks(f"{exc.source}: the manifest is not valid",
+                                                     exc.problems))
+            return None
+        except ProjectCheckError as exc:
+            self.post(channel, thread_ts, "The project check failed",
+                      problems_blocks("The project check failed", exc.problems))
+            return None
+        except PreflightError as exc:
+            self.post(channel, thread_ts, f":x: {escape(str(exc))}")
+            return None
+        try:
+            self.service.start(sub.run_id)
+        except PreflightError as exc:  # the service already posted the outcome
+            log.warning("run %s could not start: %s", sub.run_id, exc)
+            return sub.run_id
+        self.followers.follow(sub.run_id)
+        return sub.run_id
+
+    # -- decisions ----------------------------------------------------------------
+    def decide(self, run_id: str, decision: str, reason: str, *, user: str, channel: str,
+               thread_ts: str | None) -> dict[str, Any] | None:
+        try:
+            record = self.service.decide(run_id, decision, reason, user, source="slack")
+        except DecisionRefused as exc:
+            self.ephemeral(channel, user, thread_ts,
+                           f":no_entry: Decision refused (and recorded): {escape(str(exc))}")
+            return None
+        except PreflightError as exc:
+            self.ephemeral(channel, user, thread_ts, f":x: {escape(str(exc))}")
+            return None
+        volume = record.get("volume_run")
+        if volume:
+            self.followers.follow(str(volume))
+        return record
+
+    def awaiting(self, run_id: str) -> tuple[bool, str]:
+        """Whether a decision can be taken now, and if not, why (for an ephemeral)."""
+        try:
+            run = self.service.show(run_id)
+        except PreflightError as exc:
+            return False, str(exc)
+        if run["status"] == "awaiting_decision":
+            return True, ""
+        decided = [d for d in run.get("decisions") or [] if d.get("accepted")]
+        if decided:
+            d = decided[-1]
+            return False, (f"run {run_id} is already decided: {d['decision']} by <@{d['by']}> "
+                           f"at {d['at']} ({d['reason']})")
+        return False, f"run {run_id} is {run['status']}: decide once the pilot has finished"
+
+    # -- the App Home tab ---------------------------------------------------------
+    def publish_home(self, user: str) -> None:
+        runs = self.service.runs(limit=100)
+        active = [r for r in runs if r["status"] in ("planned", "running", "awaiting_decision")]
+        decisions = self.service.store.decisions(limit=20)
+        self.client.views_publish(user_id=user, view=home_view(active, decisions))
+
+    # -- replies ------------------------------------------------------------------
+    def post(self, channel: str, thread_ts: str | None, text: str,
+             blocks: list[dict[str, Any]] | None = None) -> str | None:
+        try:
+            resp = self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text,
+                                                blocks=blocks)
+        except (SlackApiError, SlackClientError) as exc:
+            log.warning("reply in %s failed: %s", channel, exc)
+            return None
+        return str(resp["ts"])
+
+    def ephemeral(self, channel: str, user: str, thread_ts: str | None, text: str) -> None:
+        try:
+            self.client.chat_postEphemeral(channel=channel, user=user, thread_ts=thread_ts,
+                                           text=text)
+        except (SlackApiError, SlackClientError) as exc:
+            log.warning("ephemeral reply to %s failed: %s", user, exc)
+
+    def failed(self, channel: str, thread_ts: str | None, what: str) -> None:
+        """An unexpected error: logged with its traceback, a short line for the user."""
+        log.exception("%s failed", what)
+        self.post(channel, thread_ts, f":warning: Something went wrong while handling {what}; "
+                  "it is logged on the bot host.")
+
+    def _base_dir(self) -> Path:
+        return self.settings.manifests_dir or self.settings.home
+
+    def manifest_path(self, name: str) -> Path | None:
+        base = self._base_dir()
+        if not name or any(c in name for c in "/\\") or name.startswith("."):
+            return None
+        for suffix in (".yaml", ".yml", ".json"):
+            path = base / f"{name}{suffix}"
+            if path.is_file():
+                return path
+        return None
+
+
+__all__ = ["Handlers", "IntakeError"]

@@ -1,0 +1,225 @@
+"""SlackNotifier: one visible Slack message per (run, key), updated in place.
+
+A key's first message is posted at once, in the caller's thread, so the thread reads in
+the order the service published; its ``ts`` is stored before anything else happens, so a
+restarted bot edits the same message instead of posting a second one. Later states of the
+same key are coalesced: a background flusher sends at most one ``chat.update`` per
+``min_interval`` seconds per message, always the latest state. Rate limits (HTTP 429) are
+honoured by slack_sdk's retry handler; a send that still fails is kept and retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+
+from bot.errors import PreflightError
+from bot.message import Attachment, Message
+from bot.slack.blocks import Rendered, render
+from bot.store import Store
+
+log = logging.getLogger(__name__)
+
+TRANSPORT = "slack"
+RETRY_DELAY = 2.0
+
+
+@dataclass
+class _Slot:
+    """Delivery state of one visible message."""
+
+    lock: threading.Lock
+    pending: Message | None = None
+    due: float = 0.0
+    last_sent: float = float("-inf")
+    in_flight: bool = False
+
+
+class SlackNotifier:
+    def __init__(self, client: WebClient, store: Store, *, min_interval: float = 1.0) -> None:
+        self.client = client
+        self.store = store
+        self.min_interval = min_interval
+        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        self._busy = 0  # publish() calls posting right now, in their callers' threads
+        self._thread = threading.Thread(target=self._flush_loop, name="slack-flusher", daemon=True)
+        self._thread.start()
+
+    # -- the Notifier protocol ----------------------------------------------------
+    def publish(self, message: Message) -> None:
+        with self._cond:
+            self._busy += 1
+        try:
+            self._publish(message)
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
+
+    def _publish(self, message: Message) -> None:
+        run = self.store.get_run(message.run_id)
+        if not run.get("channel"):
+            return  # a run started from the terminal has no Slack thread
+        slot = self._slot(message.run_id, message.key)
+        with slot.lock:
+            if self.store.message_ref(message.run_id, message.key, TRANSPORT) is None:
+                if self._post(run, message):
+                    slot.last_sent = time.monotonic()
+                    return
+                self._queue(slot, message, time.monotonic() + RETRY_DELAY)
+                return
+        self._queue(slot, message, slot.last_sent + self.min_interval)
+
+    # -- life cycle -----------------------------------------------------------------
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every queued state has been delivered (or ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._busy or any(s.pending is not None or s.in_flight
+                                    for s in self._slots.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.5))
+        return True
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    # -- internals ------------------------------------------------------------------
+    def _slot(self, run_id: str, key: str) -> _Slot:
+        with self._cond:
+            slot = self._slots.get((run_id, key))
+            if slot is None:
+                slot = self._slots[(run_id, key)] = _Slot(threading.Lock())
+            return slot
+
+    def _queue(self, slot: _Slot, message: Message, due: float) -> None:
+        with self._cond:
+            slot.pending = message
+            slot.due = max(due, time.monotonic()) if not slot.in_flight else slot.due
+            self._cond.notify_all()
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._cond:
+                slot, message = self._next_due()
+                while slot is None or message is None:
+                    if self._closed:
+                        return
+                    wait = self._next_wait()
+                    self._cond.wait(wait)
+                    slot, message = self._next_due()
+                slot.pending = None
+                slot.in_flight = True
+            try:
+                delivered = self._deliver(slot, message)
+            except Exception:  # the flusher must survive anything a send raises
+                log.exception("delivering %s of run %s failed", message.key, message.run_id)
+                delivered = False
+            with self._cond:
+                slot.in_flight = False
+                if delivered:
+                    slot.last_sent = time.monotonic()
+                    slot.due = slot.last_sent + self.min_interval
+                elif slot.pending is None:
+                    slot.pending = message  # the last state is never dropped
+                    slot.due = time.monotonic() + RETRY_DELAY
+                else:
+                    slot.due = max(slot.due, time.monotonic() + RETRY_DELAY)
+                self._cond.notify_all()
+
+    def _next_due(self) -> tuple[_Slot | None, Message | None]:
+        now = time.monotonic()
+        for slot in self._slots.values():
+            if slot.pending is not None and not slot.in_flight:
+                due = max(slot.due, slot.last_sent + self.min_interval)
+                if due <= now:
+                    return slot, slot.pending
+        return None, None
+
+    def _next_wait(self) -> float | None:
+        dues = [max(s.due, s.last_sent + self.min_interval) for s in self._slots.values()
+                if s.pending is not None and not s.in_flight]
+        if not dues:
+            return None
+        return max(0.0, min(dues) - time.monotonic())
+
+    def _deliver(self, slot: _Slot, message: Message) -> bool:
+        run = self.store.get_run(message.run_id)
+        with slot.lock:
+            if self.store.message_ref(message.run_id, message.key, TRANSPORT) is None:
+                return self._post(run, message)
+            return self._update(run, message)
+
+    def _post(self, run: dict[str, Any], message: Message) -> bool:
+        rendered = render(message)
+        channel, thread_ts = self._thread_of(run)
+        try:
+            resp = self.client.chat_postMessage(channel=channel, thread_ts=thread_ts,
+                                                text=rendered.text, blocks=rendered.blocks)
+        except (SlackApiError, SlackClientError) as exc:
+            log.warning("posting %s of run %s failed: %s", message.key, run["id"], _why(exc))
+            return False
+        ts = str(resp["ts"])
+        self.store.set_message_ref(run["id"], message.key, TRANSPORT, ts, str(resp["channel"]))
+        if thread_ts is None:
+            self.store.set_message_ref(run["id"], "thread", TRANSPORT, ts, str(resp["channel"]))
+        self._upload(run, rendered)
+        return True
+
+    def _update(self, run: dict[str, Any], message: Message) -> bool:
+        ref = self.store.message_ref(run["id"], message.key, TRANSPORT)
+        assert ref is not None
+        rendered = render(message)
+        try:
+            self.client.chat_update(channel=ref["channel"] or run["channel"], ts=ref["ref"],
+                                    text=rendered.text, blocks=rendered.blocks)
+        except (SlackApiError, SlackClientError) as exc:
+            log.warning("updating %s of run %s failed: %s", message.key, run["id"], _why(exc))
+            return False
+        self._upload(run, rendered)
+        return True
+
+    def _upload(self, run: dict[str, Any], rendered: Rendered) -> None:
+        for attachment in rendered.attachments:
+            self._upload_once(run, attachment)
+
+    def _upload_once(self, run: dict[str, Any], attachment: Attachment) -> None:
+        key = f"file:{attachment.title}"
+        if self.store.message_ref(run["id"], key, TRANSPORT) is not None:
+            return
+        channel, thread_ts = self._thread_of(run)
+        try:
+            resp = self.client.files_upload_v2(channel=channel, thread_ts=thread_ts,
+                                               file=attachment.path, filename=attachment.title,
+                                               title=attachment.title)
+        except (SlackApiError, SlackClientError, OSError) as exc:
+            log.warning("uploading %s of run %s failed: %s", attachment.title, run["id"], _why(exc))
+            return
+        file_id = str((resp.get("file") or {}).get("id", "uploaded"))
+        self.store.set_message_ref(run["id"], key, TRANSPORT, file_id, channel)
+
+    def _thread_of(self, run: dict[str, Any]) -> tuple[str, str | None]:
+        if run.get("thread_ts"):
+            return str(run["channel"]), str(run["thread_ts"])
+        root = self.store.message_ref(run["id"], "thread", TRANSPORT)
+        return str(run["channel"]), (str(root["ref"]) if root else None)
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error", exc.response.status_code))
+    return type(exc).__name__ if isinstance(exc, PreflightError) else str(exc)

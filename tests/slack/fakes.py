@@ -1,0 +1,162 @@
+"""Small fakes for the Slack tests: a dispatcher that replays prepared events, a project."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from bot.dispatch import RunHandle
+from runner.events import STAGES, Event, read_events, utc_now
+
+CATEGORIES = ("invoice", "contract", "support", "research")
+PILOT_MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "pilote.yaml"
+
+
+def make_project(root: Path, count: int = 12, refused: tuple[str, ...] = ("doc-07",),
+                 volume: int | None = None, two_person: bool = False,
+                 approvers: tuple[str, ...] = ("U0APPROVER",), real_docs: bool = False) -> str:
+    """A project with ``count`` inputs and a manifest for it (in root/manifests); its text.
+
+    ``real_docs`` copies the repository's 12 pilot documents (for the real runner).
+    """
+    data = root / "proj" / "data" / "pilote"
+    data.mkdir(parents=True)
+    repo = PILOT_MANIFEST.parents[1]
+    for name in ("requirements-rebuild.txt",):
+        if (repo / name).is_file():
+            shutil.copy2(repo / name, root / "proj" / name)
+    if real_docs:
+        for doc in sorted((repo / "data" / "pilote").iterdir()):
+            shutil.copy2(doc, data / doc.name)
+    for i in range(1, count + 1):
+        if not real_docs:
+            (data / f"doc-{i:02d}.txt").write_text(f"document {i}\n")
+    text = PILOT_MANIFEST.read_text(encoding="utf-8")
+    text = text.replace("  dir: ..\n", "  dir: ../proj\n")
+    text = text.replace("expected_count: 12", f"expected_count: {count}")
+    text = text.replace("expected_refusals: [doc-07]", f"expected_refusals: [{', '.join(refused)}]")
+    text = text.replace("approvers: [alice, U0APPROVER]", f"approvers: [{', '.join(approvers)}]")
+    text = text.replace("two_person: false", f"two_person: {str(two_person).lower()}")
+    text = text.replace("min_accepted: 11", f"min_accepted: {count - len(refused)}")
+    if volume is not None:
+        vol = root / "proj" / "data" / "volume"
+        vol.mkdir(parents=True)
+        for i in range(1, volume + 1):
+            (vol / f"doc-{i:02d}.txt").write_text(f"volume document {i}\n")
+        text += (f"volume:\n  inputs:\n    dir: data/volume\n    pattern: \"doc-*.txt\"\n"
+                 f"    expected_count: {volume}\n")
+    (root / "manifests").mkdir(exist_ok=True)
+    (root / "manifests" / "pilote.yaml").write_text(text, encoding="utf-8")
+    return text
+
+
+def pilot_events(run_id: str, ids: list[str], refused: tuple[str, ...] = ("doc-07",),
+                 fail_stage: str | None = None) -> list[dict[str, Any]]:
+    """The event stream of a pilot as the runner writes it (without seq/ts/run)."""
+    out: list[dict[str, Any]] = [{"type": "run.started"}]
+    failed = None
+    for stage in STAGES:
+        if failed:
+            out.append({"type": "stage.skipped", "stage": stage, "reason": f"{failed} failed"})
+            continue
+        out.append({"type": "stage.started", "stage": stage})
+        if stage == fail_stage:
+            failed = stage
+            out.append({"type": "stage.failed", "stage": stage, "error": {
+                "type": "RuntimeError", "message": "CUDA error: no kernel image is available",
+                "where": "stages/compute.py:42", "hint": "install the torch build for this GPU"}})
+            continue
+        if stage == "pilot":
+            for n, item in enumerate(ids, 1):
+                if item in refused:
+                    out.append({"type": "item.done", "id": item, "status": "refused",
+                                "reason": "not a document"})
+                else:
+                    out.append({"type": "item.done", "id": item, "status": "accepted",
+                                "category": CATEGORIES[n % len(CATEGORIES)]})
+                if n % max(1, len(ids) // 4) == 0 or n == len(ids):
+                    out.append({"type": "progress", "done": n, "total": len(ids)})
+        if stage == "balance":
+            acc = len([i for i in ids if i not in refused])
+            out.append({"type": "balance", "accepted": acc, "refused": len(ids) - acc,
+                        "total": len(ids), "ok": True, "problems": [],
+                        "sample": [{"id": ids[0], "category": CATEGORIES[1],
+                                    "excerpt": "document 1"}]})
+        if stage == "evidence":
+            out.append({"type": "evidence", "dest": "evidence/pilote-demo", "files": 9,
+                        "verified": True, "bytes": 1234})
+        out.append({"type": "stage.passed", "stage": stage, "facts": {"checked": 1}})
+    status = "failed" if failed else "passed"
+    out.append({"type": "run.finished", "status": status, "stage_reached": fail_stage or
+                "evidence", "exit_code": 1 if failed else 0})
+    return out
+
+
+class ReplayDispatcher:
+    """Writes a prepared event stream into the run's events.jsonl, like a runner would.
+
+    ``pause_after`` stops writing after that many events until ``release()``: the bot can
+    be stopped and restarted in the middle of a run.
+    """
+
+    def __init__(self, *, fail_stage: str | None = None, pause_after: int | None = None,
+                 refused: tuple[str, ...] = ("doc-07",), pace: float = 0.0) -> None:
+        self.fail_stage = fail_stage
+        self.pace = pace  # seconds between events (a runner that takes its time)
+        self._tick = threading.Event()
+        self.pause_after = pause_after
+        self.refused = refused
+        self.gate = threading.Event()
+        self.started: list[str] = []
+        self._threads: dict[str, threading.Thread] = {}
+
+    def release(self) -> None:
+        self.gate.set()
+
+    def start(self, handle: RunHandle) -> int | None:
+        import json
+
+        spec = json.loads(handle.spec_path.read_text())
+        ids = sorted(p.name.rsplit(".", 1)[0] for p in
+                     Path(spec["inputs"]["dir"]).glob(spec["inputs"].get("pattern", "*")))
+        events = pilot_events(handle.run_id, ids, self.refused, self.fail_stage)
+        self.started.append(handle.run_id)
+        thread = threading.Thread(target=self._write, args=(handle, events, ids), daemon=True)
+        self._threads[handle.run_id] = thread
+        thread.start()
+        return None
+
+    def _write(self, handle: RunHandle, events: list[dict[str, Any]], ids: list[str]) -> None:
+        with open(handle.run_dir / "balance.csv", "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["id", "status", "category", "reason"])
+            for i in ids:
+                writer.writerow([i, "refused" if i in self.refused else "accepted", "", ""])
+        with open(handle.run_dir / "events.jsonl", "a", encoding="utf-8") as fh:
+            for seq, data in enumerate(events, 1):
+                if self.pause_after is not None and seq == self.pause_after + 1:
+                    self.gate.wait(60)
+                body = {k: v for k, v in data.items() if k != "type"}
+                fh.write(Event(seq, data["type"], handle.run_id, utc_now(), body).to_line())
+                fh.flush()
+                if self.pace:
+                    self._tick.wait(self.pace)
+
+    def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
+        return read_events(str(handle.run_dir / "events.jsonl"), offset)
+
+    def is_alive(self, handle: RunHandle) -> bool:
+        thread = self._threads.get(handle.run_id)
+        return thread is not None and thread.is_alive()
+
+    def exit_code(self, handle: RunHandle) -> int | None:
+        return None if self.is_alive(handle) else 0
+
+    def fetch_results(self, handle: RunHandle) -> None:
+        return None
+
+    def stop(self, handle: RunHandle) -> None:
+        self.gate.set()

@@ -1,0 +1,97 @@
+"""/preflight subcommands, the submit modal, the App Home tab, big balances."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.slack.conftest import CHANNEL, SUBMITTER, Harness
+from tests.slack.emulator import SlackEmulator
+from tests.slack.fakes import ReplayDispatcher, make_project
+
+
+def test_help_runs_and_status_are_answered_in_the_ack(
+        tmp_path: Path, emulator: SlackEmulator, make_harness: Any) -> None:
+    h: Harness = make_harness(ReplayDispatcher())
+    status, body = h.command("help")
+    assert status == 200 and "/preflight run NAME" in body
+    status, body = h.command("runs")
+    assert "No runs yet" in body
+    status, body = h.command("status nope")
+    assert "no run 'nope'" in body
+
+
+def test_run_named_manifest_opens_a_thread_and_runs(
+        tmp_path: Path, emulator: SlackEmulator, make_harness: Any) -> None:
+    make_project(tmp_path)
+    h: Harness = make_harness(ReplayDispatcher())
+    status, body = h.command("run ../etc/passwd")
+    assert "No manifest" in body
+    status, body = h.command("run pilote")
+    assert status == 200 and "Starting" in body
+    emulator.wait_for(lambda: h.store.list_runs())
+    run = h.settle(h.store.list_runs()[0]["id"])
+    root = emulator.messages[(CHANNEL, run["thread_ts"])]
+    assert root.thread_ts is None and "started the pilot" in root.text
+    assert run["submitter"] == SUBMITTER and run["outcome"] == "passed"
+    status, body = h.command(f"status {run['id']}")
+    assert run["id"] in body and "awaiting_decision" in body
+
+
+def test_submit_modal_with_text_and_with_a_file(
+        tmp_path: Path, emulator: SlackEmulator, make_harness: Any) -> None:
+    text = make_project(tmp_path)
+    h: Harness = make_harness(ReplayDispatcher())
+    h.command("submit")
+    emulator.wait_for(lambda: emulator.views)
+    view = next(iter(emulator.views.values()))
+    assert view["callback_id"] == "preflight_submit"
+    element = view["blocks"][0]["element"]
+    assert element["max_length"] == 3000 and view["blocks"][1]["element"]["type"] == "file_input"
+    status, body = h.submit_view("preflight_submit", {}, {"channel": CHANNEL}, user=SUBMITTER)
+    assert "errors" in body and h.store.list_runs() == []
+    values = {"manifest": {"value": {"type": "plain_text_input", "value": text}}}
+    h.submit_view("preflight_submit", values, {"channel": CHANNEL}, user=SUBMITTER)
+    emulator.wait_for(lambda: h.store.list_runs())
+    shared = emulator.add_file("big.yaml", text.encode())
+    values = {"manifest_file": {"value": {"type": "file_input", "files": [shared]}}}
+    h.submit_view("preflight_submit", values, {"channel": CHANNEL}, user=SUBMITTER)
+    emulator.wait_for(lambda: len(h.store.list_runs()) == 2)
+    for run in h.store.list_runs():
+        assert h.settle(run["id"])["outcome"] == "passed"
+
+
+def test_app_home_shows_active_pilots_and_recent_decisions(
+        tmp_path: Path, emulator: SlackEmulator, make_harness: Any) -> None:
+    h: Harness = make_harness(ReplayDispatcher())
+    ts, _ = h.mention(f"```{make_project(tmp_path)}```")
+    emulator.wait_for(lambda: h.store.list_runs())
+    run = h.settle(h.store.list_runs()[0]["id"])
+    h.mention("fix-env the driver is old", thread_ts=ts)
+    h.wait_status(run["id"], ("decided",))
+    h.event({"type": "app_home_opened", "user": SUBMITTER, "channel": "D0HOME", "tab": "home"})
+    emulator.wait_for(lambda: emulator.home.get(SUBMITTER))
+    text = json.dumps(emulator.home[SUBMITTER])
+    assert "Active pilots" in text and "fix-env" in text and "the driver is old" in text
+
+
+def test_five_thousand_item_balance_goes_out_as_summary_plus_csv(
+        tmp_path: Path, emulator: SlackEmulator, make_harness: Any) -> None:
+    text = make_project(tmp_path, count=5000, refused=("doc-07",))
+    text = text.replace('pattern: "doc-*.txt"', 'pattern: "doc-*.txt"')
+    h: Harness = make_harness(ReplayDispatcher())
+    h.mention(f"```{text}```")
+    emulator.wait_for(lambda: h.store.list_runs(), timeout=60)
+    run = h.settle(h.store.list_runs()[0]["id"], timeout=120)
+    assert run["balance"]["total"] == 5000 and run["outcome"] == "passed"
+    ref = h.store.message_ref(run["id"], "balance", "slack")
+    msg = emulator.messages[(CHANNEL, ref["ref"])]
+    assert len(msg.blocks) <= 50
+    body = json.dumps(msg.blocks)
+    assert "of 5000 rows shown" in body and "balance.csv" in body
+    uploads = emulator.calls_to("files.completeUploadExternal")
+    assert len(uploads) == 1
+    stored = next(f for f in emulator.files.values() if f["name"] == "balance.csv")
+    assert stored["thread_ts"] == run["thread_ts"]
+    assert stored["content"].decode().count("\n") == 5001
