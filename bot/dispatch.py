@@ -13,7 +13,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import runner
 from bot.errors import DispatchError
@@ -30,6 +30,7 @@ class RunHandle:
     project_dir: Path
     pid: int | None = None
     resume: bool = False
+    node: dict[str, Any] | None = None  # the manifest's node section, when the caller has it
 
 
 class Dispatcher(Protocol):

@@ -20,117 +20,40 @@ What it does, and what a caller must know:
   a path on the bot host, brings the evidence copy back there and verifies it.
 
 The service calls these methods synchronously; the SSH work runs on a private event loop
-thread. Call ``close`` when done.
+thread. Call ``close`` when done. What is sent and run on the node, and the local files
+(``remote.json``, the node section), are ``bot/dispatch_ssh_plan.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import os
 import posixpath
-import shlex
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncssh
-import yaml
 
-import runner
 from bot.dispatch import RunHandle
+from bot.dispatch_ssh_plan import (
+    RUNNER_PACKAGE,
+    SSHNode,
+    UploadPlan,
+    load_spec,
+    locate,
+    node_section,
+    probe_command,
+    stop_command,
+    verify_fetched,
+)
 from bot.errors import DispatchError
 from runner.events import Event, parse_chunk
 
 T = TypeVar("T")
-RUNNER_PACKAGE = Path(runner.__file__).resolve().parent
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".mypy_cache",
-                       ".pytest_cache", ".ruff_cache", "node_modules", ".tox", ".eggs",
-                       ".hypothesis", ".cache", ".idea", ".vscode"})
-SKIP_TOP = frozenset({"runs", "state", "evidence"})
 READ_LIMIT = 4 << 20
-
-# Runs on the node with its own interpreter (Python >= 3.9, standard library only).
-HASH_SCRIPT = r"""
-import hashlib, json, os, sys
-out = {}
-for root in sys.argv[1:]:
-    os.makedirs(root, exist_ok=True)
-    files = {}
-    for base, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        for name in names:
-            path = os.path.join(base, name)
-            if os.path.islink(path):
-                continue
-            h = hashlib.sha256()
-            with open(path, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-            files[os.path.relpath(path, root).replace(os.sep, "/")] = h.hexdigest()
-    out[root] = files
-sys.stdout.write(json.dumps(out))
-"""
-
-LAUNCH_SCRIPT = r"""
-import os, subprocess, sys
-run_dir, cwd, pkg = sys.argv[1:4]
-argv = sys.argv[4:]
-pid = os.fork()
-if pid:
-    sys.stdout.write("%d\n" % pid)
-    sys.exit(0)
-os.setsid()
-null = os.open(os.devnull, os.O_RDONLY)
-log = os.open(os.path.join(run_dir, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-os.dup2(null, 0)
-os.dup2(log, 1)
-os.dup2(log, 2)
-with open(os.path.join(run_dir, "runner.pid"), "w") as fh:
-    fh.write("%d\n" % os.getpid())
-env = dict(os.environ)
-extra = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
-env["PYTHONPATH"] = os.pathsep.join([pkg, cwd] + extra)
-env["PYTHONUNBUFFERED"] = "1"
-try:
-    code = subprocess.call(argv, cwd=cwd, env=env)
-except OSError as exc:
-    sys.stderr.write("cannot start the runner: %s\n" % exc)
-    code = 127
-tmp = os.path.join(run_dir, "exit_code.tmp")
-with open(tmp, "w") as fh:
-    fh.write("%d\n" % code)
-os.replace(tmp, os.path.join(run_dir, "exit_code"))
-os._exit(0)
-"""
-
-
-@dataclass(frozen=True)
-class SSHNode:
-    host: str
-    workdir: str
-    port: int = 22
-    user: str | None = None
-    python: str = "python3"
-    host_key_fingerprint: str | None = None
-
-    @classmethod
-    def from_dict(cls, node: dict[str, Any]) -> SSHNode:
-        missing = [k for k in ("host", "workdir") if not node.get(k)]
-        if missing:
-            raise DispatchError(f"node.{missing[0]}: required for node.kind ssh")
-        return cls(host=str(node["host"]), workdir=str(node["workdir"]),
-                   port=int(node.get("port") or 22), user=node.get("user") or None,
-                   python=str(node.get("python") or "python3"),
-                   host_key_fingerprint=node.get("host_key_fingerprint") or None)
-
-    @property
-    def where(self) -> str:
-        return f"{self.user + '@' if self.user else ''}{self.host}:{self.port}"
 
 
 class _PinnedClient(asyncssh.SSHClient):
@@ -158,7 +81,7 @@ class SSHDispatcher:
         self.runner_package = Path(runner_package or RUNNER_PACKAGE)
         self.connect_timeout = connect_timeout
         self.backoff = backoff
-        self.node_of = node_of or _node_from_run_dir
+        self.node_of = node_of or node_section
         self.uploaded: dict[str, dict[str, int]] = {}  # run id -> bytes by kind
         self.uploaded_files: dict[str, list[str]] = {}  # run id -> remote paths written
         self._conns: dict[tuple[str, int, str | None, str | None], Any] = {}
@@ -175,8 +98,7 @@ class SSHDispatcher:
         return self._call(self._start(handle), timeout=600)
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
-        layout = _layout(handle)
-        node = SSHNode.from_dict(layout["node"])
+        node, layout = locate(handle)
         if not self._may_try(node):
             return [], offset
         try:
@@ -193,8 +115,7 @@ class SSHDispatcher:
         return state != "dead" and state != "done"
 
     def exit_code(self, handle: RunHandle) -> int | None:
-        layout = _layout(handle)
-        node = SSHNode.from_dict(layout["node"])
+        node, layout = locate(handle)
         try:
             raw = self._call(self._read(node, layout["run_dir"] + "/exit_code", 0), 60)
         except _Unreachable:
@@ -205,14 +126,13 @@ class SSHDispatcher:
             return None
 
     def fetch_results(self, handle: RunHandle) -> None:
-        self._call(self._fetch(handle, _layout(handle)), timeout=600)
+        self._call(self._fetch(handle, *locate(handle)), timeout=600)
 
     def stop(self, handle: RunHandle) -> None:
-        layout = _layout(handle)
-        node = SSHNode.from_dict(layout["node"])
+        node, layout = locate(handle)
         pid = int(layout.get("pid") or 0)
         if pid > 1:
-            self._call(self._exec(node, f"kill -TERM -- -{pid} 2>/dev/null; true"), 60)
+            self._call(self._exec(node, stop_command(pid)), 60)
 
     def close(self) -> None:
         with self._guard:
@@ -368,23 +288,16 @@ class SSHDispatcher:
             raise DispatchError(f"cannot dispatch run {handle.run_id}: {exc}") from exc
 
     async def _dispatch(self, handle: RunHandle, node: SSHNode) -> int:
-        spec = _load_json(handle.spec_path)
+        spec = load_spec(handle.spec_path)
         workdir = await self._workdir(node)
-        plan = _UploadPlan(workdir, handle, self.runner_package, spec)
-        remote_hashes = json.loads(await self._exec(node, _py(node, HASH_SCRIPT, *plan.roots())))
-        sent, files = await self._upload(node, plan, remote_hashes)
+        plan = UploadPlan(workdir, handle, self.runner_package, spec)
+        hashes = await self._exec(node, plan.hash_command(node.python))
+        sent, files = await self._upload(node, plan, json.loads(hashes))
         self.uploaded_files[handle.run_id] = files
         run_dir = plan.remote_run_dir
-        remote_spec = json.dumps(plan.rewrite_spec(), indent=2, sort_keys=True).encode()
-        sent["run"] = await self._put_bytes(node, {
-            f"{run_dir}/spec.json": remote_spec,
-            f"{run_dir}/manifest.yaml": _read_or_empty(handle.run_dir / "manifest.yaml")})
+        sent["run"] = await self._put_bytes(node, plan.run_files(handle))
         self.uploaded[handle.run_id] = sent
-        argv = [node.python, "-m", "runner", f"{run_dir}/spec.json", "--run-dir", run_dir]
-        if handle.resume:
-            argv.append("--resume")
-        out = await self._exec(node, _py(node, LAUNCH_SCRIPT, run_dir, plan.remote_project,
-                                         plan.remote_pkg_root, *argv))
+        out = await self._exec(node, plan.launch_command(node.python, handle.resume))
         try:
             pid = int(out.strip().splitlines()[-1])
         except (ValueError, IndexError) as exc:
@@ -401,18 +314,10 @@ class SSHDispatcher:
         home = (await self._exec(node, "pwd")).strip()
         return posixpath.join(home, workdir[2:] if workdir.startswith("~/") else workdir)
 
-    async def _upload(self, node: SSHNode, plan: _UploadPlan,
+    async def _upload(self, node: SSHNode, plan: UploadPlan,
                       remote: dict[str, dict[str, str]]) -> tuple[dict[str, int], list[str]]:
-        sent = {"runner": 0, "project": 0}
-        todo: list[tuple[Path, str]] = []
-        stale: list[str] = []
-        for kind, root, files in plan.trees():
-            have = remote.get(root, {})
-            for rel, (path, digest) in files.items():
-                if have.get(rel) != digest:
-                    todo.append((path, f"{root}/{rel}"))
-                    sent[kind] += path.stat().st_size
-            stale += [f"{root}/{rel}" for rel in have if rel not in files]
+        changes = plan.changes(remote)
+        todo, stale = changes.send, changes.remove
 
         async def work(conn: Any) -> None:
             sftp = await self._sftp_of(conn)
@@ -425,7 +330,7 @@ class SSHDispatcher:
                 await asyncio.gather(*(sftp.remove(path) for path in stale[i:i + 16]))
 
         await self._guarded(node, work)
-        return sent, [dst for _, dst in todo]
+        return changes.sent, [dst for _, dst in todo]
 
     async def _put_bytes(self, node: SSHNode, files: dict[str, bytes]) -> int:
         async def work(conn: Any) -> None:
@@ -440,21 +345,16 @@ class SSHDispatcher:
 
     # -- state and results -------------------------------------------------------------
     def _probe(self, handle: RunHandle) -> str:
-        layout = _layout(handle)
-        node = SSHNode.from_dict(layout["node"])
+        node, layout = locate(handle)
         if not self._may_try(node):
             return "unknown"
-        pid, run_dir = int(layout["pid"]), shlex.quote(layout["run_dir"])
-        command = (f"if [ -e {run_dir}/exit_code ]; then echo done; "
-                   f"elif kill -0 {pid} 2>/dev/null && [ \"$(cut -d')' -f2 /proc/{pid}/stat "
-                   f"2>/dev/null | cut -c2)\" != Z ]; then echo alive; else echo dead; fi")
+        command = probe_command(int(layout["pid"]), layout["run_dir"])
         try:
             return self._call(self._exec(node, command), 60).strip() or "unknown"
         except _Unreachable:
             return "unknown"
 
-    async def _fetch(self, handle: RunHandle, layout: dict[str, Any]) -> None:
-        node = SSHNode.from_dict(layout["node"])
+    async def _fetch(self, handle: RunHandle, node: SSHNode, layout: dict[str, Any]) -> None:
         run_dir = layout["run_dir"]
         evidence = layout.get("evidence") or {}
 
@@ -477,129 +377,11 @@ class SSHDispatcher:
         except OSError as exc:
             raise DispatchError(f"cannot write the results of {handle.run_id}: {exc}") from exc
         if evidence.get("local"):
-            _verify_fetched(handle, Path(evidence["local"]) / handle.run_id)
+            verify_fetched(handle, Path(evidence["local"]) / handle.run_id)
 
 
 class _Unreachable(DispatchError):
     """The node could not be reached now (a retry later may work)."""
-
-
-class _UploadPlan:
-    """Where each local file goes on the node, and the spec with its paths rewritten."""
-
-    def __init__(self, workdir: str, handle: RunHandle, package: Path,
-                 spec: dict[str, Any]) -> None:
-        self.workdir = workdir
-        self.spec = spec
-        project = spec.get("project", {}).get("dir") or handle.project_dir
-        self.local_project = Path(project).resolve()
-        tag = _tag(str(self.local_project))
-        self.remote_project = f"{workdir}/projects/{self.local_project.name}-{tag}"
-        self.remote_pkg_root = f"{workdir}/runner-pkg"
-        self.remote_run_dir = f"{workdir}/runs/{handle.run_id}"
-        self.package = package
-        self.skip = {handle.run_dir.parent.resolve()}
-        self.extra: dict[Path, str] = {}
-        inputs = Path(spec["inputs"]["dir"]).resolve()
-        if not _under(inputs, self.local_project):
-            self.extra[inputs] = f"{workdir}/inputs/{inputs.name}-{_tag(str(inputs))}"
-        copy_to = (spec.get("results") or {}).get("copy_to")
-        self.evidence: dict[str, Any] = {}
-        if copy_to and "://" not in copy_to:
-            local = Path(copy_to).resolve()
-            self.skip.add(local)
-            self.evidence = {"local": str(local),
-                             "remote": f"{workdir}/evidence/{_tag(str(local))}"}
-
-    def roots(self) -> list[str]:
-        return [self.remote_pkg_root, self.remote_project, *self.extra.values()]
-
-    def trees(self) -> list[tuple[str, str, dict[str, tuple[Path, str]]]]:
-        out = [("runner", self.remote_pkg_root, {f"runner/{rel}": v for rel, v in
-                                                _files(self.package, set(), top=False).items()}),
-               ("project", self.remote_project, _files(self.local_project, self.skip))]
-        out += [("project", remote, _files(local, self.skip))
-                for local, remote in self.extra.items()]
-        return out
-
-    def map_path(self, value: str | None) -> str | None:
-        if not value:
-            return value
-        path = Path(value).resolve()
-        for local, remote in [(self.local_project, self.remote_project), *self.extra.items()]:
-            if _under(path, local):
-                rel = path.relative_to(local).as_posix()
-                return remote if rel == "." else f"{remote}/{rel}"
-        raise DispatchError(f"{value}: outside project.dir {self.local_project}; "
-                            "the node only receives the project directory")
-
-    def rewrite_spec(self) -> dict[str, Any]:
-        spec: dict[str, Any] = json.loads(json.dumps(self.spec))
-        spec["project"]["dir"] = self.remote_project
-        spec["project"]["requirements"] = self.map_path(spec["project"].get("requirements"))
-        spec["inputs"]["dir"] = self.map_path(spec["inputs"]["dir"])
-        if self.evidence:
-            spec["results"]["copy_to"] = self.evidence["remote"]
-        return spec
-
-
-def _files(root: Path, skip: set[Path], *, top: bool = True) -> dict[str, tuple[Path, str]]:
-    """Regular files under ``root`` (relative POSIX path -> (path, sha256)), junk skipped."""
-    out: dict[str, tuple[Path, str]] = {}
-    for base, dirs, names in os.walk(root):
-        here = Path(base)
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS
-                         and not (top and here == root and d in SKIP_TOP)
-                         and (here / d).resolve() not in skip
-                         and not (here / d / "pyvenv.cfg").exists())
-        for name in sorted(names):
-            path = here / name
-            if name.endswith(".pyc") or path.is_symlink() or not path.is_file():
-                continue
-            out[path.relative_to(root).as_posix()] = (path, _sha256(path))
-    return out
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _verify_fetched(handle: RunHandle, dest: Path) -> None:
-    from runner.evidence import verify_evidence
-
-    report = verify_evidence(str(dest))
-    (handle.run_dir / "evidence-fetch.json").write_text(
-        json.dumps(report.to_dict(), indent=2, sort_keys=True))
-    if not report.ok:
-        raise DispatchError(f"evidence of {handle.run_id} fetched to {dest} but it does not "
-                            f"verify: {'; '.join(report.problems[:5])}")
-
-
-def _node_from_run_dir(handle: RunHandle) -> dict[str, Any]:
-    """The manifest's node section, read from the run directory's ``manifest.yaml``."""
-    path = handle.run_dir / "manifest.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise DispatchError(f"{path}: cannot read the node section: {exc}") from exc
-    node = data.get("node") if isinstance(data, dict) else None
-    if not isinstance(node, dict) or node.get("kind") != "ssh":
-        raise DispatchError(f"{path}: node.kind is not ssh; use the local dispatcher")
-    return node
-
-
-def _layout(handle: RunHandle) -> dict[str, Any]:
-    path = handle.run_dir / "remote.json"
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise DispatchError(f"run {handle.run_id}: {path} is missing or unreadable; "
-                            "the run was never dispatched over SSH") from exc
-    return data
 
 
 def _mirror(path: Path, offset: int, data: bytes) -> None:
@@ -608,33 +390,6 @@ def _mirror(path: Path, offset: int, data: bytes) -> None:
         fh.write(data)
 
 
-def _py(node: SSHNode, script: str, *args: str) -> str:
-    return " ".join(shlex.quote(a) for a in (node.python, "-c", script, *args))
-
-
 def _key(node: SSHNode) -> tuple[str, int, str | None, str | None]:
     """A connection is shared only by nodes with the same address, user and trust rule."""
     return (node.host, node.port, node.user, node.host_key_fingerprint)
-
-
-def _tag(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
-def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
-def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DispatchError(f"cannot read the spec {path}: {exc}") from exc
-    return data
-
-
-def _read_or_empty(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""

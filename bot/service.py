@@ -328,7 +328,8 @@ class PilotService:
     def _handle(self, run: dict[str, Any], *, resume: bool = False) -> RunHandle:
         spec_path = Path(run["spec_path"])
         return RunHandle(run_id=run["id"], run_dir=Path(run["run_dir"]), spec_path=spec_path,
-                         project_dir=Path(_project_dir(run)), pid=run.get("pid"), resume=resume)
+                         project_dir=Path(_project_dir(run)), pid=run.get("pid"), resume=resume,
+                         node=run.get("node"))
 
     def _status(self, run_id: str) -> Message:
         return views.status_message(self.store.get_run(run_id), self.store.stages(run_id),

@@ -1,0 +1,323 @@
+"""What the SSH dispatcher sends to a node and runs there (no network here).
+
+- ``SSHNode``: the manifest's node section for ``node.kind: ssh``. ``node_section`` takes it
+  from the handle (the service passes it), else from the run directory's ``manifest.yaml``;
+  ``locate`` adds the run's layout on the node that ``start`` kept in ``remote.json``, so a
+  restarted bot finds its runs again.
+- ``UploadPlan``: where each local file goes on the node (the ``runner`` package, the
+  project, inputs outside it, the evidence copy), which files must be sent or removed given
+  the node's hashes, and the run's spec with its paths rewritten for the node.
+- The node-side text: ``HASH_SCRIPT`` (SHA-256 of every file under some roots),
+  ``LAUNCH_SCRIPT`` (starts the runner detached) and the shell commands that probe or stop
+  it. They run with the node's interpreter (Python >= 3.9, standard library only).
+- ``verify_fetched``: checks the evidence copy once it is back on the bot host.
+
+``bot/dispatch_ssh.py`` does the SSH work with these; this module only reads local files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import runner
+from bot.dispatch import RunHandle
+from bot.errors import DispatchError
+
+RUNNER_PACKAGE = Path(runner.__file__).resolve().parent
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".mypy_cache",
+                       ".pytest_cache", ".ruff_cache", "node_modules", ".tox", ".eggs",
+                       ".hypothesis", ".cache", ".idea", ".vscode"})
+SKIP_TOP = frozenset({"runs", "state", "evidence"})
+
+# Runs on the node with its own interpreter (Python >= 3.9, standard library only).
+HASH_SCRIPT = r"""
+import hashlib, json, os, sys
+out = {}
+for root in sys.argv[1:]:
+    os.makedirs(root, exist_ok=True)
+    files = {}
+    for base, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in names:
+            path = os.path.join(base, name)
+            if os.path.islink(path):
+                continue
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            files[os.path.relpath(path, root).replace(os.sep, "/")] = h.hexdigest()
+    out[root] = files
+sys.stdout.write(json.dumps(out))
+"""
+
+LAUNCH_SCRIPT = r"""
+import os, subprocess, sys
+run_dir, cwd, pkg = sys.argv[1:4]
+argv = sys.argv[4:]
+pid = os.fork()
+if pid:
+    sys.stdout.write("%d\n" % pid)
+    sys.exit(0)
+os.setsid()
+null = os.open(os.devnull, os.O_RDONLY)
+log = os.open(os.path.join(run_dir, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+os.dup2(null, 0)
+os.dup2(log, 1)
+os.dup2(log, 2)
+with open(os.path.join(run_dir, "runner.pid"), "w") as fh:
+    fh.write("%d\n" % os.getpid())
+env = dict(os.environ)
+extra = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
+env["PYTHONPATH"] = os.pathsep.join([pkg, cwd] + extra)
+env["PYTHONUNBUFFERED"] = "1"
+try:
+    code = subprocess.call(argv, cwd=cwd, env=env)
+except OSError as exc:
+    sys.stderr.write("cannot start the runner: %s\n" % exc)
+    code = 127
+tmp = os.path.join(run_dir, "exit_code.tmp")
+with open(tmp, "w") as fh:
+    fh.write("%d\n" % code)
+os.replace(tmp, os.path.join(run_dir, "exit_code"))
+os._exit(0)
+"""
+
+
+@dataclass(frozen=True)
+class SSHNode:
+    host: str
+    workdir: str
+    port: int = 22
+    user: str | None = None
+    python: str = "python3"
+    host_key_fingerprint: str | None = None
+
+    @classmethod
+    def from_dict(cls, node: dict[str, Any]) -> SSHNode:
+        missing = [k for k in ("host", "workdir") if not node.get(k)]
+        if missing:
+            raise DispatchError(f"node.{missing[0]}: required for node.kind ssh")
+        return cls(host=str(node["host"]), workdir=str(node["workdir"]),
+                   port=int(node.get("port") or 22), user=node.get("user") or None,
+                   python=str(node.get("python") or "python3"),
+                   host_key_fingerprint=node.get("host_key_fingerprint") or None)
+
+    @property
+    def where(self) -> str:
+        return f"{self.user + '@' if self.user else ''}{self.host}:{self.port}"
+
+
+def node_section(handle: RunHandle) -> dict[str, Any]:
+    """The manifest's node section: the handle's, else the run directory's ``manifest.yaml``."""
+    if handle.node is not None:
+        return _ssh_only(handle.node, f"run {handle.run_id}")
+    path = handle.run_dir / "manifest.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise DispatchError(f"{path}: cannot read the node section: {exc}") from exc
+    return _ssh_only(data.get("node") if isinstance(data, dict) else None, str(path))
+
+
+def locate(handle: RunHandle) -> tuple[SSHNode, dict[str, Any]]:
+    """The node (the handle's, else the one ``remote.json`` recorded) and the run's layout."""
+    path = handle.run_dir / "remote.json"
+    try:
+        layout: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DispatchError(f"run {handle.run_id}: {path} is missing or unreadable; "
+                            "the run was never dispatched over SSH") from exc
+    node = handle.node if handle.node is not None else layout["node"]
+    return SSHNode.from_dict(node), layout
+
+
+def _ssh_only(node: Any, where: str) -> dict[str, Any]:
+    if not isinstance(node, dict) or node.get("kind") != "ssh":
+        raise DispatchError(f"{where}: node.kind is not ssh; use the local dispatcher")
+    return node
+
+
+def python_command(python: str, script: str, *args: str) -> str:
+    """The shell command that runs ``script`` with the node's ``python`` and ``args``."""
+    return " ".join(shlex.quote(a) for a in (python, "-c", script, *args))
+
+
+def probe_command(pid: int, run_dir: str) -> str:
+    """Prints ``done`` (exit_code written), ``alive`` (running, not a zombie) or ``dead``."""
+    quoted = shlex.quote(run_dir)
+    return (f"if [ -e {quoted}/exit_code ]; then echo done; "
+            f"elif kill -0 {pid} 2>/dev/null && [ \"$(cut -d')' -f2 /proc/{pid}/stat "
+            f"2>/dev/null | cut -c2)\" != Z ]; then echo alive; else echo dead; fi")
+
+
+def stop_command(pid: int) -> str:
+    """Sends SIGTERM to the runner's whole process group (its own session)."""
+    return f"kill -TERM -- -{pid} 2>/dev/null; true"
+
+
+@dataclass
+class Changes:
+    """What one upload must do: files to send, remote files to remove, bytes by kind."""
+
+    send: list[tuple[Path, str]] = field(default_factory=list)  # (local path, remote path)
+    remove: list[str] = field(default_factory=list)
+    sent: dict[str, int] = field(default_factory=lambda: {"runner": 0, "project": 0})
+
+
+class UploadPlan:
+    """Where each local file goes on the node, and the spec with its paths rewritten."""
+
+    def __init__(self, workdir: str, handle: RunHandle, package: Path,
+                 spec: dict[str, Any]) -> None:
+        self.workdir = workdir
+        self.spec = spec
+        project = spec.get("project", {}).get("dir") or handle.project_dir
+        self.local_project = Path(project).resolve()
+        tag = _tag(str(self.local_project))
+        self.remote_project = f"{workdir}/projects/{self.local_project.name}-{tag}"
+        self.remote_pkg_root = f"{workdir}/runner-pkg"
+        self.remote_run_dir = f"{workdir}/runs/{handle.run_id}"
+        self.package = package
+        self.skip = {handle.run_dir.parent.resolve()}
+        self.extra: dict[Path, str] = {}
+        inputs = Path(spec["inputs"]["dir"]).resolve()
+        if not _under(inputs, self.local_project):
+            self.extra[inputs] = f"{workdir}/inputs/{inputs.name}-{_tag(str(inputs))}"
+        copy_to = (spec.get("results") or {}).get("copy_to")
+        self.evidence: dict[str, Any] = {}
+        if copy_to and "://" not in copy_to:
+            local = Path(copy_to).resolve()
+            self.skip.add(local)
+            self.evidence = {"local": str(local),
+                             "remote": f"{workdir}/evidence/{_tag(str(local))}"}
+
+    def roots(self) -> list[str]:
+        return [self.remote_pkg_root, self.remote_project, *self.extra.values()]
+
+    def trees(self) -> list[tuple[str, str, dict[str, tuple[Path, str]]]]:
+        out = [("runner", self.remote_pkg_root, {f"runner/{rel}": v for rel, v in
+                                                files(self.package, set(), top=False).items()}),
+               ("project", self.remote_project, files(self.local_project, self.skip))]
+        out += [("project", remote, files(local, self.skip))
+                for local, remote in self.extra.items()]
+        return out
+
+    def changes(self, remote: dict[str, dict[str, str]]) -> Changes:
+        """Given the node's hashes (root -> relative path -> sha256), what to send and remove."""
+        out = Changes()
+        for kind, root, local in self.trees():
+            have = remote.get(root, {})
+            for rel, (path, digest) in local.items():
+                if have.get(rel) != digest:
+                    out.send.append((path, f"{root}/{rel}"))
+                    out.sent[kind] += path.stat().st_size
+            out.remove += [f"{root}/{rel}" for rel in have if rel not in local]
+        return out
+
+    def map_path(self, value: str | None) -> str | None:
+        if not value:
+            return value
+        path = Path(value).resolve()
+        for local, remote in [(self.local_project, self.remote_project), *self.extra.items()]:
+            if _under(path, local):
+                rel = path.relative_to(local).as_posix()
+                return remote if rel == "." else f"{remote}/{rel}"
+        raise DispatchError(f"{value}: outside project.dir {self.local_project}; "
+                            "the node only receives the project directory")
+
+    def rewrite_spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = json.loads(json.dumps(self.spec))
+        spec["project"]["dir"] = self.remote_project
+        spec["project"]["requirements"] = self.map_path(spec["project"].get("requirements"))
+        spec["inputs"]["dir"] = self.map_path(spec["inputs"]["dir"])
+        if self.evidence:
+            spec["results"]["copy_to"] = self.evidence["remote"]
+        return spec
+
+    def run_files(self, handle: RunHandle) -> dict[str, bytes]:
+        """The run's own files on the node: the rewritten spec and the manifest."""
+        remote_spec = json.dumps(self.rewrite_spec(), indent=2, sort_keys=True).encode()
+        return {f"{self.remote_run_dir}/spec.json": remote_spec,
+                f"{self.remote_run_dir}/manifest.yaml":
+                    _read_or_empty(handle.run_dir / "manifest.yaml")}
+
+    def hash_command(self, python: str) -> str:
+        """Prints the node's hashes of every file under ``roots()`` (JSON, for ``changes``)."""
+        return python_command(python, HASH_SCRIPT, *self.roots())
+
+    def launch_command(self, python: str, resume: bool) -> str:
+        """Starts the runner detached on the node and prints its pid."""
+        run_dir = self.remote_run_dir
+        argv = [python, "-m", "runner", f"{run_dir}/spec.json", "--run-dir", run_dir]
+        argv += ["--resume"] if resume else []
+        return python_command(python, LAUNCH_SCRIPT, run_dir, self.remote_project,
+                              self.remote_pkg_root, *argv)
+
+
+def files(root: Path, skip: set[Path], *, top: bool = True) -> dict[str, tuple[Path, str]]:
+    """Regular files under ``root`` (relative POSIX path -> (path, sha256)), junk skipped."""
+    out: dict[str, tuple[Path, str]] = {}
+    for base, dirs, names in os.walk(root):
+        here = Path(base)
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS
+                         and not (top and here == root and d in SKIP_TOP)
+                         and (here / d).resolve() not in skip
+                         and not (here / d / "pyvenv.cfg").exists())
+        for name in sorted(names):
+            path = here / name
+            if name.endswith(".pyc") or path.is_symlink() or not path.is_file():
+                continue
+            out[path.relative_to(root).as_posix()] = (path, sha256(path))
+    return out
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_fetched(handle: RunHandle, dest: Path) -> None:
+    """Verify the evidence copy brought back to ``dest``; the report goes to the run dir."""
+    from runner.evidence import verify_evidence
+
+    report = verify_evidence(str(dest))
+    (handle.run_dir / "evidence-fetch.json").write_text(
+        json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    if not report.ok:
+        raise DispatchError(f"evidence of {handle.run_id} fetched to {dest} but it does not "
+                            f"verify: {'; '.join(report.problems[:5])}")
+
+
+def load_spec(path: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DispatchError(f"cannot read the spec {path}: {exc}") from exc
+    return data
+
+
+def _tag(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _read_or_empty(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
