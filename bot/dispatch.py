@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -90,6 +91,8 @@ class LocalDispatcher:
         finally:
             log.close()
         self._procs[handle.run_id] = proc
+        # Reap the runner as soon as it ends, whoever is (or is not) following it.
+        threading.Thread(target=proc.wait, name=f"reap-{handle.run_id}", daemon=True).start()
         (handle.run_dir / "runner.pid").write_text(f"{proc.pid}\n")
         return proc.pid
 

@@ -7,9 +7,6 @@ field path; ``Report`` turns it into a located Problem.
 
 from __future__ import annotations
 
-import fnmatch
-import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +28,7 @@ from bot.manifest_model import (
 )
 from bot.manifest_source import FieldPath, SourceMap, format_loc
 from bot.secrets import find_secrets
+from runner.inputs import InputsError, list_dir
 
 CUDA_FIRST_EXTENSIONS = frozenset({"flash_attn", "xformers", "bitsandbytes", "apex"})
 
@@ -79,20 +77,13 @@ class Report:
 
 
 def list_inputs(directory: Path, pattern: str) -> list[InputFile]:
-    """Regular files of ``directory`` matching ``pattern``, sorted by id then path.
+    """The files of ``directory`` matching ``pattern``, sorted by id.
 
-    Hidden files are left out unless the pattern itself starts with a dot.
+    The runner's own listing (``runner.inputs``), so the bot expects exactly the ids the
+    runner will find: regular files directly in the directory, hidden files left out.
+    Raises InputsError when the directory cannot be listed or two files share an id.
     """
-    hidden_ok = pattern.startswith(".")
-    if "/" in pattern or "**" in pattern:
-        files = [p for p in directory.glob(pattern)
-                 if p.is_file() and (hidden_ok or not p.name.startswith("."))]
-    else:  # one directory level: scandir knows file types without a stat per file
-        match = re.compile(fnmatch.translate(pattern)).match
-        with os.scandir(directory) as entries:
-            files = [Path(e.path) for e in entries if match(e.name) and e.is_file()
-                     and (hidden_ok or not e.name.startswith("."))]
-    return sorted((InputFile(p.stem, p) for p in files), key=lambda f: (f.id, str(f.path)))
+    return [InputFile(item.id, Path(item.path)) for item in list_dir(str(directory), pattern)]
 
 
 def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
@@ -270,11 +261,16 @@ def check_input_files(inputs: Inputs | VolumeInputs, project_dir: Path, loc: Fie
         say((*loc, "dir"), f"{directory} is not a directory (inputs.dir is relative to "
             "project.dir)" + ("" if required else "; checked again at scale-up"))
         return []
-    if Path(inputs.pattern).is_absolute() or ".." in Path(inputs.pattern).parts:
-        report.problem((*loc, "pattern"), "the pattern must stay inside inputs.dir "
-                       "(no absolute path, no '..')")
+    if "/" in inputs.pattern or "\\" in inputs.pattern:
+        report.problem((*loc, "pattern"), "the pattern matches file names directly in "
+                       "inputs.dir (no '/', no absolute path, no '..'): point inputs.dir at "
+                       "the folder instead")
         return []
-    files = list_inputs(directory, inputs.pattern)
+    try:
+        files = list_inputs(directory, inputs.pattern)
+    except InputsError as exc:
+        say((*loc, "pattern"), str(exc))
+        return []
     if len(files) != inputs.expected_count:
         report.problem((*loc, "expected_count"), f"expected {inputs.expected_count} input "
                        f"files, found {len(files)} in {directory} matching {inputs.pattern!r}")

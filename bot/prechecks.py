@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.manifest import LoadedManifest
+from bot.manifest_rules import list_inputs
 from bot.store import Store
 
 
@@ -12,11 +13,7 @@ def expected_inputs(loaded: LoadedManifest, inputs: Any | None = None) -> list[s
     """The input ids the balance must account for (the volume's when ``inputs`` is given)."""
     if inputs is None:
         return [f.id for f in loaded.input_files()]
-    pattern = inputs.pattern
-    base = (loaded.project_dir / inputs.dir).resolve()
-    ids = sorted(p.name.rsplit(".", 1)[0] if "." in p.name else p.name
-                 for p in base.glob(pattern) if p.is_file())
-    return ids
+    return [f.id for f in list_inputs((loaded.project_dir / inputs.dir).resolve(), inputs.pattern)]
 
 
 def previous_changes(store: Store, name: str, run_id: str,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-CONTRACT = {"runner", "runner.spec", "runner.events", "runner.balance", "runner.evidence"}
+CONTRACT = {"runner", "runner.spec", "runner.events", "runner.balance", "runner.evidence",
+            "runner.inputs"}
 
 
 def modules(package: str) -> list[Path]:

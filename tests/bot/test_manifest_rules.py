@@ -40,7 +40,11 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
      "not a directory"),
     ("requirements missing", {"project": {"requirements": "req.txt"}},
      "project.requirements", "not found"),
-    ("pattern escapes", {"inputs": {"pattern": "../*"}}, "inputs.pattern", "inside"),
+    ("pattern escapes", {"inputs": {"pattern": "../*"}}, "inputs.pattern", "directly in"),
+    ("pattern in a subfolder", {"inputs": {"pattern": "sub/*.txt"}}, "inputs.pattern",
+     "directly in"),
+    ("recursive pattern", {"inputs": {"pattern": "doc-**a.txt"}}, "inputs.expected_count",
+     "found 0"),
     ("no categories", {"task": {"categories": []}}, "task.categories", "at least one"),
     ("duplicate category", {"task": {"categories": ["invoice", "Invoice"]}},
      "task.categories[1]", "unique"),
@@ -132,7 +136,7 @@ def test_same_stem_different_extension_collides(tmp_path: Path) -> None:
     make_project(tmp_path, names=["a.txt", "a.pdf"])
     text = dump(merged(inputs={"pattern": "*", "expected_count": 2, "expected_refusals": []},
                        success=None))
-    assert "collide" in locs(tmp_path, text)["inputs.pattern"].message
+    assert "have the same id 'a'" in locs(tmp_path, text)["inputs.pattern"].message
 
 
 def test_warnings_for_nuances(tmp_path: Path) -> None:
