@@ -21,8 +21,12 @@ REPO = Path(__file__).resolve().parents[2]
 N_ITEMS = 3000
 KILLS = 22
 
+# Each item costs WORK_S of simulated work, so the 3,000 items take ~12 s of processing
+# in all: enough for 22 kills at 0.1-0.8 s however fast or loaded the machine is.
+WORK_S = 0.004
+
 HANDLER = r'''
-import json, os, sqlite3
+import json, os, sqlite3, time
 from runner.workloads import write_output
 
 def handle(items, ctx):
@@ -46,6 +50,7 @@ def _handle(items, ctx, run_dir):
 def _results(items, ctx):
     out = []
     for it in items:
+        time.sleep(WORK_S)  # the item's simulated work
         if int(it.id[1:]) % 10 == 7:
             out.append({"id": it.id, "status": "refused", "reason": "multiple of 7"})
             continue
@@ -76,7 +81,7 @@ def setup(tmp: Path) -> tuple[Path, Path, dict[str, str]]:
     inputs.mkdir()
     for k in range(N_ITEMS):
         (inputs / f"i{k:05d}.txt").write_text(str(k))
-    (tmp / "crash_handler_l.py").write_text(HANDLER)
+    (tmp / "crash_handler_l.py").write_text(f"WORK_S = {WORK_S}\n" + HANDLER)
     (tmp / "driver.py").write_text(DRIVER)
     run = tmp / "run"
     run.mkdir()
