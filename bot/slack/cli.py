@@ -59,6 +59,10 @@ def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str)
     service = make_service(settings, NullNotifier())
     bot = SlackBot(settings, service, precheck=precheck, socket_mode=not http,
                    token_verification=False)
+    from bot.schedule import BotScheduler
+
+    scheduler = BotScheduler(settings, service)  # watch, lease and evidence reminders
+    scheduler.start()
     resumed = bot.resume()
     if resumed:
         typer.echo(f"following {len(resumed)} run(s) again: {', '.join(resumed)}")
@@ -78,6 +82,7 @@ def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str)
             handler = SocketModeHandler(bot.app, settings.slack_app_token)
             handler.start()  # type: ignore[no-untyped-call]
     finally:
+        scheduler.shutdown()
         bot.close()
 
 

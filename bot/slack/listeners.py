@@ -125,6 +125,8 @@ def _on_command(h: Handlers) -> Callable[..., None]:
             _status(h, ack, args)
         elif verb == "runs":
             ack(text="Recent runs", blocks=runs_blocks(h.service.runs(limit=20)))
+        elif verb == "lease":
+            ack(text=_lease(h, args, user))
         else:
             ack(text=HELP)
     return on_command
@@ -148,6 +150,32 @@ def _run_named(h: Handlers, ack: Ack, name: str, channel: str, user: str) -> Non
         h.post(channel, root, f":x: cannot read {escape(path.name)}: {escape(str(exc))}")
     except Exception:
         h.failed(channel, root, f"the pilot {name}")
+
+
+LEASE_USAGE = ("Usage: `/preflight lease` (list) · `/preflight lease NODE` · "
+               "`/preflight lease NODE STATE [note…]` with STATE one of ordered, "
+               "payment-notified, funds-confirmed, provisioned, ended")
+
+
+def _lease(h: Handlers, args: list[str], user: str) -> str:
+    """The lease commands, recorded with the Slack user as who."""
+    from bot import leases as lease_rules
+
+    store = h.service.store
+    try:
+        if not args:
+            rows = store.leases(include_ended=False)
+            return "\n".join(f"• `{escape(str(r['node']))}`: {r['state']}" for r in rows) \
+                or "No open lease. " + LEASE_USAGE
+        if len(args) == 1:
+            lease = store.current_lease(args[0])
+            return (f"`{escape(args[0])}` has no lease. " + LEASE_USAGE) if lease is None \
+                else f"`{escape(args[0])}`: {lease['state']}"
+        lease = lease_rules.set_state(store, args[0], args[1], f"<@{user}>",
+                                      note=" ".join(args[2:]) or None)
+        return f"Lease of `{escape(args[0])}` is now *{lease['state']}* (recorded, by <@{user}>)."
+    except PreflightError as exc:
+        return escape(str(exc))
 
 
 def _status(h: Handlers, ack: Ack, args: list[str]) -> None:

@@ -24,6 +24,8 @@ HELP = """*Preflight* proves a rented GPU machine on a small pilot before the fu
 • `/preflight submit` opens a form (paste the manifest, or attach a file for long ones).
 • `/preflight run NAME` runs `manifests/NAME.yaml` from the bot host.
 • `/preflight status [RUN]` · `/preflight runs` · `/preflight help`
+• `/preflight lease [NODE [STATE [note]]]`: a rented node's lease (ordered →
+  payment-notified → funds-confirmed → provisioned → ended); runs need `provisioned`.
 • In a pilot's thread: `@preflight approve <reason>`, `fix-env <reason>`,
   `revise <reason>`, or the buttons."""
 

@@ -22,6 +22,27 @@ def test_help_runs_and_status_are_answered_in_the_ack(
     assert "no run 'nope'" in body
 
 
+def test_lease_commands_record_who_and_refuse_skipped_states(
+        tmp_path: Path, emulator: SlackEmulator, make_harness: Any) -> None:
+    h: Harness = make_harness(ReplayDispatcher())
+    _, body = h.command("lease")
+    assert "No open lease" in body
+    _, body = h.command("lease gpu-1.example provisioned")
+    assert "starts at 'ordered'" in body
+    _, body = h.command("lease gpu-1.example ordered quote 42")
+    assert "now *ordered*" in body
+    _, body = h.command("lease gpu-1.example provisioned")
+    assert "payment-notified" in body  # one step at a time: refused, naming the next state
+    h.command("lease gpu-1.example payment-notified")
+    _, body = h.command("lease gpu-1.example")
+    assert "payment-notified" in body
+    lease = h.service.store.current_lease("gpu-1.example")
+    assert lease is not None and lease["state"] == "payment-notified"
+    history = h.service.store.lease_changes(int(lease["id"]))
+    assert [(e["to_state"], e["by"]) for e in history] == [
+        ("ordered", f"<@{SUBMITTER}>"), ("payment-notified", f"<@{SUBMITTER}>")]
+
+
 def test_run_named_manifest_opens_a_thread_and_runs(
         tmp_path: Path, emulator: SlackEmulator, make_harness: Any) -> None:
     make_project(tmp_path)
