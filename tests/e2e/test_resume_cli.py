@@ -1,0 +1,103 @@
+"""`preflight resume`: a runner killed mid-pilot, then resumed from its ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.e2e.test_pilot_cli import preflight
+
+N = 8
+HANDLER = '''
+import os, time
+
+def handle(items, ctx):
+    pilot = os.path.basename(ctx.outputs_dir) == "outputs"  # not the memory stage's dry run
+    out = []
+    for item in items:
+        if pilot:
+            with open("processed.log", "a") as log:  # the runner's cwd is the project
+                log.write(item.id + "\\n")
+            time.sleep(0.4)  # a slow item, so the test can kill the runner mid-pilot
+        out.append({"id": item.id, "status": "accepted", "category": "invoice"})
+    return out
+'''
+MANIFEST = f"""apiVersion: preflight/v1
+name: slow
+hardware: {{gpu: cpu, lots: 1, days: 3, lot_price_usd_per_day: "0"}}
+backend: cpu
+preparation: pytorch
+inputs: {{dir: docs, pattern: "*.txt", expected_count: {N}}}
+task: {{kind: custom, handler: "slow_handler:handle", categories: [invoice], batch_size: 1}}
+success: {{min_accepted: {N}, max_refused: 0}}
+approvals: {{approvers: [alice]}}
+"""
+
+
+def ledger_ids(run_dir: Path) -> set[str]:
+    try:
+        con = sqlite3.connect(f"file:{run_dir / 'ledger.sqlite'}?mode=ro", uri=True)
+        try:
+            return {r[0] for r in con.execute("SELECT id FROM items")}
+        finally:
+            con.close()
+    except sqlite3.Error:  # not created yet
+        return set()
+
+
+def wait_for(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)  # polling a condition with a deadline
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_killed_runner_is_resumed_without_redoing_finished_items(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    (root / "docs").mkdir(parents=True)
+    for n in range(N):
+        (root / "docs" / f"inv-{n}.txt").write_text(f"invoice {n}")
+    (root / "slow_handler.py").write_text(HANDLER)
+    (root / "manifest.yaml").write_text(MANIFEST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFLIGHT_", "SLACK_"))}
+    env.update({"PREFLIGHT_HOME": str(root)})
+    cli = subprocess.Popen([sys.executable, "-m", "bot", "run", "manifest.yaml"], cwd=root,
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           stdin=subprocess.DEVNULL)
+    runs = root / "runs"
+    wait_for(lambda: runs.exists() and any(runs.iterdir()), 60, "the run directory")
+    (run_dir,) = list(runs.iterdir())
+    wait_for(lambda: len(ledger_ids(run_dir)) >= 2, 120, "two items in the ledger")
+    pid = int((run_dir / "runner.pid").read_text())
+    os.killpg(pid, signal.SIGKILL)
+    out, err = cli.communicate(timeout=120)
+    assert cli.returncode == 1, out + err
+    assert "RunnerExited" in out
+    done_before = ledger_ids(run_dir)
+    assert 2 <= len(done_before) < N
+    processed_before = (root / "processed.log").read_text().split()
+
+    resumed = preflight(root, "resume", run_dir.name)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "Verdict: PASSED" in resumed.stdout
+    balance = json.loads((run_dir / "balance.json").read_text())
+    assert (balance["accepted"], balance["refused"], balance["ok"]) == (N, 0, True)
+    processed_after = (root / "processed.log").read_text().split()[len(processed_before):]
+    assert not set(processed_after) & done_before  # finished items never ran again
+    assert set(processed_after) | done_before == {f"inv-{n}" for n in range(N)}
+    events = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    items = [e["id"] for e in events if e["type"] == "item.done"]
+    assert sorted(items) == sorted(f"inv-{n}" for n in range(N))  # each exactly once
+    db = sqlite3.connect(root / "state" / "preflight.db")
+    assert db.execute("SELECT status, outcome FROM runs").fetchone() == (
+        "awaiting_decision", "passed")
+    assert db.execute("SELECT count(*), count(DISTINCT item_id) FROM items").fetchone() == (N, N)
