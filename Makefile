@@ -21,6 +21,8 @@ demo: $(STAMP)
 	$(BIN)/preflight run manifests/pilote.yaml
 
 test: $(STAMP)
+	$(BIN)/ruff check bot runner tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

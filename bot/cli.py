@@ -64,7 +64,8 @@ def run(
     if decide is not None and decide not in DECISIONS:
         raise _fail(f"--decide must be one of {', '.join(DECISIONS)}, not {decide!r}", 2)
     if decide is not None and not (reason or "").strip():
-        raise _fail("--decide needs --reason \"...\" (every decision is recorded with its reason)", 2)
+        raise _fail("--decide needs --reason \"...\" (every decision is recorded with its "
+                    "reason)", 2)
     user = by or settings.user
     notifier = ConsoleNotifier(console)
     try:

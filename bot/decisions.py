@@ -27,7 +27,8 @@ def check_decision(run: dict[str, Any], decision: str, reason: str, by: str, *,
         return ("nobody may approve this pilot: list approvers in approvals.approvers "
                 "or PREFLIGHT_APPROVERS"), False
     if by not in approvers:
-        return f"{by} is not an approver of {run['name']} (approvers: {', '.join(approvers)})", False
+        names = ", ".join(approvers)
+        return f"{by} is not an approver of {run['name']} (approvers: {names})", False
     if run.get("two_person") and by == run.get("submitter"):
         return ("two-person rule: the submitter cannot approve their own pilot; "
                 "another approver must"), False

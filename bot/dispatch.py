@@ -68,7 +68,8 @@ class LocalDispatcher:
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, handle: RunHandle) -> int | None:
-        argv = [self.python, "-m", "runner", str(handle.spec_path), "--run-dir", str(handle.run_dir)]
+        argv = [self.python, "-m", "runner", str(handle.spec_path),
+                "--run-dir", str(handle.run_dir)]
         if handle.resume:
             argv.append("--resume")
         env = dict(self.env)

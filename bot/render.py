@@ -52,8 +52,8 @@ def _stages_table(rows: list[StageLine]) -> RichTable:
     table.add_column(overflow="fold")
     for row in rows:
         style = STATE_STYLE[row.state]
-        table.add_row(RichText(STATE_MARK[row.state], style=style), RichText(row.stage, style=style),
-                      RichText(row.detail))
+        table.add_row(RichText(STATE_MARK[row.state], style=style),
+                      RichText(row.stage, style=style), RichText(row.detail))
     return table
 
 
@@ -80,7 +80,8 @@ def _block_rich(block: Block) -> RenderableType:
         return Group(RichText(f"items {block.done}/{block.total}"),
                      ProgressBar(total=max(block.total, 1), completed=block.done, width=40))
     if isinstance(block, Actions):
-        return RichText("  ".join(f"[{b.action}] {b.label}" for b in block.buttons), style="magenta")
+        labels = "  ".join(f"[{b.action}] {b.label}" for b in block.buttons)
+        return RichText(labels, style="magenta")
     if isinstance(block, Attachment):
         return RichText(f"attached: {block.title} ({block.path})", style="dim")
     raise TypeError(f"unknown block {block!r}")
@@ -97,7 +98,8 @@ def to_text(message: Message) -> str:
         elif isinstance(block, Fields):
             out.extend(f"{label}: {value}" for label, value in block.pairs)
         elif isinstance(block, StageLine):
-            out.append(f"{STATE_MARK[block.state]} {block.stage:<11} {block.state:<7} {block.detail}".rstrip())
+            mark = STATE_MARK[block.state]
+            out.append(f"{mark} {block.stage:<11} {block.state:<7} {block.detail}".rstrip())
         elif isinstance(block, Table):
             out.append(" | ".join(block.columns))
             out.extend(" | ".join(row) for row in block.rows)

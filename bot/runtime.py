@@ -32,8 +32,8 @@ def make_service(settings: Settings,
     """The service on the settings' SQLite state; ``notifier`` may need that store."""
     store = Store(settings.db_path)
     if not hasattr(notifier, "publish"):
-        notifier = notifier(store)  # type: ignore[operator]
-    return PilotService(settings, store, make_dispatchers(settings), notifier,  # type: ignore[arg-type]
+        notifier = notifier(store)
+    return PilotService(settings, store, make_dispatchers(settings), notifier,
                         lease_guard=leases.lease_guard_for(store))
 
 

@@ -79,7 +79,8 @@ class PilotService:
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
                 run_dir.mkdir(exist_ok=False)  # a run directory is never reused
             except FileExistsError as exc:
-                raise DispatchError(f"run directory {run_dir} already exists: refusing to reuse it") from exc
+                raise DispatchError(f"run directory {run_dir} already exists: "
+                                    "refusing to reuse it") from exc
             except OSError as exc:
                 raise DispatchError(f"cannot create run directory {run_dir}: {exc}") from exc
             spec = build_spec(loaded, plan, run_id, inputs=inputs, kind=kind)

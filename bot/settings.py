@@ -34,7 +34,8 @@ class Settings:
     runner_env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, python: str | None = None) -> Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None, *,
+                 python: str | None = None) -> Settings:
         import sys
 
         env = os.environ if env is None else env

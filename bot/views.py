@@ -59,7 +59,8 @@ def plan_message(run: dict[str, Any]) -> Message:
         blocks.append(Text(str(note), style="muted"))
     changes = run.get("changes") or []
     if changes:
-        rows = tuple((str(c.get("path")), _short(c.get("old")), _short(c.get("new"))) for c in changes)
+        rows = tuple((str(c.get("path")), _short(c.get("old")), _short(c.get("new")))
+                     for c in changes)
         blocks.append(Text(f"Changed since the previous attempt ({len(changes)} field(s)):"))
         blocks.append(Table(("field", "before", "now"), rows[:MAX_TABLE_ROWS], len(rows)))
         moved = [str(c.get("path")) for c in changes if c.get("factor")]
@@ -130,7 +131,8 @@ def balance_message(run: dict[str, Any], csv_path: str | None = None) -> Message
     ]
     by_cat = bal.get("by_category") or {}
     if by_cat:
-        blocks.append(Text("By category: " + ", ".join(f"{k} {v}" for k, v in sorted(by_cat.items()))))
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(by_cat.items()))
+        blocks.append(Text(f"By category: {counts}"))
     problems = bal.get("problems") or []
     if problems:
         rows = tuple((str(p.get("kind")), str(p.get("id", "")), str(p.get("detail", "")))
@@ -141,7 +143,8 @@ def balance_message(run: dict[str, Any], csv_path: str | None = None) -> Message
     if items:
         rows = tuple((str(i.get("id")), str(i.get("status")),
                       str(i.get("category") or i.get("reason") or "")) for i in items)
-        blocks.append(Table(("id", "status", "category / reason"), rows[:MAX_TABLE_ROWS], len(rows)))
+        blocks.append(Table(("id", "status", "category / reason"), rows[:MAX_TABLE_ROWS],
+                            len(rows)))
     sample = bal.get("sample") or []
     if sample:
         rows = tuple((str(s.get("id")), str(s.get("category") or s.get("reason") or ""),
@@ -163,7 +166,8 @@ def evidence_message(run: dict[str, Any]) -> Message | None:
     pairs = (("Copied to", str(ev.get("dest"))), ("Files", str(ev.get("files"))),
              ("Bytes", str(ev.get("bytes", "?"))), ("Verified", "yes" if verified else "NO"))
     return Message(run["id"], "evidence", (Heading("Evidence copy"), Fields(pairs)),
-                   summary=f"Evidence {'verified' if verified else 'NOT verified'} at {ev.get('dest')}")
+                   summary=f"Evidence {'verified' if verified else 'NOT verified'} "
+                           f"at {ev.get('dest')}")
 
 
 def verdict_message(run: dict[str, Any]) -> Message:
@@ -171,8 +175,9 @@ def verdict_message(run: dict[str, Any]) -> Message:
     passed = bool(verdict.get("passed"))
     blocks: list[Any] = [Heading("Verdict: " + ("PASSED" if passed else "FAILED"))]
     for check in verdict.get("checks") or []:
-        mark = "ok" if check.get("ok") else "error"
-        blocks.append(Text(f"{'✓' if check.get('ok') else '✗'} {check.get('text')}", style=mark))
+        ok = bool(check.get("ok"))
+        blocks.append(Text(f"{'✓' if ok else '✗'} {check.get('text')}",
+                           style="ok" if ok else "error"))
     return Message(run["id"], "verdict", tuple(blocks),
                    summary=f"{run['name']}: pilot {'passed' if passed else 'failed'}")
 
@@ -201,8 +206,9 @@ def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Me
 def _state_word(run: dict[str, Any]) -> str:
     if run.get("status") in ("awaiting_decision", "decided"):
         return "passed" if run.get("outcome") == "passed" else "failed"
+    status = str(run.get("status", ""))
     return {"planned": "planned", "running": "running",
-            "dispatch_failed": "could not start"}.get(run.get("status", ""), run.get("status", ""))
+            "dispatch_failed": "could not start"}.get(status, status)
 
 
 def _fmt(value: Any) -> str:

@@ -149,7 +149,7 @@ class EventWriter:
         self._sync_every = sync_every
 
     @classmethod
-    def resume(cls, path: str, run: str, *, echo: Optional[IO[str]] = None) -> "EventWriter":
+    def resume(cls, path: str, run: str, *, echo: Optional[IO[str]] = None) -> EventWriter:
         """Continue numbering after the last complete event already in ``path``.
 
         A torn last line (the process was killed mid-write) is cut off first so the file

@@ -111,7 +111,7 @@ class RunSpec:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, raw: Dict[str, Any]) -> "RunSpec":
+    def from_dict(cls, raw: Dict[str, Any]) -> RunSpec:
         if not isinstance(raw, dict):
             raise SpecError("spec: expected a JSON object")
         try:

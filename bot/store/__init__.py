@@ -29,7 +29,8 @@ class Store(RunsMixin, SlackMixin, LeasesMixin):
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"cannot create the state directory {self.path.parent}: {exc}") from exc
+            raise StoreError(f"cannot create the state directory {self.path.parent}: "
+                             f"{exc}") from exc
         self._local = threading.local()
         with self.transaction() as db:
             migrate_runs(db)

@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlite_utils
 
+from bot.store.base import StoreBase
 from runner.events import utc_now
 
 
@@ -36,10 +37,7 @@ def migrate_leases(db: sqlite_utils.Database) -> None:
         detail TEXT)""")
 
 
-class LeasesMixin:
-    db: sqlite_utils.Database
-
-    def transaction(self) -> Any: ...  # provided by Store
+class LeasesMixin(StoreBase):
 
     # -- leases -------------------------------------------------------------------
     def current_lease(self, node: str) -> dict[str, Any] | None:
@@ -63,11 +61,11 @@ class LeasesMixin:
             table.insert({"node": node, "state": state, "starts_at": starts_at, "days": days,
                           "created_at": now, "created_by": by, "updated_at": now,
                           "ended_at": now if state == "ended" else None})
-            lease_id = table.last_pk
+            lease_id = int(table.last_pk)  # type: ignore[arg-type]  # set by the insert
             db.table("lease_changes").insert({"lease": lease_id, "from_state": None,
                                               "to_state": state, "by": by, "at": now,
                                               "note": note})
-        return self.lease(int(lease_id))
+        return self.lease(lease_id)
 
     def lease(self, lease_id: int) -> dict[str, Any]:
         return next(self.db.query("SELECT * FROM leases WHERE id = ?", [lease_id]))

@@ -15,6 +15,7 @@ from typing import Any
 import sqlite_utils
 
 from bot.errors import RunNotFound
+from bot.store.base import StoreBase
 from runner.events import ITEM_DONE, STAGE_EVENT_TYPES, Event, utc_now
 
 JSON_COLUMNS = frozenset({
@@ -73,10 +74,7 @@ def _decode(row: dict[str, Any]) -> dict[str, Any]:
             for k, v in row.items()}
 
 
-class RunsMixin:
-    db: sqlite_utils.Database
-
-    def transaction(self) -> Any: ...  # provided by Store
+class RunsMixin(StoreBase):
 
     # -- runs ---------------------------------------------------------------------
     def create_run(self, record: dict[str, Any]) -> None:
@@ -137,7 +135,7 @@ class RunsMixin:
         with self.transaction() as db:
             cur = db.execute(f"UPDATE runs SET {sets} WHERE id = ? AND status IN ({marks})",
                              [*values.values(), run_id, *states])
-            return cur.rowcount == 1
+            return bool(cur.rowcount == 1)
 
     # -- events -------------------------------------------------------------------
     def record_events(self, run_id: str, events: list[Event], offset: int) -> list[Event]:
@@ -155,7 +153,8 @@ class RunsMixin:
                     _apply_event(db, run_id, event)
             last = max([e.seq for e in events], default=0)
             db.execute(
-                "UPDATE runs SET last_seq = MAX(last_seq, ?), events_offset = MAX(events_offset, ?),"
+                "UPDATE runs SET last_seq = MAX(last_seq, ?),"
+                " events_offset = MAX(events_offset, ?),"
                 " last_event_at = COALESCE(?, last_event_at) WHERE id = ?",
                 [last, offset, fresh[-1].ts if fresh else None, run_id])
         return fresh

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite_utils
 
+from bot.store.base import StoreBase
 from runner.events import utc_now
 
 
@@ -12,8 +13,7 @@ def migrate_slack(db: sqlite_utils.Database) -> None:
         event_id TEXT PRIMARY KEY, kind TEXT, received_at TEXT NOT NULL)""")
 
 
-class SlackMixin:
-    db: sqlite_utils.Database
+class SlackMixin(StoreBase):
 
     def claim_slack_event(self, event_id: str, kind: str = "event") -> bool:
         """True the first time an event id is seen; False for a retry or a duplicate."""

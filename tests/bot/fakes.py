@@ -112,7 +112,8 @@ hardware: {{gpu: cpu, lots: 1, days: 3, lot_price_usd_per_day: "0"}}
 backend: cpu
 preparation: pytorch
 inputs: {{dir: data/pilote, pattern: "doc-*.txt", expected_count: {count}, expected_refusals: []}}
-task: {{kind: classify, handler: "runner.workloads.classify:handle", categories: [invoice, contract]}}
+task: {{kind: classify, handler: "runner.workloads.classify:handle",
+       categories: [invoice, contract]}}
 success: {{min_accepted: {count}, max_refused: 0, balance_ok: true}}
 approvals: {{approvers: {approvers}, two_person: {two_person}}}
 {"results: {copy_to: evidence}" if copy_to else ""}

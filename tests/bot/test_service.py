@@ -207,5 +207,6 @@ def test_evidence_that_fails_to_verify_on_the_bot_host_fails_the_pilot(tmp_path:
     service = PilotService(settings, Store(settings.db_path),
                            {"local": FailingFetch(lambda run: script)}, RecordingNotifier())
     run = service.follow(submit(service, tmp_path, copy_to=True), timeout=30)
-    assert run["evidence"]["verified"] is False and "does not verify" in run["evidence"]["fetch_error"]
+    assert run["evidence"]["verified"] is False
+    assert "does not verify" in run["evidence"]["fetch_error"]
     assert run["outcome"] == "failed"

@@ -53,7 +53,10 @@ def run_dirs(root: Path) -> list[Path]:
     return sorted(p for p in (root / "runs").iterdir() if p.is_dir())
 
 
-def test_demo_pilot_passes_with_the_expected_balance(demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+Demo = tuple[Path, subprocess.CompletedProcess[str]]
+
+
+def test_demo_pilot_passes_with_the_expected_balance(demo: Demo) -> None:
     root, done = demo
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -62,7 +65,8 @@ def test_demo_pilot_passes_with_the_expected_balance(demo: tuple[Path, subproces
         assert text in out, text
     (run_dir,) = run_dirs(root)
     balance = json.loads((run_dir / "balance.json").read_text())
-    assert (balance["accepted"], balance["refused"], balance["total"], balance["ok"]) == (11, 1, 12, True)
+    counts = (balance["accepted"], balance["refused"], balance["total"], balance["ok"])
+    assert counts == (11, 1, 12, True)
     with open(run_dir / "balance.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert sorted(r["id"] for r in rows) == IDS
