@@ -96,6 +96,7 @@ def _after_run(service: Any, run: dict[str, Any], decide: str | None, reason: st
                               default="", show_default=False).strip() or None
         if decide is not None:
             reason = typer.prompt("Reason")
+            user = typer.prompt("Decided by", default=user)
     if decide is None:
         console.print(f"Decide later: preflight decide {run['id']} "
                       f"{{{'|'.join(DECISIONS)}}} --reason \"...\" --by NAME", highlight=False)

@@ -156,3 +156,39 @@ def test_decide_later_and_bad_invocation(demo: tuple[Path, subprocess.CompletedP
     assert ok.returncode == 0, ok.stderr
     bad = preflight(root, "run", "manifests/pilote.yaml", "--decide", "maybe", "--reason", "x")
     assert bad.returncode == 2 and "--decide" in bad.stderr
+
+
+def test_decision_prompt_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal the run ends with the decision prompt; the answer is stored."""
+    import pty
+    import select
+
+    root = project(tmp_path)
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFLIGHT_", "SLACK_"))}
+    env.update({"PREFLIGHT_HOME": str(root), "COLUMNS": "120", "TERM": "dumb"})
+    proc = subprocess.Popen([sys.executable, "-m", "bot", "run", "manifests/pilote.yaml"],
+                            cwd=root, env=env, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    answers = iter(["revise", "raise batch_size to 8 next time", "bob"])
+    seen = b""
+    try:
+        while proc.poll() is None or select.select([master], [], [], 0)[0]:
+            ready, _, _ = select.select([master], [], [], 120)
+            assert ready, "the run printed nothing for 120 s"
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal closed: the process ended
+                break
+            seen += chunk
+            if seen.rstrip().endswith((b"later):", b"Reason:", b"]:")):
+                os.write(master, next(answers).encode() + b"\n")
+                seen += b"\n"
+    finally:
+        os.close(master)
+    assert proc.wait(timeout=60) == 0
+    text = seen.decode(errors="replace")
+    assert "Decision (approve / fix-env / revise" in text
+    db = sqlite3.connect(root / "state" / "preflight.db")
+    assert db.execute("SELECT decision, reason, by, accepted FROM decisions").fetchall() == [
+        ("revise", "raise batch_size to 8 next time", "bob", 1)]
