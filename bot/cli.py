@@ -19,6 +19,7 @@ from bot import views
 from bot.console import ConsoleNotifier
 from bot.decisions import DECISIONS
 from bot.errors import DecisionRefused, ManifestError, PreflightError
+from bot.message import NullNotifier
 from bot.render import to_rich
 from bot.settings import Settings
 
@@ -76,7 +77,7 @@ def run(
         service = build_service(settings, notifier)
         sub = service.submit(loaded, submitter=user)
         service.start(sub.run_id)
-        final = service.follow(sub.run_id)
+        final = _follow(service, sub.run_id)
     except ManifestError as exc:
         _print_manifest_error(exc)
         raise typer.Exit(2) from exc
@@ -87,6 +88,17 @@ def run(
         notifier.close_live()
     _after_run(service, final, decide, reason, user, override)
     raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
+
+
+def _follow(service: Any, run_id: str) -> dict[str, Any]:
+    """Follow a run; Ctrl-C stops following, never the runner (it runs detached)."""
+    try:
+        return dict(service.follow(run_id))
+    except KeyboardInterrupt:
+        service.notifier.close_live()
+        err_console.print(f"stopped following {run_id}; the runner keeps going. Follow it "
+                          f"again: preflight follow {run_id}", highlight=False)
+        raise typer.Exit(130) from None
 
 
 def _after_run(service: Any, run: dict[str, Any], decide: str | None, reason: str | None,
@@ -135,6 +147,28 @@ def decide(
 
 
 @app.command()
+def follow(run_id: str = typer.Argument(..., help="the run id (or its unique prefix)")) -> None:
+    """Follow a run again (after Ctrl-C, or from another terminal) until it finishes."""
+    settings = Settings.from_env()
+    notifier = ConsoleNotifier(console)
+    service = build_service(settings, notifier)
+    try:
+        run_row = service.store.find_run(run_id)
+        for message in service.thread_messages(run_row["id"]):
+            if message.key == "plan":
+                notifier.publish(message)
+        final = _follow(service, run_row["id"])
+    except PreflightError as exc:
+        raise _fail(str(exc), exc.exit_code) from exc
+    finally:
+        notifier.close_live()
+    if final.get("status") == "awaiting_decision" and run_row["status"] != "running":
+        for message in service.thread_messages(final["id"])[1:]:
+            notifier.publish(message)  # it had already finished: show the outcome again
+    raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
+
+
+@app.command()
 def resume(run_id: str = typer.Argument(..., help="the run id (or its unique prefix)")) -> None:
     """Start the runner again on an interrupted run: finished items are not processed again."""
     settings = Settings.from_env()
@@ -143,7 +177,7 @@ def resume(run_id: str = typer.Argument(..., help="the run id (or its unique pre
     try:
         run_row = service.store.find_run(run_id)
         service.resume(run_row["id"])
-        final = service.follow(run_row["id"])
+        final = _follow(service, run_row["id"])
     except PreflightError as exc:
         raise _fail(str(exc), exc.exit_code) from exc
     finally:
@@ -157,7 +191,9 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
     """List runs with their status and the stage reached."""
     from rich.table import Table
 
-    service = build_service(Settings.from_env(), ConsoleNotifier(console))
+    service = build_service(Settings.from_env(), NullNotifier())
+    for row in service.store.active_runs():
+        service.reap(row["id"])  # record what runners wrote since; close runs that died
     rows = service.runs(limit)
     if as_json:
         keys = ("id", "name", "attempt", "kind", "status", "outcome", "stage_reached", "created_at")
@@ -175,8 +211,9 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
 def show(run_id: str = typer.Argument(..., help="the run id (or its unique prefix)"),
          as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """One run: stages with facts, first error, balance, verdict, decisions."""
-    service = build_service(Settings.from_env(), ConsoleNotifier(console))
+    service = build_service(Settings.from_env(), NullNotifier())
     try:
+        service.reap(service.store.find_run(run_id)["id"])  # bring a running run up to date
         data = service.show(run_id)
     except PreflightError as exc:
         raise _fail(str(exc), 2) from exc
@@ -199,7 +236,7 @@ def diff(run_a: str = typer.Argument(..., help="the earlier run"),
     """What changed between two runs: manifest fields, then environment facts."""
     from bot.attempts import diff_facts, diff_manifests, one_factor_warning
 
-    service = build_service(Settings.from_env(), ConsoleNotifier(console))
+    service = build_service(Settings.from_env(), NullNotifier())
     try:
         a, b = service.store.find_run(run_a), service.store.find_run(run_b)
     except PreflightError as exc:

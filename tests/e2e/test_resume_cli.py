@@ -60,7 +60,8 @@ def wait_for(predicate: object, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_killed_runner_is_resumed_without_redoing_finished_items(tmp_path: Path) -> None:
+def start_slow_pilot(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
+    """`preflight run` on a slow pilot, returned once two items are in the ledger."""
     root = tmp_path / "project"
     (root / "docs").mkdir(parents=True)
     for n in range(N):
@@ -76,6 +77,36 @@ def test_killed_runner_is_resumed_without_redoing_finished_items(tmp_path: Path)
     wait_for(lambda: runs.exists() and any(runs.iterdir()), 60, "the run directory")
     (run_dir,) = list(runs.iterdir())
     wait_for(lambda: len(ledger_ids(run_dir)) >= 2, 120, "two items in the ledger")
+    return root, run_dir, cli
+
+
+def test_ctrl_c_stops_following_not_the_runner(tmp_path: Path) -> None:
+    root, run_dir, cli = start_slow_pilot(tmp_path)
+    cli.send_signal(signal.SIGINT)
+    out, err = cli.communicate(timeout=60)
+    assert cli.returncode == 130, out + err
+    assert f"preflight follow {run_dir.name}" in err
+    followed = preflight(root, "follow", run_dir.name)
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    assert "Verdict: PASSED" in followed.stdout
+    listed = json.loads(preflight(root, "runs", "--json").stdout)
+    assert [(r["status"], r["outcome"]) for r in listed] == [("awaiting_decision", "passed")]
+
+
+def test_runs_brings_an_unfollowed_run_up_to_date(tmp_path: Path) -> None:
+    root, run_dir, cli = start_slow_pilot(tmp_path)
+    cli.send_signal(signal.SIGINT)
+    cli.communicate(timeout=60)
+    pid = int((run_dir / "runner.pid").read_text())
+    wait_for(lambda: not Path(f"/proc/{pid}").exists()
+             or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0],
+             120, "the runner to end on its own")
+    listed = json.loads(preflight(root, "runs", "--json").stdout)
+    assert [(r["status"], r["outcome"]) for r in listed] == [("awaiting_decision", "passed")]
+
+
+def test_killed_runner_is_resumed_without_redoing_finished_items(tmp_path: Path) -> None:
+    root, run_dir, cli = start_slow_pilot(tmp_path)
     pid = int((run_dir / "runner.pid").read_text())
     os.killpg(pid, signal.SIGKILL)
     out, err = cli.communicate(timeout=120)
