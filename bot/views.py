@@ -90,8 +90,7 @@ def status_message(run: dict[str, Any], stages: list[dict[str, Any]],
 
 def stage_detail(row: dict[str, Any]) -> str:
     if row["state"] == "failed" and row.get("error"):
-        err = row["error"]
-        return f"{err.get('type', 'Error')}: {err.get('message', '')}"
+        return error_text(row["error"])
     if row["state"] == "skipped":
         return str(row.get("reason") or "")
     facts = row.get("facts") or {}
@@ -103,12 +102,19 @@ def stage_detail(row: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def error_text(err: dict[str, Any]) -> str:
+    """``Type: message``, without repeating a type the message already names."""
+    etype, message = str(err.get("type") or "Error"), str(err.get("message") or "")
+    return message if message.startswith(etype) or f"{etype}:" in message \
+        else f"{etype}: {message}"
+
+
 def first_error_message(run: dict[str, Any]) -> Message | None:
     err = run.get("first_error")
     if not err:
         return None
     pairs = [("Stage reached", str(err.get("stage"))),
-             ("Error", f"{err.get('type', 'Error')}: {err.get('message', '')}")]
+             ("Error", error_text(err))]
     if err.get("where"):
         pairs.append(("Where", str(err["where"])))
     if err.get("hint"):

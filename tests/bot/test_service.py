@@ -210,3 +210,11 @@ def test_evidence_that_fails_to_verify_on_the_bot_host_fails_the_pilot(tmp_path:
     assert run["evidence"]["verified"] is False
     assert "does not verify" in run["evidence"]["fetch_error"]
     assert run["outcome"] == "failed"
+
+
+def test_error_text_does_not_repeat_the_type() -> None:
+    from bot.views import error_text
+
+    assert error_text({"type": "ImportError", "message": "cannot import torch: ImportError: x"}) \
+        == "cannot import torch: ImportError: x"
+    assert error_text({"type": "RunnerExited", "message": "ended"}) == "RunnerExited: ended"
