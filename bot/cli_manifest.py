@@ -52,24 +52,26 @@ def plan(
 ) -> None:
     """Print the order summary: model, days, lots, cards, preparation, total USD."""
     from bot.manifest import load_manifest_file
-    from bot.plan import make_plan
+    from bot.plan import describe_lots, describe_price, make_plan, plural
 
     try:
         result = make_plan(load_manifest_file(file))
     except ManifestError as exc:
+        code = 2 if isinstance(exc, ManifestUnreadable) else 1
         _report(as_json, False, exc.problems, exc.warnings, f"{exc.source}: not valid")
-        raise typer.Exit(2) from exc
+        raise typer.Exit(code) from exc
+    data = result.to_dict()
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     console = Console(highlight=False, soft_wrap=True)
     rows = [("GPU model", f"{result.gpu} ({result.vendor})"),
-            ("Duration", f"{result.days} days"),
-            ("Lots", f"{result.lots} × {result.cards_per_lot} card(s) per lot = "
-                     f"{result.total_cards} card(s)"),
+            ("Duration", plural(result.days, "day")),
+            ("Lots", describe_lots(result.lots, result.cards_per_lot, result.total_cards)),
             ("Backend / preparation", f"{result.backend} / {result.preparation}"),
-            ("Price per lot per day", f"{result.to_dict()['lot_price_usd_per_day']} USD"),
-            ("Total", f"{result.to_dict()['total_usd']} USD"),
+            ("Price per lot per day", describe_price(data["lot_price_usd_per_day"],
+                                                     result.gpu, result.cards_per_lot)),
+            ("Total", f"{data['total_usd']} USD"),
             ("Formula", result.formula)]
     for label, value in rows:
         console.print(f"{label + ':':<24}{value}", markup=False)

@@ -12,7 +12,7 @@ import shlex
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, field_validator
 
 from runner.events import STAGES
 
@@ -24,6 +24,11 @@ _VERSION_SPEC = re.compile(r"^\s*(==|!=|>=|<=|>|<|~=)\s*\d+(\.\d+){0,2}(\.\*)?\s
 Name = Annotated[str, Field(pattern=SLUG, description="lower-case slug: [a-z0-9][a-z0-9._-]{0,62}")]
 EntryPoint = Annotated[str, Field(pattern=ENTRY_POINT, description='"module:function"')]
 NonEmpty = Annotated[str, Field(min_length=1)]
+# Strict: a YAML `yes`/`true` or a quoted "3" is not silently taken for a count of 1 or 3
+# (pydantic's lax mode would turn `lots: yes` into one lot); an int is still a valid Number.
+Int = Annotated[int, Strict()]
+Number = Annotated[float, Strict()]
+MAX_LOT_PRICE_USD = Decimal("1000000")
 
 
 class Section(BaseModel):
@@ -32,26 +37,26 @@ class Section(BaseModel):
 
 class Hardware(Section):
     gpu: NonEmpty = Field(description="catalog model, case-insensitive (H100, B200, MI300X, cpu)")
-    lots: int = Field(ge=1, le=10, description="rented lots, 1 to 10")
+    lots: Int = Field(ge=1, le=10, description="rented lots, 1 to 10")
     days: Literal[3, 7, 30] = Field(description="plan duration: 3, 7 or 30 days")
     lot_price_usd_per_day: Decimal = Field(
-        ge=0, allow_inf_nan=False,
+        ge=0, le=MAX_LOT_PRICE_USD, decimal_places=6, allow_inf_nan=False,
         description="price of ONE lot for one day in USD (a B200 lot covers its two cards)")
-    memory_estimate_gib: float | None = Field(
+    memory_estimate_gib: Number | None = Field(
         default=None, gt=0, description="the team's estimate of the peak memory per card")
 
 
 class Node(Section):
     kind: Literal["local", "ssh"] = "local"
     host: NonEmpty | None = None
-    port: int = Field(default=22, ge=1, le=65535)
+    port: Int = Field(default=22, ge=1, le=65535)
     user: NonEmpty | None = None
     workdir: NonEmpty | None = None
     python: NonEmpty = Field(default="python3", description="the node's interpreter")
     host_key_fingerprint: str | None = Field(
         default=None, pattern=r"^SHA256:[A-Za-z0-9+/]{43}=?$",
         description='pinned host key, "SHA256:..." as printed by ssh-keygen -lf')
-    stall_after_s: int = Field(default=600, ge=1,
+    stall_after_s: Int = Field(default=600, ge=1,
                                description="alert after this many seconds without an event")
 
 
@@ -72,7 +77,7 @@ class Project(Section):
 class Inputs(Section):
     dir: NonEmpty = Field(description="relative to project.dir")
     pattern: NonEmpty = "*"
-    expected_count: int = Field(ge=1)
+    expected_count: Int = Field(ge=1)
     expected_refusals: list[NonEmpty] = Field(default_factory=list)
 
 
@@ -82,11 +87,11 @@ class Task(Section):
     command: list[NonEmpty] | None = Field(
         default=None, description="external program; a string is split like a shell would")
     categories: list[NonEmpty] = Field(default_factory=list)
-    batch_size: int = Field(default=8, ge=1)
+    batch_size: Int = Field(default=8, ge=1)
     params: dict[str, Any] = Field(default_factory=dict)
-    steps: int = Field(default=1, ge=1, description="training: optimizer updates in the pilot")
-    resume_steps: int = Field(default=1, ge=1, description="training: steps after the resume")
-    tolerance: float | None = Field(default=None, ge=0,
+    steps: Int = Field(default=1, ge=1, description="training: optimizer updates in the pilot")
+    resume_steps: Int = Field(default=1, ge=1, description="training: steps after the resume")
+    tolerance: Number | None = Field(default=None, ge=0,
                                     description="training: allowed resume difference")
     distributed: bool = Field(default=False,
                               description="the program itself distributes over several cards")
@@ -105,9 +110,9 @@ class Task(Section):
 class Diagnostics(Section):
     extensions: list[NonEmpty] = Field(default_factory=list)
     checks: list[EntryPoint] = Field(default_factory=list)
-    timeouts: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
-    min_free_disk_gib: float = Field(default=1.0, ge=0)
-    memory_budget_gib: float | None = Field(default=None, gt=0)
+    timeouts: dict[str, Annotated[Number, Field(gt=0)]] = Field(default_factory=dict)
+    min_free_disk_gib: Number = Field(default=1.0, ge=0)
+    memory_budget_gib: Number | None = Field(default=None, gt=0)
 
     @field_validator("timeouts")
     @classmethod
@@ -120,8 +125,8 @@ class Diagnostics(Section):
 
 
 class Success(Section):
-    min_accepted: int | None = Field(default=None, ge=0)
-    max_refused: int | None = Field(default=None, ge=0)
+    min_accepted: Int | None = Field(default=None, ge=0)
+    max_refused: Int | None = Field(default=None, ge=0)
     balance_ok: bool = True
     require_evidence: bool = False
 
@@ -129,8 +134,8 @@ class Success(Section):
 class Results(Section):
     runs_dir: NonEmpty | None = None
     copy_to: NonEmpty | None = None
-    sample_per_category: int = Field(default=2, ge=0)
-    sample_chars: int = Field(default=160, ge=1)
+    sample_per_category: Int = Field(default=2, ge=0)
+    sample_chars: Int = Field(default=160, ge=1)
 
 
 class Approvals(Section):
@@ -146,13 +151,13 @@ class Lease(Section):
 class VolumeInputs(Section):
     dir: NonEmpty
     pattern: NonEmpty = "*"
-    expected_count: int = Field(ge=1)
+    expected_count: Int = Field(ge=1)
     expected_refusals: list[NonEmpty] = Field(default_factory=list)
 
 
 class Volume(Section):
     inputs: VolumeInputs
-    nodes: int = Field(default=1, ge=1)
+    nodes: Int = Field(default=1, ge=1)
 
 
 class Manifest(Section):

@@ -7,6 +7,7 @@ field path; ``Report`` turns it into a located Problem.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +36,21 @@ CUDA_FIRST_EXTENSIONS = frozenset({"flash_attn", "xformers", "bitsandbytes", "ap
 
 @dataclass(frozen=True)
 class InputFile:
-    """One pilot input: ``id`` is the file name without its final extension."""
+    """One pilot input: ``id`` is the file name without its final extension.
+
+    The location stays a string (10,000 ``Path`` objects cost more than the listing itself).
+    """
 
     id: str
-    path: Path
+    location: str
+
+    @property
+    def path(self) -> Path:
+        return Path(self.location)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.location)
 
 
 @dataclass
@@ -83,7 +95,7 @@ def list_inputs(directory: Path, pattern: str) -> list[InputFile]:
     runner will find: regular files directly in the directory, hidden files left out.
     Raises InputsError when the directory cannot be listed or two files share an id.
     """
-    return [InputFile(item.id, Path(item.path)) for item in list_dir(str(directory), pattern)]
+    return [InputFile(item.id, item.path) for item in list_dir(str(directory), pattern)]
 
 
 def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
@@ -285,7 +297,7 @@ def _check_ids(files: list[InputFile], loc: FieldPath, report: Report) -> None:
         by_key.setdefault(f.id.casefold(), []).append(f)
     for group in by_key.values():
         if len(group) > 1:
-            names = ", ".join(f.path.name for f in group)
+            names = ", ".join(f.name for f in group)
             report.problem((*loc, "pattern"), f"input ids collide ({names}): an id is the "
                            "file name without its extension and must be unique, "
                            "case-insensitively")

@@ -102,7 +102,10 @@ def parse_text(text: str) -> tuple[Any, SourceMap]:
             raise SourceError([Problem(DOCUMENT, "the manifest is empty", 1, 1)])
         source = SourceMap()
         _check_size(node)
-        _index(node, (), source, set())
+        duplicates: list[Problem] = []
+        _index(node, (), source, set(), duplicates)
+        if duplicates:
+            raise SourceError(duplicates)
         data = _construct(loader, node)
         _keep_price_text(node, data)
     except yaml.YAMLError as exc:
@@ -146,7 +149,9 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
-def _index(node: yaml.Node, path: FieldPath, source: SourceMap, seen: set[int]) -> None:
+def _index(node: yaml.Node, path: FieldPath, source: SourceMap, seen: set[int],
+           duplicates: list[Problem]) -> None:
+    """Record the mark of every key and item; each repeated key goes into ``duplicates``."""
     if id(node) in seen:
         return  # an alias: its paths fall back to the alias's own line
     seen.add(id(node))
@@ -159,17 +164,19 @@ def _index(node: yaml.Node, path: FieldPath, source: SourceMap, seen: set[int]) 
             key = str(key_node.value)
             if key in keys:
                 line, column = _mark(key_node)
-                raise SourceError([Problem(format_loc((*path, key)),
-                                           f"duplicate key {key!r}: each key appears once",
-                                           line, column)])
+                first = source.marks.get((*path, key), (None, None))[0]
+                duplicates.append(Problem(format_loc((*path, key)),
+                                          f"duplicate key {key!r} (first at line {first}): "
+                                          "each key appears once", line, column))
+                continue
             keys.add(key)
             source.marks[(*path, key)] = _mark(key_node)
-            _index(value_node, (*path, key), source, seen)
+            _index(value_node, (*path, key), source, seen, duplicates)
     elif isinstance(node, yaml.SequenceNode):
         source.kinds[path] = "seq"
         for index, item in enumerate(node.value):
             source.marks[(*path, index)] = _mark(item)
-            _index(item, (*path, index), source, seen)
+            _index(item, (*path, index), source, seen, duplicates)
     if not path:
         source.marks[()] = _mark(node)
 

@@ -60,6 +60,24 @@ def format_usd(amount: Decimal) -> str:
     return f"{amount:f}"
 
 
+def plural(count: int, word: str) -> str:
+    """``plural(1, "lot")`` -> "1 lot", ``plural(3, "lot")`` -> "3 lots"."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def describe_lots(lots: int, cards_per_lot: int, total_cards: int) -> str:
+    """"3 lots × 2 cards per lot = 6 cards" (the card count a buyer gets, not a price)."""
+    return (f"{plural(lots, 'lot')} × {plural(cards_per_lot, 'card')} per lot = "
+            f"{plural(total_cards, 'card')}")
+
+
+def describe_price(price: str, gpu: str, cards_per_lot: int) -> str:
+    """The lot price, saying what one lot covers when it holds several cards."""
+    if cards_per_lot == 1:
+        return f"{price} USD"
+    return f"{price} USD (one {gpu} lot = {cards_per_lot} cards, all covered by this price)"
+
+
 def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None) -> Plan:
     """The order summary of a validated manifest."""
     manifest = loaded.manifest
@@ -69,8 +87,8 @@ def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None) -> Plan:
         raise PreflightError(f"hardware.gpu: {hardware.gpu!r} is not in the catalog")
     price = hardware.lot_price_usd_per_day
     total = price * hardware.days * hardware.lots
-    formula = (f"{format_usd(price)} USD × {hardware.days} days × {hardware.lots} "
-               f"lot{'s' if hardware.lots != 1 else ''} = {format_usd(total)} USD")
+    formula = (f"{format_usd(price)} USD × {plural(hardware.days, 'day')} × "
+               f"{plural(hardware.lots, 'lot')} = {format_usd(total)} USD")
     total_cards = gpu.cards_per_lot * hardware.lots
     starts = manifest.lease.starts_at
     return Plan(
@@ -102,8 +120,9 @@ def _notes(loaded: LoadedManifest, gpu: str, cards_per_lot: int, memory: float |
                      "the total is not multiplied by the card count")
     if total_cards > 1 and not manifest.task.distributed:
         notes.append(f"{total_cards} cards: several cards neither distribute a program nor "
-                     "pool their memory; the task declares no distribution, so it uses one "
-                     "card unless it distributes itself")
+                     "pool their memory; the task declares no distribution "
+                     "(task.distributed: false), so it uses one card unless the program "
+                     "distributes itself")
     notes.append("'I have paid' records a notification: it confirms neither receipt of funds "
                  "nor that the machine is available; follow the access details actually sent")
     return notes

@@ -21,6 +21,7 @@ from bot.secrets import find_secrets
 
 _HOME = re.compile(r"^(?:~(?:[/\\]|$)|/home/|/Users/|/root(?:/|$)|[A-Za-z]:[\\/]Users[\\/])")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_VCS = re.compile(r"^(?:git|hg|svn|bzr)\+[A-Za-z]+://")
 _REQUIREMENT = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*"
                           r"(?P<rest>[^;]*)(?:;.*)?$")
 _SPECIFIER = re.compile(r"^\s*(?:===|==|!=|~=|>=|<=|>|<)\s*\d[A-Za-z0-9.*+!_-]*\s*$")
@@ -107,6 +108,14 @@ def _check_requirements(path: Path) -> list[Problem]:
 
 
 def _requirement_problem(line: str) -> str | None:
+    if _VCS.match(line):
+        rest = line.split("://", 1)[1].split("#", 1)[0]
+        if "@" in rest.partition("/")[2]:
+            return None  # pinned to a commit or tag
+        return (f"{line!r} follows a moving branch: pin it to a commit or tag "
+                "(git+https://host/org/repo.git@<commit>#egg=name)")
+    if _URL.match(line) or line.startswith((".", "/")):
+        return None  # a direct URL or file (wheel, archive) pins by itself
     match = _REQUIREMENT.match(line)
     if match is None:
         return f"cannot read requirement {line!r}: expected name==version or name>=x,<y"
@@ -204,8 +213,9 @@ def _value_paths(source_map: SourceMap, path: FieldPath, value: str,
                                 "relative to the project, or a parameter the node sets",
                                 source, severity="warning"))
         elif "/" in token and _escapes(token):
-            problems.append(_at(source_map, path, f"{token!r} leaves the project ('..')",
-                                source, severity="warning"))
+            problems.append(_at(source_map, path, f"{token!r} leaves the project ('..'): "
+                                "move what it points to into the project, or make it a "
+                                "parameter the node sets", source, severity="warning"))
     return problems
 
 

@@ -23,14 +23,20 @@ _VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a Slack webhook URL", re.compile(r"hooks\.slack\.com/services/[A-Za-z0-9/]+")),
     ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
     ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{20,})")),
+    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),
+    ("an API secret key (sk-...)", re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{32,}")),
     ("a PEM block (key material)", re.compile(r"-----BEGIN [A-Z0-9 ]+-----")),
     ("a URL with a user and password", re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")),
 )
 
-_SECRET_KEYS = frozenset({"password", "passwd", "pwd", "secret", "token", "api_key", "apikey",
-                          "access_key", "secret_key", "private_key", "auth_token"})
-_SECRET_SUFFIXES = ("_password", "_passwd", "_secret", "_token", "_api_key", "_apikey",
-                    "_secret_key", "_private_key")
+_SECRET_KEYS = frozenset({"password", "passwd", "pwd", "passphrase", "secret", "token",
+                          "api_key", "apikey", "access_key", "secret_key", "private_key",
+                          "auth_token"})
+_SECRET_SUFFIXES = ("_password", "_passwd", "_passphrase", "_secret", "_token", "_api_key",
+                    "_apikey", "_secret_key", "_private_key")
+# Tokenizer settings (``pad_token: "<pad>"``) are model parameters, not credentials.
+_TOKENIZER_KEY = re.compile(r"^(?:pad|eos|bos|unk|cls|sep|mask|sos|start|end|image|audio|"
+                            r"video|special|system|user|assistant)_token$")
 # A value that only names where the secret lives (``${DB_PASSWORD}``, ``env:DB_PASSWORD``)
 # is the recommended way, not a leak.
 _REFERENCE = re.compile(r"^(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|env:[A-Za-z_][A-Za-z0-9_]*)$")
@@ -49,6 +55,8 @@ class SecretFinding:
 def is_secret_key(key: str) -> bool:
     """True for keys such as ``password``, ``db_password``, ``apiKey``, ``access-token``."""
     norm = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).lower().replace("-", "_")
+    if _TOKENIZER_KEY.match(norm):
+        return False
     return norm in _SECRET_KEYS or norm.endswith(_SECRET_SUFFIXES)
 
 

@@ -112,6 +112,15 @@ def test_unusable_documents_are_located(tmp_path: Path, text: str, fragment: str
     assert all(p.line is not None for p in info.value.problems)
 
 
+def test_every_duplicate_key_is_reported_with_the_first_line(tmp_path: Path) -> None:
+    text = "a: 1\nb:\n  c: 1\n  c: 2\na: 3\n"
+    with pytest.raises(ManifestError) as info:
+        load_manifest(text, source="t", base_dir=tmp_path)
+    found = [(p.loc, p.line, p.column) for p in info.value.problems]
+    assert found == [("b.c", 4, 3), ("a", 5, 1)]
+    assert "first at line 3" in info.value.problems[0].message
+
+
 def test_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]

@@ -84,6 +84,19 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
     ("volume count", {"volume": {"inputs": {"dir": "data/pilote", "expected_count": 3}}},
      "volume.inputs.expected_count", "found 12"),
     ("volume without inputs", {"volume": {"nodes": 2}}, "volume.inputs", "missing"),
+    ("lots yes", {"hardware": {"lots": True}}, "hardware.lots", "found True"),
+    ("lots quoted", {"hardware": {"lots": "3"}}, "hardware.lots", "valid integer"),
+    ("lots 2.5", {"hardware": {"lots": 2.5}}, "hardware.lots", "valid integer"),
+    ("expected_count true", {"inputs": {"expected_count": True}}, "inputs.expected_count",
+     "valid integer"),
+    ("estimate yes", {"hardware": {"memory_estimate_gib": True}},
+     "hardware.memory_estimate_gib", "valid number"),
+    ("price beyond reason", {"hardware": {"lot_price_usd_per_day": "1e30"}},
+     "hardware.lot_price_usd_per_day", "1000000"),
+    ("price with 7 decimals", {"hardware": {"lot_price_usd_per_day": "2.5000001"}},
+     "hardware.lot_price_usd_per_day", "6 decimal places"),
+    ("hugging face token", {"task": {"params": {"hub": "hf_" + "aBcDeFgHiJ" * 4}}},
+     "task.params.hub", "Hugging Face"),
 ]
 
 
@@ -115,6 +128,9 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
                                          "nodes": 2}}),
     ("aware lease start", {"lease": {"starts_at": "2030-01-01T00:00:00+02:00"}}),
     ("timeouts of known stages", {"diagnostics": {"timeouts": {"pilot": 60, "torch": 5}}}),
+    ("integer estimate", {"hardware": {"memory_estimate_gib": 40}}),
+    ("largest price", {"hardware": {"lot_price_usd_per_day": "1000000"}}),
+    ("tokenizer settings", {"task": {"params": {"pad_token": "<pad>", "eos_token": "</s>"}}}),
 ]
 
 

@@ -21,7 +21,8 @@ def good_project(root: Path) -> Path:
     (root / "requirements-rebuild.txt").write_text(
         "# rebuild\ntorch>=2.1,<3\nnumpy==1.26.4  # pinned\npydantic[email]~=2.7\n"
         "mylib @ https://example.net/mylib-1.0.tar.gz\n-r extra.txt\n"
-        "rich>=13 ; python_version >= '3.9'\n")
+        "rich>=13 ; python_version >= '3.9'\n"
+        "git+https://github.com/org/repo.git@0a1b2c3#egg=repo\n./vendor/pkg-1.0-py3-none-any.whl\n")
     for folder in ("src", "runs", "config"):
         (root / folder).mkdir()
     (root / "config" / "pilote.json").write_text(json.dumps(
@@ -49,13 +50,16 @@ def test_missing_layout(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("line, fragment", [
     ("torch", "not pinned"), ("numpy >= one", "cannot read"), ("!!", "cannot read"),
+    ("git+https://github.com/org/repo.git#egg=repo", "pin it to a commit"),
+    ("git+https://github.com/org/repo.git", "moving branch"),
 ])
 def test_requirements_lines(tmp_path: Path, line: str, fragment: str) -> None:
     root = good_project(tmp_path)
     with open(root / "requirements-rebuild.txt", "a") as fh:
         fh.write(line + "\n")
+    last = len((root / "requirements-rebuild.txt").read_text().splitlines())
     [problem] = [p for p in check_project(root) if p.severity == "error"]
-    assert fragment in problem.message and problem.line == 8
+    assert fragment in problem.message and problem.line == last == 10
 
 
 def test_config_findings_name_file_and_line(tmp_path: Path) -> None:

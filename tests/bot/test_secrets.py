@@ -15,6 +15,8 @@ SECRETS = [
     "postgres://admin:s3cret@db.internal:5432/x",
     "ghp_" + "a" * 36,
     "https://hooks.slack.com/services/T000/B000/XXXX",
+    "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh",
+    "sk-proj-" + "Ab1_" * 10,
 ]
 
 
@@ -27,7 +29,8 @@ def test_secret_values_found_deep_with_their_path(value: str) -> None:
 
 
 @pytest.mark.parametrize("key", ["password", "passwd", "DB_PASSWORD", "apiKey", "api_key",
-                                 "access-token", "client_secret", "token"])
+                                 "access-token", "client_secret", "token", "hfToken",
+                                 "ssh_passphrase"])
 def test_secret_keys(key: str) -> None:
     assert is_secret_key(key)
     assert find_secrets({key: "value"})[0].path == (key,)
@@ -39,6 +42,8 @@ def test_secret_keys(key: str) -> None:
     {"password": None}, {"max_tokens": 512}, {"tokenizer": "bpe"},
     {"host_key_fingerprint": "SHA256:abc"}, {"url": "https://example.net/a@b"},
     {"text": "xox is not a token"}, {"secret": {"nested": "plain"}},
+    {"pad_token": "<pad>"}, {"eos_token": "</s>"}, {"bosToken": "<s>"},
+    {"model": "hf_internal_testing/tiny-random-gpt2"}, {"library": "sk-learn"},
 ])
 def test_not_secrets(data: dict[str, object]) -> None:
     assert find_secrets(data) == []
