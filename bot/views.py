@@ -20,6 +20,7 @@ from bot.message import (
     Table,
     Text,
 )
+from bot.plan import describe_lots, describe_price, plural
 from runner.events import STAGES
 
 MAX_TABLE_ROWS = 40
@@ -46,9 +47,12 @@ def plan_message(run: dict[str, Any]) -> Message:
         ("Pilot", f"{run['name']} (attempt {run['attempt']}, run {run['id']})"),
         ("GPU model", str(plan.get("gpu"))),
         ("Backend / preparation", f"{plan.get('backend')} / {plan.get('preparation')}"),
-        ("Duration", f"{plan.get('days')} days"),
-        ("Lots", f"{plan.get('lots')} × {plan.get('cards_per_lot')} card(s) per lot"
-                 f" = {plan.get('total_cards')} card(s)"),
+        ("Duration", plural(int(plan.get("days") or 0), "day")),
+        ("Lots", describe_lots(int(plan.get("lots") or 0), int(plan.get("cards_per_lot") or 1),
+                               int(plan.get("total_cards") or 0))),
+        ("Price per lot per day", describe_price(str(plan.get("lot_price_usd_per_day")),
+                                                 str(plan.get("gpu")),
+                                                 int(plan.get("cards_per_lot") or 1))),
         ("Total", f"{plan.get('total_usd')} USD"),
         ("Formula", str(plan.get("formula"))),
     ]
