@@ -55,7 +55,7 @@ def main() -> int:
         ssh = sshd.dispatcher(runner_package=RUNNER_PACKAGE)
         local = make_dispatchers(settings)["local"]
         service = PilotService(settings, store, {"local": local, "ssh": ssh}, NullNotifier())
-        provision(store)
+        provision(store, sshd.lease_key)
         project = snapshot(root / "project")  # a fixed copy: the work tree may change meanwhile
         text = (project / "manifests" / "pilote.yaml").read_text(encoding="utf-8")
         text = text.replace("copy_to: evidence/pilote-demo", f"copy_to: {root / 'evidence'}")

@@ -54,10 +54,14 @@ def lease_list() -> None:
     console.print(table if rows else empty)
 
 
-def lease_show(node: str = typer.Argument(..., help="the node's host")) -> None:
+NODE_HELP = "the node: HOST, or HOST:PORT when its SSH port is not 22"
+
+
+def lease_show(node: str = typer.Argument(..., help=NODE_HELP)) -> None:
     """A node's current lease and every change, with who and when."""
     try:
         store = _store(Settings.from_env())
+        node = lease_rules.normalize_node(node)
         lease = store.current_lease(node)
         if lease is None:
             raise PreflightError(f"no lease recorded for {node}")
@@ -65,8 +69,9 @@ def lease_show(node: str = typer.Argument(..., help="the node's host")) -> None:
     except PreflightError as exc:
         raise _fail(exc) from exc
     end = lease_rules.lease_end(lease)
-    console.print(f"[bold]{node}[/bold]: {lease['state']}  (starts {lease['starts_at'] or '?'}, "
-                  f"{lease['days'] or '?'} days, ends {end.isoformat() if end else '?'})",
+    console.print(f"[bold]{escape(node)}[/bold]: {lease['state']}  "
+                  f"(starts {lease['starts_at'] or '?'}, {lease['days'] or '?'} days, "
+                  f"ends {end.isoformat() if end else '?'})",
                   highlight=False)
     table = Table("at", "from", "to", "by", "note")
     for change in changes:
@@ -76,7 +81,7 @@ def lease_show(node: str = typer.Argument(..., help="the node's host")) -> None:
 
 
 def lease_set(
-    node: str = typer.Argument(..., help="the node's host"),
+    node: str = typer.Argument(..., help=NODE_HELP),
     state: str = typer.Argument(..., help=" | ".join(lease_rules.STATES)),
     by: str = typer.Option(..., "--by", help="who records this change"),
     starts_at: Optional[str] = typer.Option(None, help="lease start, ISO-8601 with a timezone"),
@@ -89,8 +94,8 @@ def lease_set(
                                       starts_at=starts_at, days=days, note=note)
     except PreflightError as exc:
         raise _fail(exc) from exc
-    console.print(f"{node}: lease is now [bold]{lease['state']}[/bold] (recorded by {by})",
-                  highlight=False)
+    console.print(f"{escape(lease['node'])}: lease is now [bold]{lease['state']}[/bold] "
+                  f"(recorded by {escape(by)})", highlight=False)
 
 
 def watch(once: bool = typer.Option(False, help="run each job once now and exit")) -> None:
@@ -102,16 +107,27 @@ def watch(once: bool = typer.Option(False, help="run each job once now and exit"
     settings = Settings.from_env()
     try:
         service = build_service(settings, ConsoleNotifier(console))
+    except PreflightError as exc:
+        raise _fail(exc) from exc
+    try:
         if once:
             now = schedule.utcnow()
             sent = (schedule.watch_runs(service, now) + schedule.check_leases(service, now)
                     + schedule.remind_evidence(service, now))
             console.print(f"{len(sent)} alert(s) or reminder(s) sent")
             return
-        scheduler = schedule.BotScheduler(settings, service)
-        scheduler.start()
+        _watch_forever(settings, service)
     except PreflightError as exc:
         raise _fail(exc) from exc
+    finally:
+        close_dispatchers(service)
+
+
+def _watch_forever(settings: Settings, service: Any) -> None:
+    from bot import schedule
+
+    scheduler = schedule.BotScheduler(settings, service)
+    scheduler.start()
     console.print(f"watching (job store {settings.jobs_db_path}); Ctrl-C to stop")
     try:
         threading.Event().wait()
@@ -119,3 +135,11 @@ def watch(once: bool = typer.Option(False, help="run each job once now and exit"
         pass
     finally:
         scheduler.shutdown()
+
+
+def close_dispatchers(service: Any) -> None:
+    """Close the dispatchers that hold connections (the SSH one: its sessions and loop)."""
+    for dispatcher in getattr(service, "dispatchers", {}).values():
+        close = getattr(dispatcher, "close", None)
+        if callable(close):
+            close()

@@ -144,6 +144,8 @@ class SSHDispatcher:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         loop.close()
+        self._locks.clear()  # asyncio locks belong to the closed loop; a later call starts anew
+        self._retry.clear()
 
     # -- the event loop thread -------------------------------------------------------
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
@@ -246,9 +248,10 @@ class SSHDispatcher:
         try:
             conn = await self._conn(node)
             return await work(conn)
+        except asyncssh.SFTPNoSuchFile as exc:  # the connection is fine; the path is not
+            raise DispatchError(f"{node.where}: {exc.reason or 'no such file'}: a file or "
+                                "directory of the run is missing on the node") from exc
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
-            if isinstance(exc, asyncssh.SFTPNoSuchFile):
-                raise
             self._drop(node)
             self._failed(node)
             raise _Unreachable(f"{node.where}: {type(exc).__name__}: {exc}") from exc
@@ -291,8 +294,7 @@ class SSHDispatcher:
         spec = load_spec(handle.spec_path)
         workdir = await self._workdir(node)
         plan = UploadPlan(workdir, handle, self.runner_package, spec)
-        hashes = await self._exec(node, plan.hash_command(node.python))
-        sent, files = await self._upload(node, plan, json.loads(hashes))
+        sent, files = await self._upload(node, plan, await self._remote_hashes(node, plan))
         self.uploaded_files[handle.run_id] = files
         run_dir = plan.remote_run_dir
         sent["run"] = await self._put_bytes(node, plan.run_files(handle))
@@ -306,6 +308,18 @@ class SSHDispatcher:
                   "evidence": plan.evidence, "uploaded": sent}
         (handle.run_dir / "remote.json").write_text(json.dumps(layout, indent=2, sort_keys=True))
         return pid
+
+    async def _remote_hashes(self, node: SSHNode, plan: UploadPlan) -> dict[str, dict[str, str]]:
+        out = await self._exec(node, plan.hash_command(node.python))
+        try:
+            hashes = json.loads(out)
+        except ValueError:
+            hashes = None
+        if not isinstance(hashes, dict):
+            raise DispatchError(f"{node.where}: node.python {node.python!r} did not print the "
+                                f"file hashes (got {out.strip()[:200]!r}); is it Python >= 3.9 "
+                                "and does the login print nothing on stdout?")
+        return hashes
 
     async def _workdir(self, node: SSHNode) -> str:
         workdir = node.workdir

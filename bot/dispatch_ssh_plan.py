@@ -38,17 +38,22 @@ SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".
 SKIP_TOP = frozenset({"runs", "state", "evidence"})
 
 # Runs on the node with its own interpreter (Python >= 3.9, standard library only).
+# The same skip rules as ``files``: what is never sent (a virtual environment built on the
+# node, caches, runs/) is neither hashed (a torch venv is gigabytes) nor removed as stale.
 HASH_SCRIPT = r"""
 import hashlib, json, os, sys
+skip, top = json.loads(sys.argv[1])
 out = {}
-for root in sys.argv[1:]:
+for root in sys.argv[2:]:
     os.makedirs(root, exist_ok=True)
     files = {}
     for base, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        dirs[:] = [d for d in dirs if d not in skip
+                   and not (base == root and d in top)
+                   and not os.path.exists(os.path.join(base, d, "pyvenv.cfg"))]
         for name in names:
             path = os.path.join(base, name)
-            if os.path.islink(path):
+            if name.endswith(".pyc") or os.path.islink(path) or not os.path.isfile(path):
                 continue
             h = hashlib.sha256()
             with open(path, "rb") as fh:
@@ -136,7 +141,14 @@ def locate(handle: RunHandle) -> tuple[SSHNode, dict[str, Any]]:
     except (OSError, ValueError) as exc:
         raise DispatchError(f"run {handle.run_id}: {path} is missing or unreadable; "
                             "the run was never dispatched over SSH") from exc
+    missing = [k for k in ("node", "run_dir", "pid") if not isinstance(layout, dict)
+               or layout.get(k) in (None, "")]
+    if missing:
+        raise DispatchError(f"run {handle.run_id}: {path} lacks {', '.join(missing)}; it was "
+                            "not written by a dispatch (restore it or resume the run)")
     node = handle.node if handle.node is not None else layout["node"]
+    if not isinstance(node, dict):
+        raise DispatchError(f"run {handle.run_id}: {path}: node is not a mapping")
     return SSHNode.from_dict(node), layout
 
 
@@ -252,7 +264,8 @@ class UploadPlan:
 
     def hash_command(self, python: str) -> str:
         """Prints the node's hashes of every file under ``roots()`` (JSON, for ``changes``)."""
-        return python_command(python, HASH_SCRIPT, *self.roots())
+        rules = json.dumps([sorted(SKIP_DIRS), sorted(SKIP_TOP)])
+        return python_command(python, HASH_SCRIPT, rules, *self.roots())
 
     def launch_command(self, python: str, resume: bool) -> str:
         """Starts the runner detached on the node and prints its pid."""

@@ -3,8 +3,14 @@
 "I have paid" is not "the machine is ready": a lease moves one step at a time through
 ``ordered → payment-notified → funds-confirmed → provisioned → ended`` (``ended`` may be
 recorded from any state: a cancelled order ends too), each change with who and when. No
-run is dispatched to an SSH node whose current lease is not ``provisioned``. A node is
-known by its ``host``.
+run is dispatched to an SSH node whose current lease is not ``provisioned``.
+
+A node is known by its address, ``host`` or ``host:port`` (``lease_key``): rental markets
+give several machines one public host told apart by the SSH port (``ssh5.example.net:41022``
+and ``ssh5.example.net:41023`` are two rentals with their own terms), so a lease is never
+shared by two ports. Port 22 is left out (``gpu-1.example.net``), host names are compared in
+lower case, and an IPv6 address with a port is written ``[::1]:2222``. The user is not part
+of the key: two logins on one machine rent the same machine.
 
 The reminder plan is a pure function of the lease, the runs on its node and ``now``, so
 the scheduled job is tested by calling it with an explicit time.
@@ -39,16 +45,47 @@ def node_key(node: dict[str, Any] | None) -> str | None:
     if not node or node.get("kind", "local") != "ssh":
         return None
     host = node.get("host")
-    return str(host) if host else None
+    return lease_key(str(host), int(node.get("port") or 22)) if host else None
+
+
+def lease_key(host: str, port: int = 22) -> str:
+    """``host`` for port 22, else ``host:port`` (``[v6]:port``); the host in lower case."""
+    host = host.strip().lower()
+    if port == 22:
+        return host
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def split_key(key: str) -> tuple[str, int]:
+    """The host and port of a lease key; raises LeaseError naming a bad port."""
+    text = key.strip()
+    if text.startswith("["):  # [v6]:port or [v6]
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    else:  # a bare host, or an IPv6 address without a port
+        host, port = text, ""
+    if not port:
+        return host.lower(), 22
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise LeaseError(f"node {key!r}: the port after ':' must be a number from 1 to 65535")
+    return host.lower(), int(port)
+
+
+def normalize_node(text: str) -> str:
+    """The lease key as typed by a user (``HOST``, ``HOST:PORT``, ``HOST:22``) made canonical."""
+    return lease_key(*split_key(text)) if text.strip() else ""
 
 
 def set_state(store: LeaseStore, node: str, state: str, by: str, *,
               starts_at: str | None = None, days: int | None = None,
               note: str | None = None) -> dict[str, Any]:
     """Apply one lease state change with its rules; return the lease as it now stands."""
-    node, by = node.strip(), by.strip()
+    node, by = normalize_node(node), by.strip()
     if not node:
-        raise LeaseError("lease: the node (its host) is required")
+        raise LeaseError("lease: the node (HOST, or HOST:PORT when the port is not 22) "
+                         "is required")
     if not by:
         raise LeaseError("lease: --by is required: every change records who made it")
     if state not in STATES:

@@ -103,6 +103,9 @@ def watch_runs(service: PilotService, now: datetime) -> list[Message]:
         except PreflightError as exc:  # one unreachable node must not stop the others
             log.warning("watch of %s: %s", run_id, exc)
             continue
+        except Exception:  # nor one run's unexpected failure: logged with its traceback
+            log.exception("watch of %s failed", run_id)
+            continue
         if message is not None:
             _publish(service, message)
             sent.append(message)
@@ -180,7 +183,8 @@ def check_leases(service: PilotService, now: datetime) -> list[Message]:
     sent: list[Message] = []
     for lease in store.leases(include_ended=False):
         for action in lease_rules.due_actions(lease, now):
-            runs = store.runs_on_node(action.node, since=lease.get("created_at"))
+            host, port = lease_rules.split_key(action.node)
+            runs = store.runs_on_node(host, port, since=lease.get("created_at"))
             pending = lease_rules.unsecured(runs)
             if action.kind == "end":
                 if not store.change_lease(action.lease_id, lease["state"], "ended",

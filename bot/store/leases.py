@@ -1,6 +1,7 @@
 """Leases of rented nodes, the watch state of runs and the reminders already sent.
 
-A lease is one rental of one node (``node`` is the node's key, its host); its state only
+A lease is one rental of one node (``node`` is the node's key: ``host``, or ``host:port``
+when the port is not 22, see ``bot.leases.lease_key``); its state only
 moves forward and every change is kept in ``lease_changes`` with who and when. The watch
 state (``watch``) and the reminder log (``reminders``) are what make each alert, recovery
 and reminder go out exactly once, even across bot restarts: a job records that it sent
@@ -97,12 +98,18 @@ class LeasesMixin(StoreBase):
         return list(self.db.query(
             "SELECT * FROM lease_changes WHERE lease = ? ORDER BY id", [lease_id]))
 
-    def runs_on_node(self, host: str, *, since: str | None = None) -> list[dict[str, Any]]:
-        """Runs whose manifest node is ``host`` (oldest first), optionally created since."""
+    def runs_on_node(self, host: str, port: int = 22, *,
+                     since: str | None = None) -> list[dict[str, Any]]:
+        """Runs whose SSH node is ``host:port`` (oldest first), optionally created since.
+
+        The host is compared in lower case, as lease keys are (``bot.leases.lease_key``).
+        """
         rows = self.db.query(
             "SELECT id, name, kind, status, outcome, evidence, balance, created_at, thread_ts, "
-            "channel FROM runs WHERE json_extract(node, '$.host') = ? AND created_at >= ? "
-            "ORDER BY id", [host, since or ""])
+            "channel FROM runs WHERE json_extract(node, '$.kind') = 'ssh' "
+            "AND lower(json_extract(node, '$.host')) = ? "
+            "AND COALESCE(json_extract(node, '$.port'), 22) = ? AND created_at >= ? "
+            "ORDER BY id", [host.lower(), int(port), since or ""])
         return [_decode_json(r, ("evidence", "balance")) for r in rows]
 
     # -- watch --------------------------------------------------------------------

@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 
 from bot.errors import LeaseError
-from bot.leases import STATES, check_dispatch, due_actions, lease_end, set_state, unsecured
+from bot.leases import (
+    STATES,
+    check_dispatch,
+    due_actions,
+    lease_end,
+    lease_key,
+    normalize_node,
+    set_state,
+    split_key,
+    unsecured,
+)
 from bot.store import Store
 
 NODE = "gpu-1.example.net"
@@ -109,3 +119,40 @@ def test_unsecured_lists_unverified_evidence_and_pending_decisions() -> None:
             {"id": "d", "status": "dispatch_failed", "evidence": None}]
     assert unsecured(runs) == ["a: decision not taken", "b: evidence not verified",
                                "c: still running", "c: evidence not verified"]
+
+
+def test_two_ports_on_one_host_are_two_leases(store: Store) -> None:
+    """Rental markets give many machines one host, told apart by port: never one lease."""
+    a = _run({"kind": "ssh", "host": "ssh5.example.net", "port": 41022})
+    b = _run({"kind": "ssh", "host": "SSH5.example.net", "port": 41023})
+    with pytest.raises(LeaseError, match="node ssh5.example.net:41022 is not provisioned"):
+        check_dispatch(store, a)
+    for state in STATES[1:4]:
+        set_state(store, "ssh5.example.net:41022", state, "alice")
+    check_dispatch(store, a)
+    with pytest.raises(LeaseError, match="node ssh5.example.net:41023 is not provisioned"):
+        check_dispatch(store, b)  # the other port's lease is its own, still 'ordered'
+    assert sorted(r["node"] for r in store.leases()) == ["ssh5.example.net:41022",
+                                                          "ssh5.example.net:41023"]
+    # port 22 is left out of the key, host names are compared in lower case
+    set_state(store, "GPU-1.Example.net:22", "ordered", "alice")
+    assert store.current_lease("gpu-1.example.net")["state"] == "ordered"
+    check = _run({"kind": "ssh", "host": "gpu-1.example.net", "port": 22})
+    with pytest.raises(LeaseError, match="'ordered'"):
+        check_dispatch(store, check)
+    assert len(store.leases()) == 3
+
+
+@pytest.mark.parametrize("text, key", [
+    ("gpu-1", "gpu-1"), ("gpu-1:22", "gpu-1"), ("gpu-1:2222", "gpu-1:2222"),
+    ("::1", "::1"), ("[::1]:2222", "[::1]:2222"), ("[::1]:22", "::1")])
+def test_lease_keys_are_canonical(text: str, key: str) -> None:
+    assert normalize_node(text) == key
+    assert lease_key(*split_key(key)) == key
+
+
+@pytest.mark.parametrize("text", ["gpu-1:x", "gpu-1:0", "gpu-1:70000", "[::1]:ssh"])
+def test_a_bad_port_in_a_node_is_refused_naming_it(store: Store, text: str) -> None:
+    with pytest.raises(LeaseError, match=r"port after ':' must be a number"):
+        set_state(store, text, "ordered", "alice")
+    assert store.leases() == []

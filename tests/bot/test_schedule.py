@@ -31,8 +31,10 @@ def make(tmp_path: Path, script: Any, **kw: Any) -> PilotService:
                         {"local": dispatcher, "ssh": dispatcher}, RecordingNotifier())
 
 
-def start(service: PilotService, tmp_path: Path, *, ssh: bool = False, name: str = "demo") -> str:
-    extra = (f"node: {{kind: ssh, host: {NODE}, workdir: /w, stall_after_s: 300}}\n"
+def start(service: PilotService, tmp_path: Path, *, ssh: bool = False, name: str = "demo",
+          port: int = 22) -> str:
+    extra = (f"node: {{kind: ssh, host: {NODE}, port: {port}, workdir: /w, "
+             "stall_after_s: 300}\n"
              f"lease: {{starts_at: '{START}'}}" if ssh else "")
     root = tmp_path / name
     loaded = load_manifest_file(write_manifest(root, name=name, extra=extra))
@@ -82,10 +84,10 @@ def test_watch_pumps_runs_nobody_follows(tmp_path: Path) -> None:
     assert service.store.get_run(run_id)["status"] == "awaiting_decision"
 
 
-def _lease(service: PilotService, state: str = "provisioned") -> None:
+def _lease(service: PilotService, state: str = "provisioned", node: str = NODE) -> None:
     for s in ("ordered", "payment-notified", "funds-confirmed", "provisioned")[
             : ("ordered", "payment-notified", "funds-confirmed", "provisioned").index(state) + 1]:
-        set_state(service.store, NODE, s, "alice", starts_at=START, days=3)
+        set_state(service.store, node, s, "alice", starts_at=START, days=3)
 
 
 def test_lease_reminders_24h_and_2h_once_each_listing_what_is_not_secured(tmp_path: Path) -> None:
@@ -165,3 +167,39 @@ def test_jobs_persist_with_fixed_ids_and_one_scheduler_per_job_store(tmp_path: P
     finally:
         again.shutdown()
     assert service.settings.jobs_db_path.exists()
+    # its own SQLite file under state/, apart from the state database
+    assert service.settings.jobs_db_path != service.settings.db_path
+    assert service.settings.jobs_db_path.parent == service.settings.db_path.parent
+
+
+def test_a_lease_reminder_lists_only_the_runs_of_its_own_port(tmp_path: Path) -> None:
+    service = make(tmp_path, lambda run: pilot_script(IDS, refuse=()), step=100)
+    _lease(service)
+    _lease(service, node=f"{NODE}:2222")
+    on_22 = start(service, tmp_path, ssh=True, name="on22")
+    on_2222 = start(service, tmp_path, ssh=True, name="on2222", port=2222)
+    for run_id in (on_22, on_2222):
+        service.follow(run_id, timeout=30)
+    sent = {m.run_id: " ".join(getattr(b, "text", "") for b in m.blocks)
+            for m in check_leases(service, END - timedelta(hours=1))}
+    assert sorted(sent) == sorted([on_22, on_2222])  # one reminder per lease, in its own thread
+    assert on_22 in sent[on_22] and on_2222 not in sent[on_22]
+    assert on_2222 in sent[on_2222] and on_22 not in sent[on_2222]
+
+
+def test_one_run_failing_unexpectedly_does_not_stop_the_watch_of_the_others(
+        tmp_path: Path) -> None:
+    class Broken(ScriptedDispatcher):
+        def read_events(self, handle: Any, offset: int) -> Any:
+            if handle.run_id == broken:
+                raise RuntimeError("a bug in one node's handling")
+            return super().read_events(handle, offset)
+
+    service = make(tmp_path, lambda run: pilot_script(IDS, refuse=()), step=100)
+    fake = Broken(lambda run: pilot_script(IDS, refuse=()), step=100)
+    service.dispatchers = {"local": fake, "ssh": fake}
+    broken = start(service, tmp_path, name="broken")
+    healthy = start(service, tmp_path, name="healthy")
+    watch_runs(service, datetime.now(timezone.utc))
+    assert service.store.get_run(healthy)["status"] == "awaiting_decision"
+    assert service.store.get_run(broken)["status"] == "running"

@@ -72,9 +72,10 @@ def make_bot(home: Path, dispatcher: SSHDispatcher, *, guard: bool = True) -> Bo
     return Bot(settings, store, service, notifier, dispatcher)
 
 
-def provision(store: Store, host: str = "127.0.0.1") -> None:
+def provision(store: Store, node: str) -> None:
+    """Record the lease of ``node`` (its key, ``host:port``) up to ``provisioned``."""
     for state in ("ordered", "payment-notified", "funds-confirmed", "provisioned"):
-        set_state(store, host, state, "alice")
+        set_state(store, node, state, "alice")
 
 
 def submit(bot: Bot, manifest: Path) -> str:

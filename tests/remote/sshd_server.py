@@ -44,6 +44,11 @@ class Sshd:
 
         return getpass.getuser()
 
+    @property
+    def lease_key(self) -> str:
+        """The node's lease key: a port other than 22 is part of it."""
+        return f"127.0.0.1:{self.port}"
+
     def fingerprint(self) -> str:
         out = subprocess.run(["ssh-keygen", "-lf", f"{self.host_key}.pub"], check=True,
                              capture_output=True, text=True).stdout

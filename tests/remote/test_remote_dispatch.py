@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bot.dispatch import RunHandle
+from bot.dispatch_ssh_plan import locate, node_section
 from bot.errors import DispatchError, LeaseError
-from tests.remote.remote_kit import make_bot, provision, submit, write_project
+from tests.remote.remote_kit import Bot, make_bot, provision, submit, write_project
 from tests.remote.sshd_server import BARE_PYTHON, Sshd
 
 
@@ -17,7 +21,7 @@ def test_fake_runner_dispatched_end_to_end_with_the_node_python(tmp_path: Path, 
     manifest = write_project(tmp_path / "project", sshd.node(workdir))
     bot = make_bot(tmp_path / "home", sshd.dispatcher())
     try:
-        provision(bot.store)
+        provision(bot.store, sshd.lease_key)
         run_id = submit(bot, manifest)
         bot.service.start(run_id)
         run = bot.service.follow(run_id, timeout=60)
@@ -36,6 +40,53 @@ def test_fake_runner_dispatched_end_to_end_with_the_node_python(tmp_path: Path, 
         assert json.loads((local_run / "spec.json").read_text())["inputs"]["dir"] == str(
             (tmp_path / "project" / "data" / "pilote").resolve())
         assert [i["id"] for i in bot.store.items(run_id)] == [f"doc-0{n}" for n in range(1, 5)]
+        _restarted_bot_finds_the_run_without_the_node_section(bot, run, remote_run)
+    finally:
+        bot.close()
+
+
+def _restarted_bot_finds_the_run_without_the_node_section(bot: Bot, run: dict[str, Any],
+                                                           remote_run: Path) -> None:
+    """A handle without ``node`` (a restarted bot): remote.json and manifest.yaml say where."""
+    bot.dispatcher.close()  # closed, then used again: a fresh loop and connection
+    handle = RunHandle(run["id"], Path(run["run_dir"]), Path(run["spec_path"]),
+                       Path(run["run_dir"]), node=None)
+    assert node_section(handle)["port"] == run["node"]["port"]  # from manifest.yaml
+    node, layout = locate(handle)  # from remote.json
+    assert (node.host, node.port, layout["run_dir"]) == ("127.0.0.1", run["node"]["port"],
+                                                         str(remote_run))
+    events, offset = bot.dispatcher.read_events(handle, 0)
+    assert [e.seq for e in events] == [e.seq for e in bot.store.events(run["id"])]
+    assert offset == (remote_run / "events.jsonl").stat().st_size == run["events_offset"]
+    assert bot.dispatcher.exit_code(handle) == 0 and not bot.dispatcher.is_alive(handle)
+    # the node lost the run directory: a clear error, not a traceback
+    shutil.rmtree(remote_run)
+    with pytest.raises(DispatchError, match="missing on the node"):
+        bot.dispatcher.fetch_results(handle)
+    # a remote.json that a dispatch did not write names what it lacks
+    layout_file = Path(run["run_dir"]) / "remote.json"
+    layout_file.write_text(json.dumps({"run_dir": str(remote_run)}))
+    with pytest.raises(DispatchError, match="remote.json lacks node, pid"):
+        locate(handle)
+    layout_file.write_text("[1, 2")
+    with pytest.raises(DispatchError, match="missing or unreadable"):
+        bot.dispatcher.read_events(handle, 0)
+    (Path(run["run_dir"]) / "manifest.yaml").write_text("node: {kind: local}\n")
+    with pytest.raises(DispatchError, match="node.kind is not ssh"):
+        node_section(handle)
+
+
+def test_a_node_python_that_prints_no_hashes_fails_the_dispatch_clearly(tmp_path: Path,
+                                                                        sshd: Sshd) -> None:
+    manifest = write_project(tmp_path / "project", {**sshd.node(tmp_path / "node"),
+                                                    "python": "echo"})
+    bot = make_bot(tmp_path / "home", sshd.dispatcher())
+    try:
+        provision(bot.store, sshd.lease_key)
+        run_id = submit(bot, manifest)
+        with pytest.raises(DispatchError, match="node.python 'echo' did not print the file"):
+            bot.service.start(run_id)
+        assert bot.store.get_run(run_id)["status"] == "dispatch_failed"
     finally:
         bot.close()
 
@@ -46,7 +97,7 @@ def test_second_dispatch_uploads_only_the_run_files(tmp_path: Path, sshd: Sshd) 
     manifest = write_project(project, sshd.node(workdir))
     bot = make_bot(tmp_path / "home", sshd.dispatcher())
     try:
-        provision(bot.store)
+        provision(bot.store, sshd.lease_key)
         first = submit(bot, manifest)
         bot.service.start(first)
         bot.service.follow(first, timeout=60)
@@ -60,12 +111,21 @@ def test_second_dispatch_uploads_only_the_run_files(tmp_path: Path, sshd: Sshd) 
         # a changed input is uploaded again, a removed one disappears from the node
         (project / "data" / "pilote" / "doc-01.txt").write_text("contract changed")
         (project / "src" / "app.py").unlink()
+        # what is never sent is never removed from the node: a venv built there, runs/
+        remote_project = next((workdir / "projects").iterdir())
+        venv = remote_project / "env"
+        (venv / "lib").mkdir(parents=True)
+        (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        (venv / "lib" / "torch.so").write_text("big")
+        (remote_project / "runs").mkdir()
+        (remote_project / "runs" / "keep.txt").write_text("node output")
         third = submit(bot, manifest)
         bot.service.start(third)
         bot.service.follow(third, timeout=60)
         assert bot.dispatcher.uploaded[third]["project"] == len("contract changed")
-        remote_project = next((workdir / "projects").iterdir())
         assert not (remote_project / "src" / "app.py").exists()
+        assert (venv / "lib" / "torch.so").exists()
+        assert (remote_project / "runs" / "keep.txt").exists()
         assert (remote_project / "data" / "pilote" / "doc-01.txt").read_text() == "contract changed"
     finally:
         bot.close()
@@ -82,7 +142,7 @@ def test_changed_host_key_is_refused(tmp_path: Path, sshd: Sshd) -> None:
     manifest = write_project(tmp_path / "project", sshd.node(tmp_path / "node"))
     bot = make_bot(tmp_path / "home", sshd.dispatcher(known_hosts=known))
     try:
-        provision(bot.store)
+        provision(bot.store, sshd.lease_key)
         run_id = submit(bot, manifest)
         with pytest.raises(DispatchError, match="host key refused"):
             bot.service.start(run_id)
@@ -106,7 +166,7 @@ def test_pinned_fingerprint_accepts_the_right_key_and_refuses_another(tmp_path: 
                         name="pinned-bad")
     bot = make_bot(tmp_path / "home", sshd.dispatcher(known_hosts=empty))
     try:
-        provision(bot.store)
+        provision(bot.store, sshd.lease_key)
         ok = submit(bot, good)
         bot.service.start(ok)
         assert bot.service.follow(ok, timeout=60)["outcome"] == "passed"
@@ -123,7 +183,7 @@ def test_unknown_host_key_is_refused(tmp_path: Path, sshd: Sshd) -> None:
     manifest = write_project(tmp_path / "project", sshd.node(tmp_path / "node"))
     bot = make_bot(tmp_path / "home", sshd.dispatcher(known_hosts=empty))
     try:
-        provision(bot.store)
+        provision(bot.store, sshd.lease_key)
         with pytest.raises(DispatchError, match="host key refused"):
             bot.service.start(submit(bot, manifest))
     finally:
@@ -137,12 +197,12 @@ def test_dispatch_to_a_lease_not_provisioned_is_refused(tmp_path: Path, sshd: Ss
         run_id = submit(bot, manifest)
         with pytest.raises(LeaseError, match="not provisioned"):
             bot.service.start(run_id)
-        lease = bot.store.current_lease("127.0.0.1")
+        lease = bot.store.current_lease(sshd.lease_key)
         assert lease is not None and lease["state"] == "ordered" and lease["days"] == 3
         for state in ("payment-notified", "funds-confirmed"):
             from bot.leases import set_state
 
-            set_state(bot.store, "127.0.0.1", state, "alice")
+            set_state(bot.store, sshd.lease_key, state, "alice")
             with pytest.raises(LeaseError, match=f"'{state}'"):
                 bot.service.start(run_id)
         assert bot.store.get_run(run_id)["status"] == "planned"

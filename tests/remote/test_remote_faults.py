@@ -40,7 +40,7 @@ def test_connection_killed_mid_run_runner_continues_and_bot_reconnects(tmp_path:
     manifest = write_project(tmp_path / "project", sshd.node(workdir), count=6, gate_after=2)
     bot = make_bot(tmp_path / "home", sshd.dispatcher())
     try:
-        provision(bot.store)
+        provision(bot.store, sshd.lease_key)
         run_id = submit(bot, manifest)
         bot.service.start(run_id)
         pump_until(bot, run_id, _items_done(2))
@@ -67,7 +67,7 @@ def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
     scheduler = BotScheduler(first.settings, first.service)
     scheduler.start(paused=True)
     try:
-        provision(first.store)
+        provision(first.store, sshd.lease_key)
         run_id = submit(first, manifest)
         first.service.start(run_id)
         pump_until(first, run_id, _items_done(3))
@@ -111,7 +111,7 @@ def test_stalled_runner_alerts_once_and_its_return_is_announced_once(tmp_path: P
     manifest = write_project(tmp_path / "project", node, count=4, gate_after=2)
     bot = make_bot(tmp_path / "home", sshd.dispatcher())
     try:
-        provision(bot.store)
+        provision(bot.store, sshd.lease_key)
         run_id = submit(bot, manifest)
         bot.service.start(run_id)
         pump_until(bot, run_id, _items_done(2))

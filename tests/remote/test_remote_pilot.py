@@ -31,7 +31,7 @@ def test_pilote_dispatched_over_ssh_evidence_fetched_and_verified(tmp_path: Path
     text = pilote_over_ssh(sshd, workdir, evidence, sys.executable)
     bot = make_bot(tmp_path / "home", sshd.dispatcher(runner_package=RUNNER_PACKAGE))
     try:
-        provision(bot.store)
+        provision(bot.store, sshd.lease_key)
         loaded = load_manifest(text, source="pilote-ssh.yaml", base_dir=REPO / "manifests")
         run_id = bot.service.submit(loaded, submitter="alice").run_id
         bot.service.start(run_id)
@@ -60,7 +60,7 @@ def test_bare_node_without_torch_reports_the_stage_instead_of_dying(tmp_path: Pa
     text = pilote_over_ssh(sshd, workdir, evidence, BARE_PYTHON)
     bot = make_bot(tmp_path / "home", sshd.dispatcher(runner_package=RUNNER_PACKAGE))
     try:
-        provision(bot.store)
+        provision(bot.store, sshd.lease_key)
         loaded = load_manifest(text, source="pilote-ssh.yaml", base_dir=REPO / "manifests")
         run_id = bot.service.submit(loaded, submitter="alice").run_id
         bot.service.start(run_id)
