@@ -69,6 +69,7 @@ def run(
                     "reason)", 2)
     user = by or settings.user
     notifier = ConsoleNotifier(console)
+    service = None
     try:
         loaded = load_manifest_file(manifest)
         from bot.runtime import precheck
@@ -83,10 +84,15 @@ def run(
         raise typer.Exit(2) from exc
     except PreflightError as exc:
         notifier.close_live()
+        if service is not None:
+            service.close()
         raise _fail(str(exc), exc.exit_code) from exc
     finally:
         notifier.close_live()
-    _after_run(service, final, decide, reason, user, override)
+    try:
+        _after_run(service, final, decide, reason, user, override)
+    finally:
+        service.close()
     raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
 
 
@@ -144,6 +150,7 @@ def decide(
         raise _fail(str(exc), 1 if isinstance(exc, DecisionRefused) else exc.exit_code) from exc
     finally:
         notifier.close_live()
+        service.close()
 
 
 @app.command()
@@ -162,6 +169,7 @@ def follow(run_id: str = typer.Argument(..., help="the run id (or its unique pre
         raise _fail(str(exc), exc.exit_code) from exc
     finally:
         notifier.close_live()
+        service.close()
     if final.get("status") == "awaiting_decision" and run_row["status"] != "running":
         for message in service.thread_messages(final["id"])[1:]:
             notifier.publish(message)  # it had already finished: show the outcome again
@@ -182,6 +190,7 @@ def resume(run_id: str = typer.Argument(..., help="the run id (or its unique pre
         raise _fail(str(exc), exc.exit_code) from exc
     finally:
         notifier.close_live()
+        service.close()
     raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
 
 

@@ -139,7 +139,4 @@ def _watch_forever(settings: Settings, service: Any) -> None:
 
 def close_dispatchers(service: Any) -> None:
     """Close the dispatchers that hold connections (the SSH one: its sessions and loop)."""
-    for dispatcher in getattr(service, "dispatchers", {}).values():
-        close = getattr(dispatcher, "close", None)
-        if callable(close):
-            close()
+    service.close()

@@ -317,6 +317,13 @@ class PilotService:
                     views.decision_message(run, self.store.decisions(run_id))]
         return [m for m in out if m is not None]
 
+    def close(self) -> None:
+        """Close what the dispatchers hold open (SSH sessions and their event loop)."""
+        for dispatcher in self.dispatchers.values():
+            close = getattr(dispatcher, "close", None)
+            if callable(close):
+                close()
+
     # -- helpers ------------------------------------------------------------------
     def _dispatcher(self, run: dict[str, Any]) -> Dispatcher:
         kind = (run.get("node") or {}).get("kind", "local")

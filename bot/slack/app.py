@@ -31,8 +31,28 @@ class RedactTokens(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if _TOKEN.search(message):
-            record.msg, record.args = _TOKEN.sub("xox…(redacted)", message), None
+            record.msg, record.args = redact(message), None
+        if record.exc_info and not record.exc_text:  # a traceback is formatted from this
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
         return True
+
+
+def redact(text: str) -> str:
+    return _TOKEN.sub("xox…(redacted)", text)
+
+
+class _ClientGiven(logging.Filter):
+    """bolt reads SLACK_BOT_TOKEN itself and warns that our ready-made client wins: it does."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`token` will be unused" not in record.getMessage()
+
+
+_CLIENT_GIVEN = _ClientGiven()
 
 
 def make_client(settings: Settings, *, rate_limit_retries: int = 5) -> WebClient:
@@ -57,12 +77,14 @@ class SlackBot:
         self.notifier = SlackNotifier(self.client, service.store, min_interval=min_interval)
         service.notifier = self.notifier
         self.followers = Followers(service)
+        bolt_log = logging.getLogger("bot.slack.bolt")
+        bolt_log.addFilter(_CLIENT_GIVEN)  # the same object: added once however many bots
         self.app = App(client=self.client, signing_secret=settings.slack_signing_secret or "",
                        request_verification_enabled=not socket_mode,
                        token_verification_enabled=token_verification,
                        listener_executor=ThreadPoolExecutor(max_workers=workers,
                                                             thread_name_prefix="slack-listener"),
-                       logger=logging.getLogger("bot.slack.bolt"))
+                       logger=bolt_log)
         self.handlers = Handlers(settings, service, self.client, self.followers,
                                  precheck=precheck)
         register(self.app, self.handlers)
@@ -100,6 +122,6 @@ def describe_token_problem(settings: Settings, *, http: bool) -> str | None:
 
 def bolt_problem(exc: Any) -> str:
     """A bolt start-up error (auth.test refused) as one line without the token."""
-    text = _TOKEN.sub("xox…(redacted)", str(exc))
+    text = redact(str(exc))
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return f"Slack refused SLACK_BOT_TOKEN ({first})"

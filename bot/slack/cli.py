@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import typer
 
@@ -53,7 +54,7 @@ def serve(
 def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str) -> None:
     from bot.message import NullNotifier
     from bot.runtime import make_service, precheck
-    from bot.slack.app import SlackBot
+    from bot.slack.app import SlackBot, install_log_redaction
     from bot.slack.server import HttpServer
 
     service = make_service(settings, NullNotifier())
@@ -72,18 +73,46 @@ def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str)
                 server = HttpServer(bot.app, host, port, log_level="info")
             except OSError as exc:
                 _die(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+            for name in ("uvicorn", "uvicorn.access"):  # uvicorn's own handlers, set just now
+                install_log_redaction(logging.getLogger(name))
             typer.echo(f"preflight bot {bot_user} listening on {server.url}", err=False)
             sys.stdout.flush()
             server.serve()
         else:
-            from slack_bolt.adapter.socket_mode import SocketModeHandler
-
-            typer.echo(f"preflight bot {bot_user} connected in Socket Mode")
-            handler = SocketModeHandler(bot.app, settings.slack_app_token)
-            handler.start()  # type: ignore[no-untyped-call]
+            _serve_socket_mode(bot.app, settings, bot_user)
     finally:
         scheduler.shutdown()
         bot.close()
+        service.close()
+
+
+def _serve_socket_mode(app: Any, settings: Settings, bot_user: str) -> None:
+    """Connect with the app-level token (one clear line if Slack refuses it), then block."""
+    import threading
+
+    from slack_bolt.adapter.socket_mode import SocketModeHandler
+    from slack_sdk.errors import SlackApiError, SlackClientError
+
+    handler = SocketModeHandler(app, settings.slack_app_token)
+    quiet = app.logger  # it logs a refused token on several lines: the one below says it all
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        handler.connect()  # type: ignore[no-untyped-call]
+    except SlackApiError as exc:
+        _die(f"Slack refused SLACK_APP_TOKEN ({exc.response.get('error', 'unknown error')}): "
+             "generate an app-level token with connections:write (Basic Information → "
+             "App-Level Tokens) and enable Socket Mode for the app")
+    except (SlackClientError, OSError) as exc:
+        _die(f"cannot open a Socket Mode connection: {exc}")
+    finally:
+        quiet.setLevel(level)
+    typer.echo(f"preflight bot {bot_user} connected in Socket Mode")
+    sys.stdout.flush()
+    try:
+        threading.Event().wait()  # the connection's own threads serve; this one waits
+    finally:
+        handler.close()  # type: ignore[no-untyped-call]
 
 
 def _die(message: str) -> None:

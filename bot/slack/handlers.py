@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.webhook import WebhookClient
 
 from bot.errors import DecisionRefused, ManifestError, PreflightError, ProjectCheckError
 from bot.manifest import load_manifest
@@ -149,6 +150,20 @@ class Handlers:
                                            text=text)
         except (SlackApiError, SlackClientError) as exc:
             log.warning("ephemeral reply to %s failed: %s", user, exc)
+
+    def tell(self, response_url: str | None, text: str) -> None:
+        """A private answer through a command's response_url (works where the bot cannot post)."""
+        if not response_url:
+            log.warning("nowhere to tell the user: %s", text)
+            return
+        try:
+            WebhookClient(response_url, timeout=10).send(text=text, response_type="ephemeral")
+        except (SlackClientError, OSError) as exc:
+            log.warning("answering through the response_url failed: %s", exc)
+
+    def cannot_post(self, channel: str, response_url: str | None) -> None:
+        self.tell(response_url, f":x: I cannot post in <#{channel}>, so nothing was started: "
+                  "invite me first (`/invite @preflight`), or use a channel I am in.")
 
     def failed(self, channel: str, thread_ts: str | None, what: str) -> None:
         """An unexpected error: logged with its traceback, a short line for the user."""

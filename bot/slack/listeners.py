@@ -118,9 +118,10 @@ def _on_command(h: Handlers) -> Callable[..., None]:
         verb, args = (words[0].lower(), words[1:]) if words else ("help", [])
         if verb == "submit":
             ack()
-            client.views_open(trigger_id=command["trigger_id"], view=submit_modal(channel))
+            client.views_open(trigger_id=command["trigger_id"],
+                              view=submit_modal(channel, command.get("response_url")))
         elif verb == "run" and args:
-            _run_named(h, ack, args[0], channel, user)
+            _run_named(h, ack, args[0], channel, user, command.get("response_url"))
         elif verb == "status":
             _status(h, ack, args)
         elif verb == "runs":
@@ -132,7 +133,8 @@ def _on_command(h: Handlers) -> Callable[..., None]:
     return on_command
 
 
-def _run_named(h: Handlers, ack: Ack, name: str, channel: str, user: str) -> None:
+def _run_named(h: Handlers, ack: Ack, name: str, channel: str, user: str,
+               response_url: str | None) -> None:
     path = h.manifest_path(name)
     if path is None:
         ack(text=f"No manifest `{escape(name)}` on the bot host (looked for "
@@ -142,6 +144,7 @@ def _run_named(h: Handlers, ack: Ack, name: str, channel: str, user: str) -> Non
     root = h.post(channel, None, f"<@{user}> started the pilot `{escape(name)}` "
                   f"(manifests/{escape(path.name)})")
     if root is None:
+        h.cannot_post(channel, response_url)
         return
     try:
         text = path.read_text(encoding="utf-8")
@@ -168,7 +171,7 @@ def _lease(h: Handlers, args: list[str], user: str) -> str:
             return "\n".join(f"• `{escape(str(r['node']))}`: {r['state']}" for r in rows) \
                 or "No open lease. " + LEASE_USAGE
         if len(args) == 1:
-            lease = store.current_lease(args[0])
+            lease = store.current_lease(lease_rules.normalize_node(args[0]))
             return (f"`{escape(args[0])}` has no lease. " + LEASE_USAGE) if lease is None \
                 else f"`{escape(args[0])}`: {lease['state']}"
         lease = lease_rules.set_state(store, args[0], args[1], f"<@{user}>",
@@ -203,6 +206,7 @@ def _on_submit_view(h: Handlers) -> Callable[..., None]:
         channel, user = str(meta.get("channel") or ""), str(body["user"]["id"])
         root = h.post(channel, None, f"<@{user}> submitted a pilot manifest")
         if root is None:
+            h.cannot_post(channel, meta.get("response_url"))
             return
         try:
             source = "form"

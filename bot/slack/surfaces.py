@@ -50,13 +50,14 @@ def problems_blocks(title: str, problems: list[Problem]) -> list[dict[str, Any]]
     return fit_blocks(blocks)
 
 
-def submit_modal(channel: str) -> dict[str, Any]:
+def submit_modal(channel: str, response_url: str | None = None) -> dict[str, Any]:
+    """The form; ``response_url`` (the command's) answers privately if the channel refuses."""
     return {
         "type": "modal", "callback_id": SUBMIT_CALLBACK,
         "title": {"type": "plain_text", "text": "Submit a pilot"},
         "submit": {"type": "plain_text", "text": "Submit"},
         "close": {"type": "plain_text", "text": "Cancel"},
-        "private_metadata": json.dumps({"channel": channel}),
+        "private_metadata": json.dumps({"channel": channel, "response_url": response_url}),
         "blocks": [
             {"type": "input", "block_id": MANIFEST_BLOCK, "optional": True,
              "label": {"type": "plain_text", "text": "Manifest (YAML or JSON)"},

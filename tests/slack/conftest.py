@@ -105,10 +105,11 @@ class Harness:
 
     def command(self, text: str, *, user: str = SUBMITTER,
                 channel: str = CHANNEL) -> tuple[int, str]:
+        n = next(self._ids)
         body = urlencode({"command": "/preflight", "text": text, "user_id": user,
                           "channel_id": channel, "team_id": "T0PREFLIGHT",
-                          "trigger_id": f"trig{next(self._ids)}",
-                          "response_url": "http://127.0.0.1:9/unused"})
+                          "trigger_id": f"trig{n}",
+                          "response_url": f"{self.emulator.url}/response/cmd{n}"})
         return self.post(body, "application/x-www-form-urlencoded")
 
     def interact(self, payload: dict[str, Any]) -> tuple[int, str]:

@@ -2,8 +2,11 @@
 
 It implements the methods the bot uses, rejects what Slack rejects (a bad token, too many
 blocks, a section text over 3,000 characters, unknown block types, a message that is too
-long), answers HTTP 429 with ``Retry-After`` on demand, serves uploaded files behind the
-bot token, and records every call it received.
+long, an element Slack does not know, a text input over 3,000 characters, a token of the
+wrong type, an edit of someone else's message), answers HTTP 429 with ``Retry-After`` on
+demand, serves uploaded files behind the bot token, hands out a Socket Mode URL
+(``apps.connections.open``, app-level tokens only) and records every request it received,
+file transfers included.
 """
 
 from __future__ import annotations
@@ -52,8 +55,13 @@ class SlackApiError(Exception):
 
 
 class SlackEmulator:
-    def __init__(self, tokens: tuple[str, ...] = ("xoxb-test-token",)) -> None:
+    def __init__(self, tokens: tuple[str, ...] = ("xoxb-test-token",),
+                 app_tokens: tuple[str, ...] = ()) -> None:
         self.tokens = set(tokens)
+        self.app_tokens = set(app_tokens)
+        self.socket_url: str | None = None  # what apps.connections.open hands out
+        self.not_in_channel: set[str] = set()  # channels the bot was never invited to
+        self.responses: list[dict[str, Any]] = []  # what was posted to response_urls
         self.calls: list[Call] = []
         self.messages: dict[tuple[str, str], Posted] = {}
         self.ephemerals: list[dict[str, Any]] = []
@@ -143,8 +151,8 @@ class SlackEmulator:
                 self._cond.notify_all()
                 return 429, {"ok": False, "error": "ratelimited"}
         try:
-            if token not in self.tokens:
-                raise SlackApiError("invalid_auth" if token else "not_authed")
+            _check_token(token, self.app_tokens if method == "apps.connections.open"
+                         else self.tokens, self.tokens | self.app_tokens)
             fn = getattr(self, "api_" + method.replace(".", "_"), None)
             if fn is None:
                 raise SlackApiError("unknown_method")
@@ -173,8 +181,18 @@ class SlackEmulator:
         return {"url": "https://preflight-test.slack.com/", "team": "test", "user": "preflight",
                 "team_id": TEAM, "user_id": BOT_USER, "bot_id": BOT_ID}
 
+    def api_apps_connections_open(self, p: dict[str, Any]) -> dict[str, Any]:
+        if self.socket_url is None:
+            raise SlackApiError("internal_error")
+        return {"url": self.socket_url}
+
+    def _member_of(self, channel: str) -> None:
+        if channel in self.not_in_channel:
+            raise SlackApiError("not_in_channel")
+
     def api_chat_postMessage(self, p: dict[str, Any]) -> dict[str, Any]:
         channel = _required(p, "channel")
+        self._member_of(channel)
         text, blocks = _check_message(p, max_blocks=50)
         ts = self._ts_now()
         thread_ts = p.get("thread_ts") or None
@@ -189,12 +207,15 @@ class SlackEmulator:
         msg = self.messages.get((channel, ts))
         if msg is None:
             raise SlackApiError("message_not_found")
+        if msg.user != BOT_USER:
+            raise SlackApiError("cant_update_message")
         msg.history.append(msg.blocks)
         msg.text, msg.blocks, msg.edits = text, blocks, msg.edits + 1
         return {"channel": channel, "ts": ts, "text": text}
 
     def api_chat_postEphemeral(self, p: dict[str, Any]) -> dict[str, Any]:
         channel, user = _required(p, "channel"), _required(p, "user")
+        self._member_of(channel)
         text, blocks = _check_message(p, max_blocks=50)
         self.ephemerals.append({"channel": channel, "user": user, "text": text, "blocks": blocks,
                                 "thread_ts": p.get("thread_ts")})
@@ -270,20 +291,54 @@ class SlackEmulator:
     def upload(self, fid: str, data: bytes) -> int:
         with self._lock:
             stored = self.files.get(fid)
-            if stored is None:
-                return 404
-            stored["content"] = data
-            return 200
+            status = 404 if stored is None else 200
+            if stored is not None:
+                stored["content"] = data
+            self.calls.append(Call("file.upload", {"file": fid, "bytes": len(data)},
+                                   time.monotonic(), status))
+            self._cond.notify_all()
+            return status
+
+    def respond(self, key: str, body: bytes) -> int:
+        """A POST to a slash command's or a modal's response_url (no token: the URL is it)."""
+        with self._lock:
+            try:
+                payload = json.loads(body)
+            except json.JSONDecodeError:
+                payload = None
+            status = 200 if isinstance(payload, dict) and payload.get("text") else 400
+            self.calls.append(Call("response_url", {"key": key, **(payload or {})},
+                                   time.monotonic(), status))
+            if status == 200:
+                self.responses.append({"key": key, **payload})
+            self._cond.notify_all()
+            return status
+
+    def unknown(self, verb: str, path: str) -> None:
+        with self._lock:
+            self.calls.append(Call(f"{verb} {path}", {}, time.monotonic(), 404, "not_found"))
+            self._cond.notify_all()
 
     def download(self, fid: str, token: str | None) -> tuple[int, bytes]:
         with self._lock:
-            self.calls.append(Call("file.download", {"file": fid}, time.monotonic()))
-            if token not in self.tokens:
-                return 403, b"not authorised"
             stored = self.files.get(fid)
-            if stored is None or stored["content"] is None:
-                return 404, b"no such file"
-            return 200, stored["content"]
+            if token not in self.tokens:
+                status, data = 403, b"not authorised"
+            elif stored is None or stored["content"] is None:
+                status, data = 404, b"no such file"
+            else:
+                status, data = 200, stored["content"]
+            self.calls.append(Call("file.download", {"file": fid}, time.monotonic(), status))
+            self._cond.notify_all()
+            return status, data
+
+
+def _check_token(token: str | None, accepted: set[str], known: set[str]) -> None:
+    if token in accepted:
+        return
+    if not token:
+        raise SlackApiError("not_authed")
+    raise SlackApiError("not_allowed_token_type" if token in known else "invalid_auth")
 
 
 def _required(p: dict[str, Any], name: str) -> Any:
@@ -353,6 +408,29 @@ def _check_blocks(blocks: Any, max_blocks: int) -> None:
         elif kind == "context":
             if not block.get("elements") or len(block["elements"]) > 10:
                 raise SlackApiError("invalid_blocks")
+        elif kind == "input":
+            _check_input(block)
+
+
+INPUT_ELEMENTS = frozenset({"plain_text_input", "file_input", "static_select",
+                            "checkboxes", "radio_buttons", "users_select",
+                            "conversations_select", "datepicker", "number_input"})
+
+
+def _check_input(block: dict[str, Any]) -> None:
+    """An input block as views.open checks it: a label, a known element, its limits."""
+    label = (block.get("label") or {}).get("text", "")
+    element = block.get("element") or {}
+    if not label or len(label) > 2000 or element.get("type") not in INPUT_ELEMENTS:
+        raise SlackApiError("invalid_blocks")
+    if len((block.get("hint") or {}).get("text", "")) > 2000:
+        raise SlackApiError("invalid_blocks")
+    if element["type"] == "plain_text_input":
+        low, high = element.get("min_length", 0), element.get("max_length", 3000)
+        if not 0 <= low <= 3000 or not 1 <= high <= 3000 or low > high:
+            raise SlackApiError("invalid_blocks")
+    if element["type"] == "file_input" and not 1 <= element.get("max_files", 10) <= 10:
+        raise SlackApiError("invalid_blocks")
 
 
 def _handler(emu: SlackEmulator) -> type[BaseHTTPRequestHandler]:
@@ -389,6 +467,7 @@ def _handler(emu: SlackEmulator) -> type[BaseHTTPRequestHandler]:
                 params = dict(parse_qsl(urlsplit(self.path).query))
                 self._api(parts[1], params)
                 return
+            emu.unknown("GET", self.path)
             self._send(404, b"not found", "text/plain")
 
         def do_POST(self) -> None:
@@ -400,7 +479,11 @@ def _handler(emu: SlackEmulator) -> type[BaseHTTPRequestHandler]:
                 self._send(emu.upload(parts[1], _multipart_payload(raw, self.headers)),
                            b"OK - uploaded", "text/plain")
                 return
+            if len(parts) == 2 and parts[0] == "response":
+                self._send(emu.respond(parts[1], raw), b"ok", "text/plain")
+                return
             if len(parts) != 2 or parts[0] != "api":
+                emu.unknown("POST", self.path)
                 self._send(404, b"not found", "text/plain")
                 return
             params: dict[str, Any] = dict(parse_qsl(split.query))

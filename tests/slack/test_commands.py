@@ -89,12 +89,19 @@ def test_app_home_shows_active_pilots_and_recent_decisions(
     ts, _ = h.mention(f"```{make_project(tmp_path)}```")
     emulator.wait_for(lambda: h.store.list_runs())
     run = h.settle(h.store.list_runs()[0]["id"])
+    h.event({"type": "app_home_opened", "user": SUBMITTER, "channel": "D0HOME", "tab": "home"})
+    emulator.wait_for(lambda: emulator.home.get(SUBMITTER))
+    active, _, decisions = json.dumps(emulator.home.pop(SUBMITTER)).partition("Recent decisions")
+    assert run["id"] in active and "awaiting_decision" in active and "stage evidence" in active
+    assert "No decision recorded yet" in decisions
     h.mention("fix-env the driver is old", thread_ts=ts)
     h.wait_status(run["id"], ("decided",))
     h.event({"type": "app_home_opened", "user": SUBMITTER, "channel": "D0HOME", "tab": "home"})
     emulator.wait_for(lambda: emulator.home.get(SUBMITTER))
-    text = json.dumps(emulator.home[SUBMITTER])
-    assert "Active pilots" in text and "fix-env" in text and "the driver is old" in text
+    active, _, decisions = json.dumps(emulator.home[SUBMITTER]).partition("Recent decisions")
+    assert run["id"] not in active and "No pilot is running" in active
+    assert f"<@{SUBMITTER}>" in decisions and "*fix-env*" in decisions
+    assert run["id"] in decisions and "the driver is old" in decisions
 
 
 def test_five_thousand_item_balance_goes_out_as_summary_plus_csv(
@@ -116,3 +123,24 @@ def test_five_thousand_item_balance_goes_out_as_summary_plus_csv(
     stored = next(f for f in emulator.files.values() if f["name"] == "balance.csv")
     assert stored["thread_ts"] == run["thread_ts"]
     assert stored["content"].decode().count("\n") == 5001
+
+
+def test_a_channel_the_bot_is_not_in_gets_a_private_answer(
+        tmp_path: Path, emulator: SlackEmulator, make_harness: Any) -> None:
+    """Slack refuses the thread's first post (not_in_channel): nothing starts, the user is told."""
+    text = make_project(tmp_path)
+    emulator.not_in_channel.add("C0NOTIN")
+    h: Harness = make_harness(ReplayDispatcher())
+    status, body = h.command("run pilote", channel="C0NOTIN")
+    assert status == 200 and "Starting" in body
+    told = emulator.wait_for(lambda: emulator.responses)
+    assert "/invite @preflight" in told[0]["text"] and told[0]["response_type"] == "ephemeral"
+    h.command("submit", channel="C0NOTIN")
+    view = emulator.wait_for(lambda: list(emulator.views.values()))[0]
+    meta = json.loads(view["private_metadata"])
+    assert meta["channel"] == "C0NOTIN" and meta["response_url"].startswith(emulator.url)
+    values = {"manifest": {"value": {"type": "plain_text_input", "value": text}}}
+    h.submit_view("preflight_submit", values, meta, user=SUBMITTER)
+    emulator.wait_for(lambda: len(emulator.responses) == 2)
+    assert "/invite @preflight" in emulator.responses[1]["text"]
+    assert h.store.list_runs() == [] and h.dispatcher.started == []  # type: ignore[attr-defined]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bot.store import Store
 from tests.slack.conftest import APPROVER, CHANNEL, SUBMITTER, Harness
 from tests.slack.emulator import SlackEmulator
 from tests.slack.fakes import ReplayDispatcher, make_project
@@ -113,3 +116,46 @@ def test_typed_decision_outside_a_pilot_thread_is_explained(
     emulator.wait_for(lambda: emulator.ephemerals)
     assert "thread of the pilot" in emulator.ephemerals[0]["text"]
     assert h.store.decisions() == []
+
+
+def test_two_decisions_at_once_record_exactly_one(
+        tmp_path: Path, emulator: SlackEmulator, make_harness: Any) -> None:
+    """Two people submit the decision modal at the same moment: one wins, one is refused."""
+    h: Harness = make_harness(ReplayDispatcher())
+    ts, run = finished_pilot(h, emulator, make_project(tmp_path))
+    start = threading.Barrier(2)
+
+    def submit(decision: str) -> int:
+        start.wait(10)
+        return h.decide_via_modal(run["id"], decision, f"{decision} it", user=SUBMITTER,
+                                  thread_ts=ts)[0]
+
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(submit, ["revise", "fix-env"])) == [200, 200]
+    emulator.wait_for(lambda: len(h.store.decisions(run["id"])) == 2)
+    decided = [d for d in h.store.decisions(run["id"]) if d["accepted"]]
+    assert len(decided) == 1 and len(refusals(h, run["id"])) == 1
+    assert "decided" in refusals(h, run["id"])[0]["refusal"]
+    emulator.wait_for(lambda: emulator.ephemerals)
+    assert "refused" in emulator.ephemerals[-1]["text"]
+    assert h.bot.notifier.flush(30)
+    ref = h.store.message_ref(run["id"], "decision", "slack")["ref"]
+    final = emulator.messages[(CHANNEL, ref)]
+    assert not [b for b in final.blocks if b["type"] == "actions"]
+    assert f"{decided[0]['decision']} it" in str(final.blocks)
+
+
+def test_event_ids_are_claimed_once_across_threads(tmp_path: Path) -> None:
+    """Listener threads each use their own SQLite connection; one claim of an id wins."""
+    store = Store(tmp_path / "db.sqlite")
+    assert store.claim_slack_event("EvMAIN")
+    start = threading.Barrier(8)
+
+    def claim(_: int) -> tuple[bool, bool]:
+        start.wait(10)
+        return store.claim_slack_event("EvRACE"), store.claim_slack_event("EvMAIN")
+
+    with ThreadPoolExecutor(8, thread_name_prefix="slack-listener") as pool:
+        results = list(pool.map(claim, range(8)))
+    assert sorted(first for first, _ in results) == [False] * 7 + [True]
+    assert not any(again for _, again in results)

@@ -56,3 +56,37 @@ def test_429_on_demand_and_files_behind_the_token(emulator: SlackEmulator) -> No
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.read() == b"name: x\n"
+
+
+def test_token_types_edits_inputs_and_every_request_recorded() -> None:
+    with SlackEmulator(tokens=(TOKEN,), app_tokens=("xapp-1-A1-1-x",)) as emu:
+        bot = WebClient(token=TOKEN, base_url=emu.api_url)
+        app = WebClient(token="xapp-1-A1-1-x", base_url=emu.api_url)
+        assert error_of(lambda: bot.apps_connections_open(app_token=TOKEN)) \
+            == "not_allowed_token_type"
+        assert error_of(lambda: app.chat_postMessage(channel="C1", text="t")) \
+            == "not_allowed_token_type"
+        emu.socket_url = "ws://127.0.0.1:9/link"
+        assert app.apps_connections_open(app_token="xapp-1-A1-1-x")["url"] == emu.socket_url
+        theirs = emu.user_message("C1", "a person wrote this", "U1")
+        assert error_of(lambda: bot.chat_update(channel="C1", ts=theirs, text="t")) \
+            == "cant_update_message"
+        label = {"type": "plain_text", "text": "Manifest"}
+        for element in ({"type": "plain_text_input", "action_id": "v", "max_length": 3001},
+                        {"type": "plain_text_input", "action_id": "v", "min_length": 10,
+                         "max_length": 5},
+                        {"type": "code_editor", "action_id": "v"}):
+            view = {"type": "modal", "title": {"type": "plain_text", "text": "Submit"},
+                    "blocks": [{"type": "input", "label": label, "element": element}]}
+            assert error_of(lambda v=view: bot.views_open(trigger_id="t1", view=v)) \
+                == "invalid_blocks", element
+        view["blocks"] = [{"type": "input", "label": label, "element": {
+            "type": "file_input", "action_id": "f", "max_files": 1}}]
+        assert bot.views_open(trigger_id="t1", view=view)["ok"]
+        bot.files_upload_v2(channel="C1", content="id,status\n", filename="b.csv")
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(emu.url + "/nowhere", timeout=10)
+        missing.value.close()
+        methods = [c.method for c in emu.calls]
+        assert methods.count("apps.connections.open") == 2 and "file.upload" in methods
+        assert "GET /nowhere" in methods and "files.completeUploadExternal" in methods

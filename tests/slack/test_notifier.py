@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.message import Message, Text
-from bot.slack.app import RedactTokens, make_client
+from bot.slack.app import RedactTokens, install_log_redaction, make_client
 from bot.slack.notifier import SlackNotifier
 from bot.store import Store
 from tests.slack.conftest import CHANNEL, TOKEN, make_settings
@@ -83,3 +83,26 @@ def test_tokens_are_redacted_from_log_lines(caplog: pytest.LogCaptureFixture) ->
         logger.info("calling with %s and xapp-1-abc", TOKEN)
     assert TOKEN not in caplog.text and "xapp-1-abc" not in caplog.text
     assert "redacted" in caplog.text
+
+
+def test_tokens_are_redacted_from_tracebacks(tmp_path: Path) -> None:
+    """A token inside an exception's message is redacted from the logged traceback too."""
+    logger = logging.getLogger("test.redact.traceback")
+    logger.propagate = False
+    path = tmp_path / "bot.log"
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    install_log_redaction(logger)
+    try:
+        try:
+            raise RuntimeError(f"request with Authorization: Bearer {TOKEN} failed")
+        except RuntimeError:
+            logger.exception("posting failed for %s", "xapp-1-A1-2-secret")
+    finally:
+        handler.close()
+        logger.removeHandler(handler)
+    text = path.read_text()
+    assert "RuntimeError" in text and "Traceback" in text
+    assert TOKEN not in text and "xapp-1-A1-2-secret" not in text
+    assert text.count("xox…(redacted)") == 2
