@@ -78,6 +78,68 @@ class Balance:
         }
 
 
+class Tally:
+    """The per-id rules, fed one expected id at a time (the balance of a large run is
+    computed while streaming the ledger, without holding every result in memory).
+
+    Call :meth:`judge` once per expected id with its first result (``None`` when it was
+    never returned), then :meth:`finish`. ``keep_rows`` keeps the per-id rows in the
+    returned :class:`Balance` (off for a streamed balance: its rows go to a file).
+    """
+
+    def __init__(self, expected_refusals: Iterable[str], categories: Sequence[str],
+                 *, keep_rows: bool = True) -> None:
+        self.refusals = set(expected_refusals)
+        self.allowed = list(categories)
+        self.keep_rows = keep_rows
+        self.accepted = 0
+        self.refused = 0
+        self.expected = 0
+        self.problems: List[Problem] = []
+        self.warnings: List[Problem] = []
+        self.by_category = {c: 0 for c in self.allowed}
+        self.rows: List[Dict[str, Any]] = []
+
+    def judge(self, iid: str, res: Optional[Dict[str, Any]]) -> None:
+        self.expected += 1
+        if res is None:
+            self.problems.append(Problem("missing", iid, "never returned (silent disappearance)"))
+            return
+        status = res.get("status")
+        if status == ACCEPTED:
+            self.accepted += 1
+            cat = res.get("category")
+            if cat in self.by_category:
+                self.by_category[cat] += 1
+            else:
+                self.problems.append(Problem("bad_category", iid,
+                                             f"category {cat!r} is not one of {self.allowed}"))
+            if iid in self.refusals:
+                self.problems.append(Problem("unexpected_accept", iid,
+                                             "listed in expected_refusals but was accepted"))
+        elif status == REFUSED:
+            self.refused += 1
+            if not _text(res.get("reason")):
+                self.problems.append(Problem("no_reason", iid, "refused without a reason"))
+            if iid not in self.refusals:
+                detail = f"refused but not an expected refusal: {res.get('reason')}"
+                self.warnings.append(Problem("unexpected_refusal", iid, detail))
+        else:
+            self.problems.append(Problem("bad_status", iid,
+                                         f"status {status!r} is neither accepted nor refused"))
+            return
+        if self.keep_rows:
+            self.rows.append(_row(iid, res))
+
+    def finish(self, expected_count: Optional[int] = None) -> Balance:
+        total = self.expected if expected_count is None else int(expected_count)
+        _check_counts(self.expected, expected_count, self.accepted, self.refused, total,
+                      self.problems)
+        return Balance(accepted=self.accepted, refused=self.refused, total=total,
+                       problems=self.problems, warnings=self.warnings,
+                       by_category=self.by_category, rows=self.rows)
+
+
 def compute_balance(
     expected_ids: Iterable[str],
     expected_refusals: Iterable[str],
@@ -94,45 +156,15 @@ def compute_balance(
     """
     expected = list(dict.fromkeys(expected_ids))
     expected_set = set(expected)
-    refusals = set(expected_refusals)
-    allowed = list(categories)
-    total = len(expected) if expected_count is None else int(expected_count)
-    problems: List[Problem] = []
-    warnings: List[Problem] = []
     first: Dict[str, Dict[str, Any]] = {}
+    problems: List[Problem] = []
     for result in results:
         _check_one(result, expected_set, first, problems)
-    accepted = refused = 0
-    by_category = {c: 0 for c in allowed}
-    rows: List[Dict[str, Any]] = []
+    tally = Tally(expected_refusals, categories)
+    tally.problems.extend(problems)
     for iid in expected:
-        res = first.get(iid)
-        if res is None:
-            problems.append(Problem("missing", iid, "never returned (silent disappearance)"))
-            continue
-        status = res.get("status")
-        if status == ACCEPTED:
-            accepted += 1
-            cat = res.get("category")
-            if cat in by_category:
-                by_category[cat] += 1
-            else:
-                problems.append(Problem("bad_category", iid,
-                                        f"category {cat!r} is not one of {allowed}"))
-            if iid in refusals:
-                problems.append(Problem("unexpected_accept", iid,
-                                        "listed in expected_refusals but was accepted"))
-        elif status == REFUSED:
-            refused += 1
-            if not _text(res.get("reason")):
-                problems.append(Problem("no_reason", iid, "refused without a reason"))
-            if iid not in refusals:
-                detail = f"refused but not an expected refusal: {res.get('reason')}"
-                warnings.append(Problem("unexpected_refusal", iid, detail))
-        rows.append(_row(iid, res))
-    _check_counts(expected, expected_count, accepted, refused, total, problems)
-    return Balance(accepted=accepted, refused=refused, total=total, problems=problems,
-                   warnings=warnings, by_category=by_category, rows=rows)
+        tally.judge(iid, first.get(iid))
+    return tally.finish(expected_count)
 
 
 def _check_one(result: Any, expected: Set[str], first: Dict[str, Dict[str, Any]],
@@ -158,10 +190,10 @@ def _check_one(result: Any, expected: Set[str], first: Dict[str, Dict[str, Any]]
     first[iid] = result
 
 
-def _check_counts(expected: List[str], expected_count: Optional[int], accepted: int,
+def _check_counts(found: int, expected_count: Optional[int], accepted: int,
                   refused: int, total: int, problems: List[Problem]) -> None:
-    if expected_count is not None and expected_count != len(expected):
-        detail = f"{len(expected)} inputs found, expected_count is {expected_count}"
+    if expected_count is not None and expected_count != found:
+        detail = f"{found} inputs found, expected_count is {expected_count}"
         problems.append(Problem("count_mismatch", None, detail))
     if accepted + refused != total:
         problems.append(Problem("count_mismatch", None,

@@ -11,18 +11,24 @@ import time.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import os
 import posixpath
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 SUMS = "SHA256SUMS"
 # What a reader needs to understand the result without the original run.
 REQUIRED = ("manifest.yaml", "spec.json", "environment.json", "events.jsonl",
             "balance.json", "balance.csv")
 TREES = ("outputs",)
+# The columns balance.csv must have, and the spec fields that carry the run's parameters.
+BALANCE_COLUMNS = ("id", "status", "category", "reason")
+SPEC_FIELDS = ("run_id", "inputs.dir", "inputs.expected_count", "project.params", "task.params",
+               "task.kind")
 
 
 class EvidenceError(RuntimeError):
@@ -140,18 +146,20 @@ def _store(dest: str) -> Any:
     return _Local(dest)
 
 
-def collect(run_dir: str) -> Tuple[List[Tuple[str, bytes]], List[str]]:
-    """The evidence files of a run (relative path, content) and what is missing."""
-    files: List[Tuple[str, bytes]] = []
+def collect(run_dir: str) -> Tuple[List[Tuple[str, str]], List[str]]:
+    """The evidence files of a run (relative path, local path) and what is missing.
+
+    Contents are read one file at a time when copied, so a run with a million outputs
+    is copied without holding them all in memory.
+    """
+    files: List[Tuple[str, str]] = []
     missing: List[str] = []
     for rel in REQUIRED:
-        data = _read_local(os.path.join(run_dir, rel))
-        if data is None:
+        path = os.path.join(run_dir, rel)
+        if not os.path.isfile(path):
             missing.append(rel)
             continue
-        if rel == "events.jsonl":
-            data = data[: data.rfind(b"\n") + 1]  # complete lines only, as of now
-        files.append((rel, data))
+        files.append((rel, path))
     for tree in TREES:
         top = os.path.join(run_dir, tree)
         for base, dirs, names in os.walk(top):
@@ -160,9 +168,7 @@ def collect(run_dir: str) -> Tuple[List[Tuple[str, bytes]], List[str]]:
                 if name.startswith("."):
                     continue  # temporary files of an interrupted write
                 path = os.path.join(base, name)
-                data = _read_local(path)
-                if data is not None:
-                    files.append((os.path.relpath(path, run_dir).replace(os.sep, "/"), data))
+                files.append((os.path.relpath(path, run_dir).replace(os.sep, "/"), path))
     return files, missing
 
 
@@ -184,21 +190,29 @@ def copy_evidence(run_dir: str, dest: str) -> EvidenceReport:
     report = EvidenceReport(dest=dest)
     report.problems.extend(f"{rel}: missing in the run directory" for rel in missing)
     store = _store(dest)
+    sums: List[str] = []
     try:
-        for rel, data in files:
+        for rel, path in files:
+            data = _read_local(path)
+            if data is None:
+                report.problems.append(f"{rel}: vanished from the run directory during the copy")
+                continue
+            if rel == "events.jsonl":
+                data = data[: data.rfind(b"\n") + 1]  # complete lines only, as of now
             store.write(rel, data)
-        keep = {rel for rel, _ in files} | {SUMS}
+            sums.append(f"{hashlib.sha256(data).hexdigest()}  {rel}\n")
+            report.bytes += len(data)
+        keep = {line[66:-1] for line in sums} | {SUMS}
         for rel in store.listing():
             if rel not in keep:
                 store.remove(rel)  # left over from an earlier copy of this same run
-        store.write(SUMS, sums_text(files).encode("utf-8"))
+        store.write(SUMS, "".join(sums).encode("utf-8"))
     except OSError as exc:
         raise EvidenceError(f"results.copy_to {dest}: cannot write: {exc}") from exc
-    report.files = len(files) + 1
-    report.bytes = sum(len(d) for _, d in files)
+    report.files = len(sums) + 1
     check = verify_evidence(dest)
     report.problems.extend(check.problems)
-    report.verified = check.ok and not missing
+    report.verified = check.ok and not missing and not report.problems
     return report
 
 
@@ -216,6 +230,7 @@ def verify_evidence(path: str) -> VerifyReport:
                                f"incomplete)")
         return report
     listed, bad_lines = _parse_sums(raw)
+    intact: Set[str] = set()  # read back with the right checksum: safe to look inside
     report.problems.extend(bad_lines)
     for rel, digest in listed.items():
         data = store.read(rel)
@@ -226,6 +241,7 @@ def verify_evidence(path: str) -> VerifyReport:
         else:
             report.files += 1
             report.bytes += len(data)
+            intact.add(rel)
     for rel in REQUIRED:
         if rel not in listed:
             report.problems.append(f"{rel}: missing from {SUMS} (needed to understand the "
@@ -233,7 +249,8 @@ def verify_evidence(path: str) -> VerifyReport:
     for rel in store.listing():
         if rel != SUMS and rel not in listed and not rel.endswith(".part"):
             report.problems.append(f"{rel}: present but not listed in {SUMS}")
-    report.problems.extend(_check_references(store, listed))
+    report.problems.extend(_check_references(store, listed, intact))
+    report.problems.extend(_check_context(store, intact))
     report.ok = not report.problems
     return report
 
@@ -252,19 +269,60 @@ def _parse_sums(raw: bytes) -> Tuple[Dict[str, str], List[str]]:
     return listed, bad
 
 
-def _check_references(store: Any, listed: Dict[str, str]) -> List[str]:
-    """Every output the balance names must be in the copy."""
-    if "balance.json" not in listed:
+def _check_references(store: Any, listed: Dict[str, str], intact: Set[str]) -> List[str]:
+    """Every output the balance names must be in the copy (read from balance.csv, which
+    always has one row per input, so a large run is checked line by line)."""
+    if "balance.csv" not in intact:
         return []
-    data = store.read("balance.json")
-    try:
-        doc = json.loads(data or b"")
-    except ValueError:
-        return ["balance.json: not valid JSON"]
+    data = store.read("balance.csv") or b""
+    text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="")
+    reader = csv.DictReader(text)
+    absent = [c for c in BALANCE_COLUMNS if c not in (reader.fieldnames or [])]
+    if absent:
+        return [f"balance.csv: no column {', '.join(absent)} (expected at least "
+                f"{','.join(BALANCE_COLUMNS)})"]
     problems = []
-    for row in doc.get("rows", []) if isinstance(doc, dict) else []:
-        out = row.get("output") if isinstance(row, dict) else None
-        if isinstance(out, str) and not os.path.isabs(out) and out not in listed:
-            problems.append(f"{out}: named by balance.json (item {row.get('id')}) but not in "
+    for row in reader:
+        out = row.get("output") or ""
+        if out and not os.path.isabs(out) and out not in listed:
+            problems.append(f"{out}: named by balance.csv (item {row.get('id')}) but not in "
                             f"the copy")
     return problems
+
+
+def _check_context(store: Any, listed: Set[str]) -> List[str]:
+    """The parameters and references needed to understand the result are really there:
+    the manifest is not empty, spec.json names the run and carries its parameters
+    (project.params, task.params, inputs), environment.json and balance.json are JSON
+    objects, and the balance belongs to the same run as the spec."""
+    problems: List[str] = []
+    docs: Dict[str, Any] = {}
+    for rel in ("spec.json", "environment.json", "balance.json"):
+        if rel not in listed:
+            continue
+        try:
+            docs[rel] = json.loads(store.read(rel) or b"")
+        except ValueError:
+            docs[rel] = None
+        if not isinstance(docs[rel], dict):
+            problems.append(f"{rel}: not a JSON object")
+    if "manifest.yaml" in listed and not (store.read("manifest.yaml") or b"").strip():
+        problems.append("manifest.yaml: empty (the manifest as submitted is needed)")
+    spec = docs.get("spec.json")
+    if isinstance(spec, dict):
+        for path in SPEC_FIELDS:
+            if _dig(spec, path) is None:
+                problems.append(f"spec.json: no {path} (needed to understand the result)")
+        bal = docs.get("balance.json")
+        if isinstance(bal, dict) and bal.get("run") not in (None, spec.get("run_id")):
+            problems.append(f"balance.json: run {bal.get('run')!r} is not the spec's run "
+                            f"{spec.get('run_id')!r}")
+    return problems
+
+
+def _dig(doc: Any, path: str) -> Any:
+    for key in path.split("."):
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(key)
+    return doc

@@ -9,17 +9,19 @@ verifies the copy. Standard library only at import time.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
-from typing import Any, Dict, Iterable, List, Optional, Set
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
-from runner.balance import Balance, Problem, compute_balance
+from runner.balance import Balance, Problem, Tally, compute_balance
 from runner.inputs import InputsError, Item, list_inputs
 from runner.ledger import Anomaly, Ledger, LedgerError, Row, ledger_path
 from runner.stages import StageContext, StageFailure, StageSkipped
 
 EVENT_SAMPLE_REFUSED_MAX = 100
+EVENT_PROBLEMS_MAX = 200       # the balance event names this many; balance.json has all
+SAMPLE_REFUSED_MAX = 1000      # refused items sampled with their input; the csv has all
+JSON_ROWS_MAX = 10_000          # above this, the per-id rows are in balance.csv only
 
 
 class Recorder:
@@ -222,30 +224,41 @@ def _done_ids_in_events(path: str) -> Set[str]:
 
 
 def balance(ctx: StageContext) -> Dict[str, Any]:
-    """Balance from the ledger; writes balance.json and balance.csv; fails when not ok."""
+    """Balance from the ledger; writes balance.json and balance.csv; fails when not ok.
+
+    The ledger is streamed in id order beside the sorted inputs, and balance.csv is
+    written row by row, so a run of a million items never holds its results in memory.
+    """
     spec = ctx.spec
     items = _inputs(spec, "balance")
     if not os.path.exists(ledger_path(ctx.run_dir)):
         raise StageFailure("balance", "no ledger.sqlite in the run directory",
                            hint="the pilot stage did not record anything")
     ledger = _open_ledger(ctx, "balance")
+    csv_path = os.path.join(ctx.run_dir, "balance.csv")
     try:
-        rows = list(ledger.rows())
-        anomalies = ledger.anomalies()
+        with _AtomicText(csv_path) as fh:
+            bal, sample, rows = _stream_balance(spec, items, ledger.rows(), fh)
+        for a in ledger.anomalies():
+            bal.problems.append(Problem(a.kind, a.id, a.detail))
+    except LedgerError as exc:
+        raise StageFailure("balance", str(exc), hint="check the run directory") from exc
     finally:
         ledger.close()
-    bal = balance_from_rows(spec, items, rows, anomalies)
-    sample = sample_review(spec, items, rows)
-    by_id = {r.id: r for r in rows}
     doc = bal.to_dict()
-    doc.update({"run": spec.run_id, "rows": _csv_rows(items, by_id), "sample": sample,
+    doc.update({"run": spec.run_id, "rows": rows, "sample": sample,
                 "expected_refusals": list(spec.inputs.expected_refusals),
                 "categories": _categories(spec)})
+    if rows is None:
+        doc["rows_file"] = "balance.csv"
     _write_atomic(os.path.join(ctx.run_dir, "balance.json"),
                   json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    _write_atomic(os.path.join(ctx.run_dir, "balance.csv"), _csv_text(doc["rows"]))
     event = bal.to_dict()
     event["sample"] = _event_sample(sample)
+    for key in ("problems", "warnings"):
+        if len(event[key]) > EVENT_PROBLEMS_MAX:
+            event[f"{key}_count"] = len(event[key])
+            event[key] = event[key][:EVENT_PROBLEMS_MAX]
     ctx.emit("balance", **event)
     facts = {k: doc[k] for k in ("accepted", "refused", "total", "ok", "by_category")}
     facts["problems"] = len(bal.problems)
@@ -260,8 +273,93 @@ def _categories(spec: Any) -> List[str]:
     return cats or (["train"] if spec.task.kind == "train" else [])
 
 
+CSV_COLUMNS = ["id", "status", "category", "reason", "output", "input_bytes"]
+
+
+def _stream_balance(spec: Any, items: List[Item], rows: Iterable[Row],
+                    out: Any) -> Tuple[Balance, List[Dict[str, Any]],
+                                       Optional[List[Dict[str, Any]]]]:
+    """One pass over the inputs (sorted by id) and the ledger rows (sorted by id).
+
+    Writes one balance.csv line per input (``missing`` for an id the ledger lacks), judges
+    each id with the shared rules, and keeps only the sample review and, for a run of at
+    most JSON_ROWS_MAX inputs, the rows for balance.json. A ledger id that is not among
+    the inputs (the inputs changed between attempts) is an ``invented`` problem.
+    """
+    tally = Tally(spec.inputs.expected_refusals, _categories(spec), keep_rows=False)
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    sampler = _Sampler(spec)
+    kept: Optional[List[Dict[str, Any]]] = [] if len(items) <= JSON_ROWS_MAX else None
+    ledger_rows = iter(rows)
+    row = next(ledger_rows, None)
+    for it in items:
+        while row is not None and row.id < it.id:
+            tally.problems.append(Problem("invented", row.id, "in the ledger but not among "
+                                                              "the inputs"))
+            row = next(ledger_rows, None)
+        found = row if row is not None and row.id == it.id else None
+        if found is not None:
+            row = next(ledger_rows, None)
+        tally.judge(it.id, found.to_result() if found else None)
+        line = _csv_row(it, found)
+        writer.writerow({c: "" if line.get(c) is None else line.get(c) for c in CSV_COLUMNS})
+        if kept is not None:
+            kept.append(line)
+        if found is not None:
+            sampler.offer(found, it.path)
+    while row is not None:
+        tally.problems.append(Problem("invented", row.id, "in the ledger but not among the "
+                                                          "inputs"))
+        row = next(ledger_rows, None)
+    bal = tally.finish(spec.inputs.expected_count or None)
+    return bal, sampler.done(), kept
+
+
+def _csv_row(it: Item, row: Optional[Row]) -> Dict[str, Any]:
+    if row is None:
+        return {"id": it.id, "status": "missing", "category": None,
+                "reason": "never returned", "output": None, "input_bytes": it.size}
+    return {"id": it.id, "status": row.status, "category": row.category,
+            "reason": row.reason, "output": row.output, "input_bytes": it.size}
+
+
+class _Sampler:
+    """A few accepted items per category and the refused ones, beside their input."""
+
+    def __init__(self, spec: Any) -> None:
+        self.per_cat = max(0, int(spec.results.sample_per_category))
+        self.chars = max(0, int(spec.results.sample_chars))
+        self.taken: Dict[str, int] = {}
+        self.sample: List[Dict[str, Any]] = []
+        self.refused_taken = 0
+        self.refused_left_out = 0
+
+    def offer(self, row: Row, path: Optional[str]) -> None:
+        if row.status == "accepted":
+            key = str(row.category)
+            if self.taken.get(key, 0) >= self.per_cat:
+                return
+            self.taken[key] = self.taken.get(key, 0) + 1
+        elif self.refused_taken >= SAMPLE_REFUSED_MAX:
+            self.refused_left_out += 1
+            return
+        else:
+            self.refused_taken += 1
+        entry = row.to_result()
+        entry["input_head"] = _head(path, self.chars)
+        self.sample.append(entry)
+
+    def done(self) -> List[Dict[str, Any]]:
+        if self.refused_left_out:
+            self.sample.append({"note": f"{self.refused_left_out} more refused items are not "
+                                        f"sampled; balance.csv lists each with its reason"})
+        return self.sample
+
+
 def balance_from_rows(spec: Any, items: List[Item], rows: List[Row],
                       anomalies: List[Anomaly]) -> Balance:
+    """The balance of in-memory rows (the streamed stage gives the same answer)."""
     bal = compute_balance([it.id for it in items], spec.inputs.expected_refusals,
                           _categories(spec), [r.to_result() for r in rows],
                           expected_count=spec.inputs.expected_count or None)
@@ -272,21 +370,11 @@ def balance_from_rows(spec: Any, items: List[Item], rows: List[Row],
 
 def sample_review(spec: Any, items: List[Item], rows: List[Row]) -> List[Dict[str, Any]]:
     """A few accepted items per category and every refused one, beside their input."""
-    per_cat = max(0, int(spec.results.sample_per_category))
-    chars = max(0, int(spec.results.sample_chars))
     paths = {it.id: it.path for it in items}
-    taken: Dict[str, int] = {}
-    sample: List[Dict[str, Any]] = []
+    sampler = _Sampler(spec)
     for row in rows:
-        if row.status == "accepted":
-            key = str(row.category)
-            if taken.get(key, 0) >= per_cat:
-                continue
-            taken[key] = taken.get(key, 0) + 1
-        entry = row.to_result()
-        entry["input_head"] = _head(paths.get(row.id), chars)
-        sample.append(entry)
-    return sample
+        sampler.offer(row, paths.get(row.id))
+    return sampler.done()
 
 
 def _head(path: Optional[str], chars: int) -> Optional[str]:
@@ -308,27 +396,30 @@ def _event_sample(sample: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return [s for s in sample if s.get("status") != "refused" or id(s) in keep]
 
 
-def _csv_rows(items: List[Item], by_id: Dict[str, Row]) -> List[Dict[str, Any]]:
-    out = []
-    for it in items:
-        row = by_id.get(it.id)
-        if row is None:
-            out.append({"id": it.id, "status": "missing", "category": None,
-                        "reason": "never returned", "output": None, "input_bytes": it.size})
-        else:
-            out.append({"id": it.id, "status": row.status, "category": row.category,
-                        "reason": row.reason, "output": row.output, "input_bytes": it.size})
-    return out
+class _AtomicText:
+    """A text file written under a temporary name, fsynced and renamed on success only."""
 
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.tmp = f"{path}.tmp-{os.getpid()}"
+        self.fh: Any = None
 
-def _csv_text(rows: List[Dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    cols = ["id", "status", "category", "reason", "output", "input_bytes"]
-    writer = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-    writer.writeheader()
-    for r in rows:
-        writer.writerow({c: "" if r.get(c) is None else r.get(c) for c in cols})
-    return buf.getvalue()
+    def __enter__(self) -> Any:
+        self.fh = open(self.tmp, "w", encoding="utf-8", newline="")
+        return self.fh
+
+    def __exit__(self, etype: Any, exc: Any, tb: Any) -> None:
+        if etype is None:
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+            self.fh.close()
+            os.replace(self.tmp, self.path)
+            return
+        self.fh.close()
+        try:
+            os.remove(self.tmp)
+        except OSError:
+            pass
 
 
 def _write_atomic(path: str, text: str) -> None:

@@ -263,7 +263,8 @@ def train_pilot(ctx: Any, remaining: List[Item], recorder: Any) -> Dict[str, Any
     work = os.path.join(ctx.run_dir, "checkpoints")
     os.makedirs(work, exist_ok=True)
     params = dict(spec.project.params or {}, **(spec.task.params or {}))
-    facts: Dict[str, Any] = {"steps": k, "resume_steps": m, "shards": len(readable),
+    facts: Dict[str, Any] = {"steps": k, "resume_steps": m, "seed": spec.training.seed,
+                             "shards": len(readable),
                              "rows": len(rows), "checkpoint": os.path.join(work, f"step-{k}")}
     if readable:
         a, c = _run_abc(ctx, readable, rows, work, k, m, bool(params.get("break_resume_rng")))

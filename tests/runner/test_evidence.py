@@ -13,18 +13,21 @@ from bot.cli_evidence import register
 from runner.evidence import copy_evidence, verify_evidence
 
 REPO = Path(__file__).resolve().parents[2]
+SPEC = {"run_id": "r", "inputs": {"dir": "/in", "expected_count": 1},
+        "project": {"params": {"lang": "pt"}}, "task": {"kind": "classify", "params": {}}}
 
 
 def make_run(tmp: Path) -> Path:
     run = tmp / "run"
     (run / "outputs").mkdir(parents=True)
     (run / "manifest.yaml").write_text("name: t\n")
-    (run / "spec.json").write_text('{"run_id": "r"}\n')
+    (run / "spec.json").write_text(json.dumps(SPEC))
     (run / "environment.json").write_text("{}\n")
     (run / "events.jsonl").write_text('{"seq": 1}\n{"seq": 2, "torn')  # torn last line
     (run / "balance.json").write_text(json.dumps(
-        {"ok": True, "rows": [{"id": "a", "output": "outputs/a.json"}]}))
-    (run / "balance.csv").write_text("id,status,category,reason\na,accepted,x,\n")
+        {"ok": True, "run": "r", "rows": [{"id": "a", "output": "outputs/a.json"}]}))
+    (run / "balance.csv").write_text("id,status,category,reason,output\n"
+                                     "a,accepted,x,,outputs/a.json\n")
     (run / "outputs" / "a.json").write_text('{"category": "x"}')
     (run / "outputs" / ".b.json.tmp-1").write_text("partial")
     (run / "ledger.sqlite").write_bytes(b"not copied")
@@ -76,7 +79,7 @@ def test_an_added_file_and_an_output_the_balance_names_are_checked(tmp_path: Pat
     run = make_run(tmp_path)
     os.remove(run / "outputs" / "a.json")
     rep = copy_evidence(str(run), str(tmp_path / "d"))
-    assert "outputs/a.json: named by balance.json (item a) but not in the copy" in rep.problems
+    assert "outputs/a.json: named by balance.csv (item a) but not in the copy" in rep.problems
     (tmp_path / "d" / "extra.txt").write_text("?")
     assert "extra.txt: present but not listed in SHA256SUMS" in \
         verify_evidence(str(tmp_path / "d")).problems
@@ -122,3 +125,31 @@ def test_preflight_verify_command(tmp_path: Path) -> None:
     bad = cli.invoke(app, ["verify", str(tmp_path / "d"), "--json"])
     assert bad.exit_code == 1
     assert json.loads(bad.output)["problems"] == ["spec.json: checksum mismatch (content changed)"]
+
+
+def copy_with(tmp: Path, name: str, text: str) -> list[str]:
+    run = make_run(tmp)
+    (run / name).write_text(text)
+    return copy_evidence(str(run), str(tmp / "d")).problems
+
+
+def test_a_spec_without_its_parameters_does_not_verify(tmp_path: Path) -> None:
+    spec = {**SPEC, "project": {}}
+    assert copy_with(tmp_path, "spec.json", json.dumps(spec)) == [
+        "spec.json: no project.params (needed to understand the result)"]
+
+
+def test_an_empty_manifest_or_unreadable_environment_does_not_verify(tmp_path: Path) -> None:
+    assert copy_with(tmp_path / "a", "manifest.yaml", "\n") == [
+        "manifest.yaml: empty (the manifest as submitted is needed)"]
+    assert copy_with(tmp_path / "b", "environment.json", "[1,") == [
+        "environment.json: not a JSON object"]
+
+
+def test_a_balance_of_another_run_or_without_its_columns_does_not_verify(
+        tmp_path: Path) -> None:
+    assert copy_with(tmp_path / "a", "balance.json", '{"run": "other", "rows": null}') == [
+        "balance.json: run 'other' is not the spec's run 'r'"]
+    assert copy_with(tmp_path / "b", "balance.csv", "id,status\na,accepted\n") == [
+        "balance.csv: no column category, reason (expected at least id,status,category,"
+        "reason)"]

@@ -44,6 +44,7 @@ def run_train(tmp: Path, **params: Any) -> tuple[StageContext, dict[str, Any]]:
 def test_resume_in_a_new_process_is_bit_identical(tmp_path: Path) -> None:
     ctx, facts = run_train(tmp_path)
     assert facts["bit_identical"] is True and facts["differences"] == []
+    assert facts["seed"] == 7
     assert facts["losses_a"][3:] == facts["losses_c"] and len(facts["losses_a"]) == 5
     ck = tmp_path / "run" / "checkpoints" / "step-3"
     assert json.loads((ck / "COMPLETE").read_text())["step"] == 3

@@ -59,6 +59,7 @@ class Harness:
             "task": {"handler": f"hmod_l:{handler}", "categories": ["x", "y"],
                      "batch_size": batch},
             "results": {"copy_to": copy_to, "sample_per_category": 1, "sample_chars": 3}})
+        (self.run_dir / "spec.json").write_text(self.spec.to_json())
         self.events = self.run_dir / "events.jsonl"
 
     def ctx(self, resume: bool = False) -> tuple[StageContext, EventWriter]:
