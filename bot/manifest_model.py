@@ -93,6 +93,8 @@ class Task(Section):
     resume_steps: Int = Field(default=1, ge=1, description="training: steps after the resume")
     tolerance: Number | None = Field(default=None, ge=0,
                                     description="training: allowed resume difference")
+    seed: Int = Field(default=0, ge=0,
+                      description="training: random seed of the pilot and its resume test")
     distributed: bool = Field(default=False,
                               description="the program itself distributes over several cards")
 

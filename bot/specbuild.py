@@ -63,7 +63,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                             sample_per_category=m.results.sample_per_category,
                             sample_chars=m.results.sample_chars),
         training=TrainingSpec(steps=task.steps, resume_steps=task.resume_steps,
-                              tolerance=task.tolerance),
+                              tolerance=task.tolerance, seed=task.seed),
     )
 
 
