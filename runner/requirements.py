@@ -1,11 +1,11 @@
-"""Requirement files and version matching, written for a bare node.
+"""Requirement files, written for a bare node.
 
 The runner must check ``requirements-rebuild.txt`` on a node that may not have the
-``packaging`` library, so this module carries a PEP 440 subset: versions with epoch,
-release, pre/post/dev and local parts; specifiers ``== != <= >= < > ~= ===`` and ``==X.*``;
-requirement lines with extras, environment markers (the common variables), ``-r`` includes
-and pip options (ignored). When ``packaging`` is importable it is used for the match, so
-the answer is the one pip would give; ``matcher`` in the report says which one decided.
+``packaging`` library: requirement lines with extras, environment markers (the common
+variables), ``-r`` includes, ``\\`` line continuations and pip options (ignored, also
+per-line ones such as ``--hash``). Versions are matched by :mod:`runner.versions` (a
+PEP 440 subset, or ``packaging`` when it is importable; ``matcher`` in the report says
+which one decided).
 """
 
 from __future__ import annotations
@@ -17,215 +17,16 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-_VERSION_RE = re.compile(
-    r"""^\s*v?
-    (?:(?P<epoch>\d+)!)?
-    (?P<release>\d+(?:\.\d+)*)
-    (?:[-_.]?(?P<pre_l>a|b|c|rc|alpha|beta|pre|preview)[-_.]?(?P<pre_n>\d+)?)?
-    (?:(?:-(?P<post_n1>\d+))|(?:[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>\d+)?))?
-    (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>\d+)?)?
-    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
-    \s*$""",
-    re.VERBOSE | re.IGNORECASE,
+from runner.versions import (  # re-exported: the matching API lives there
+    Version,
+    VersionError,
+    match_one,
+    match_one_text,
+    parse_specifier,
+    parse_version,
+    satisfies,
+    satisfies_builtin,
 )
-
-_PRE_NORM = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "c": "rc", "rc": "rc",
-             "pre": "rc", "preview": "rc"}
-_PRE_ORDER = {"a": 0, "b": 1, "rc": 2}
-
-
-class VersionError(ValueError):
-    """A version or specifier that this module cannot read."""
-
-
-@dataclass(frozen=True)
-class Version:
-    epoch: int
-    release: Tuple[int, ...]
-    pre: Optional[Tuple[str, int]]
-    post: Optional[int]
-    dev: Optional[int]
-    local: Optional[str]
-
-    @property
-    def is_prerelease(self) -> bool:
-        return self.pre is not None or self.dev is not None
-
-    @property
-    def public(self) -> Version:
-        return Version(self.epoch, self.release, self.pre, self.post, self.dev, None)
-
-    def key(self) -> Tuple[Any, ...]:
-        """A sort key equivalent to PEP 440 ordering (the one packaging uses)."""
-        release = list(self.release)
-        while len(release) > 1 and release[-1] == 0:
-            release.pop()
-        if self.pre is None and self.post is None and self.dev is not None:
-            pre: Tuple[int, int] = (-1, 0)  # 1.0.dev0 sorts before 1.0a0
-        elif self.pre is None:
-            pre = (3, 0)
-        else:
-            pre = (_PRE_ORDER[self.pre[0]], self.pre[1])
-        post = -1 if self.post is None else self.post
-        dev = (1, 0) if self.dev is None else (0, self.dev)
-        local: Tuple[Any, ...] = (0, ())
-        if self.local is not None:
-            local = (1, tuple((1, int(p), "") if p.isdigit() else (0, 0, p)
-                              for p in re.split(r"[-_.]", self.local.lower())))
-        return (self.epoch, tuple(release), pre, post, dev, local)
-
-    def __lt__(self, other: Version) -> bool:
-        return self.key() < other.key()
-
-    def __le__(self, other: Version) -> bool:
-        return self.key() <= other.key()
-
-    def __gt__(self, other: Version) -> bool:
-        return self.key() > other.key()
-
-    def __ge__(self, other: Version) -> bool:
-        return self.key() >= other.key()
-
-    def same(self, other: Version) -> bool:
-        return self.key() == other.key()
-
-
-def parse_version(text: str) -> Version:
-    m = _VERSION_RE.match(text)
-    if not m:
-        raise VersionError(f"not a PEP 440 version: {text!r}")
-    pre = None
-    if m.group("pre_l"):
-        pre = (_PRE_NORM[m.group("pre_l").lower()], int(m.group("pre_n") or 0))
-    post = None
-    if m.group("post_n1"):
-        post = int(m.group("post_n1"))
-    elif m.group("post_l"):
-        post = int(m.group("post_n2") or 0)
-    dev = int(m.group("dev_n") or 0) if m.group("dev_l") else None
-    return Version(
-        epoch=int(m.group("epoch") or 0),
-        release=tuple(int(p) for p in m.group("release").split(".")),
-        pre=pre, post=post, dev=dev,
-        local=m.group("local").lower() if m.group("local") else None,
-    )
-
-
-_SPEC_RE = re.compile(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*([^\s,;]+)\s*$")
-
-
-def _prefix_match(version: Version, prefix_text: str) -> bool:
-    prefix = parse_version(prefix_text)
-    n = len(prefix.release)
-    release = tuple((list(version.release) + [0] * n)[:n])
-    if version.epoch != prefix.epoch or release != prefix.release:
-        return False
-    for attr in ("pre", "post", "dev"):
-        wanted = getattr(prefix, attr)
-        if wanted is not None and getattr(version, attr) != wanted:
-            return False
-    return True
-
-
-def _same_base(a: Version, b: Version) -> bool:
-    return a.epoch == b.epoch and _trim(a.release) == _trim(b.release)
-
-
-def match_one(version: Version, op: str, target: str) -> bool:
-    """Does ``version`` satisfy one clause ``op target``? (``===`` needs the text: see
-    :func:`match_one_text`.)"""
-    if op == "===":
-        raise VersionError("=== compares version strings; use match_one_text")
-    if target.endswith(".*"):
-        if op not in ("==", "!="):
-            raise VersionError(f"wildcard only allowed with == and !=: {op}{target}")
-        hit = _prefix_match(version, target[:-2])
-        return hit if op == "==" else not hit
-    want = parse_version(target)
-    if op in ("==", "!="):
-        mine = version if want.local is not None else version.public
-        return mine.same(want) if op == "==" else not mine.same(want)
-    if want.local is not None:
-        raise VersionError(f"a local version is only allowed with == and !=: {op}{target}")
-    if op == "~=":
-        if len(want.release) < 2:
-            raise VersionError(f"~= needs at least two release parts: ~={target}")
-        prefix = ".".join(str(p) for p in want.release[:-1])
-        if want.epoch:
-            prefix = f"{want.epoch}!{prefix}"
-        return version.public >= want and _prefix_match(version, prefix)
-    if op == ">=":
-        return version.public >= want
-    if op == "<=":
-        return version.public <= want
-    if op == "<":
-        # PEP 440: <V excludes V's own pre-releases unless V itself is a pre/dev/post.
-        if not version.public < want:
-            return False
-        special = want.pre is not None or want.dev is not None or want.post is not None
-        return special or not _same_base(version, want)
-    if op == ">":
-        # PEP 440: >V excludes V's post-releases (same pre segment); locals are ignored.
-        if not version.public > want:
-            return False
-        return not (_same_base(version, want) and want.dev is None and want.post is None
-                    and version.pre == want.pre and version.post is not None)
-    raise VersionError(f"unknown operator {op!r}")
-
-
-def _trim(release: Tuple[int, ...]) -> Tuple[int, ...]:
-    parts = list(release)
-    while len(parts) > 1 and parts[-1] == 0:
-        parts.pop()
-    return tuple(parts)
-
-
-def parse_specifier(text: str) -> List[Tuple[str, str]]:
-    """"">=1.2, <2" -> [(">=", "1.2"), ("<", "2")]; an empty string means any version."""
-    clauses: List[Tuple[str, str]] = []
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        m = _SPEC_RE.match(part)
-        if not m:
-            raise VersionError(f"not a version specifier: {part.strip()!r}")
-        clauses.append((m.group(1), m.group(2)))
-    return clauses
-
-
-def satisfies_builtin(version_text: str, specifier: str) -> bool:
-    """The built-in match: every clause holds (pre-releases are accepted, as pip does
-    for an installed version)."""
-    clauses = parse_specifier(specifier)
-    if any(op == "===" for op, _ in clauses):
-        return all(match_one_text(version_text, op, t) for op, t in clauses)
-    version = parse_version(version_text)
-    return all(match_one(version, op, target) for op, target in clauses)
-
-
-def match_one_text(version_text: str, op: str, target: str) -> bool:
-    if op == "===":
-        return version_text.strip() == target
-    return match_one(parse_version(version_text), op, target)
-
-
-def satisfies(version_text: str, specifier: str) -> Tuple[bool, str]:
-    """Match with ``packaging`` when importable, else the built-in matcher.
-
-    Returns (ok, matcher name).
-    """
-    try:
-        from packaging.specifiers import InvalidSpecifier, SpecifierSet
-        from packaging.version import InvalidVersion
-        from packaging.version import Version as PVersion
-    except ImportError:
-        return satisfies_builtin(version_text, specifier), "builtin"
-    try:
-        return SpecifierSet(specifier).contains(PVersion(version_text),
-                                                prereleases=True), "packaging"
-    except (InvalidSpecifier, InvalidVersion):
-        return satisfies_builtin(version_text, specifier), "builtin"
-
 
 # ---------------------------------------------------------------- requirement lines
 
@@ -344,9 +145,56 @@ def parse_requirement(line: str, source: str) -> Requirement:
     return Requirement(name, rest.replace(" ", ""), marker, url, source, line.strip())
 
 
+def logical_lines(text: str) -> List[Tuple[int, str]]:
+    """(first line number, text) of each logical line: ``\\`` continuations joined, as pip
+    does (pip-compile ``--generate-hashes`` output puts each ``--hash`` on its own line)."""
+    out: List[Tuple[int, str]] = []
+    parts: List[str] = []
+    start = 0
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        if not parts:
+            start = lineno
+        if raw.rstrip().endswith("\\"):
+            parts.append(raw.rstrip()[:-1])
+            continue
+        parts.append(raw)
+        out.append((start, " ".join(parts)))
+        parts = []
+    if parts:
+        out.append((start, " ".join(parts)))
+    return out
+
+
+_OPTION_RE = re.compile(r"\s--[A-Za-z]")  # per-requirement pip options: --hash=..., ...
+_WHEEL_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._]*)-([^-]+)-.*\.whl$")
+
+
+def _nameless(line: str, where: str) -> Any:
+    """A URL or path without ``name @``: a Requirement when its name can be told (a wheel
+    file name, ``#egg=name``), else an ``unchecked`` entry (pip could install it, we cannot
+    tell which distribution it is)."""
+    egg = re.search(r"#egg=([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+    from urllib.parse import unquote
+
+    base = unquote(os.path.basename(line.split("#", 1)[0].split("?", 1)[0]))
+    wheel = _WHEEL_RE.match(base)
+    if wheel:
+        return Requirement(wheel.group(1), f"=={wheel.group(2)}", None, line, where, line)
+    if egg:
+        return Requirement(egg.group(1), "", None, line, where, line)
+    return {"where": where, "line": line, "kind": "unchecked",
+            "problem": "a URL or path without a package name: not checked"}
+
+
+def _looks_like_location(line: str) -> bool:
+    return ("://" in line.split("@", 1)[0] or line.startswith((".", "/", "~"))
+            or line.endswith((".whl", ".zip", ".tar.gz")) and "@" not in line)
+
+
 def read_requirements(path: str, _seen: Optional[List[str]] = None) -> Tuple[
         List[Requirement], List[Dict[str, str]]]:
-    """Requirements of a file (following ``-r``), and the lines that could not be read."""
+    """Requirements of a file (following ``-r``), and the lines that could not be read
+    (or, with ``"kind": "unchecked"``, a URL or path whose package cannot be told)."""
     seen = _seen if _seen is not None else []
     real = os.path.realpath(path)
     if real in seen:
@@ -354,9 +202,9 @@ def read_requirements(path: str, _seen: Optional[List[str]] = None) -> Tuple[
     seen.append(real)
     reqs: List[Requirement] = []
     problems: List[Dict[str, str]] = []
-    with open(path, encoding="utf-8") as fh:
-        lines = fh.read().splitlines()
-    for lineno, raw in enumerate(lines, 1):
+    with open(path, encoding="utf-8-sig") as fh:  # -sig: a BOM from a Windows editor
+        text = fh.read()
+    for lineno, raw in logical_lines(text):
         line = re.sub(r"(^|\s)#.*$", "", raw).strip()
         where = f"{path}:{lineno}"
         if not line:
@@ -366,15 +214,21 @@ def read_requirements(path: str, _seen: Optional[List[str]] = None) -> Tuple[
             inc = os.path.join(os.path.dirname(path), target.strip())
             try:
                 sub, subprob = read_requirements(inc, seen)
-            except OSError as exc:
+            except (OSError, UnicodeDecodeError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 problems.append({"where": where, "line": raw.strip(),
-                                 "problem": f"cannot read {inc}: {exc.strerror or exc}"})
+                                 "problem": f"cannot read {inc}: {why}"})
                 continue
             reqs.extend(sub)
             problems.extend(subprob)
             continue
         if line.startswith("-"):
             continue  # pip options (-e, --index-url, -c ...) do not name an installed package
+        line = _OPTION_RE.split(f" {line}", 1)[0].strip()
+        if _looks_like_location(line):
+            found = _nameless(line, where)
+            (reqs if isinstance(found, Requirement) else problems).append(found)
+            continue
         try:
             reqs.append(parse_requirement(line, where))
         except VersionError as exc:
@@ -403,6 +257,7 @@ class RequirementsReport:
     missing: List[Dict[str, str]] = field(default_factory=list)
     mismatched: List[Dict[str, str]] = field(default_factory=list)
     unreadable: List[Dict[str, str]] = field(default_factory=list)
+    unchecked: List[Dict[str, str]] = field(default_factory=list)
     skipped_by_marker: List[str] = field(default_factory=list)
     matcher: str = "builtin"
 
@@ -414,6 +269,7 @@ class RequirementsReport:
         return {"checked": self.checked, "ok": self.ok, "matcher": self.matcher,
                 "satisfied": len(self.satisfied), "missing": self.missing,
                 "mismatched": self.mismatched, "unreadable": self.unreadable,
+                "unchecked": self.unchecked,
                 "skipped_by_marker": self.skipped_by_marker}
 
 
@@ -422,7 +278,9 @@ def check_requirements(path: str, installed: Optional[Dict[str, str]] = None
     """Check every requirement of ``path``; all problems are listed, not just the first."""
     reqs, problems = read_requirements(path)
     have = installed if installed is not None else installed_versions()
-    report = RequirementsReport(unreadable=problems)
+    report = RequirementsReport(
+        unreadable=[p for p in problems if p.get("kind") != "unchecked"],
+        unchecked=[p for p in problems if p.get("kind") == "unchecked"])
     for req in reqs:
         if req.marker:
             try:
@@ -452,3 +310,11 @@ def check_requirements(path: str, installed: Optional[Dict[str, str]] = None
             continue
         (report.satisfied if ok else report.mismatched).append(entry)
     return report
+
+
+__all__ = [
+    "Version", "VersionError", "match_one", "match_one_text", "parse_specifier",
+    "parse_version", "satisfies", "satisfies_builtin", "normalize_name", "Requirement",
+    "marker_environment", "evaluate_marker", "parse_requirement", "logical_lines",
+    "read_requirements", "installed_versions", "RequirementsReport", "check_requirements",
+]

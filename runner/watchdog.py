@@ -133,14 +133,7 @@ class Worker:
 
     def _timed_out(self, name: str, timeout: float) -> Result:
         self.kill()
-        return {"status": "failed", "facts": {}, "error": {
-            "type": "Timeout",
-            "message": f"stage {name} timed out after {timeout:g} s",
-            "where": f"stage {name}",
-            "hint": (f"the {name} stage did not finish in time (a hung driver call, a "
-                     f"deadlocked extension or a slow user check); raise "
-                     f"diagnostics.timeouts.{name} if it is only slow"),
-        }}
+        return timed_out_result(name, timeout)
 
     def _died(self, name: str) -> Result:
         code = self.proc.wait() if self.proc is not None else None
@@ -190,6 +183,22 @@ class Worker:
             self._reader.join(timeout=5)
             self._reader = None
         self.proc = None
+
+
+def timed_out_result(name: str, timeout: float, in_process: bool = False) -> Result:
+    """The failed result of a stage past its timeout (worker killed, or thread abandoned)."""
+    if in_process:
+        cause = ("a hung file system call: a network mount under the run directory, the "
+                 "project or results.copy_to; the stuck call is abandoned, it cannot be killed")
+    else:
+        cause = "a hung driver call, a deadlocked extension or a slow user check"
+    return {"status": "failed", "facts": {}, "error": {
+        "type": "Timeout",
+        "message": f"stage {name} timed out after {timeout:g} s",
+        "where": f"stage {name}",
+        "hint": (f"the {name} stage did not finish in time ({cause}); raise "
+                 f"diagnostics.timeouts.{name} if it is only slow"),
+    }}
 
 
 # ---------------------------------------------------------------- worker side

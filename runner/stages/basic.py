@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import sys
 from typing import Any, Dict, List
@@ -78,21 +79,38 @@ def interpreter(ctx: StageContext) -> Dict[str, Any]:
         from runner.requirements import VersionError, satisfies
 
         facts["wanted"] = wanted
-        spec_text = wanted if wanted.strip()[:1] in "<>=!~" else f"=={wanted}"
+        spec_text = python_constraint(wanted)
         try:
             ok, _matcher = satisfies(facts["version"], spec_text)
         except VersionError as exc:
             raise StageFailure("interpreter", f"python constraint {wanted!r} cannot be read: "
                                f"{exc}", facts=facts,
-                               hint="write project.python like '>=3.10' or '3.11.*'") from exc
+                               hint="write project.python like '>=3.10' or '==3.11.*'") from exc
         facts["matches"] = ok
         if not ok:
             raise StageFailure(
                 "interpreter", f"Python {facts['version']} ({sys.executable}) does not "
                 f"satisfy project.python {wanted!r}", facts=facts, error_type="WrongInterpreter",
-                hint="start the runner with the interpreter the project needs (check which "
-                     "python is first on PATH and which environment is activated)")
+                hint=_interpreter_hint(spec_text, facts["version"]))
     return facts
+
+
+def python_constraint(wanted: str) -> str:
+    """The specifier for ``project.python``: a bare "3.11" means any 3.11 ("==3.11.*")."""
+    text = wanted.strip()
+    if text[:1] in "<>=!~":
+        return text
+    return f"=={text}" if text.endswith(".*") else f"=={text}.*"
+
+
+def _interpreter_hint(spec_text: str, version: str) -> str:
+    hint = ("start the runner with the interpreter the project needs (check which python "
+            "is first on PATH and which environment is activated)")
+    exact = re.fullmatch(r"\s*==\s*(\d+\.\d+)\s*", spec_text)
+    if exact and version.startswith(exact.group(1) + "."):
+        hint = (f"=={exact.group(1)} means exactly {exact.group(1)}.0 (PEP 440); write "
+                f"=={exact.group(1)}.* for any {exact.group(1)}.x, or " + hint)
+    return hint
 
 
 def environment(ctx: StageContext) -> Dict[str, Any]:

@@ -1,10 +1,21 @@
-"""The loop over the stage table: dependencies, the watchdog, events, environment.json.
+"""The loop over the stage table: dependencies, timeouts, signals, events, environment.json.
 
 Each stage emits ``stage.started`` then ``stage.passed`` / ``stage.failed`` (with ``error``)
 or ``stage.skipped`` (with ``reason``); all carry ``facts`` and the passed/failed ones
 ``seconds``. A stage is skipped without starting when a dependency failed or was skipped
 *blocking*; the reason names the root cause ("torch failed"). ``environment.json`` in the
 run directory is rewritten (temp file + rename) after every stage with everything known.
+
+Every stage runs under its timeout. Worker stages are killed with the worker's process
+group. Stages that run in the runner process (prepare, interpreter, environment, balance,
+evidence) run in a thread the ladder waits on: past the timeout the stage fails, the
+thread is abandoned (a call blocked in the kernel, e.g. on a hung network file system,
+cannot be killed) and can no longer emit events, and the ladder goes on.
+
+SIGTERM/SIGINT fail the current stage with ``Interrupted`` and skip every later stage with
+the reason "runner interrupted by SIGTERM"; ``run.finished`` is still written. A signal
+that arrives while an event or environment.json is being written is held until the write
+is complete, so the files stay whole; further signals while the run winds up are ignored.
 """
 
 from __future__ import annotations
@@ -14,25 +25,42 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
 
 from runner import events as ev
 from runner.stages import STAGE_TABLE, StageContext, StageDef, stage_timeout
-from runner.watchdog import Worker, resolve_stage, run_stage_here
+from runner.watchdog import Worker, resolve_stage, run_stage_here, timed_out_result
 
 PASSED, FAILED, SOFT_SKIP, BLOCKED = "passed", "failed", "skipped", "blocked"
 
 
-class Interrupted(Exception):
-    """The runner received SIGTERM/SIGINT while a stage ran."""
+class Interrupted(BaseException):
+    """The runner received SIGTERM/SIGINT. A BaseException, like KeyboardInterrupt, so a
+    stage's ``except Exception`` cannot swallow it."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
 
-def _raise_interrupted(signum: int, frame: Any) -> None:
-    raise Interrupted(signum)
+class _Gate:
+    """The ``emit`` of a stage run in a thread: closed once the ladder stops waiting."""
+
+    def __init__(self, emit: Any, lock: Any) -> None:
+        self._emit = emit
+        self._lock = lock
+        self.closed = False
+
+    def emit(self, etype: str, **data: Any) -> Any:
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("stage abandoned after its timeout: event not written")
+            return self._emit(etype, **data)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
 
 
 class Ladder:
@@ -54,6 +82,9 @@ class Ladder:
         self.stage_reached: Optional[str] = None
         self._current: Optional[str] = None
         self._t0 = 0.0
+        self._lock = threading.RLock()  # one writer of events.jsonl at a time
+        self._defer = False  # a signal now is held until the write in progress is done
+        self._pending: Optional[int] = None
 
     # -------------------------------------------------------------- public
 
@@ -61,7 +92,7 @@ class Ladder:
         """Run every stage; returns the ``run.finished`` fields."""
         old = {}
         if threading.current_thread() is threading.main_thread():
-            old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
+            old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             if any(s.in_worker for s in self.table):
                 self.worker.start()  # its interpreter boots while the first stages run
@@ -70,12 +101,42 @@ class Ladder:
         except Interrupted as exc:
             self._interrupted(exc)
         finally:
+            self.worker.stop()
             for sig, handler in old.items():
                 signal.signal(sig, handler)
-            self.worker.stop()
         failed = any(o in (FAILED, BLOCKED) for o in self.outcome.values())
         return {"status": "failed" if failed else "passed",
                 "stage_reached": self.stage_reached, "first_error": self.first_error}
+
+    # -------------------------------------------------------------- signals
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._defer:
+            self._pending = self._pending or signum
+            return
+        self._defer = True  # from now on the run winds up: later signals are held
+        raise Interrupted(signum)
+
+    @contextmanager
+    def _critical(self) -> Iterator[None]:
+        """Hold signals while the files are written; raise a held one afterwards."""
+        outer = self._defer
+        self._defer = True
+        try:
+            with self._lock:
+                yield
+        finally:
+            self._defer = outer
+        if not outer and self._pending is not None:
+            self._defer = True
+            raise Interrupted(self._pending)
+
+    def _emit(self, etype: str, **data: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            with self._lock:  # a stage thread: signals go to the main thread anyway
+                return self.writer.emit(etype, **data)
+        with self._critical():
+            return self.writer.emit(etype, **data)
 
     # -------------------------------------------------------------- one stage
 
@@ -90,22 +151,47 @@ class Ladder:
                                       "blocking": True}, None, started=False)
             return
         self.stage_reached = stage.name
-        self.writer.emit(ev.STAGE_STARTED, stage=stage.name)
         self._current, self._t0 = stage.name, time.monotonic()
+        self._emit(ev.STAGE_STARTED, stage=stage.name)
+        timeout = stage_timeout(stage, self.spec)
         try:
             if stage.in_worker:
-                result = self.worker.run_stage(stage.name, self.facts,
-                                               stage_timeout(stage, self.spec),
-                                               self.writer.emit)
+                result = self.worker.run_stage(stage.name, self.facts, timeout, self._emit)
             else:
-                ctx = StageContext(spec=self.spec, run_dir=self.run_dir, resume=self.resume,
-                                   facts=dict(self.facts), emit=self.writer.emit)
-                result = run_stage_here(stage.name, ctx)
+                result = self._run_in_thread(stage.name, timeout)
         except Interrupted:
             self.worker.kill()
             raise
-        self._current = None
         self._finish(stage.name, result, time.monotonic() - self._t0, started=True)
+
+    def _run_in_thread(self, name: str, timeout: float) -> Dict[str, Any]:
+        """Run a runner-process stage in a thread; fail it when it outlives ``timeout``."""
+        gate = _Gate(self._emit, self._lock)
+        ctx = StageContext(spec=self.spec, run_dir=self.run_dir, resume=self.resume,
+                           facts=dict(self.facts), emit=gate.emit)
+        box: Dict[str, Dict[str, Any]] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                box["result"] = run_stage_here(name, ctx)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit from a stage: a failure
+                from runner.stages.hints import describe_error
+
+                box["result"] = {"status": "failed", "facts": {}, "error": describe_error(exc)}
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=target, name=f"stage-{name}", daemon=True)
+        thread.start()
+        try:
+            finished = done.wait(timeout)
+        finally:
+            if not done.is_set():
+                gate.close()
+        if not finished:
+            return timed_out_result(name, timeout, in_process=True)
+        return box["result"]
 
     def _blocked_reason(self, stage: StageDef) -> Optional[str]:
         reasons: List[str] = []
@@ -126,6 +212,12 @@ class Ladder:
 
     def _finish(self, name: str, result: Dict[str, Any], seconds: Optional[float],
                 started: bool) -> None:
+        with self._critical():
+            self._current = None
+            self._record(name, result, seconds)
+            self._write_environment()
+
+    def _record(self, name: str, result: Dict[str, Any], seconds: Optional[float]) -> None:
         status = result.get("status")
         facts = result.get("facts") or {}
         data: Dict[str, Any] = {"stage": name, "facts": facts}
@@ -152,20 +244,26 @@ class Ladder:
         record = {k: v for k, v in data.items() if k != "stage"}
         record["status"] = "skipped" if self.outcome[name] in (SOFT_SKIP, BLOCKED) else status
         self.record[name] = record
-        self._write_environment()
 
     def _interrupted(self, exc: Interrupted) -> None:
+        """Fail the stage that ran, skip every stage not reported yet, keep the files whole."""
         name = self._current
-        seconds = time.monotonic() - self._t0 if name else None
-        error = {"type": "Interrupted", "message": f"runner interrupted by {exc}",
-                 "where": f"stage {name}" if name else None,
-                 "hint": "the runner was stopped from outside; resume with --resume"}
-        if name is not None and name not in self.outcome:
-            self._finish(name, {"status": "failed", "facts": {}, "error": error}, seconds,
-                         started=True)
+        left = [s.name for s in self.table if s.name not in self.outcome and s.name != name]
+        why = f"runner interrupted by {exc}"
+        error = {"type": "Interrupted", "message": why,
+                 "where": f"stage {name}" if name else (f"before stage {left[0]}"
+                                                         if left else None),
+                 "hint": "the runner was stopped from outside (a lease ending, a scheduler, "
+                         "Ctrl-C); resume it with --resume"}
+        if name is not None:
+            self._finish(name, {"status": "failed", "facts": {}, "error": error},
+                         time.monotonic() - self._t0, started=True)
         elif self.first_error is None:
-            self.first_error = {"stage": name, **error}
+            self.first_error = {"stage": left[0] if left else self.stage_reached, **error}
             self.outcome["interrupted"] = FAILED
+        for stage in left:
+            self._finish(stage, {"status": "skipped", "reason": why, "facts": {},
+                                 "blocking": True}, None, started=False)
 
     # -------------------------------------------------------------- environment.json
 

@@ -1,0 +1,157 @@
+"""Signals and hangs in the runner process itself, produced for real.
+
+A SIGTERM (or Ctrl-C) to ``python -m runner`` fails the running stage with ``Interrupted``,
+skips every later stage with the reason, and still ends the file with ``run.finished``.
+A stage that runs in the runner process (here ``environment``, blocked opening a FIFO
+included with ``-r``, as a hung network mount would block it) fails at its timeout while
+the ladder goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from tests.runner.test_stages_kit import (
+    REPO,
+    events_of,
+    finished,
+    outcomes,
+    run_runner,
+    runner_env,
+    status_of,
+    write_spec,
+)
+
+ALL = ["prepare", "interpreter", "environment", "torch", "device", "compute", "extensions",
+       "memory", "pilot", "balance", "evidence"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
+    except FileNotFoundError:
+        return False
+
+
+def _wait_until(condition: Callable[[], bool], what: str, deadline_s: float = 90.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)  # polling a condition with a deadline, not waiting for time
+
+
+def _started(run_dir: Path, stage: str) -> Callable[[], bool]:
+    def check() -> bool:
+        path = run_dir / "events.jsonl"
+        if not path.exists():
+            return False
+        for line in path.read_text().splitlines():
+            event = json.loads(line) if line.endswith("}") else {}
+            if event.get("type") == "stage.started" and event.get("stage") == stage:
+                return True
+        return False
+    return check
+
+
+def _blocking_requirements(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    os.mkfifo(project / "hung.txt")  # opening it blocks until a writer comes: never
+    (project / "requirements.txt").write_text("PyYAML>=5.1\n-r hung.txt\n")
+
+
+def _assert_interrupted(run_dir: Path, stage: str, signame: str) -> None:
+    events = events_of(run_dir)  # whole lines, seq 1..n, ends with run.finished
+    status = status_of(events)
+    assert list(status) == ALL  # every stage reported exactly once
+    error = outcomes(events)[stage].data["error"]
+    assert status[stage] == "failed"
+    assert error["type"] == "Interrupted" and error["message"] == f"runner interrupted by {signame}"
+    assert "--resume" in error["hint"]
+    later = ALL[ALL.index(stage) + 1:]
+    assert later
+    for name in later:
+        event = outcomes(events)[name]
+        assert event.type == "stage.skipped", name
+        assert event.data["reason"] == f"runner interrupted by {signame}"
+        assert event.data["blocking"] is True
+    end = finished(events)
+    assert end["status"] == "failed" and end["stage_reached"] == stage
+    assert end["first_error"]["stage"] == stage
+    env = json.loads((run_dir / "environment.json").read_text())
+    assert env["first_error"]["type"] == "Interrupted"
+    assert set(env["stages"]) == set(ALL)
+    assert not list(run_dir.glob("*.tmp*"))
+
+
+def test_sigterm_during_a_worker_stage(tmp_path: Path) -> None:
+    pidfile = tmp_path / "hang.pids"
+    spec = write_spec(tmp_path, diagnostics={"checks": ["tinycheck:hang"]})
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", str(spec), "--run-dir", str(run_dir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO,
+        env=runner_env(TINYCHECK_PIDFILE=str(pidfile)))
+    try:
+        _wait_until(pidfile.exists, "the hanging check to start")
+        worker_pid, grandchild = (int(p) for p in pidfile.read_text().split())
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, stderr
+    assert b"Traceback" not in stderr
+    _assert_interrupted(run_dir, "extensions", "SIGTERM")
+    # the worker and what the user's check started went with the worker's process group
+    assert not _alive(worker_pid) and not _alive(grandchild)
+
+
+def test_sigint_during_a_runner_process_stage(tmp_path: Path) -> None:
+    _blocking_requirements(tmp_path)
+    spec = write_spec(tmp_path, project={"requirements": "requirements.txt"})
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", str(spec), "--run-dir", str(run_dir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO, env=runner_env())
+    try:
+        _wait_until(_started(run_dir, "environment"), "the environment stage to start")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, stderr
+    assert b"Traceback" not in stderr and b"KeyboardInterrupt" not in stderr
+    _assert_interrupted(run_dir, "environment", "SIGINT")
+
+
+def test_runner_process_stage_that_hangs_past_its_timeout(tmp_path: Path) -> None:
+    _blocking_requirements(tmp_path)
+    spec = write_spec(tmp_path, project={"requirements": "requirements.txt"},
+                      diagnostics={"timeouts": {"environment": 2}})
+    run_dir = tmp_path / "run"
+    done = run_runner(spec, run_dir, timeout=120)
+    assert done.returncode == 1, done.stderr
+    events = events_of(run_dir)
+    status = status_of(events)
+    error = outcomes(events)["environment"].data["error"]
+    assert status["environment"] == "failed"
+    assert error["type"] == "Timeout"
+    assert error["message"] == "stage environment timed out after 2 s"
+    assert "diagnostics.timeouts.environment" in error["hint"] and "file system" in error["hint"]
+    # the ladder went on: stages that do not need environment still ran
+    for stage in ("torch", "device", "compute", "memory"):
+        assert status[stage] == "passed", stage
+    assert outcomes(events)["pilot"].data["reason"] == "environment failed"
+    assert finished(events)["first_error"]["stage"] == "environment"
