@@ -15,7 +15,6 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from bot import views
 from bot.console import ConsoleNotifier
 from bot.decisions import DECISIONS
 from bot.errors import DecisionRefused, ManifestError, PreflightError
@@ -34,7 +33,10 @@ def build_service(settings: Settings, notifier: Any) -> Any:
     """The service as the terminal uses it: SQLite state, local and SSH dispatchers."""
     from bot.runtime import make_service
 
-    return make_service(settings, notifier)
+    try:
+        return make_service(settings, notifier)
+    except PreflightError as exc:  # an unusable state directory or database
+        raise _fail(str(exc), 2) from exc
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -231,11 +233,9 @@ def show(run_id: str = typer.Argument(..., help="the run id (or its unique prefi
         typer.echo(json.dumps({k: v for k, v in data.items() if k not in drop},
                               indent=2, default=str))
         return
+    # The decision (buttons or outcome) is part of the thread once the pilot has finished.
     for message in service.thread_messages(data["id"]):
         console.print(to_rich(message))
-    if data.get("status") == "decided":
-        return
-    console.print(to_rich(views.decision_message(data, data["decisions"])))
 
 
 @app.command()

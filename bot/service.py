@@ -99,7 +99,9 @@ class PilotService:
                 "node": m.node.model_dump(mode="json"), "submitter": submitter,
                 "channel": channel, "thread_ts": thread_ts, "expected_ids": ids,
                 "expected_refusals": list(spec.inputs.expected_refusals),
-                "categories": list(spec.task.categories),
+                # The runner's rule: a training task without categories accepts "train".
+                "categories": list(spec.task.categories)
+                or (["train"] if spec.task.kind == "train" else []),
                 "success": spec.success.__dict__ | {"copy_to": spec.results.copy_to},
                 "approvers": sorted(set(m.approvals.approvers) | set(self.settings.approvers)),
                 "two_person": int(m.approvals.two_person),
@@ -116,8 +118,12 @@ class PilotService:
         dispatcher = self._dispatcher(run)
         handle = self._handle(run, resume=resume)
         from_states = ("running", "awaiting_decision") if resume else ("planned",)
+        # A resumed run is judged on what the new runner reports: the earlier attempt's
+        # run.finished, balance and first error no longer count (its events stay recorded).
+        fresh = {"resume_seq": int(run["last_seq"]), "first_error": None, "outcome": None,
+                 "verdict": None} if resume else {}
         if not self.store.transition(run_id, from_states, "running",
-                                     started_at=_now(), finished_at=None):
+                                     started_at=_now(), finished_at=None, **fresh):
             raise DispatchError(f"run {run_id} is {run['status']}: it cannot be started again; "
                                 "submit the manifest again for a new attempt")
         try:
@@ -177,7 +183,7 @@ class PilotService:
             self._publish_status(run_id)
         elif any(e.type == PROGRESS for e in fresh):
             self._maybe_publish_progress(run_id)
-        if self.store.events_of_type(run_id, RUN_FINISHED):
+        if self._since_resume(run_id, RUN_FINISHED):
             self._finish(run_id)
         return fresh
 
@@ -194,7 +200,7 @@ class PilotService:
 
     def _finish(self, run_id: str) -> None:
         run = self.store.get_run(run_id)
-        finished = self.store.events_of_type(run_id, RUN_FINISHED)[-1]
+        finished = self._since_resume(run_id, RUN_FINISHED)[-1]
         balance = self._recorded(run_id, BALANCE)
         evidence = self._recorded(run_id, EVIDENCE)
         if balance is not None:
@@ -257,8 +263,13 @@ class PilotService:
         return merged
 
     def _recorded(self, run_id: str, etype: str) -> dict[str, Any] | None:
-        events = self.store.events_of_type(run_id, etype)
+        events = self._since_resume(run_id, etype)
         return dict(events[-1].data) if events else None
+
+    def _since_resume(self, run_id: str, etype: str) -> list[Event]:
+        """Events of a type written by the current runner (after the last resume)."""
+        after = int(self.store.get_run(run_id).get("resume_seq") or 0)
+        return self.store.events_of_type(run_id, etype, after_seq=after)
 
     # -- decide -------------------------------------------------------------------
     def decide(self, run_id: str, decision: str, reason: str, by: str, *,
@@ -311,6 +322,8 @@ class PilotService:
         """Every message of the run's thread as it stands now (for re-rendering)."""
         run = self.store.get_run(run_id)
         out: list[Message | None] = [views.plan_message(run), self._status(run_id)]
+        if run["status"] == "dispatch_failed":
+            out.append(views.first_error_message(run))
         if run["status"] in ("awaiting_decision", "decided"):
             out += [views.first_error_message(run), views.balance_message(run, _csv(run)),
                     views.evidence_message(run), views.verdict_message(run),

@@ -41,8 +41,10 @@ def migrate_runs(db: sqlite_utils.Database) -> None:
         events_offset INTEGER NOT NULL DEFAULT 0, last_event_at TEXT, pid INTEGER,
         expected_ids TEXT, expected_refusals TEXT, categories TEXT, success TEXT,
         approvers TEXT, two_person INTEGER NOT NULL DEFAULT 0, exit_code INTEGER,
-        base_dir TEXT, project_dir TEXT,
+        base_dir TEXT, project_dir TEXT, resume_seq INTEGER NOT NULL DEFAULT 0,
         UNIQUE (name, attempt, kind))""")
+    if "resume_seq" not in db["runs"].columns_dict:  # a database made before resumes
+        db.execute("ALTER TABLE runs ADD COLUMN resume_seq INTEGER NOT NULL DEFAULT 0")
     db.execute("""CREATE TABLE IF NOT EXISTS events (
         run TEXT NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL, type TEXT NOT NULL,
         ts TEXT NOT NULL, stage TEXT, data TEXT NOT NULL, PRIMARY KEY (run, seq))""")
@@ -95,7 +97,12 @@ class RunsMixin(StoreBase):
         exact = [r for r in rows if r["id"] == prefix]
         if exact or len(rows) == 1:
             return self.get_run((exact or rows)[0]["id"])
-        raise RunNotFound(prefix)
+        error = RunNotFound(prefix)
+        if rows:
+            ids = sorted(r["id"] for r in rows)
+            error.args = (f"{prefix!r} matches {len(ids)} runs ({', '.join(ids[:5])}"
+                          f"{', …' if len(ids) > 5 else ''}): give more of the run id",)
+        raise error
 
     def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
         where, params = ("WHERE status = ?", [status]) if status else ("", [])
@@ -165,9 +172,9 @@ class RunsMixin(StoreBase):
         return [Event(seq=r["seq"], type=r["type"], run=r["run"], ts=r["ts"],
                       data=json.loads(r["data"])) for r in rows]
 
-    def events_of_type(self, run_id: str, etype: str) -> list[Event]:
-        rows = self.db.query("SELECT * FROM events WHERE run = ? AND type = ? ORDER BY seq",
-                             [run_id, etype])
+    def events_of_type(self, run_id: str, etype: str, *, after_seq: int = 0) -> list[Event]:
+        rows = self.db.query("SELECT * FROM events WHERE run = ? AND type = ? AND seq > ? "
+                             "ORDER BY seq", [run_id, etype, after_seq])
         return [Event(seq=r["seq"], type=r["type"], run=r["run"], ts=r["ts"],
                       data=json.loads(r["data"])) for r in rows]
 
