@@ -55,6 +55,7 @@ class PilotService:
         self._progress: dict[str, tuple[int, int]] = {}
         self._last_progress_post: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._run_locks: dict[str, threading.Lock] = {}
 
     # -- submit -------------------------------------------------------------------
     def submit_text(self, text: str, *, source: str, base_dir: Path, submitter: str,
@@ -117,12 +118,14 @@ class PilotService:
             self.lease_guard(run)
         dispatcher = self._dispatcher(run)
         handle = self._handle(run, resume=resume)
-        from_states = ("running", "awaiting_decision") if resume else ("planned",)
+        # "dispatching" until the runner's pid is known: the watch and `preflight runs` only
+        # look at "running" runs, so nobody takes a runner being started for a dead one.
+        from_states = ("running", "awaiting_decision", "dispatching") if resume else ("planned",)
         # A resumed run is judged on what the new runner reports: the earlier attempt's
         # run.finished, balance and first error no longer count (its events stay recorded).
         fresh = {"resume_seq": int(run["last_seq"]), "first_error": None, "outcome": None,
                  "verdict": None} if resume else {}
-        if not self.store.transition(run_id, from_states, "running",
+        if not self.store.transition(run_id, from_states, "dispatching",
                                      started_at=_now(), finished_at=None, **fresh):
             raise DispatchError(f"run {run_id} is {run['status']}: it cannot be started again; "
                                 "submit the manifest again for a new attempt")
@@ -134,7 +137,7 @@ class PilotService:
                                                "message": str(exc)})
             self._publish_outcome(run_id)
             raise
-        self.store.update_run(run_id, pid=pid)
+        self.store.transition(run_id, ("dispatching",), "running", pid=pid)
         self._publish_status(run_id)
 
     def resume(self, run_id: str) -> None:
@@ -199,6 +202,17 @@ class PilotService:
         return True
 
     def _finish(self, run_id: str) -> None:
+        # A Slack follower and the watch job may both see run.finished: one finishes it
+        # (fetching results once); the other finds it no longer running.
+        with self._run_lock(run_id):
+            if self.store.get_run(run_id)["status"] == "running":
+                self._finish_locked(run_id)
+
+    def _run_lock(self, run_id: str) -> threading.Lock:
+        with self._lock:
+            return self._run_locks.setdefault(run_id, threading.Lock())
+
+    def _finish_locked(self, run_id: str) -> None:
         run = self.store.get_run(run_id)
         finished = self._since_resume(run_id, RUN_FINISHED)[-1]
         balance = self._recorded(run_id, BALANCE)

@@ -217,7 +217,7 @@ def _state_word(run: dict[str, Any]) -> str:
     if run.get("status") in ("awaiting_decision", "decided"):
         return "passed" if run.get("outcome") == "passed" else "failed"
     status = str(run.get("status", ""))
-    return {"planned": "planned", "running": "running",
+    return {"planned": "planned", "dispatching": "starting", "running": "running",
             "dispatch_failed": "could not start"}.get(status, status)
 
 

@@ -24,7 +24,8 @@ JSON_COLUMNS = frozenset({
     "categories", "success", "approvers",
 })
 
-RUN_STATES = ("planned", "running", "awaiting_decision", "decided", "dispatch_failed")
+RUN_STATES = ("planned", "dispatching", "running", "awaiting_decision", "decided",
+              "dispatch_failed")
 STAGE_STATE = {"stage.started": "running", "stage.passed": "passed",
                "stage.failed": "failed", "stage.skipped": "skipped"}
 

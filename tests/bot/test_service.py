@@ -218,3 +218,38 @@ def test_error_text_does_not_repeat_the_type() -> None:
     assert error_text({"type": "ImportError", "message": "cannot import torch: ImportError: x"}) \
         == "cannot import torch: ImportError: x"
     assert error_text({"type": "RunnerExited", "message": "ended"}) == "RunnerExited: ended"
+
+
+class SlowStart(ScriptedDispatcher):
+    """A dispatcher whose start blocks until the test lets it go on."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        import threading
+
+        self.entered, self.go_on = threading.Event(), threading.Event()
+
+    def start(self, handle: Any) -> int | None:
+        self.entered.set()
+        assert self.go_on.wait(timeout=30)
+        return super().start(handle)
+
+
+def test_a_run_being_dispatched_is_not_taken_for_dead(tmp_path: Path) -> None:
+    import threading
+
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    slow = SlowStart(lambda run: pilot_script(IDS, refuse=()))
+    service = PilotService(settings, Store(settings.db_path), {"local": slow},
+                           RecordingNotifier())
+    sub = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
+    starter = threading.Thread(target=service.start, args=(sub.run_id,))
+    starter.start()
+    assert slow.entered.wait(timeout=30)
+    assert service.store.get_run(sub.run_id)["status"] == "dispatching"
+    assert service.store.active_runs() == []  # the watch does not look at it yet
+    assert service.reap(sub.run_id) is False
+    slow.go_on.set()
+    starter.join(timeout=30)
+    assert service.store.get_run(sub.run_id)["status"] == "running"
+    assert service.follow(sub.run_id, timeout=30)["outcome"] == "passed"
