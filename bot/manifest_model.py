@@ -95,6 +95,11 @@ class Task(Section):
                                     description="training: allowed resume difference")
     seed: Int = Field(default=0, ge=0,
                       description="training: random seed of the pilot and its resume test")
+    trainer: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$",
+        description='training: "module" or "module:object" providing read, build and step '
+                    "(null: the built-in example trainer)")
     distributed: bool = Field(default=False,
                               description="the program itself distributes over several cards")
 

@@ -186,6 +186,9 @@ def _check_task(parts: Parts, report: Report) -> None:
         report.problem(("task", "categories"), "list the allowed categories (at least one): "
                        "every accepted result must carry one of them")
     _check_unique(task.categories, ("task", "categories"), "category", report)
+    if task.trainer is not None and task.kind != "train":
+        report.warn(("task", "trainer"), "task.trainer is used only with kind: train "
+                    f"(kind is {task.kind}): it is ignored")
     if parts.purpose == "training" and task.kind == "classify":
         report.warn(("task", "kind"), "purpose is training but task.kind is classify: "
                     "use kind: train for a pilot that updates and checkpoints a model")

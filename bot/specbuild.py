@@ -49,7 +49,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                           expected_refusals=list(src.expected_refusals)),
         task=TaskSpec(kind=task.kind, handler=task.handler, command=command,
                       categories=list(task.categories), batch_size=task.batch_size,
-                      params=dict(task.params)),
+                      params=dict(task.params), trainer=task.trainer),
         diagnostics=DiagnosticsSpec(
             extensions=list(m.diagnostics.extensions), checks=list(m.diagnostics.checks),
             timeouts=dict(m.diagnostics.timeouts),

@@ -52,6 +52,7 @@ class TaskSpec:
     categories: List[str] = field(default_factory=list)
     batch_size: int = 8
     params: Dict[str, Any] = field(default_factory=dict)
+    trainer: Optional[str] = None
 
 
 @dataclass(frozen=True)

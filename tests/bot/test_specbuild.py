@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from bot.errors import ManifestError
 from bot.manifest import load_manifest_file
 from bot.plan import make_plan
 from bot.specbuild import build_spec, runs_dir_for
@@ -27,3 +30,30 @@ def test_spec_carries_the_manifest_with_paths_resolved(tmp_path: Path) -> None:
     assert spec.diagnostics.memory_budget_gib == 2
     assert RunSpec.from_dict(spec.to_dict()) == spec  # what the runner reads back
     assert runs_dir_for(loaded, tmp_path / "default") == tmp_path / "default"
+
+
+def test_spec_carries_the_trainer_and_older_specs_still_load(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path)
+    text = path.read_text().replace("purpose: inference", "purpose: training").replace(
+        "task: {kind: classify,", 'task: {kind: train, trainer: "team.train:Trainer",')
+    path.write_text(text)
+    loaded = load_manifest_file(path)
+    spec = build_spec(loaded, make_plan(loaded), "r1")
+    assert spec.task.kind == "train" and spec.task.trainer == "team.train:Trainer"
+    assert RunSpec.from_dict(spec.to_dict()) == spec
+    raw = spec.to_dict()
+    del raw["task"]["trainer"]  # a spec written before the field existed
+    assert RunSpec.from_dict(raw).task.trainer is None
+
+
+def test_trainer_outside_kind_train_is_a_warning_and_a_bad_reference_an_error(
+        tmp_path: Path) -> None:
+    path = write_manifest(tmp_path)
+    path.write_text(path.read_text().replace("task: {kind: classify,",
+                                             "task: {kind: classify, trainer: team.train,"))
+    loaded = load_manifest_file(path)
+    assert "only with kind: train" in {w.loc: w for w in loaded.warnings}["task.trainer"].message
+    path.write_text(path.read_text().replace("trainer: team.train,", 'trainer: "team/train.py",'))
+    with pytest.raises(ManifestError) as err:
+        load_manifest_file(path)
+    assert "task.trainer" in str(err.value)
