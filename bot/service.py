@@ -298,14 +298,17 @@ class PilotService:
         if refusal is not None:
             self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
             raise DecisionRefused(refusal)
-        record = self.store.decide_run(run["id"], base)
-        if record is None:
-            current = self.store.get_run(run["id"])
-            refusal = f"run {run['id']} is {current['status']}: it is not awaiting a decision"
-            self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
-            raise DecisionRefused(refusal)
-        self._publish(views.decision_message(self.store.get_run(run["id"]),
-                                             self.store.decisions(run["id"])))
+        # Under the run's lock: the outcome (with the buttons) is always published before the
+        # decision replaces it, even when a click races the follower that finished the run.
+        with self._run_lock(run["id"]):
+            record = self.store.decide_run(run["id"], base)
+            if record is None:
+                current = self.store.get_run(run["id"])
+                refusal = f"run {run['id']} is {current['status']}: it is not awaiting a decision"
+                self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
+                raise DecisionRefused(refusal)
+            self._publish(views.decision_message(self.store.get_run(run["id"]),
+                                                 self.store.decisions(run["id"])))
         if decision == "approve":
             record["volume_run"] = self._launch_volume(run["id"])
         return record
