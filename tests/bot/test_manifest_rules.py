@@ -173,3 +173,14 @@ def test_volume_dir_missing_is_only_a_warning(tmp_path: Path) -> None:
     loaded = load(tmp_path, dump(merged(volume={"inputs": {"dir": "corpus",
                                                            "expected_count": 5}})))
     assert "volume.inputs.dir" in {w.loc for w in loaded.warnings}
+
+
+def test_a_multi_node_volume_is_a_warning_saying_it_runs_on_one_node(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    volume = {"inputs": {"dir": "data/pilote", "pattern": "doc-*.txt", "expected_count": 12},
+              "nodes": 4}
+    loaded = load(tmp_path, dump(merged(volume=volume)))
+    warning = {w.loc: w for w in loaded.warnings}["volume.nodes"]
+    assert "4 nodes" in warning.message and "one runner" in warning.message
+    single = load(tmp_path, dump(merged(volume={**volume, "nodes": 1})))
+    assert "volume.nodes" not in {w.loc for w in single.warnings}
