@@ -158,41 +158,36 @@ def decide(
 @app.command()
 def follow(run_id: str = typer.Argument(..., help="the run id (or its unique prefix)")) -> None:
     """Follow a run again (after Ctrl-C, or from another terminal) until it finishes."""
-    settings = Settings.from_env()
-    notifier = ConsoleNotifier(console)
-    service = build_service(settings, notifier)
-    try:
-        run_row = service.store.find_run(run_id)
-        for message in service.thread_messages(run_row["id"]):
-            if message.key == "plan":
-                notifier.publish(message)
-        final = _follow(service, run_row["id"])
-    except PreflightError as exc:
-        raise _fail(str(exc), exc.exit_code) from exc
-    finally:
-        notifier.close_live()
-        service.close()
-    if final.get("status") == "awaiting_decision" and run_row["status"] != "running":
-        for message in service.thread_messages(final["id"])[1:]:
-            notifier.publish(message)  # it had already finished: show the outcome again
-    raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
+    _follow_command(run_id, resume=False)
 
 
 @app.command()
 def resume(run_id: str = typer.Argument(..., help="the run id (or its unique prefix)")) -> None:
     """Start the runner again on an interrupted run: finished items are not processed again."""
+    _follow_command(run_id, resume=True)
+
+
+def _follow_command(run_id: str, *, resume: bool) -> None:
     settings = Settings.from_env()
     notifier = ConsoleNotifier(console)
     service = build_service(settings, notifier)
     try:
         run_row = service.store.find_run(run_id)
-        service.resume(run_row["id"])
+        if resume:
+            service.resume(run_row["id"])
+        else:
+            for message in service.thread_messages(run_row["id"]):
+                if message.key == "plan":
+                    notifier.publish(message)
         final = _follow(service, run_row["id"])
     except PreflightError as exc:
         raise _fail(str(exc), exc.exit_code) from exc
     finally:
         notifier.close_live()
         service.close()
+    if not resume and run_row["status"] != "running" and final.get("status") != "running":
+        for message in service.thread_messages(final["id"])[1:]:
+            notifier.publish(message)  # it had already finished: show the outcome again
     raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
 
 

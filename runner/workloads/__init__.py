@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Type
 
 from runner.inputs import Item
 
@@ -39,6 +39,25 @@ class WorkloadContext:
     outputs_dir: str = "outputs"
 
 
+def import_project_module(module_name: str, project_dir: Optional[str], what: str,
+                          error: Type[Exception]) -> Any:
+    """Import a user's module with ``project_dir`` first on ``sys.path``.
+
+    A module that is missing or raises while importing becomes ``error`` naming ``what``.
+    """
+    if project_dir and os.path.isdir(project_dir):
+        absdir = os.path.abspath(project_dir)
+        if absdir not in sys.path:
+            sys.path.insert(0, absdir)
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise error(f"{what}: cannot import module {module_name!r}: {exc}") from exc
+    except Exception as exc:
+        raise error(f"{what}: importing module {module_name!r} raised "
+                    f"{type(exc).__name__}: {exc}") from exc
+
+
 def load_handler(spec: Any) -> Handler:
     """Resolve ``spec.task.handler`` ("module:function") to a callable.
 
@@ -52,14 +71,7 @@ def load_handler(spec: Any) -> Handler:
     if not module_name or not func_name:
         raise HandlerError(f"task.handler: expected 'module:function', got {ref!r}")
     project_dir = getattr(getattr(spec, "project", None), "dir", None)
-    if project_dir and os.path.isdir(project_dir):
-        absdir = os.path.abspath(project_dir)
-        if absdir not in sys.path:
-            sys.path.insert(0, absdir)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise HandlerError(f"task.handler {ref}: cannot import {module_name}: {exc}") from exc
+    module = import_project_module(module_name, project_dir, f"task.handler {ref}", HandlerError)
     func = getattr(module, func_name, None)
     if func is None or not callable(func):
         raise HandlerError(f"task.handler {ref}: {module_name} has no callable {func_name!r}")

@@ -25,7 +25,6 @@ Without ``task.trainer`` the built-in example :mod:`runner.workloads.train` is u
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import random
@@ -33,6 +32,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.inputs import Item
+from runner.workloads import import_project_module
 
 BUILTIN = "runner.workloads.train"
 DEFAULT_BATCH = 16
@@ -106,18 +106,7 @@ def load_trainer(ref: Optional[str], project_dir: Optional[str] = None) -> Train
     module_name, _, attr = ref.partition(":")
     if not module_name or (":" in ref and not attr) or ":" in attr:
         raise TrainerError(f"task.trainer: expected 'module' or 'module:object', got {ref!r}")
-    if project_dir and os.path.isdir(project_dir):
-        absdir = os.path.abspath(project_dir)
-        if absdir not in sys.path:
-            sys.path.insert(0, absdir)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TrainerError(f"task.trainer {ref}: cannot import module {module_name!r}: "
-                           f"{exc}") from exc
-    except Exception as exc:
-        raise TrainerError(f"task.trainer {ref}: importing module {module_name!r} raised "
-                           f"{type(exc).__name__}: {exc}") from exc
+    module = import_project_module(module_name, project_dir, f"task.trainer {ref}", TrainerError)
     obj: Any = module
     if attr:
         obj = getattr(module, attr, None)

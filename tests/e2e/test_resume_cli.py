@@ -8,10 +8,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.e2e.test_pilot_cli import preflight
+from tests.processes import alive, wait_until
 
 N = 8
 HANDLER = '''
@@ -51,15 +51,6 @@ def ledger_ids(run_dir: Path) -> set[str]:
         return set()
 
 
-def wait_for(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.05)  # polling a condition with a deadline
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def start_slow_pilot(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
     """`preflight run` on a slow pilot, returned once two items are in the ledger."""
     root = tmp_path / "project"
@@ -74,9 +65,9 @@ def start_slow_pilot(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            stdin=subprocess.DEVNULL)
     runs = root / "runs"
-    wait_for(lambda: runs.exists() and any(runs.iterdir()), 60, "the run directory")
+    wait_until(lambda: runs.exists() and any(runs.iterdir()), "the run directory", 60)
     (run_dir,) = list(runs.iterdir())
-    wait_for(lambda: len(ledger_ids(run_dir)) >= 2, 120, "two items in the ledger")
+    wait_until(lambda: len(ledger_ids(run_dir)) >= 2, "two items in the ledger", 120)
     return root, run_dir, cli
 
 
@@ -98,9 +89,7 @@ def test_runs_brings_an_unfollowed_run_up_to_date(tmp_path: Path) -> None:
     cli.send_signal(signal.SIGINT)
     cli.communicate(timeout=60)
     pid = int((run_dir / "runner.pid").read_text())
-    wait_for(lambda: not Path(f"/proc/{pid}").exists()
-             or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0],
-             120, "the runner to end on its own")
+    wait_until(lambda: not alive(pid), "the runner to end on its own", 120)
     listed = json.loads(preflight(root, "runs", "--json").stdout)
     assert [(r["status"], r["outcome"]) for r in listed] == [("awaiting_decision", "passed")]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.processes import alive
 from tests.runner.test_stages_kit import (
     events_of,
     finished,
@@ -145,15 +146,7 @@ def test_stage_that_hangs_past_its_timeout(tmp_path: Path) -> None:
     # the hung check and the process it started were killed with the worker's group
     worker_pid, child_pid = (int(p) for p in pidfile.read_text().split())
     for pid in (worker_pid, child_pid):
-        assert not _alive(pid), pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
-    except FileNotFoundError:
-        return False
+        assert not alive(pid), pid
 
 
 def test_workload_exhausts_memory_budget(tmp_path: Path) -> None:

@@ -14,10 +14,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
+from tests.processes import alive, wait_until
 from tests.runner.test_stages_kit import (
     REPO,
     events_of,
@@ -31,21 +31,6 @@ from tests.runner.test_stages_kit import (
 
 ALL = ["prepare", "interpreter", "environment", "torch", "device", "compute", "extensions",
        "memory", "pilot", "balance", "evidence"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
-    except FileNotFoundError:
-        return False
-
-
-def _wait_until(condition: Callable[[], bool], what: str, deadline_s: float = 90.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # polling a condition with a deadline, not waiting for time
 
 
 def _started(run_dir: Path, stage: str) -> Callable[[], bool]:
@@ -101,7 +86,7 @@ def test_sigterm_during_a_worker_stage(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO,
         env=runner_env(TINYCHECK_PIDFILE=str(pidfile)))
     try:
-        _wait_until(pidfile.exists, "the hanging check to start")
+        wait_until(pidfile.exists, "the hanging check to start")
         worker_pid, grandchild = (int(p) for p in pidfile.read_text().split())
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
@@ -113,7 +98,7 @@ def test_sigterm_during_a_worker_stage(tmp_path: Path) -> None:
     assert b"Traceback" not in stderr
     _assert_interrupted(run_dir, "extensions", "SIGTERM")
     # the worker and what the user's check started went with the worker's process group
-    assert not _alive(worker_pid) and not _alive(grandchild)
+    assert not alive(worker_pid) and not alive(grandchild)
 
 
 def test_sigint_during_a_runner_process_stage(tmp_path: Path) -> None:
@@ -124,7 +109,7 @@ def test_sigint_during_a_runner_process_stage(tmp_path: Path) -> None:
         [sys.executable, "-m", "runner", str(spec), "--run-dir", str(run_dir)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO, env=runner_env())
     try:
-        _wait_until(_started(run_dir, "environment"), "the environment stage to start")
+        wait_until(_started(run_dir, "environment"), "the environment stage to start")
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     finally:

@@ -7,28 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from runner.watchdog import Worker
+from tests.processes import alive, wait_until
 from tests.runner.test_stages_kit import REPO, runner_env, write_spec
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
-    except FileNotFoundError:
-        return False
-
-
-def _wait_until(condition, what: str, deadline_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + deadline_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # polling a condition with a deadline, not waiting for time
 
 
 def test_worker_dies_when_the_runner_is_killed(tmp_path: Path) -> None:
@@ -40,19 +25,19 @@ def test_worker_dies_when_the_runner_is_killed(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
         env=runner_env(TINYCHECK_PIDFILE=str(pidfile)))
     try:
-        _wait_until(pidfile.exists, "the hanging check to start")
+        wait_until(pidfile.exists, "the hanging check to start")
         worker_pid, grandchild = (int(p) for p in pidfile.read_text().split())
-        assert _alive(worker_pid)
+        assert alive(worker_pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        _wait_until(lambda: not _alive(worker_pid), "the worker to die with its parent", 30)
+        wait_until(lambda: not alive(worker_pid), "the worker to die with its parent", 30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     # The grandchild was started by the user's check; it is not ours to keep alive but
     # must not keep the run's files open forever: clean it up for the test machine.
-    if _alive(grandchild):
+    if alive(grandchild):
         os.kill(grandchild, signal.SIGKILL)
     lines = (run_dir / "events.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["type"] == "stage.started"  # died mid-stage, file intact
@@ -69,7 +54,7 @@ def test_timeout_kills_the_worker_group_and_a_fresh_worker_runs_on(
     assert result["status"] == "failed"
     assert result["error"]["message"] == "stage extensions timed out after 2 s"
     worker_pid, grandchild = (int(p) for p in pidfile.read_text().split())
-    assert not _alive(worker_pid) and not _alive(grandchild)
+    assert not alive(worker_pid) and not alive(grandchild)
     assert not worker.alive
     # the next stage gets a new worker
     ok = worker.run_stage("prepare", facts, 60.0, lambda etype, **data: None)
