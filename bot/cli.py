@@ -57,7 +57,8 @@ def run(
     decide: Optional[str] = typer.Option(None, help="record a decision at the end: "
                                          + " | ".join(DECISIONS)),
     reason: Optional[str] = typer.Option(None, help="the reason for --decide (required with it)"),
-    by: Optional[str] = typer.Option(None, help="who submits and decides (default: $USER)"),
+    by: Optional[str] = typer.Option(None, help="who submits and decides "
+                                     "(default: $PREFLIGHT_USER, else $USER)"),
     override: bool = typer.Option(False, help="approve a failed pilot, recorded as an override"),
 ) -> None:
     """Validate, plan, run the diagnostics and the pilot, show the balance and the verdict."""
@@ -136,7 +137,8 @@ def decide(
     run_id: str = typer.Argument(..., help="the run id (or its unique prefix)"),
     decision: str = typer.Argument(..., help=" | ".join(DECISIONS)),
     reason: str = typer.Option(..., help="why (recorded)"),
-    by: Optional[str] = typer.Option(None, help="who decides (default: $USER)"),
+    by: Optional[str] = typer.Option(None, help="who decides "
+                                     "(default: $PREFLIGHT_USER, else $USER)"),
     override: bool = typer.Option(False, help="approve a failed pilot, recorded as an override"),
     follow: bool = typer.Option(True, help="follow the volume run an approval starts"),
 ) -> None:

@@ -85,7 +85,8 @@ def lease_set(
     state: str = typer.Argument(..., help=" | ".join(lease_rules.STATES)),
     by: str = typer.Option(..., "--by", help="who records this change"),
     starts_at: Optional[str] = typer.Option(None, help="lease start, ISO-8601 with a timezone"),
-    days: Optional[int] = typer.Option(None, help="lease duration in days (3, 7 or 30)"),
+    days: Optional[int] = typer.Option(None, help="lease duration in days "
+                                       "(the offers are 3, 7 or 30)"),
     note: Optional[str] = typer.Option(None, help="free text kept with the change"),
 ) -> None:
     """Record a lease state change (one step at a time; `ended` from any state)."""

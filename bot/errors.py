@@ -61,6 +61,8 @@ class StoreError(PreflightError):
 
 
 class RunNotFound(PreflightError):
+    exit_code = 2  # a bad invocation: the id names no run
+
     def __init__(self, run_id: str) -> None:
         super().__init__(f"no run {run_id!r}: `preflight runs` lists the known runs")
         self.run_id = run_id

@@ -141,7 +141,12 @@ class PilotService:
         self._publish_status(run_id)
 
     def resume(self, run_id: str) -> None:
+        """Start a stopped run again from its ledger, or a run never started (a dispatch
+        refused because the node's lease was not provisioned yet) for the first time."""
         run = self.store.get_run(run_id)
+        if run["status"] == "planned":
+            self.start(run_id)
+            return
         if run["status"] == "decided":
             raise DispatchError(f"run {run_id} is decided; submit the manifest again instead")
         if run["status"] == "running" and self._dispatcher(run).is_alive(self._handle(run)):

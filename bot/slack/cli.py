@@ -21,7 +21,7 @@ def serve(
     port: int = typer.Option(3000, "--port", help="HTTP port (0: any free port)"),
     host: str = typer.Option("0.0.0.0", "--host", help="HTTP address to listen on"),
 ) -> None:
-    """Run the Slack bot: Socket Mode when SLACK_APP_TOKEN is set, else --http."""
+    """Run the Slack bot: Socket Mode (needs SLACK_APP_TOKEN), or --http for the Events API."""
     from slack_sdk.errors import SlackApiError, SlackClientError
 
     from bot.slack.app import describe_token_problem, install_log_redaction, make_client

@@ -138,7 +138,8 @@ def _run_named(h: Handlers, ack: Ack, name: str, channel: str, user: str,
     path = h.manifest_path(name)
     if path is None:
         ack(text=f"No manifest `{escape(name)}` on the bot host (looked for "
-                 f"manifests/{escape(name)}.yaml). `/preflight runs` lists past runs.")
+                 f"{escape(name)}.yaml, .yml and .json in the bot's manifests folder). "
+                 "`/preflight runs` lists past runs.")
         return
     ack(text=f"Starting `{escape(name)}`: follow it in the thread I am opening.")
     root = h.post(channel, None, f"<@{user}> started the pilot `{escape(name)}` "

@@ -253,3 +253,25 @@ def test_a_run_being_dispatched_is_not_taken_for_dead(tmp_path: Path) -> None:
     starter.join(timeout=30)
     assert service.store.get_run(sub.run_id)["status"] == "running"
     assert service.follow(sub.run_id, timeout=30)["outcome"] == "passed"
+
+
+def test_a_run_refused_by_its_lease_can_be_started_later(tmp_path: Path) -> None:
+    from bot.errors import LeaseError
+
+    provisioned = {"ok": False}
+
+    def guard(run: dict[str, Any]) -> None:
+        if not provisioned["ok"]:
+            raise LeaseError("lease of gpu-1 is 'ordered': not provisioned")
+
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    service = PilotService(settings, Store(settings.db_path),
+                           {"local": ScriptedDispatcher(lambda run: pilot_script(IDS))},
+                           RecordingNotifier(), lease_guard=guard)
+    sub = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
+    with pytest.raises(LeaseError):
+        service.start(sub.run_id)
+    assert service.store.get_run(sub.run_id)["status"] == "planned"
+    provisioned["ok"] = True
+    service.resume(sub.run_id)  # what `preflight resume RUN` does once provisioned
+    assert service.follow(sub.run_id, timeout=30)["status"] == "awaiting_decision"
