@@ -5,13 +5,16 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The CPU build of torch; a bare `torch` requirement would download a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
+# Where torch comes from: empty = pip's own configuration; elsewhere, for the CPU build,
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 
 .PHONY: install demo test lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
