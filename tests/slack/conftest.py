@@ -153,6 +153,23 @@ class Harness:
                 raise AssertionError(f"run {run_id} is {run['status']}, not {states}")
             self.bot.followers.wait(run_id, 0.2)
 
+    def decided(self, run_id: str, timeout: float = 30) -> dict[str, Any]:
+        """The run once decided AND its decision message shows the outcome in Slack.
+
+        The state is committed before the message is published, so waiting for the state
+        alone (then flushing) can look at the thread a moment too early.
+        """
+        run = self.wait_status(run_id, ("decided",), timeout)
+
+        def outcome_shown() -> bool:
+            ref = self.store.message_ref(run_id, "decision", "slack")
+            msg = ref and self.emulator.messages.get((ref["channel"] or CHANNEL, ref["ref"]))
+            return bool(msg) and not [b for b in msg.blocks if b["type"] == "actions"]
+
+        assert self.emulator.wait_for(outcome_shown, timeout), "decision never shown"
+        assert self.bot.notifier.flush(timeout), "messages still queued"
+        return run
+
     def settle(self, run_id: str, timeout: float = 60) -> dict[str, Any]:
         """The run once its follower has ended and every message has gone out."""
         self.wait_status(run_id, ("awaiting_decision", "decided", "dispatch_failed"), timeout)

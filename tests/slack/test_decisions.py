@@ -69,8 +69,7 @@ def test_two_person_rule_refuses_the_submitter_then_an_approver_approves(
     emulator.wait_for(lambda: refusals(h, run["id"]))
     assert "two-person" in refusals(h, run["id"])[0]["refusal"]
     h.mention("approve balance and sample reviewed", user=APPROVER, thread_ts=ts)
-    run = h.wait_status(run["id"], ("decided",))
-    assert h.bot.notifier.flush(30)
+    run = h.decided(run["id"])
     decided = [d for d in h.store.decisions(run["id"]) if d["accepted"]]
     assert [(d["decision"], d["by"], d["reason"]) for d in decided] == [
         ("approve", APPROVER, "balance and sample reviewed")]

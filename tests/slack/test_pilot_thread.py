@@ -141,8 +141,7 @@ def test_submitter_identity_and_approval_by_approver(tmp_path: Path, emulator: S
     status, _ = h.decide_via_modal(run["id"], "approve", "balance reviewed", user=APPROVER,
                                    thread_ts=ts)
     assert status == 200
-    run = h.wait_status(run["id"], ("decided",))
-    assert h.bot.notifier.flush(30)
+    run = h.decided(run["id"])
     ref = h.store.message_ref(run["id"], "decision", "slack")
     msg = emulator.messages[(CHANNEL, ref["ref"])]
     assert not [b for b in msg.blocks if b["type"] == "actions"]
