@@ -1,36 +1,31 @@
 """SSHDispatcher: the runner on a rented node, reached over SSH (asyncssh).
 
-What it does, and what a caller must know:
-
 - Credentials come only from the bot host (agent, key files, ``~/.ssh/config``); every
-  path is injectable so tests use their own. Host keys are checked against known_hosts, or
-  only against ``node.host_key_fingerprint`` when one is pinned; an unknown or changed key
-  refuses the run (DispatchError), it is never learned silently.
-- ``start`` uploads the ``runner`` package (standard library only), the project files
-  (only those whose SHA-256 differs from the node's copy; stale ones removed) and the run's
-  own ``spec.json`` (paths rewritten for the node) and ``manifest.yaml``, then starts the
-  runner detached with the node's interpreter: its own session, output to the run
-  directory's ``runner.log``, exit status to ``exit_code``. A dropped connection or a bot
-  restart does not stop it; the layout is kept in the local ``remote.json`` for that.
-- ``read_events`` reads the remote ``events.jsonl`` from a byte offset, mirrors the
-  complete lines into the local run directory and returns them. After a drop it reconnects
-  with exponential backoff; while unreachable it returns nothing (and ``is_alive`` says
-  yes: unknown is not dead; the stall watch reports a silent node).
+  path is injectable. Host keys are checked against known_hosts, or only against a pinned
+  ``node.host_key_fingerprint``; an unknown or changed key refuses the run, never learned.
+- ``start`` first takes the node workdir's lock (one runner per workdir: a dispatch never
+  writes under a live runner, across bot processes too; a stale lock is taken over), then
+  uploads the ``runner`` package, the project files whose SHA-256 differs from the node's
+  copy (stale ones removed) and the run's ``spec.json`` / ``manifest.yaml``, writes the
+  local ``remote.json``, and only then starts the runner detached (own session, output to
+  ``runner.log``, exit status to ``exit_code``) and adds its pid to ``remote.json``. A
+  bot that dies at any point still finds the run; without a pid it is "starting", not dead.
+- ``read_events`` reads the remote ``events.jsonl`` from a byte offset and mirrors the
+  complete lines locally. After a drop it reconnects with exponential backoff; while
+  unreachable it returns nothing (and ``is_alive`` says yes: unknown is not dead).
 - ``fetch_results`` mirrors the remote run directory back and, when ``results.copy_to`` is
   a path on the bot host, brings the evidence copy back there and verifies it.
 
 The service calls these methods synchronously; the SSH work runs on a private event loop
-thread. Call ``close`` when done. What is sent and run on the node, and the local files
-(``remote.json``, the node section), are ``bot/dispatch_ssh_plan.py``'s.
+thread. Call ``close`` when done. What is sent and run on the node, and the local files,
+are ``bot/dispatch_ssh_plan.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import posixpath
 import threading
-import time
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,14 +35,23 @@ import asyncssh
 from bot.dispatch import RunHandle
 from bot.dispatch_ssh_plan import (
     RUNNER_PACKAGE,
+    Backoff,
+    ConnKey,
     SSHNode,
     UploadPlan,
+    conn_key,
+    host_key_refused,
+    launched_pid,
     load_spec,
     locate,
+    lock_holder,
+    mirror,
     node_section,
+    parse_hashes,
     probe_command,
     stop_command,
     verify_fetched,
+    write_layout,
 )
 from bot.errors import DispatchError
 from runner.events import Event, parse_chunk
@@ -80,15 +84,14 @@ class SSHDispatcher:
         self.use_agent = use_agent
         self.runner_package = Path(runner_package or RUNNER_PACKAGE)
         self.connect_timeout = connect_timeout
-        self.backoff = backoff
+        self.backoff = Backoff(*backoff)
         self.node_of = node_of or node_section
         self.uploaded: dict[str, dict[str, int]] = {}  # run id -> bytes by kind
         self.uploaded_files: dict[str, list[str]] = {}  # run id -> remote paths written
-        self._conns: dict[tuple[str, int, str | None, str | None], Any] = {}
+        self._conns: dict[ConnKey, Any] = {}
         self._sftp: dict[int, Any] = {}  # id(connection) -> its SFTP client
         self.connects = 0
-        self._locks: dict[tuple[str, int, str | None, str | None], asyncio.Lock] = {}
-        self._retry: dict[tuple[str, int, str | None, str | None], tuple[int, float]] = {}
+        self._locks: dict[ConnKey, asyncio.Lock] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._guard = threading.Lock()
@@ -99,7 +102,7 @@ class SSHDispatcher:
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
         node, layout = locate(handle)
-        if not self._may_try(node):
+        if not self.backoff.may_try(conn_key(node)):
             return [], offset
         try:
             chunk = self._call(self._read(node, layout["run_dir"] + "/events.jsonl", offset), 60)
@@ -107,7 +110,7 @@ class SSHDispatcher:
             return [], offset
         events, new_offset = parse_chunk(chunk, offset)
         if new_offset > offset:
-            _mirror(handle.run_dir / "events.jsonl", offset, chunk[: new_offset - offset])
+            mirror(handle.run_dir / "events.jsonl", offset, chunk[: new_offset - offset])
         return events, new_offset
 
     def is_alive(self, handle: RunHandle) -> bool:
@@ -120,19 +123,14 @@ class SSHDispatcher:
             raw = self._call(self._read(node, layout["run_dir"] + "/exit_code", 0), 60)
         except _Unreachable:
             return None
-        try:
-            return int(raw.decode().strip())
-        except ValueError:
-            return None
+        return int(raw) if raw.strip().isdigit() else None
 
     def fetch_results(self, handle: RunHandle) -> None:
         self._call(self._fetch(handle, *locate(handle)), timeout=600)
 
     def stop(self, handle: RunHandle) -> None:
         node, layout = locate(handle)
-        pid = int(layout.get("pid") or 0)
-        if pid > 1:
-            self._call(self._exec(node, stop_command(pid)), 60)
+        self._call(self._exec(node, stop_command(layout.get("pid"), layout["run_dir"])), 60)
 
     def close(self) -> None:
         with self._guard:
@@ -145,7 +143,7 @@ class SSHDispatcher:
         thread.join(30)
         loop.close()
         self._locks.clear()  # asyncio locks belong to the closed loop; a later call starts anew
-        self._retry.clear()
+        self.backoff.clear()
 
     # -- the event loop thread -------------------------------------------------------
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
@@ -173,17 +171,8 @@ class SSHDispatcher:
             await conn.wait_closed()
 
     # -- connections -------------------------------------------------------------------
-    def _may_try(self, node: SSHNode) -> bool:
-        failures, not_before = self._retry.get(_key(node), (0, 0.0))
-        return time.monotonic() >= not_before
-
-    def _failed(self, node: SSHNode) -> None:
-        failures, _ = self._retry.get(_key(node), (0, 0.0))
-        delay = min(self.backoff[1], self.backoff[0] * (2 ** failures))
-        self._retry[_key(node)] = (failures + 1, time.monotonic() + delay)
-
     async def _conn(self, node: SSHNode) -> Any:
-        key = _key(node)
+        key = conn_key(node)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             conn = self._conns.get(key)
@@ -193,7 +182,7 @@ class SSHDispatcher:
             conn = await self._connect(node)
             self.connects += 1
             self._conns[key] = conn
-            self._retry.pop(key, None)
+            self.backoff.succeeded(key)
             return conn
 
     async def _connect(self, node: SSHNode) -> Any:
@@ -214,13 +203,7 @@ class SSHDispatcher:
         try:
             return await asyncssh.connect(node.host, **options)
         except asyncssh.HostKeyNotVerifiable as exc:
-            source = (f"the pinned node.host_key_fingerprint {node.host_key_fingerprint}"
-                      if node.host_key_fingerprint else
-                      f"known_hosts ({self.known_hosts or '~/.ssh/known_hosts'})")
-            raise DispatchError(
-                f"{node.where}: host key refused: it does not match {source} ({exc.reason}). "
-                "An unknown or changed key is never accepted silently: check the key with the "
-                "provider, then add it to known_hosts or pin node.host_key_fingerprint") from exc
+            raise host_key_refused(node, self.known_hosts, exc.reason) from exc
         except asyncssh.PermissionDenied as exc:
             raise DispatchError(
                 f"{node.where}: SSH login refused for user {node.user or '(default)'}: the bot "
@@ -236,7 +219,7 @@ class SSHDispatcher:
         return sftp
 
     def _drop(self, node: SSHNode) -> None:
-        stale = self._conns.pop(_key(node), None)
+        stale = self._conns.pop(conn_key(node), None)
         if stale is not None:
             sftp = self._sftp.pop(id(stale), None)
             if sftp is not None:
@@ -253,10 +236,10 @@ class SSHDispatcher:
                                 "directory of the run is missing on the node") from exc
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
             self._drop(node)
-            self._failed(node)
+            self.backoff.failed(conn_key(node))
             raise _Unreachable(f"{node.where}: {type(exc).__name__}: {exc}") from exc
         except _Unreachable:
-            self._failed(node)
+            self.backoff.failed(conn_key(node))
             raise
 
     async def _exec(self, node: SSHNode, command: str, *, check: bool = True) -> str:
@@ -292,34 +275,46 @@ class SSHDispatcher:
 
     async def _dispatch(self, handle: RunHandle, node: SSHNode) -> int:
         spec = load_spec(handle.spec_path)
-        workdir = await self._workdir(node)
-        plan = UploadPlan(workdir, handle, self.runner_package, spec)
-        sent, files = await self._upload(node, plan, await self._remote_hashes(node, plan))
-        self.uploaded_files[handle.run_id] = files
-        run_dir = plan.remote_run_dir
-        sent["run"] = await self._put_bytes(node, plan.run_files(handle))
-        self.uploaded[handle.run_id] = sent
-        out = await self._exec(node, plan.launch_command(node.python, handle.resume))
+        plan = UploadPlan(await self._workdir(node), handle, self.runner_package, spec)
+        # The workdir's lock first: nothing is hashed, sent or removed under a live runner.
+        launcher = await self._lock(node, plan)
         try:
-            pid = int(out.strip().splitlines()[-1])
-        except (ValueError, IndexError) as exc:
-            raise DispatchError(f"{node.where}: the launcher printed no pid: {out!r}") from exc
-        layout = {"node": {**node.__dict__}, "run_dir": run_dir, "pid": pid,
-                  "evidence": plan.evidence, "uploaded": sent}
-        (handle.run_dir / "remote.json").write_text(json.dumps(layout, indent=2, sort_keys=True))
+            hashes = parse_hashes(await self._exec(node, plan.hash_command(node.python)),
+                                  node.where, node.python)
+            sent, files = await self._upload(node, plan, hashes)
+            self.uploaded_files[handle.run_id] = files
+            sent["run"] = await self._put_bytes(node, plan.run_files(handle))
+            self.uploaded[handle.run_id] = sent
+            layout = plan.layout(node, sent)
+            # Before the launch: a bot that dies from here on still finds the run directory.
+            write_layout(handle.run_dir / "remote.json", layout)
+            pid = await self._launch(node, launcher)
+        except BaseException:
+            await _release(launcher)
+            raise
+        write_layout(handle.run_dir / "remote.json", {**layout, "pid": pid})
         return pid
 
-    async def _remote_hashes(self, node: SSHNode, plan: UploadPlan) -> dict[str, dict[str, str]]:
-        out = await self._exec(node, plan.hash_command(node.python))
+    async def _lock(self, node: SSHNode, plan: UploadPlan) -> Any:
+        """Start the node's launcher: it holds the workdir's lock until told to launch."""
+        async def work(conn: Any) -> tuple[Any, str]:
+            proc = await conn.create_process(plan.launch_command(node.python, plan.resume))
+            return proc, await proc.stdout.readline()
+
+        launcher, reply = await self._guarded(node, work)
         try:
-            hashes = json.loads(out)
-        except ValueError:
-            hashes = None
-        if not isinstance(hashes, dict):
-            raise DispatchError(f"{node.where}: node.python {node.python!r} did not print the "
-                                f"file hashes (got {out.strip()[:200]!r}); is it Python >= 3.9 "
-                                "and does the login print nothing on stdout?")
-        return hashes
+            lock_holder(reply, node.where, plan.workdir, node.python)
+        except DispatchError:
+            await _release(launcher)
+            raise
+        return launcher
+
+    async def _launch(self, node: SSHNode, launcher: Any) -> int:
+        async def work(conn: Any) -> str:
+            launcher.stdin.write("launch\n")
+            return str(await launcher.stdout.read())
+
+        return launched_pid(await self._guarded(node, work), node.where)
 
     async def _workdir(self, node: SSHNode) -> str:
         workdir = node.workdir
@@ -360,9 +355,9 @@ class SSHDispatcher:
     # -- state and results -------------------------------------------------------------
     def _probe(self, handle: RunHandle) -> str:
         node, layout = locate(handle)
-        if not self._may_try(node):
+        if not self.backoff.may_try(conn_key(node)):
             return "unknown"
-        command = probe_command(int(layout["pid"]), layout["run_dir"])
+        command = probe_command(layout.get("pid"), layout["run_dir"])
         try:
             return self._call(self._exec(node, command), 60).strip() or "unknown"
         except _Unreachable:
@@ -398,12 +393,11 @@ class _Unreachable(DispatchError):
     """The node could not be reached now (a retry later may work)."""
 
 
-def _mirror(path: Path, offset: int, data: bytes) -> None:
-    with open(path, "r+b" if path.exists() else "wb") as fh:
-        fh.seek(offset)
-        fh.write(data)
+async def _release(launcher: Any) -> None:
+    """Close the launcher's stdin: unless it launched, it drops the lock and exits."""
+    try:
+        launcher.stdin.write_eof()
+        await asyncio.wait_for(launcher.wait(), 10)
+    except (OSError, asyncssh.Error, asyncio.TimeoutError):
+        launcher.close()
 
-
-def _key(node: SSHNode) -> tuple[str, int, str | None, str | None]:
-    """A connection is shared only by nodes with the same address, user and trust rule."""
-    return (node.host, node.port, node.user, node.host_key_fingerprint)

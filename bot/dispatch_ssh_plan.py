@@ -8,11 +8,12 @@
   project, inputs outside it, the evidence copy), which files must be sent or removed given
   the node's hashes, and the run's spec with its paths rewritten for the node.
 - The node-side text: ``HASH_SCRIPT`` (SHA-256 of every file under some roots),
-  ``LAUNCH_SCRIPT`` (starts the runner detached) and the shell commands that probe or stop
-  it. They run with the node's interpreter (Python >= 3.9, standard library only).
+  ``LAUNCH_SCRIPT`` (takes the workdir's lock, then starts the runner detached) and the
+  shell commands that probe or stop it. They run with the node's interpreter (Python >= 3.9,
+  standard library only).
 - ``verify_fetched``: checks the evidence copy once it is back on the bot host.
 
-``bot/dispatch_ssh.py`` does the SSH work with these; this module only reads local files.
+``bot/dispatch_ssh.py`` does the SSH work with these; this module only touches local files.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import hashlib
 import json
 import os
 import shlex
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -64,12 +66,82 @@ for root in sys.argv[2:]:
 sys.stdout.write(json.dumps(out))
 """
 
+# Runs on the node: takes the workdir's lock, then, on "launch" from the bot, starts the
+# runner detached (its own session, output to runner.log, exit status to exit_code). The
+# lock (``dispatch.lock``: run, pid, process start time) names a live process for as long
+# as the workdir is in use: this process while the bot uploads, then the runner's
+# supervisor; it is dropped when the runner ends or when the bot goes away before the
+# launch (stdin closed). A lock whose pid is dead, a zombie or another process is stale.
 LAUNCH_SCRIPT = r"""
-import os, subprocess, sys
-run_dir, cwd, pkg = sys.argv[1:4]
-argv = sys.argv[4:]
+import fcntl, json, os, subprocess, sys, time
+lock, run, run_dir, cwd, pkg = sys.argv[1:6]
+argv = sys.argv[6:]
+
+def stat(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+def alive(held):
+    pid = held.get("pid")
+    if not isinstance(pid, int) or pid <= 1:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    fields = stat(pid)
+    return not fields or (fields[0] != "Z" and held.get("start") in (None, fields[19]))
+
+def locked(change):
+    fd = os.open(lock + ".guard", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            with open(lock) as fh:
+                held = json.load(fh)
+        except (OSError, ValueError):
+            held = None
+        return change(held if isinstance(held, dict) else None)
+    finally:
+        os.close(fd)
+
+def write(pid):
+    fields, tmp = stat(pid), "%s.%d.tmp" % (lock, os.getpid())
+    with open(tmp, "w") as fh:
+        json.dump({"run": run, "pid": pid, "start": fields[19] if fields else None,
+                   "run_dir": run_dir,
+                   "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, fh)
+    os.replace(tmp, lock)
+
+def take(held):
+    if held is not None and alive(held):
+        return held
+    write(os.getpid())
+
+def ours(held):
+    return held is not None and held.get("pid") == os.getpid()
+
+def release(held):
+    if ours(held):
+        os.remove(lock)
+
+os.makedirs(os.path.dirname(lock), exist_ok=True)
+held = locked(take)
+sys.stdout.write(json.dumps({"held": held} if held else {"locked": run}) + "\n")
+sys.stdout.flush()
+if held:
+    sys.exit(3)
+if sys.stdin.readline().strip() != "launch":
+    locked(release)
+    sys.exit(0)
 pid = os.fork()
 if pid:
+    locked(lambda held: write(pid) if ours(held) else None)
     sys.stdout.write("%d\n" % pid)
     sys.exit(0)
 os.setsid()
@@ -93,6 +165,7 @@ tmp = os.path.join(run_dir, "exit_code.tmp")
 with open(tmp, "w") as fh:
     fh.write("%d\n" % code)
 os.replace(tmp, os.path.join(run_dir, "exit_code"))
+locked(release)
 os._exit(0)
 """
 
@@ -121,6 +194,53 @@ class SSHNode:
         return f"{self.user + '@' if self.user else ''}{self.host}:{self.port}"
 
 
+ConnKey = tuple[str, int, Optional[str], Optional[str]]
+
+
+def conn_key(node: SSHNode) -> ConnKey:
+    """A connection is shared only by nodes with the same address, user and trust rule."""
+    return (node.host, node.port, node.user, node.host_key_fingerprint)
+
+
+def host_key_refused(node: SSHNode, known_hosts: str | None, reason: str) -> DispatchError:
+    source = (f"the pinned node.host_key_fingerprint {node.host_key_fingerprint}"
+              if node.host_key_fingerprint else
+              f"known_hosts ({known_hosts or '~/.ssh/known_hosts'})")
+    return DispatchError(
+        f"{node.where}: host key refused: it does not match {source} ({reason}). An unknown "
+        "or changed key is never accepted silently: check the key with the provider, then "
+        "add it to known_hosts or pin node.host_key_fingerprint")
+
+
+class Backoff:
+    """Retry delays per connection: ``first`` seconds, doubling up to ``cap``."""
+
+    def __init__(self, first: float, cap: float) -> None:
+        self.first, self.cap = first, cap
+        self._state: dict[ConnKey, tuple[int, float]] = {}  # key -> (failures, not before)
+
+    def may_try(self, key: ConnKey) -> bool:
+        return time.monotonic() >= self._state.get(key, (0, 0.0))[1]
+
+    def failed(self, key: ConnKey) -> None:
+        failures = self._state.get(key, (0, 0.0))[0]
+        delay = min(self.cap, self.first * (2 ** failures))
+        self._state[key] = (failures + 1, time.monotonic() + delay)
+
+    def succeeded(self, key: ConnKey) -> None:
+        self._state.pop(key, None)
+
+    def clear(self) -> None:
+        self._state.clear()
+
+
+def mirror(path: Path, offset: int, data: bytes) -> None:
+    """Write ``data`` at ``offset`` of the local copy of a remote file."""
+    with open(path, "r+b" if path.exists() else "wb") as fh:
+        fh.seek(offset)
+        fh.write(data)
+
+
 def node_section(handle: RunHandle) -> dict[str, Any]:
     """The manifest's node section: the handle's, else the run directory's ``manifest.yaml``."""
     if handle.node is not None:
@@ -141,7 +261,8 @@ def locate(handle: RunHandle) -> tuple[SSHNode, dict[str, Any]]:
     except (OSError, ValueError) as exc:
         raise DispatchError(f"run {handle.run_id}: {path} is missing or unreadable; "
                             "the run was never dispatched over SSH") from exc
-    missing = [k for k in ("node", "run_dir", "pid") if not isinstance(layout, dict)
+    # No pid yet: written just before the launch; the runner may be starting (see probe).
+    missing = [k for k in ("node", "run_dir") if not isinstance(layout, dict)
                or layout.get(k) in (None, "")]
     if missing:
         raise DispatchError(f"run {handle.run_id}: {path} lacks {', '.join(missing)}; it was "
@@ -163,17 +284,75 @@ def python_command(python: str, script: str, *args: str) -> str:
     return " ".join(shlex.quote(a) for a in (python, "-c", script, *args))
 
 
-def probe_command(pid: int, run_dir: str) -> str:
-    """Prints ``done`` (exit_code written), ``alive`` (running, not a zombie) or ``dead``."""
+def _pid_of(pid: Any, run_dir: str) -> str:
+    """Shell text for the runner's pid: the layout's, else the node's ``runner.pid``."""
+    if isinstance(pid, int) and pid > 1:
+        return str(pid)
+    return f"$(cat {shlex.quote(run_dir)}/runner.pid 2>/dev/null)"
+
+
+def probe_command(pid: int | None, run_dir: str) -> str:
+    """Prints ``done`` (exit_code written), ``alive`` (running, not a zombie), ``dead``, or
+    ``starting`` (no pid known anywhere yet: not dead, the events will tell)."""
     quoted = shlex.quote(run_dir)
-    return (f"if [ -e {quoted}/exit_code ]; then echo done; "
-            f"elif kill -0 {pid} 2>/dev/null && [ \"$(cut -d')' -f2 /proc/{pid}/stat "
-            f"2>/dev/null | cut -c2)\" != Z ]; then echo alive; else echo dead; fi")
+    return (f"p={_pid_of(pid, run_dir)}; if [ -e {quoted}/exit_code ]; then echo done; "
+            "elif [ -z \"$p\" ]; then echo starting; "
+            "elif kill -0 \"$p\" 2>/dev/null && [ \"$(cut -d')' -f2 /proc/$p/stat "
+            "2>/dev/null | cut -c2)\" != Z ]; then echo alive; else echo dead; fi")
 
 
-def stop_command(pid: int) -> str:
+def stop_command(pid: int | None, run_dir: str) -> str:
     """Sends SIGTERM to the runner's whole process group (its own session)."""
-    return f"kill -TERM -- -{pid} 2>/dev/null; true"
+    return (f"p={_pid_of(pid, run_dir)}; [ \"${{p:-0}}\" -gt 1 ] 2>/dev/null && "
+            "kill -TERM -- \"-$p\" 2>/dev/null; true")
+
+
+def lock_holder(reply: str, node: str, workdir: str, python: str) -> None:
+    """Checks the first line the launcher printed: the lock is ours, or who holds it."""
+    try:
+        answer = json.loads(reply)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and answer.get("locked"):
+        return
+    held = answer.get("held") if isinstance(answer, dict) else None
+    if not isinstance(held, dict):
+        raise DispatchError(f"{node}: node.python {python!r} did not answer the launcher "
+                            f"(got {reply.strip()[:200]!r}); is it Python >= 3.9 on a POSIX "
+                            "system and does the login print nothing on stdout?")
+    raise DispatchError(
+        f"{node}: workdir {workdir} is in use by run {held.get('run')} (pid {held.get('pid')} "
+        f"alive on the node since {held.get('since')}, run directory {held.get('run_dir')}): "
+        "a dispatch now would overwrite or delete files under a working runner. Wait for "
+        "that run to end (or stop it), or give this manifest another node.workdir")
+
+
+def launched_pid(out: str, node: str) -> int:
+    """The pid the launcher printed last (its runner's supervisor, a session leader)."""
+    try:
+        return int(out.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise DispatchError(f"{node}: the launcher printed no pid: {out!r}") from exc
+
+
+def parse_hashes(out: str, node: str, python: str) -> dict[str, dict[str, str]]:
+    """The node's answer to ``hash_command`` (JSON), or an error saying what it printed."""
+    try:
+        hashes = json.loads(out)
+    except ValueError:
+        hashes = None
+    if not isinstance(hashes, dict):
+        raise DispatchError(f"{node}: node.python {python!r} did not print the file hashes "
+                            f"(got {out.strip()[:200]!r}); is it Python >= 3.9 and does the "
+                            "login print nothing on stdout?")
+    return hashes
+
+
+def write_layout(path: Path, layout: dict[str, Any]) -> None:
+    """``remote.json``, replaced atomically: a crash leaves the old or the new, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(layout, indent=2, sort_keys=True))
+    os.replace(tmp, path)
 
 
 @dataclass
@@ -198,6 +377,8 @@ class UploadPlan:
         self.remote_project = f"{workdir}/projects/{self.local_project.name}-{tag}"
         self.remote_pkg_root = f"{workdir}/runner-pkg"
         self.remote_run_dir = f"{workdir}/runs/{handle.run_id}"
+        self.lock = f"{workdir}/dispatch.lock"
+        self.run_id, self.resume = handle.run_id, handle.resume
         self.package = package
         self.skip = {handle.run_dir.parent.resolve()}
         self.extra: dict[Path, str] = {}
@@ -268,12 +449,18 @@ class UploadPlan:
         return python_command(python, HASH_SCRIPT, rules, *self.roots())
 
     def launch_command(self, python: str, resume: bool) -> str:
-        """Starts the runner detached on the node and prints its pid."""
+        """Takes the workdir's lock (prints a JSON line), then on ``launch`` on its stdin
+        starts the runner detached on the node and prints its pid."""
         run_dir = self.remote_run_dir
         argv = [python, "-m", "runner", f"{run_dir}/spec.json", "--run-dir", run_dir]
         argv += ["--resume"] if resume else []
-        return python_command(python, LAUNCH_SCRIPT, run_dir, self.remote_project,
-                              self.remote_pkg_root, *argv)
+        return python_command(python, LAUNCH_SCRIPT, self.lock, self.run_id, run_dir,
+                              self.remote_project, self.remote_pkg_root, *argv)
+
+    def layout(self, node: SSHNode, sent: dict[str, int]) -> dict[str, Any]:
+        """``remote.json`` before the launch (no pid yet: a restarted bot still finds it)."""
+        return {"node": {**node.__dict__}, "run_dir": self.remote_run_dir, "pid": None,
+                "lock": self.lock, "evidence": self.evidence, "uploaded": sent}
 
 
 def files(root: Path, skip: set[Path], *, top: bool = True) -> dict[str, tuple[Path, str]]:

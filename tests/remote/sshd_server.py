@@ -54,12 +54,13 @@ class Sshd:
                              capture_output=True, text=True).stdout
         return out.split()[1]
 
-    def dispatcher(self, **kw: Any) -> SSHDispatcher:
+    def dispatcher(self, cls: type[SSHDispatcher] = SSHDispatcher, **kw: Any) -> SSHDispatcher:
+        """A dispatcher (or ``cls``, a fault-injecting subclass) that trusts only this sshd."""
         options: dict[str, Any] = {"known_hosts": self.known_hosts, "client_keys": [self.user_key],
                                    "use_agent": False, "runner_package": FAKE_RUNNER,
                                    "backoff": (0.05, 0.5)}
         options.update(kw)
-        return SSHDispatcher(**options)
+        return cls(**options)
 
     def node(self, workdir: Path, **kw: Any) -> dict[str, Any]:
         return {"kind": "ssh", "host": "127.0.0.1", "port": self.port, "user": self.user,

@@ -66,7 +66,7 @@ def _restarted_bot_finds_the_run_without_the_node_section(bot: Bot, run: dict[st
     # a remote.json that a dispatch did not write names what it lacks
     layout_file = Path(run["run_dir"]) / "remote.json"
     layout_file.write_text(json.dumps({"run_dir": str(remote_run)}))
-    with pytest.raises(DispatchError, match="remote.json lacks node, pid"):
+    with pytest.raises(DispatchError, match="remote.json lacks node;"):
         locate(handle)
     layout_file.write_text("[1, 2")
     with pytest.raises(DispatchError, match="missing or unreadable"):
@@ -84,7 +84,7 @@ def test_a_node_python_that_prints_no_hashes_fails_the_dispatch_clearly(tmp_path
     try:
         provision(bot.store, sshd.lease_key)
         run_id = submit(bot, manifest)
-        with pytest.raises(DispatchError, match="node.python 'echo' did not print the file"):
+        with pytest.raises(DispatchError, match="node.python .echo. did not answer the launcher"):
             bot.service.start(run_id)
         assert bot.store.get_run(run_id)["status"] == "dispatch_failed"
     finally:
