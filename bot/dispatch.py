@@ -104,7 +104,7 @@ class LocalDispatcher:
         proc = self._procs.get(handle.run_id)
         if proc is not None:
             return proc.poll() is None
-        pid = handle.pid
+        pid = handle.pid or _pid_file(handle.run_dir)
         if pid is None:
             return False
         try:
@@ -137,6 +137,15 @@ class LocalDispatcher:
             except subprocess.TimeoutExpired:
                 os.killpg(pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+def _pid_file(run_dir: Path) -> int | None:
+    """The pid the dispatcher wrote when it started the runner (a bot that died before
+    storing it in SQLite still left it here)."""
+    try:
+        return int((run_dir / "runner.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _not_zombie(pid: int) -> bool:

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import asyncssh
 
 from bot.dispatch import RunHandle
+from bot.dispatch_ssh_node import probe_command, stop_command
 from bot.dispatch_ssh_plan import (
     RUNNER_PACKAGE,
     Backoff,
@@ -48,8 +49,6 @@ from bot.dispatch_ssh_plan import (
     mirror,
     node_section,
     parse_hashes,
-    probe_command,
-    stop_command,
     verify_fetched,
     write_layout,
 )

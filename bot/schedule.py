@@ -95,6 +95,11 @@ def watch_runs(service: PilotService, now: datetime) -> list[Message]:
     """One watch pass: pump each active run, alert a stall once, announce a return once."""
     store = service.store
     sent: list[Message] = []
+    for run in store.list_runs(status="dispatching"):
+        try:  # a start its bot never finished: running if the runner started, else failed
+            service.reap(run["id"], now=now)
+        except PreflightError as exc:
+            log.warning("watch of %s: %s", run["id"], exc)
     ids = [r["id"] for r in store.active_runs()]
     ids += [w["run"] for w in store.stalled_runs() if w["run"] not in ids]
     for run_id in ids:

@@ -32,6 +32,7 @@ from runner.events import BALANCE, EVIDENCE, PROGRESS, RUN_FINISHED, STAGE_EVENT
 log = logging.getLogger(__name__)
 
 DECISIONS = ("approve", "fix-env", "revise")
+DISPATCH_GRACE_S = 120  # a start that takes longer than this was interrupted
 LeaseGuard = Callable[[dict[str, Any]], None]
 
 
@@ -120,7 +121,8 @@ class PilotService:
         handle = self._handle(run, resume=resume)
         # "dispatching" until the runner's pid is known: the watch and `preflight runs` only
         # look at "running" runs, so nobody takes a runner being started for a dead one.
-        from_states = ("running", "awaiting_decision", "dispatching") if resume else ("planned",)
+        from_states = (("running", "awaiting_decision", "dispatching", "dispatch_failed")
+                       if resume else ("planned",))
         # A resumed run is judged on what the new runner reports: the earlier attempt's
         # run.finished, balance and first error no longer count (its events stay recorded).
         fresh = {"resume_seq": int(run["last_seq"]), "first_error": None, "outcome": None,
@@ -147,6 +149,12 @@ class PilotService:
         if run["status"] == "planned":
             self.start(run_id)
             return
+        if run["status"] == "dispatching":
+            self.reap(run_id)  # settles a start interrupted more than DISPATCH_GRACE_S ago
+            run = self.store.get_run(run_id)
+            if run["status"] == "dispatching":
+                raise DispatchError(f"run {run_id} is being started; if the bot that started "
+                                    f"it stopped, try again in {DISPATCH_GRACE_S} s")
         if run["status"] == "decided":
             raise DispatchError(f"run {run_id} is decided; submit the manifest again instead")
         if run["status"] == "running" and self._dispatcher(run).is_alive(self._handle(run)):
@@ -195,15 +203,44 @@ class PilotService:
             self._finish(run_id)
         return fresh
 
-    def reap(self, run_id: str) -> bool:
-        """Close a running run whose runner ended while nobody followed it; True if closed."""
+    def reap(self, run_id: str, *, now: datetime | None = None) -> bool:
+        """Close a running run whose runner ended while nobody followed it; True if closed.
+
+        A run left ``dispatching`` by a bot that stopped mid-start is settled too, once
+        ``DISPATCH_GRACE_S`` have passed: ``running`` if its runner did start, else
+        ``dispatch_failed`` (then `preflight resume` starts it again).
+        """
         run = self.store.get_run(run_id)
+        if run["status"] == "dispatching":
+            return self._settle_dispatch(run, now or datetime.now(timezone.utc))
         if run["status"] != "running" or self.pump(run_id):
             return False
         run = self.store.get_run(run_id)
         if run["status"] != "running" or self._dispatcher(run).is_alive(self._handle(run)):
             return False
         self._runner_died(run_id)
+        return True
+
+    def _settle_dispatch(self, run: dict[str, Any], now: datetime) -> bool:
+        started_at = datetime.fromisoformat(run.get("started_at") or run["created_at"])
+        if (now - started_at).total_seconds() < DISPATCH_GRACE_S:
+            return False  # maybe still being started, by this bot or another
+        dispatcher, handle = self._dispatcher(run), self._handle(run)
+        try:
+            events, _ = dispatcher.read_events(handle, 0)
+            started = bool(events) or dispatcher.is_alive(handle)
+        except PreflightError:
+            started = False  # nothing on the node to follow
+        if started:
+            self.store.transition(run["id"], ("dispatching",), "running")
+            return False
+        error = {"stage": "dispatch", "type": "DispatchInterrupted",
+                 "message": "the bot stopped while starting the runner, and no runner "
+                            "started", "hint": f"`preflight resume {run['id']}` starts it"}
+        if not self.store.transition(run["id"], ("dispatching",), "dispatch_failed",
+                                     first_error=error):
+            return False
+        self._publish_outcome(run["id"])
         return True
 
     def _finish(self, run_id: str) -> None:

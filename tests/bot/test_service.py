@@ -275,3 +275,32 @@ def test_a_run_refused_by_its_lease_can_be_started_later(tmp_path: Path) -> None
     provisioned["ok"] = True
     service.resume(sub.run_id)  # what `preflight resume RUN` does once provisioned
     assert service.follow(sub.run_id, timeout=30)["status"] == "awaiting_decision"
+
+
+def test_a_start_interrupted_by_a_bot_crash_is_settled_by_the_watch(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from bot.schedule import watch_runs
+
+    service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
+    started = submit(service, tmp_path)  # its runner started: events will show it
+    crashed = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
+    # A bot that died between "dispatching" and the runner's start leaves these two rows:
+    for run_id in (started, crashed.run_id):
+        service.store.update_run(run_id, status="dispatching", started_at=_iso_now())
+    now = datetime.now(timezone.utc)
+    watch_runs(service, now)  # within the grace: maybe still being started, left alone
+    assert {service.store.get_run(r)["status"] for r in (started, crashed.run_id)} == {
+        "dispatching"}
+    watch_runs(service, now + timedelta(seconds=300))
+    assert service.store.get_run(crashed.run_id)["status"] == "dispatch_failed"
+    assert service.store.get_run(crashed.run_id)["first_error"]["type"] == "DispatchInterrupted"
+    assert service.store.get_run(started)["status"] in ("running", "awaiting_decision")
+    service.resume(crashed.run_id)  # and it can be started again
+    assert service.follow(crashed.run_id, timeout=30)["outcome"] == "passed"
+
+
+def _iso_now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -13,7 +13,8 @@ import pytest
 
 from bot.dispatch import RunHandle
 from bot.dispatch_ssh import SSHDispatcher
-from bot.dispatch_ssh_plan import LAUNCH_SCRIPT, SSHNode, locate
+from bot.dispatch_ssh_node import LAUNCH_SCRIPT
+from bot.dispatch_ssh_plan import SSHNode, locate
 from bot.errors import DispatchError
 from runner.events import Event
 from tests.remote.remote_kit import (

@@ -1,0 +1,171 @@
+"""The text that runs on a node: Python scripts for its own interpreter, shell commands.
+
+``HASH_SCRIPT`` hashes every file under some roots (with the same skip rules as the local
+side), ``LAUNCH_SCRIPT`` takes the workdir's lock and starts the runner detached; the shell
+commands probe or stop a runner. The scripts run with the node's interpreter
+(Python >= 3.9, standard library only); nothing here touches the network or local files.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+# Runs on the node with its own interpreter (Python >= 3.9, standard library only).
+# The same skip rules as ``files``: what is never sent (a virtual environment built on the
+# node, caches, runs/) is neither hashed (a torch venv is gigabytes) nor removed as stale.
+HASH_SCRIPT = r"""
+import hashlib, json, os, sys
+skip, top = json.loads(sys.argv[1])
+out = {}
+for root in sys.argv[2:]:
+    os.makedirs(root, exist_ok=True)
+    files = {}
+    for base, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in skip
+                   and not (base == root and d in top)
+                   and not os.path.exists(os.path.join(base, d, "pyvenv.cfg"))]
+        for name in names:
+            path = os.path.join(base, name)
+            if name.endswith(".pyc") or os.path.islink(path) or not os.path.isfile(path):
+                continue
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            files[os.path.relpath(path, root).replace(os.sep, "/")] = h.hexdigest()
+    out[root] = files
+sys.stdout.write(json.dumps(out))
+"""
+
+# Runs on the node: takes the workdir's lock, then, on "launch" from the bot, starts the
+# runner detached (its own session, output to runner.log, exit status to exit_code). The
+# lock (``dispatch.lock``: run, pid, process start time) names a live process for as long
+# as the workdir is in use: this process while the bot uploads, then the runner's
+# supervisor; it is dropped when the runner ends or when the bot goes away before the
+# launch (stdin closed). A lock whose pid is dead, a zombie or another process is stale.
+LAUNCH_SCRIPT = r"""
+import fcntl, json, os, subprocess, sys, time
+lock, run, run_dir, cwd, pkg = sys.argv[1:6]
+argv = sys.argv[6:]
+
+def stat(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+def alive(held):
+    pid = held.get("pid")
+    if not isinstance(pid, int) or pid <= 1:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    fields = stat(pid)
+    return not fields or (fields[0] != "Z" and held.get("start") in (None, fields[19]))
+
+def locked(change):
+    fd = os.open(lock + ".guard", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            with open(lock) as fh:
+                held = json.load(fh)
+        except (OSError, ValueError):
+            held = None
+        return change(held if isinstance(held, dict) else None)
+    finally:
+        os.close(fd)
+
+def write(pid):
+    fields, tmp = stat(pid), "%s.%d.tmp" % (lock, os.getpid())
+    with open(tmp, "w") as fh:
+        json.dump({"run": run, "pid": pid, "start": fields[19] if fields else None,
+                   "run_dir": run_dir,
+                   "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, fh)
+    os.replace(tmp, lock)
+
+def take(held):
+    if held is not None and alive(held):
+        return held
+    write(os.getpid())
+
+def ours(held):
+    return held is not None and held.get("pid") == os.getpid()
+
+def release(held):
+    if ours(held):
+        os.remove(lock)
+
+os.makedirs(os.path.dirname(lock), exist_ok=True)
+held = locked(take)
+sys.stdout.write(json.dumps({"held": held} if held else {"locked": run}) + "\n")
+sys.stdout.flush()
+if held:
+    sys.exit(3)
+if sys.stdin.readline().strip() != "launch":
+    locked(release)
+    sys.exit(0)
+pid = os.fork()
+if pid:
+    locked(lambda held: write(pid) if ours(held) else None)
+    sys.stdout.write("%d\n" % pid)
+    sys.exit(0)
+os.setsid()
+null = os.open(os.devnull, os.O_RDONLY)
+log = os.open(os.path.join(run_dir, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+os.dup2(null, 0)
+os.dup2(log, 1)
+os.dup2(log, 2)
+with open(os.path.join(run_dir, "runner.pid"), "w") as fh:
+    fh.write("%d\n" % os.getpid())
+env = dict(os.environ)
+extra = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
+env["PYTHONPATH"] = os.pathsep.join([pkg, cwd] + extra)
+env["PYTHONUNBUFFERED"] = "1"
+try:
+    code = subprocess.call(argv, cwd=cwd, env=env)
+except OSError as exc:
+    sys.stderr.write("cannot start the runner: %s\n" % exc)
+    code = 127
+tmp = os.path.join(run_dir, "exit_code.tmp")
+with open(tmp, "w") as fh:
+    fh.write("%d\n" % code)
+os.replace(tmp, os.path.join(run_dir, "exit_code"))
+locked(release)
+os._exit(0)
+"""
+
+
+
+def python_command(python: str, script: str, *args: str) -> str:
+    """The shell command that runs ``script`` with the node's ``python`` and ``args``."""
+    return " ".join(shlex.quote(a) for a in (python, "-c", script, *args))
+
+
+def _pid_of(pid: Any, run_dir: str) -> str:
+    """Shell text for the runner's pid: the layout's, else the node's ``runner.pid``."""
+    if isinstance(pid, int) and pid > 1:
+        return str(pid)
+    return f"$(cat {shlex.quote(run_dir)}/runner.pid 2>/dev/null)"
+
+
+def probe_command(pid: int | None, run_dir: str) -> str:
+    """Prints ``done`` (exit_code written), ``alive`` (running, not a zombie), ``dead``, or
+    ``starting`` (no pid known anywhere yet: not dead, the events will tell)."""
+    quoted = shlex.quote(run_dir)
+    return (f"p={_pid_of(pid, run_dir)}; if [ -e {quoted}/exit_code ]; then echo done; "
+            "elif [ -z \"$p\" ]; then echo starting; "
+            "elif kill -0 \"$p\" 2>/dev/null && [ \"$(cut -d')' -f2 /proc/$p/stat "
+            "2>/dev/null | cut -c2)\" != Z ]; then echo alive; else echo dead; fi")
+
+
+def stop_command(pid: int | None, run_dir: str) -> str:
+    """Sends SIGTERM to the runner's whole process group (its own session)."""
+    return (f"p={_pid_of(pid, run_dir)}; [ \"${{p:-0}}\" -gt 1 ] 2>/dev/null && "
+            "kill -TERM -- \"-$p\" 2>/dev/null; true")
