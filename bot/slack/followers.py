@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 
-from bot.errors import PreflightError
+from bot.errors import PreflightError, RunNotFound
 from bot.service import PilotService
 
 log = logging.getLogger(__name__)
+RETRY_FIRST_S = 0.5  # a follower that fails waits this long, doubling up to RETRY_MAX_S
+RETRY_MAX_S = 30.0
 
 
 class Followers:
@@ -57,9 +59,19 @@ class Followers:
             thread.join(timeout)
 
     def _follow(self, run_id: str) -> None:
-        try:
-            self.service.follow(run_id, stop=self._stop, poll=self.poll)
-        except PreflightError as exc:
-            log.warning("following %s stopped: %s", run_id, exc)
-        except Exception:  # a follower must never take the bot down
-            log.exception("following %s failed", run_id)
+        """Follow until the run stops running; a failure (a locked database, a flaky read)
+        is logged and retried with a growing delay, so no run is left unfollowed."""
+        delay = RETRY_FIRST_S
+        while not self._stop.is_set():
+            try:
+                self.service.follow(run_id, stop=self._stop, poll=self.poll)
+                return
+            except RunNotFound as exc:
+                log.warning("following %s stopped: %s", run_id, exc)
+                return
+            except PreflightError as exc:
+                log.warning("following %s failed (retrying in %.1f s): %s", run_id, delay, exc)
+            except Exception:  # a follower must never take the bot down
+                log.exception("following %s failed (retrying in %.1f s)", run_id, delay)
+            self._stop.wait(delay)
+            delay = min(delay * 2, RETRY_MAX_S)

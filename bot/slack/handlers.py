@@ -88,15 +88,32 @@ class Handlers:
             return None
         try:
             self.service.start(sub.run_id)
-        except PreflightError as exc:  # the service already posted the outcome
+        except PreflightError as exc:
             log.warning("run %s could not start: %s", sub.run_id, exc)
+            self.tell_not_started(sub.run_id, channel, thread_ts, exc)
             return sub.run_id
         self.followers.follow(sub.run_id)
         return sub.run_id
 
+    def tell_not_started(self, run_id: str, channel: str, thread_ts: str | None,
+                         exc: PreflightError) -> None:
+        """A start refused before the runner was tried (a lease, a missing dispatcher) is
+        said in the thread; a failed dispatch (``dispatch_failed``) the service posted."""
+        try:
+            status = self.service.store.get_run(run_id)["status"]
+        except PreflightError:
+            status = None
+        if status == "dispatch_failed":
+            return
+        self.post(channel, thread_ts, f":x: Run `{run_id}` was not started: {escape(str(exc))}")
+
     # -- decisions ----------------------------------------------------------------
     def decide(self, run_id: str, decision: str, reason: str, *, user: str, channel: str,
                thread_ts: str | None) -> dict[str, Any] | None:
+        why = self.not_here(run_id, channel, thread_ts)
+        if why is not None:
+            self.ephemeral(channel, user, thread_ts, f":x: {escape(why)}")
+            return None
         try:
             record = self.service.decide(run_id, decision, reason, user, source="slack")
         except DecisionRefused as exc:
@@ -104,15 +121,38 @@ class Handlers:
                            f":no_entry: Decision refused (and recorded): {escape(str(exc))}")
             return None
         except PreflightError as exc:
-            self.ephemeral(channel, user, thread_ts, f":x: {escape(str(exc))}")
+            if decision == "approve" and self.service.store.get_run(run_id)["status"] == "decided":
+                # Recorded, then the full-volume run could not start: the thread must know.
+                self.post(channel, thread_ts, ":x: The decision is recorded, but the "
+                          f"full-volume run was not started: {escape(str(exc))}")
+            else:
+                self.ephemeral(channel, user, thread_ts, f":x: {escape(str(exc))}")
             return None
         volume = record.get("volume_run")
         if volume:
             self.followers.follow(str(volume))
         return record
 
-    def awaiting(self, run_id: str) -> tuple[bool, str]:
+    def not_here(self, run_id: str, channel: str, thread_ts: str | None) -> str | None:
+        """Why a decision from this channel/thread cannot be about ``run_id``, or None.
+
+        A button's value and a modal's metadata name a run: only an exact id of a run of
+        this very channel (and thread, when known) counts, never a prefix of another one.
+        """
+        try:
+            run = self.service.store.get_run(run_id)
+        except PreflightError:
+            return f"there is no run {run_id}"
+        if run.get("channel") != channel or (thread_ts and run.get("thread_ts") not in
+                                             (None, thread_ts)):
+            return f"run {run_id} is not a pilot of this thread: decide in its own thread"
+        return None
+
+    def awaiting(self, run_id: str, channel: str, thread_ts: str | None) -> tuple[bool, str]:
         """Whether a decision can be taken now, and if not, why (for an ephemeral)."""
+        why = self.not_here(run_id, channel, thread_ts)
+        if why is not None:
+            return False, why
         try:
             run = self.service.show(run_id)
         except PreflightError as exc:

@@ -233,7 +233,7 @@ def _on_button(h: Handlers) -> Callable[..., None]:
         run_id, user = str(action.get("value")), str(body["user"]["id"])
         channel = str((body.get("channel") or {}).get("id") or "")
         thread_ts = (body.get("message") or {}).get("thread_ts")
-        ok, why = h.awaiting(run_id)
+        ok, why = h.awaiting(run_id, channel, thread_ts)
         if not ok:
             h.ephemeral(channel, user, thread_ts, f":information_source: {escape(why)}")
             return
