@@ -26,6 +26,7 @@ PROBLEM_KINDS = (
     "no_reason",           # refused without a reason
     "bad_status",          # status neither accepted nor refused
     "bad_id",              # a result without a usable id
+    "bad_output",          # an output the runner cannot write (not JSON)
     "unexpected_accept",   # an expected refusal that was accepted
     "count_mismatch",      # accepted + refused != expected_count
 )

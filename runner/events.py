@@ -56,14 +56,13 @@ class Event:
     data: Dict[str, Any] = field(default_factory=dict)
 
     def to_line(self) -> str:
-        return (
-            json.dumps(
-                {"seq": self.seq, "type": self.type, "run": self.run, "ts": self.ts, **self.data},
-                sort_keys=True,
-                ensure_ascii=False,
-            )
-            + "\n"
-        )
+        obj = {"seq": self.seq, "type": self.type, "run": self.run, "ts": self.ts, **self.data}
+        line = json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n"
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (a file name that is not UTF-8)
+            line = json.dumps(obj, sort_keys=True) + "\n"  # escaped: valid JSON and UTF-8
+        return line
 
     def to_dict(self) -> Dict[str, Any]:
         return {"seq": self.seq, "type": self.type, "run": self.run, "ts": self.ts, **self.data}
@@ -161,9 +160,10 @@ class EventWriter:
             with open(path, "rb") as fh:
                 data = fh.read()
             good_end = data.rfind(b"\n") + 1
-            for raw in data[:good_end].splitlines():
+            for n, raw in enumerate(data[:good_end].split(b"\n"), 1):
                 if raw.strip():
-                    last = max(last, parse_line(raw.decode("utf-8")).seq)
+                    text = raw.decode("utf-8", errors="replace")
+                    last = max(last, parse_line(text, lineno=n).seq)
             if good_end != len(data):
                 with open(path, "r+b") as fh:
                     fh.truncate(good_end)

@@ -57,6 +57,12 @@ def list_dir(directory: str, pattern: str = "*") -> List[Item]:
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(name).decode("utf-8", errors="backslashreplace")
+            raise InputsError(f"inputs.dir {directory}: file name {shown!r} is not valid "
+                              f"UTF-8; rename it (ids are written to JSON and SQLite)") from None
         iid = item_id(name)
         if iid in seen:
             raise InputsError(

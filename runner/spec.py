@@ -119,9 +119,9 @@ class RunSpec:
             return cls(
                 run_id=_req(raw, "run_id", str),
                 name=_req(raw, "name", str),
-                purpose=raw.get("purpose", "inference"),
-                backend=raw.get("backend", "cpu"),
-                python=raw.get("python"),
+                purpose=_opt(raw, "purpose", "inference"),
+                backend=_opt(raw, "backend", "cpu"),
+                python=_opt(raw, "python", None),
                 hardware=_sub(HardwareSpec, raw, "hardware"),
                 project=_sub(ProjectSpec, raw, "project"),
                 inputs=_sub(InputsSpec, raw, "inputs", required=True),
@@ -130,7 +130,7 @@ class RunSpec:
                 success=_sub(SuccessSpec, raw, "success"),
                 results=_sub(ResultsSpec, raw, "results"),
                 training=_sub(TrainingSpec, raw, "training"),
-                version=raw.get("version", SPEC_VERSION),
+                version=_opt(raw, "version", SPEC_VERSION),
             )
         except TypeError as exc:
             raise SpecError(f"spec: {exc}") from exc
@@ -163,9 +163,52 @@ def _sub(cls: Any, raw: Dict[str, Any], key: str, required: bool = False) -> Any
         return cls()
     if not isinstance(value, dict):
         raise SpecError(f"spec.{key}: expected an object, got {type(value).__name__}")
-    known = set(cls.__dataclass_fields__)
+    fields = cls.__dataclass_fields__
+    # Unknown fields are ignored so an older runner accepts a newer bot's spec.
+    known = {k: v for k, v in value.items() if k in fields}
+    for name, item in known.items():
+        _check(f"spec.{key}.{name}", item, str(fields[name].type))
     try:
-        # Unknown fields are ignored so an older runner accepts a newer bot's spec.
-        return cls(**{k: v for k, v in value.items() if k in known})
+        return cls(**known)
     except TypeError as exc:
         raise SpecError(f"spec.{key}: {exc}") from exc
+
+
+def _opt(raw: Dict[str, Any], key: str, default: Any) -> Any:
+    """A top-level field with a default, its type checked against RunSpec's annotation."""
+    if key not in raw:
+        return default
+    _check(f"spec.{key}", raw[key], str(RunSpec.__dataclass_fields__[key].type))
+    return raw[key]
+
+
+_SCALARS: Dict[str, Any] = {"str": (str,), "int": (int,), "float": (int, float),
+                            "bool": (bool,), "Any": (object,)}
+
+
+def _check(where: str, value: Any, annotation: str) -> None:
+    """Raise SpecError naming ``where`` unless ``value`` fits ``annotation`` (a string:
+    every module here uses postponed annotations)."""
+    if annotation.startswith("Optional[") and annotation.endswith("]"):
+        if value is None:
+            return
+        annotation = annotation[len("Optional["):-1]
+    if not _fits(value, annotation):
+        raise SpecError(f"{where}: expected {annotation}, got {type(value).__name__} "
+                        f"{value!r:.60}")
+
+
+def _fits(value: Any, annotation: str) -> bool:
+    if annotation.startswith("List[") and annotation.endswith("]"):
+        inner = annotation[len("List["):-1]
+        return isinstance(value, list) and all(_fits(v, inner) for v in value)
+    if annotation.startswith("Dict[") and annotation.endswith("]"):
+        inner = annotation[len("Dict["):-1].split(",", 1)[1].strip()
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and _fits(v, inner) for k, v in value.items())
+    kinds = _SCALARS.get(annotation)
+    if kinds is None:
+        return True  # an annotation this checker does not know: trust the bot
+    if annotation in ("int", "float") and isinstance(value, bool):
+        return False
+    return isinstance(value, kinds)

@@ -65,7 +65,11 @@ class Recorder:
                 anomalies.append(bad)
                 continue
             seen.add(res["id"])
-            rows.append(self._row(res))
+            try:
+                rows.append(self._row(res))
+            except (TypeError, ValueError) as exc:  # an output json cannot write
+                anomalies.append(Anomaly("bad_output", res["id"],
+                                         f"output is not JSON ({exc}); item not recorded"))
         return rows, anomalies
 
     def _bad(self, res: Any, asked: Set[str], seen: Set[str]) -> Optional[Anomaly]:
