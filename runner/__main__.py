@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from typing import Any, Dict, List, Optional
 
 from runner import __version__
@@ -71,11 +72,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         writer.emit(RUN_STARTED, spec=spec_summary(spec), runner_version=__version__,
                     pid=os.getpid(), resume=bool(args.resume), python=sys.executable)
-        finished = Ladder(spec, args.spec, run_dir, bool(args.resume), writer).run()
+        try:
+            finished = Ladder(spec, args.spec, run_dir, bool(args.resume), writer).run()
+        except Exception as exc:  # a bug in the ladder itself: still end the run clearly
+            traceback.print_exc()
+            finished = {"status": "failed", "stage_reached": None, "first_error": {
+                "stage": "runner", "type": type(exc).__name__, "message": str(exc),
+                "where": _where(exc), "hint": "an internal error of the runner: the traceback "
+                                              "is in runner.log"}}
         writer.emit(RUN_FINISHED, **finished)
     finally:
         writer.close()
     return EXIT_OK if finished["status"] == "passed" else EXIT_FAILED
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
 
 
 if __name__ == "__main__":

@@ -304,3 +304,16 @@ def _iso_now() -> str:
     from datetime import datetime, timezone
 
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def test_a_runner_that_sees_more_problems_than_the_events_is_not_called_a_liar(
+        tmp_path: Path) -> None:
+    script = pilot_script(IDS, refuse=())
+    balance = next(e for e in script if e["type"] == "balance")
+    balance.update(ok=False, problems=[{"kind": "invented", "id": "doc-99",
+                                        "detail": "the handler returned an id not asked for"}])
+    service, _ = make(tmp_path, lambda run: script)
+    run = service.follow(submit(service, tmp_path), timeout=30)
+    kinds = [p["kind"] for p in run["balance"]["problems"]]
+    assert kinds == ["invented"] and run["balance"]["ok"] is False
+    assert run["outcome"] == "failed"
