@@ -29,6 +29,7 @@ import runner
 from bot.dispatch import RunHandle
 from bot.dispatch_ssh_node import HASH_SCRIPT, LAUNCH_SCRIPT, python_command
 from bot.errors import DispatchError
+from runner.evidence import file_sha256
 
 RUNNER_PACKAGE = Path(runner.__file__).resolve().parent
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".mypy_cache",
@@ -314,16 +315,10 @@ def files(root: Path, skip: set[Path], *, top: bool = True) -> dict[str, tuple[P
             path = here / name
             if name.endswith(".pyc") or path.is_symlink() or not path.is_file():
                 continue
-            out[path.relative_to(root).as_posix()] = (path, sha256(path))
+            out[path.relative_to(root).as_posix()] = (path, file_sha256(str(path)))
     return out
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def verify_fetched(handle: RunHandle, dest: Path) -> None:

@@ -180,8 +180,13 @@ def _read_local(path: str) -> Optional[bytes]:
         return None
 
 
-def sums_text(files: List[Tuple[str, bytes]]) -> str:
-    return "".join(f"{hashlib.sha256(data).hexdigest()}  {rel}\n" for rel, data in files)
+def file_sha256(path: str) -> str:
+    """SHA-256 of a file, read in 1 MiB chunks (checkpoints and uploads can be large)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def copy_evidence(run_dir: str, dest: str) -> EvidenceReport:

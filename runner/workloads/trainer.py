@@ -24,13 +24,13 @@ Without ``task.trainer`` the built-in example :mod:`runner.workloads.train` is u
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from runner.evidence import file_sha256
 from runner.inputs import Item
 from runner.workloads import import_project_module
 
@@ -169,7 +169,7 @@ def save_checkpoint(directory: str, state: Dict[str, Any]) -> str:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, final)
-    digest = _sha256(final)
+    digest = file_sha256(final)
     marker_tmp = os.path.join(directory, MARKER + ".tmp")
     with open(marker_tmp, "w", encoding="utf-8") as fh:
         json.dump({"sha256": digest, "step": state["step"]}, fh)
@@ -190,15 +190,9 @@ def load_checkpoint(directory: str, map_location: Optional[str] = None) -> Dict[
     except (OSError, ValueError, KeyError) as exc:
         raise CheckpointError(f"{directory}: no valid {MARKER} marker (incomplete checkpoint)") \
             from exc
-    if not os.path.exists(path) or _sha256(path) != expected:
+    if not os.path.exists(path) or file_sha256(path) != expected:
         raise CheckpointError(f"{path}: does not match its {MARKER} marker")
     return torch.load(path, map_location=map_location,  # type: ignore[no-any-return]
                       weights_only=False)
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
