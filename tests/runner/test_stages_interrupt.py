@@ -25,6 +25,7 @@ from tests.runner.test_stages_kit import (
     outcomes,
     run_runner,
     runner_env,
+    start_hanging_runner,
     status_of,
     write_spec,
 )
@@ -78,16 +79,9 @@ def _assert_interrupted(run_dir: Path, stage: str, signame: str) -> None:
 
 
 def test_sigterm_during_a_worker_stage(tmp_path: Path) -> None:
-    pidfile = tmp_path / "hang.pids"
-    spec = write_spec(tmp_path, diagnostics={"checks": ["tinycheck:hang"]})
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", str(spec), "--run-dir", str(run_dir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO,
-        env=runner_env(TINYCHECK_PIDFILE=str(pidfile)))
+    proc, run_dir, worker_pid, grandchild = start_hanging_runner(tmp_path,
+                                                                 stderr=subprocess.PIPE)
     try:
-        wait_until(pidfile.exists, "the hanging check to start")
-        worker_pid, grandchild = (int(p) for p in pidfile.read_text().split())
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     finally:

@@ -138,3 +138,29 @@ def status_of(events: list[Event]) -> dict[str, str]:
 
 def finished(events: list[Event]) -> dict[str, Any]:
     return events[-1].data
+
+
+def start_hanging_runner(tmp_path: Path, *, stderr: int = subprocess.DEVNULL
+                         ) -> tuple[subprocess.Popen[bytes], Path, int, int]:
+    """`python -m runner` stuck in a user check that hangs (and starts a grandchild).
+
+    Returns the runner process, its run directory, the worker's pid and the grandchild's,
+    once the check is running.
+    """
+    from tests.processes import wait_until
+
+    pidfile = tmp_path / "hang.pids"
+    spec = write_spec(tmp_path, diagnostics={"checks": ["tinycheck:hang"]})
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", str(spec), "--run-dir", str(run_dir)],
+        stdout=subprocess.DEVNULL, stderr=stderr, cwd=REPO,
+        env=runner_env(TINYCHECK_PIDFILE=str(pidfile)))
+    try:
+        wait_until(pidfile.exists, "the hanging check to start")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    worker_pid, grandchild = (int(p) for p in pidfile.read_text().split())
+    return proc, run_dir, worker_pid, grandchild

@@ -5,28 +5,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from runner.watchdog import Worker
 from tests.processes import alive, wait_until
-from tests.runner.test_stages_kit import REPO, runner_env, write_spec
+from tests.runner.test_stages_kit import start_hanging_runner, write_spec
 
 
 def test_worker_dies_when_the_runner_is_killed(tmp_path: Path) -> None:
-    pidfile = tmp_path / "hang.pids"
-    spec = write_spec(tmp_path, diagnostics={"checks": ["tinycheck:hang"]})
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", str(spec), "--run-dir", str(run_dir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
-        env=runner_env(TINYCHECK_PIDFILE=str(pidfile)))
+    proc, run_dir, worker_pid, grandchild = start_hanging_runner(tmp_path)
     try:
-        wait_until(pidfile.exists, "the hanging check to start")
-        worker_pid, grandchild = (int(p) for p in pidfile.read_text().split())
         assert alive(worker_pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
