@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean system-deps
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,22 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/preflight run manifests/pilote.yaml
 
-test: $(STAMP)
+# System packages the tests need (a real sshd for the remote tests), through apt-get when
+# it can; one clear line when it cannot (those tests then fail naming what is missing).
+SYSTEM_PACKAGES := openssh-server
+system-deps:
+	@missing=""; \
+	for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing system packages:$$missing"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing >/dev/null) \
+	    || echo "warning: could not install$$missing with apt-get; the tests that need them will fail" >&2; \
+	else \
+	  echo "warning: cannot install$$missing (needs apt-get as root); install them yourself" >&2; \
+	fi
+
+test: $(STAMP) system-deps
 	$(BIN)/ruff check bot runner tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q

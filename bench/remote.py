@@ -37,10 +37,10 @@ def snapshot(dest: Path) -> Path:
 
 
 def main() -> int:
-    from bot.dispatch_ssh import RUNNER_PACKAGE
-    from bot.manifest import load_manifest
-    from bot.message import NullNotifier
-    from bot.runtime import make_dispatchers
+    from bot.compose import make_dispatchers
+    from bot.dispatch.ssh import RUNNER_PACKAGE
+    from bot.manifest.load import load_manifest
+    from bot.messages.model import NullNotifier
     from bot.service import PilotService
     from bot.settings import Settings
     from bot.store import Store

@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 from slack_bolt import App  # noqa: E402
 from slack_sdk.signature import SignatureVerifier  # noqa: E402
 
-from bot.dispatch import LocalDispatcher  # noqa: E402
-from bot.message import NullNotifier  # noqa: E402
+from bot.dispatch.local import LocalDispatcher  # noqa: E402
+from bot.messages.model import NullNotifier  # noqa: E402
 from bot.service import PilotService  # noqa: E402
 from bot.settings import Settings  # noqa: E402
 from bot.slack.app import SlackBot, make_client  # noqa: E402

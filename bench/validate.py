@@ -20,7 +20,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.manifest import load_manifest  # noqa: E402
+from bot.manifest.load import load_manifest  # noqa: E402
 
 COUNT = 10_000
 ROUNDS = 5

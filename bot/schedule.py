@@ -33,9 +33,9 @@ from typing import IO, Any
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from bot import leases as lease_rules
 from bot.errors import PreflightError
-from bot.message import Fields, Heading, Message, Text
+from bot.messages.model import Fields, Heading, Message, Text
+from bot.pilot import leases as lease_rules
 from bot.service import PilotService
 from bot.settings import Settings
 

@@ -17,16 +17,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bot import views
-from bot.dispatch import Dispatcher, RunHandle
+from bot.dispatch.base import Dispatcher, RunHandle
 from bot.errors import DecisionRefused, DispatchError, PreflightError
-from bot.manifest import LoadedManifest, load_manifest
-from bot.message import Message, Notifier
-from bot.plan import make_plan
+from bot.manifest.load import LoadedManifest, load_manifest
+from bot.messages import views
+from bot.messages.model import Message, Notifier
+from bot.pilot.plan import make_plan
+from bot.pilot.specbuild import build_spec, runs_dir_for
+from bot.pilot.verdict import judge
 from bot.settings import Settings
-from bot.specbuild import build_spec, runs_dir_for
 from bot.store import Store
-from bot.verdict import judge
 from runner.events import BALANCE, EVIDENCE, PROGRESS, RUN_FINISHED, STAGE_EVENT_TYPES, Event
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class PilotService:
                thread_ts: str | None = None, kind: str = "pilot", parent: str | None = None,
                inputs: Any | None = None) -> Submission:
         """Plan an attempt and prepare its own new run directory; nothing is started yet."""
-        from bot.prechecks import expected_inputs, previous_changes
+        from bot.pilot.prechecks import expected_inputs, previous_changes
 
         m = loaded.manifest
         plan = make_plan(loaded)
@@ -334,7 +334,7 @@ class PilotService:
     # -- decide -------------------------------------------------------------------
     def decide(self, run_id: str, decision: str, reason: str, by: str, *,
                override: bool = False, source: str = "cli") -> dict[str, Any]:
-        from bot.decisions import check_decision
+        from bot.pilot.decisions import check_decision
 
         run = self.store.find_run(run_id)
         reason = (reason or "").strip()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.message import (
+from bot.messages.model import (
     Actions,
     Attachment,
     Block,

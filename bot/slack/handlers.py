@@ -18,7 +18,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.webhook import WebhookClient
 
 from bot.errors import DecisionRefused, ManifestError, PreflightError, ProjectCheckError
-from bot.manifest import load_manifest
+from bot.manifest.load import load_manifest
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.slack.blocks import escape

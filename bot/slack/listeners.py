@@ -163,7 +163,7 @@ LEASE_USAGE = ("Usage: `/preflight lease` (list) · `/preflight lease NODE` · "
 
 def _lease(h: Handlers, args: list[str], user: str) -> str:
     """The lease commands, recorded with the Slack user as who."""
-    from bot import leases as lease_rules
+    from bot.pilot import leases as lease_rules
 
     store = h.service.store
     try:

@@ -20,7 +20,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
 from bot.errors import PreflightError
-from bot.message import Attachment, Message
+from bot.messages.model import Attachment, Message
 from bot.slack.blocks import Rendered, render
 from bot.store import Store
 

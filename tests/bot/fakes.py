@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch import RunHandle
+from bot.dispatch.base import RunHandle
 from runner.events import Event, read_events, utc_now
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from bot.errors import ManifestError, Problem
-from bot.manifest import LoadedManifest, load_manifest
+from bot.manifest.load import LoadedManifest, load_manifest
 
 BASE: dict[str, Any] = {
     "apiVersion": "preflight/v1",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.attempts import ADDED, REMOVED, diff_facts, diff_manifests, one_factor_warning
+from bot.pilot.attempts import ADDED, REMOVED, diff_facts, diff_manifests, one_factor_warning
 
 OLD = {"name": "p", "hardware": {"gpu": "H100", "lot_price_usd_per_day": "2.5", "lots": 1},
        "backend": "cuda", "task": {"categories": ["a", "b"], "batch_size": 8},

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.catalog import CatalogError, default_catalog, load_catalog
+from bot.manifest.catalog import CatalogError, default_catalog, load_catalog
 
 
 def test_shipped_catalog_models() -> None:

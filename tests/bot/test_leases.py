@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.errors import LeaseError
-from bot.leases import (
+from bot.pilot.leases import (
     STATES,
     check_dispatch,
     due_actions,

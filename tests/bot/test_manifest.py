@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot.errors import ManifestError, ManifestUnreadable
-from bot.manifest import load_manifest, load_manifest_file
+from bot.manifest.load import load_manifest, load_manifest_file
 from tests.bot.manifest_helpers import BASE, dump, load, locs, make_project, merged, problems
 
 REPO = Path(__file__).resolve().parents[2]

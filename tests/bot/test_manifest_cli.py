@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from bot.cli_manifest import register
+from bot.cli.manifest import register
 from tests.bot.manifest_helpers import BASE, dump, make_project, merged
 
 

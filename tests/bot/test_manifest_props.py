@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.errors import ManifestError
-from bot.manifest import load_manifest
+from bot.manifest.load import load_manifest
 from tests.bot.manifest_helpers import BASE, make_project
 
 SETTINGS = settings(max_examples=400, deadline=None,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.plan import format_usd, make_plan
+from bot.pilot.plan import format_usd, make_plan
 from tests.bot.manifest_helpers import dump, load, make_project, merged
 
 

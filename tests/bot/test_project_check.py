@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bot.errors import Problem, ProjectCheckError
-from bot.manifest import load_manifest_file
-from bot.project_check import check_project, precheck_manifest
+from bot.manifest.load import load_manifest_file
+from bot.manifest.project_check import check_project, precheck_manifest
 from tests.bot.manifest_helpers import BASE, dump, make_project, merged
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bot.errors import RunNotFound
-from bot.manifest import load_manifest_file
-from bot.message import RecordingNotifier
+from bot.manifest.load import load_manifest_file
+from bot.messages.model import RecordingNotifier
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.store import Store
@@ -112,7 +112,7 @@ def test_dispatch_failed_run_shows_why(tmp_path: Path) -> None:
 
 
 def show_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_id: str) -> str:
-    from bot.cli import app
+    from bot.cli.app import app
 
     for key in ("PREFLIGHT_DB", "PREFLIGHT_RUNS_DIR", "PREFLIGHT_JOBS_DB"):
         monkeypatch.delenv(key, raising=False)

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from bot.errors import PreflightError
-from bot.leases import parse_time, set_state
-from bot.manifest import load_manifest_file
-from bot.message import RecordingNotifier
+from bot.manifest.load import load_manifest_file
+from bot.messages.model import RecordingNotifier
+from bot.pilot.leases import parse_time, set_state
 from bot.schedule import BotScheduler, check_leases, remind_evidence, watch_runs
 from bot.service import PilotService
 from bot.settings import Settings

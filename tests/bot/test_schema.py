@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from bot.manifest import manifest_json_schema
+from bot.manifest.load import manifest_json_schema
 from tests.bot.manifest_helpers import BASE, merged
 from tests.bot.test_manifest_cli import make_app
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.secrets import HOW_TO, find_secrets, find_secrets_in_text, is_secret_key
+from bot.manifest.secrets import HOW_TO, find_secrets, find_secrets_in_text, is_secret_key
 
 SECRETS = [
     "xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOp",

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from bot.errors import DecisionRefused, DispatchError
-from bot.manifest import load_manifest_file
-from bot.message import RecordingNotifier
+from bot.manifest.load import load_manifest_file
+from bot.messages.model import RecordingNotifier
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.store import Store
@@ -213,7 +213,7 @@ def test_evidence_that_fails_to_verify_on_the_bot_host_fails_the_pilot(tmp_path:
 
 
 def test_error_text_does_not_repeat_the_type() -> None:
-    from bot.views import error_text
+    from bot.messages.views import error_text
 
     assert error_text({"type": "ImportError", "message": "cannot import torch: ImportError: x"}) \
         == "cannot import torch: ImportError: x"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from bot.errors import ManifestError
-from bot.manifest import load_manifest_file
-from bot.plan import make_plan
-from bot.specbuild import build_spec, runs_dir_for
+from bot.manifest.load import load_manifest_file
+from bot.pilot.plan import make_plan
+from bot.pilot.specbuild import build_spec, runs_dir_for
 from runner.spec import RunSpec
 from tests.bot.fakes import write_manifest
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch_ssh import SSHDispatcher
-from bot.leases import lease_guard_for, set_state
-from bot.manifest import load_manifest_file
-from bot.message import RecordingNotifier
+from bot.dispatch.ssh import SSHDispatcher
+from bot.manifest.load import load_manifest_file
+from bot.messages.model import RecordingNotifier
+from bot.pilot.leases import lease_guard_for, set_state
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.store import Store

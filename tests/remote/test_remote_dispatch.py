@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from bot.dispatch import RunHandle
-from bot.dispatch_ssh_plan import locate, node_section
+from bot.dispatch.base import RunHandle
+from bot.dispatch.upload import locate, node_section
 from bot.errors import DispatchError, LeaseError
 from tests.remote.remote_kit import Bot, make_bot, provision, submit, write_project
 from tests.remote.sshd_server import BARE_PYTHON, Sshd
@@ -200,7 +200,7 @@ def test_dispatch_to_a_lease_not_provisioned_is_refused(tmp_path: Path, sshd: Ss
         lease = bot.store.current_lease(sshd.lease_key)
         assert lease is not None and lease["state"] == "ordered" and lease["days"] == 3
         for state in ("payment-notified", "funds-confirmed"):
-            from bot.leases import set_state
+            from bot.pilot.leases import set_state
 
             set_state(bot.store, sshd.lease_key, state, "alice")
             with pytest.raises(LeaseError, match=f"'{state}'"):

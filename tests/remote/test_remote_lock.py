@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from bot.dispatch import RunHandle
-from bot.dispatch_ssh import SSHDispatcher
-from bot.dispatch_ssh_node import LAUNCH_SCRIPT
-from bot.dispatch_ssh_plan import SSHNode, locate
+from bot.dispatch.base import RunHandle
+from bot.dispatch.node_scripts import LAUNCH_SCRIPT
+from bot.dispatch.ssh import SSHDispatcher
+from bot.dispatch.upload import SSHNode, locate
 from bot.errors import DispatchError
 from runner.events import Event
 from tests.remote.remote_kit import (

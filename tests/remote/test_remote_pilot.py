@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bot.manifest import load_manifest
+from bot.manifest.load import load_manifest
 from runner.evidence import verify_evidence
 from tests.remote.remote_kit import make_bot, provision
 from tests.remote.sshd_server import BARE_PYTHON, Sshd
@@ -25,7 +25,7 @@ def pilote_over_ssh(sshd: Sshd, workdir: Path, evidence: Path, python: str) -> s
 
 def test_pilote_dispatched_over_ssh_evidence_fetched_and_verified(tmp_path: Path,
                                                                   sshd: Sshd) -> None:
-    from bot.dispatch_ssh import RUNNER_PACKAGE
+    from bot.dispatch.ssh import RUNNER_PACKAGE
 
     workdir, evidence = tmp_path / "node", tmp_path / "evidence"
     text = pilote_over_ssh(sshd, workdir, evidence, sys.executable)
@@ -54,7 +54,7 @@ def test_pilote_dispatched_over_ssh_evidence_fetched_and_verified(tmp_path: Path
 
 def test_bare_node_without_torch_reports_the_stage_instead_of_dying(tmp_path: Path,
                                                                      sshd: Sshd) -> None:
-    from bot.dispatch_ssh import RUNNER_PACKAGE
+    from bot.dispatch.ssh import RUNNER_PACKAGE
 
     workdir, evidence = tmp_path / "node", tmp_path / "evidence"
     text = pilote_over_ssh(sshd, workdir, evidence, BARE_PYTHON)

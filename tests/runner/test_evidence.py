@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from bot.cli_evidence import register
+from bot.cli.evidence import register
 from runner.evidence import copy_evidence, verify_evidence
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from urllib.parse import urlencode
 import pytest
 from slack_sdk.signature import SignatureVerifier
 
-from bot.dispatch import Dispatcher
-from bot.message import NullNotifier
+from bot.dispatch.base import Dispatcher
+from bot.messages.model import NullNotifier
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.slack.app import SlackBot

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch import RunHandle
+from bot.dispatch.base import RunHandle
 from runner.events import STAGES, Event, read_events, utc_now
 
 CATEGORIES = ("invoice", "contract", "support", "research")

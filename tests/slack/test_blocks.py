@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.message import (
+from bot.messages.model import (
     Actions,
     Attachment,
     Button,

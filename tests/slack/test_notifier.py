@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.message import Message, Text
+from bot.messages.model import Message, Text
 from bot.slack.app import RedactTokens, install_log_redaction, make_client
 from bot.slack.notifier import SlackNotifier
 from bot.store import Store

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch import LocalDispatcher, RunHandle
+from bot.dispatch.base import RunHandle
+from bot.dispatch.local import LocalDispatcher
 from tests.slack.conftest import APPROVER, CHANNEL, Harness
 from tests.slack.emulator import SlackEmulator
 from tests.slack.fakes import make_project

@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch import RunHandle
+from bot.dispatch.base import RunHandle
 from bot.errors import LeaseError
 from runner.events import Event
 from tests.slack.conftest import APPROVER, CHANNEL, SUBMITTER, Harness

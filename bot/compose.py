@@ -1,20 +1,18 @@
-"""Wiring: the service as a transport uses it, and the commands other modules add."""
+"""The composition root: settings, store, dispatchers, notifier and service, built in one place."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import typer
-
-from bot import cli_evidence, cli_manifest, cli_remote, leases
-from bot.dispatch import Dispatcher, LocalDispatcher
-from bot.dispatch_ssh import SSHDispatcher
-from bot.manifest import LoadedManifest
-from bot.message import Notifier
-from bot.project_check import precheck_manifest
+from bot.dispatch.base import Dispatcher
+from bot.dispatch.local import LocalDispatcher
+from bot.dispatch.ssh import SSHDispatcher
+from bot.manifest.load import LoadedManifest
+from bot.manifest.project_check import precheck_manifest
+from bot.messages.model import Notifier
+from bot.pilot import leases
 from bot.service import PilotService
 from bot.settings import Settings
-from bot.slack import cli as slack_cli
 from bot.store import Store
 
 
@@ -41,7 +39,3 @@ def precheck(loaded: LoadedManifest) -> None:
     """The manifest and project checks that stop a run before dispatch."""
     precheck_manifest(loaded)
 
-
-def register_commands(app: typer.Typer) -> None:
-    for module in (cli_manifest, cli_evidence, cli_remote, slack_cli):
-        module.register(app)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bot.manifest import LoadedManifest
-from bot.plan import Plan
+from bot.manifest.load import LoadedManifest
+from bot.pilot.plan import Plan
 from runner.spec import (
     DiagnosticsSpec,
     HardwareSpec,

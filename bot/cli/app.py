@@ -13,35 +13,23 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 
-from bot.console import ConsoleNotifier
-from bot.decisions import DECISIONS
+from bot.cli import evidence as cli_evidence
+from bot.cli import manifest as cli_manifest
+from bot.cli import remote as cli_remote
+from bot.cli.common import build_service, console, err_console
+from bot.cli.common import fail as _fail
+from bot.console.notifier import ConsoleNotifier
+from bot.console.render import to_rich
 from bot.errors import DecisionRefused, ManifestError, PreflightError
-from bot.message import NullNotifier
-from bot.render import to_rich
+from bot.messages.model import NullNotifier
+from bot.pilot.decisions import DECISIONS
 from bot.settings import Settings
+from bot.slack import serve as slack_serve
 
 log = logging.getLogger("preflight")
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Prove a rented GPU machine on a small pilot before the full job.")
-console = Console()
-err_console = Console(stderr=True)
-
-
-def build_service(settings: Settings, notifier: Any) -> Any:
-    """The service as the terminal uses it: SQLite state, local and SSH dispatchers."""
-    from bot.runtime import make_service
-
-    try:
-        return make_service(settings, notifier)
-    except PreflightError as exc:  # an unusable state directory or database
-        raise _fail(str(exc), 2) from exc
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(code)
 
 
 def _print_manifest_error(exc: ManifestError) -> None:
@@ -62,7 +50,7 @@ def run(
     override: bool = typer.Option(False, help="approve a failed pilot, recorded as an override"),
 ) -> None:
     """Validate, plan, run the diagnostics and the pilot, show the balance and the verdict."""
-    from bot.manifest import load_manifest_file
+    from bot.manifest.load import load_manifest_file
 
     settings = Settings.from_env()
     if decide is not None and decide not in DECISIONS:
@@ -75,7 +63,7 @@ def run(
     service = None
     try:
         loaded = load_manifest_file(manifest)
-        from bot.runtime import precheck
+        from bot.compose import precheck
 
         precheck(loaded)
         service = build_service(settings, notifier)
@@ -240,7 +228,7 @@ def diff(run_a: str = typer.Argument(..., help="the earlier run"),
          run_b: str = typer.Argument(..., help="the later run"),
          as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """What changed between two runs: manifest fields, then environment facts."""
-    from bot.attempts import diff_facts, diff_manifests, one_factor_warning
+    from bot.pilot.attempts import diff_facts, diff_manifests, one_factor_warning
 
     service = build_service(Settings.from_env(), NullNotifier())
     try:
@@ -269,13 +257,8 @@ def diff(run_a: str = typer.Argument(..., help="the earlier run"),
         console.print(f"[yellow]{warning}[/yellow]", highlight=False)
 
 
-def _register_extensions() -> None:
-    from bot.runtime import register_commands
-
-    register_commands(app)
-
-
-_register_extensions()
+for _group in (cli_manifest, cli_evidence, cli_remote, slack_serve):
+    _group.register(app)
 
 
 def main() -> None:

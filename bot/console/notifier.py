@@ -9,8 +9,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.live import Live
 
-from bot.message import Message
-from bot.render import to_rich
+from bot.console.render import to_rich
+from bot.messages.model import Message
 
 
 class ConsoleNotifier:

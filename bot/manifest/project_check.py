@@ -15,9 +15,9 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from bot.errors import Problem, ProjectCheckError
-from bot.manifest import LoadedManifest
-from bot.manifest_source import DOCUMENT, FieldPath, SourceError, SourceMap, format_loc, parse_text
-from bot.secrets import find_secrets
+from bot.manifest.load import LoadedManifest
+from bot.manifest.secrets import find_secrets
+from bot.manifest.source import DOCUMENT, FieldPath, SourceError, SourceMap, format_loc, parse_text
 
 _HOME = re.compile(r"^(?:~(?:[/\\]|$)|/home/|/Users/|/root(?:/|$)|[A-Za-z]:[\\/]Users[\\/])")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.message import (
+from bot.messages.model import (
     Actions,
     Attachment,
     Button,
@@ -20,7 +20,7 @@ from bot.message import (
     Table,
     Text,
 )
-from bot.plan import describe_lots, describe_price, plural
+from bot.pilot.plan import describe_lots, describe_price, plural
 from runner.events import STAGES
 
 MAX_TABLE_ROWS = 40

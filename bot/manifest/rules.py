@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.catalog import Catalog, GpuModel
 from bot.errors import Problem
-from bot.manifest_model import (
+from bot.manifest.catalog import Catalog, GpuModel
+from bot.manifest.model import (
     Approvals,
     Diagnostics,
     Hardware,
@@ -27,8 +27,8 @@ from bot.manifest_model import (
     Volume,
     VolumeInputs,
 )
-from bot.manifest_source import FieldPath, SourceMap, format_loc
-from bot.secrets import find_secrets
+from bot.manifest.secrets import find_secrets
+from bot.manifest.source import FieldPath, SourceMap, format_loc
 from runner.inputs import InputsError, list_dir
 
 CUDA_FIRST_EXTENSIONS = frozenset({"flash_attn", "xformers", "bitsandbytes", "apex"})

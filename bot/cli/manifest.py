@@ -28,7 +28,7 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable result")] = False,
 ) -> None:
     """Check a manifest: every problem with its field path, line and column."""
-    from bot.manifest import load_manifest_file
+    from bot.manifest.load import load_manifest_file
 
     try:
         loaded = load_manifest_file(file)
@@ -41,7 +41,7 @@ def validate(
 
 def schema() -> None:
     """Print the manifest's JSON Schema (for editors; see docs/manifest.md)."""
-    from bot.manifest import manifest_json_schema
+    from bot.manifest.load import manifest_json_schema
 
     typer.echo(json.dumps(manifest_json_schema(), indent=2, sort_keys=True))
 
@@ -51,8 +51,8 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable plan")] = False,
 ) -> None:
     """Print the order summary: model, days, lots, cards, preparation, total USD."""
-    from bot.manifest import load_manifest_file
-    from bot.plan import describe_lots, describe_price, make_plan, plural
+    from bot.manifest.load import load_manifest_file
+    from bot.pilot.plan import describe_lots, describe_price, make_plan, plural
 
     try:
         result = make_plan(load_manifest_file(file))
@@ -86,7 +86,7 @@ def check_project(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable findings")] = False,
 ) -> None:
     """Check a project the guide's way: layout, pinned requirements, no machine paths."""
-    from bot.project_check import check_project as run_check
+    from bot.manifest.project_check import check_project as run_check
 
     if not directory.is_dir():
         _report(as_json, False, [Problem("project", f"{directory} is not a directory",

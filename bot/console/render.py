@@ -8,7 +8,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table as RichTable
 from rich.text import Text as RichText
 
-from bot.message import (
+from bot.messages.model import (
     Actions,
     Attachment,
     Block,

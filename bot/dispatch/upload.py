@@ -26,8 +26,8 @@ from typing import Any, Optional
 import yaml
 
 import runner
-from bot.dispatch import RunHandle
-from bot.dispatch_ssh_node import HASH_SCRIPT, LAUNCH_SCRIPT, python_command
+from bot.dispatch.base import RunHandle
+from bot.dispatch.node_scripts import HASH_SCRIPT, LAUNCH_SCRIPT, python_command
 from bot.errors import DispatchError
 from runner.evidence import file_sha256
 

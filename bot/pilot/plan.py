@@ -13,9 +13,9 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from bot.catalog import Catalog, default_catalog
 from bot.errors import PreflightError
-from bot.manifest import LoadedManifest
+from bot.manifest.catalog import Catalog, default_catalog
+from bot.manifest.load import LoadedManifest
 
 CENT = Decimal("0.01")
 

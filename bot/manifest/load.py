@@ -1,7 +1,7 @@
 """Load a pilot manifest (YAML or JSON) and report every problem with its path and line.
 
 ``load_manifest`` is the one entry point: it parses with line numbers, validates with the
-pydantic models of ``bot.manifest_model``, runs the rules of ``bot.manifest_rules``
+pydantic models of ``bot.manifest.model``, runs the rules of ``bot.manifest.rules``
 (catalog, input files, success criteria, secrets) and raises one ``ManifestError`` listing
 all problems of the file, or returns a ``LoadedManifest`` with the warnings.
 """
@@ -16,9 +16,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from bot.catalog import Catalog, default_catalog
 from bot.errors import ManifestError, ManifestUnreadable, Problem
-from bot.manifest_model import (
+from bot.manifest.catalog import Catalog, default_catalog
+from bot.manifest.model import (
     API_VERSION,
     Approvals,
     Diagnostics,
@@ -34,8 +34,8 @@ from bot.manifest_model import (
     Volume,
     VolumeInputs,
 )
-from bot.manifest_rules import InputFile, Parts, Report, check_rules, list_inputs
-from bot.manifest_source import DOCUMENT, SourceError, parse_text
+from bot.manifest.rules import InputFile, Parts, Report, check_rules, list_inputs
+from bot.manifest.source import DOCUMENT, SourceError, parse_text
 
 __all__ = ["API_VERSION", "InputFile", "LoadedManifest", "Manifest", "load_manifest",
            "load_manifest_file", "manifest_json_schema"]

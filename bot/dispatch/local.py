@@ -1,4 +1,4 @@
-"""Starting the runner and reading its events: the Dispatcher protocol and the local one.
+"""The local dispatcher: the runner as a detached process on the bot host.
 
 A dispatcher starts ``python -m runner SPEC --run-dir DIR`` somewhere and hands back the
 events it appends to ``events.jsonl``, read by byte offset so a follower (or a restarted
@@ -12,46 +12,14 @@ import os
 import signal
 import subprocess
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
 import runner
+from bot.dispatch.base import RunHandle
 from bot.errors import DispatchError
 from runner.events import Event, read_events
 
 RUNNER_ROOT = Path(runner.__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True)
-class RunHandle:
-    run_id: str
-    run_dir: Path  # the run directory on the bot host (events are read from here)
-    spec_path: Path
-    project_dir: Path
-    pid: int | None = None
-    resume: bool = False
-    node: dict[str, Any] | None = None  # the manifest's node section, when the caller has it
-
-
-class Dispatcher(Protocol):
-    def start(self, handle: RunHandle) -> int | None:
-        """Start the runner; return its pid where that means something to ``is_alive``."""
-
-    def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
-        """Complete events appended since ``offset`` and the offset after them."""
-
-    def is_alive(self, handle: RunHandle) -> bool:
-        """Whether the runner process is still running."""
-
-    def exit_code(self, handle: RunHandle) -> int | None:
-        """The runner's exit status once it has ended and it is known, else None."""
-
-    def fetch_results(self, handle: RunHandle) -> None:
-        """Bring the run directory's results back to the bot host (no-op when local)."""
-
-    def stop(self, handle: RunHandle) -> None:
-        """Stop the runner (used on shutdown of tests, never on a bot restart)."""
 
 
 class LocalDispatcher:

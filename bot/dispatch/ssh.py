@@ -32,9 +32,9 @@ from typing import Any, TypeVar
 
 import asyncssh
 
-from bot.dispatch import RunHandle
-from bot.dispatch_ssh_node import probe_command, stop_command
-from bot.dispatch_ssh_plan import (
+from bot.dispatch.base import RunHandle
+from bot.dispatch.node_scripts import probe_command, stop_command
+from bot.dispatch.upload import (
     RUNNER_PACKAGE,
     Backoff,
     ConnKey,

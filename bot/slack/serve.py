@@ -52,8 +52,8 @@ def serve(
 
 
 def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str) -> None:
-    from bot.message import NullNotifier
-    from bot.runtime import make_service, precheck
+    from bot.compose import make_service, precheck
+    from bot.messages.model import NullNotifier
     from bot.slack.app import SlackBot, install_log_redaction
     from bot.slack.server import HttpServer
 

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bot import leases as lease_rules
 from bot.errors import PreflightError
+from bot.pilot import leases as lease_rules
 from bot.settings import Settings
 
 console = Console()
@@ -102,8 +102,8 @@ def lease_set(
 def watch(once: bool = typer.Option(False, help="run each job once now and exit")) -> None:
     """Run the scheduled jobs (run watch, lease and evidence reminders) in the foreground."""
     from bot import schedule
-    from bot.cli import build_service
-    from bot.console import ConsoleNotifier
+    from bot.cli.common import build_service
+    from bot.console.notifier import ConsoleNotifier
 
     settings = Settings.from_env()
     try:

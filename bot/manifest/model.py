@@ -2,7 +2,7 @@
 
 Every section forbids unknown keys, so a typo is an error naming the field and the line,
 never a silently ignored setting. Cross-field and filesystem rules live in
-``bot.manifest_rules``; reading YAML with line numbers in ``bot.manifest_source``.
+``bot.manifest.rules``; reading YAML with line numbers in ``bot.manifest.source``.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.manifest import LoadedManifest
-from bot.manifest_rules import list_inputs
+from bot.manifest.load import LoadedManifest
+from bot.manifest.rules import list_inputs
 from bot.store import Store
 
 
@@ -22,7 +22,7 @@ def previous_changes(store: Store, name: str, run_id: str,
     previous = store.previous_attempt(name, run_id)
     if previous is None or not previous.get("manifest_json"):
         return []
-    from bot.attempts import diff_manifests, factors
+    from bot.pilot.attempts import diff_manifests, factors
 
     changes = diff_manifests(previous["manifest_json"], manifest_json)
     moving = set(factors(changes))

@@ -1,0 +1,1 @@
+"""The `preflight` command line: the typer app and one module per command group."""

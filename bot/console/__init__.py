@@ -1,0 +1,1 @@
+"""The terminal transport: rich rendering of the neutral messages, live status."""
