@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from typing import Any, Dict, List, Optional
@@ -91,3 +92,241 @@ def driver_facts(backend: str) -> Dict[str, Any]:
         if out is not None:
             return {"tool": "amd-smi", "raw_bytes": len(out)}
     return {"tool": None}
+
+
+# ------------------------------------------------------------------ every card, in detail
+
+# One row per card; the order of these fields is the order of the CSV cells.
+NVIDIA_CARD_FIELDS = (
+    ("index", "index"), ("uuid", "uuid"), ("name", "name"), ("bus_id", "pci.bus_id"),
+    ("memory_mib", "memory.total"), ("memory_free_mib", "memory.free"),
+    ("capability", "compute_cap"), ("gen_current", "pcie.link.gen.current"),
+    ("gen_max", "pcie.link.gen.max"), ("width_current", "pcie.link.width.current"),
+    ("width_max", "pcie.link.width.max"), ("temperature_c", "temperature.gpu"),
+    ("throttle", "clocks_throttle_reasons.active"),
+    ("ecc_volatile_uncorrected", "ecc.errors.uncorrected.volatile.total"),
+    ("retired_pending", "retired_pages.pending"),
+)
+NVIDIA_REMAP_QUERY = "gpu_bus_id,remapped_rows.pending,remapped_rows.failure"
+
+# NVML's clocks-throttle-reason bits (nvmlClocksThrottleReason*), by value.
+THROTTLE_BITS = (
+    (0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),(.*)")
+
+
+def bus_id(raw: Any) -> Optional[str]:
+    """``00000000:9B:00.0`` (nvidia-smi, NVML) -> ``0000:9b:00.0`` (what lspci prints)."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("ascii", "replace")
+    text = str(raw or "").strip().lower()
+    if not text or text in ("n/a", "[n/a]"):
+        return None
+    parts = text.split(":")
+    if len(parts) == 3 and len(parts[0]) > 4:
+        parts[0] = parts[0][-4:]
+    return ":".join(parts)
+
+
+def _cell(text: str) -> Optional[str]:
+    text = text.strip()
+    return None if not text or text.strip("[]").lower() in ("n/a", "not supported",
+                                                               "unknown error") else text
+
+
+def _int_cell(text: Optional[str]) -> Optional[int]:
+    try:
+        return int(float(text)) if text is not None else None
+    except ValueError:
+        return None
+
+
+def throttle_names(mask: Any) -> List[str]:
+    """The active reasons of a throttle bitmask (an int or ``0x…`` text), idle left out."""
+    try:
+        value = int(mask, 16) if isinstance(mask, str) else int(mask)
+    except (TypeError, ValueError):
+        return []
+    return [name for bit, name in THROTTLE_BITS if value & bit and name != "gpu_idle"]
+
+
+def card_row(index: Optional[int], **fields: Any) -> Dict[str, Any]:
+    """One card's facts in the shape every source produces (runner.cards reads it)."""
+    row: Dict[str, Any] = {
+        "index": index, "uuid": fields.get("uuid"), "name": fields.get("name"),
+        "bus_id": bus_id(fields.get("bus_id")), "memory_mib": fields.get("memory_mib"),
+        "memory_free_mib": fields.get("memory_free_mib"),
+        "pcie": {k: fields.get(k) for k in ("gen_current", "gen_max", "width_current",
+                                            "width_max")},
+        "temperature_c": fields.get("temperature_c"),
+        "throttle_reasons": list(fields.get("throttle_reasons") or []),
+        "ecc_volatile_uncorrected": fields.get("ecc_volatile_uncorrected"),
+        "rows_pending": fields.get("rows_pending"),
+        "row_remap_failure": fields.get("row_remap_failure"),
+    }
+    for key in ("capability", "gfx_arch"):
+        if fields.get(key) is not None:
+            row[key] = fields[key]
+    return row
+
+
+def parse_nvidia_cards(text: str, remap: str = "") -> List[Dict[str, Any]]:
+    """Rows of ``nvidia-smi --query-gpu=<NVIDIA_CARD_FIELDS> --format=csv,noheader,nounits``,
+    with ``--query-remapped-rows`` output (A100 and later) joined on the bus id."""
+    remapped = parse_nvidia_remap(remap)
+    rows = []
+    for line in text.splitlines():
+        cells = [_cell(c) for c in line.split(",")]
+        if len(cells) != len(NVIDIA_CARD_FIELDS):
+            continue
+        raw = {key: cells[i] for i, (key, _) in enumerate(NVIDIA_CARD_FIELDS)}
+        ints = {k: _int_cell(raw[k]) for k in (
+            "memory_mib", "memory_free_mib", "gen_current", "gen_max", "width_current",
+            "width_max", "temperature_c", "ecc_volatile_uncorrected")}
+        pending = 1 if (raw["retired_pending"] or "").lower() == "yes" else (
+            0 if raw["retired_pending"] else None)
+        row = card_row(_int_cell(raw["index"]), uuid=raw["uuid"], name=raw["name"],
+                       bus_id=raw["bus_id"], capability=raw["capability"],
+                       throttle_reasons=throttle_names(raw["throttle"]),
+                       rows_pending=pending, **ints)
+        extra = remapped.get(row["bus_id"] or "")
+        if extra:
+            row["rows_pending"] = max(row["rows_pending"] or 0, extra["pending"] or 0)
+            row["row_remap_failure"] = extra["failure"]
+        rows.append(row)
+    return rows
+
+
+def parse_nvidia_remap(text: str) -> Dict[str, Dict[str, Any]]:
+    """``--query-remapped-rows=NVIDIA_REMAP_QUERY --format=csv,noheader,nounits`` by bus id."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for line in text.splitlines():
+        cells = [_cell(c) for c in line.split(",")]
+        if len(cells) != 3 or not cells[0]:
+            continue
+        pending = _int_cell(cells[1]) if (cells[1] or "").isdigit() else (
+            1 if (cells[1] or "").lower() == "yes" else 0 if cells[1] else None)
+        failure = None if cells[2] is None else cells[2].lower() in ("yes", "1")
+        out[bus_id(cells[0]) or ""] = {"pending": pending, "failure": failure}
+    return out
+
+
+def parse_xid(text: str) -> Dict[str, List[Dict[str, Any]]]:
+    """Xid errors of a kernel log (``dmesg``), by bus id prefix (``0000:9b:00``)."""
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    for line in text.splitlines():
+        found = XID_LINE.search(line)
+        if not found:
+            continue
+        where = bus_id(found.group(1)) or found.group(1)
+        detail = found.group(3).strip()
+        out.setdefault(where, []).append({"code": int(found.group(2)),
+                                          "detail": detail[:200]})
+    return out
+
+
+def attach_xid(cards: List[Dict[str, Any]], xid: Dict[str, List[Dict[str, Any]]]) -> None:
+    """Give each card the Xid errors whose PCI address is a prefix of its bus id."""
+    for card in cards:
+        bus = card.get("bus_id") or ""
+        card["xid"] = [e for where, events in xid.items() if bus and bus.startswith(where)
+                       for e in events]
+
+
+def parse_amd_cards(static: str, metric: str = "") -> List[Dict[str, Any]]:
+    """``amd-smi static --json`` (and ``amd-smi metric --json``) -> card rows."""
+    cards = _amd_list(static)
+    metrics = {_amd_index(m): m for m in _amd_list(metric)}
+    rows = []
+    for card in cards:
+        index = _amd_index(card)
+        asic, bus = card.get("asic") or {}, card.get("bus") or {}
+        met = metrics.get(index, {})
+        pcie = met.get("pcie") or {}
+        ecc = met.get("ecc") or {}
+        rows.append(card_row(
+            index, uuid=asic.get("asic_serial") or card.get("uuid"),
+            name=asic.get("market_name"), bus_id=bus.get("bdf"),
+            gfx_arch=asic.get("target_graphics_version"),
+            memory_mib=_amd_number((card.get("vram") or {}).get("size")),
+            gen_current=_amd_gen(pcie.get("speed")), gen_max=_amd_gen(bus.get("max_pcie_speed")),
+            width_current=_amd_number(pcie.get("width")),
+            width_max=_amd_number(bus.get("max_pcie_width")),
+            temperature_c=_amd_number((met.get("temperature") or {}).get("hotspot")),
+            ecc_volatile_uncorrected=_amd_number(ecc.get("total_uncorrectable_count"))))
+    return rows
+
+
+def _amd_list(text: str) -> List[Dict[str, Any]]:
+    try:
+        doc = json.loads(text) if text.strip() else []
+    except ValueError:
+        return []
+    if isinstance(doc, dict):  # amd-smi >= 24.7 wraps the list: {"gpu_data": [...]}
+        doc = doc.get("gpu_data", [])
+    return [c for c in doc if isinstance(c, dict)] if isinstance(doc, list) else []
+
+
+def _amd_index(card: Dict[str, Any]) -> Optional[int]:
+    return _amd_number(card.get("gpu"))
+
+
+def _amd_number(value: Any) -> Optional[int]:
+    """``16``, ``"16"``, ``"196592 MB"`` or ``{"value": 196592, "unit": "MB"}`` -> int."""
+    if isinstance(value, dict):
+        value = value.get("value")
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return int(value)
+    head = str(value).strip().split(" ")[0]
+    return _int_cell(head)
+
+
+def _amd_gen(speed: Any) -> Optional[int]:
+    """PCIe generation from a link speed in GT/s (2.5, 5, 8, 16, 32, 64)."""
+    gts = {2: 1, 5: 2, 8: 3, 16: 4, 32: 5, 64: 6}
+    if isinstance(speed, dict):
+        speed = speed.get("value")
+    try:
+        value = float(str(speed).split(" ")[0])
+    except ValueError:
+        return None
+    return gts.get(int(value))
+
+
+def card_facts(backend: str) -> Dict[str, Any]:
+    """Every card as the vendor sees it: ``{"source": ..., "cards": [...]}``.
+
+    NVIDIA: NVML (nvidia-ml-py, imported here) when importable, else nvidia-smi. AMD:
+    amd-smi. ``source`` is None when no source answered; ``xid`` is attached on NVIDIA
+    when the kernel log is readable (``xid_source`` says whether it was).
+    """
+    facts: Dict[str, Any] = {"source": None, "cards": []}
+    if backend == "cuda":
+        from runner.stages.nvml import nvml_cards
+
+        cards, why = nvml_cards()
+        if cards is not None:
+            facts.update(source="nvml", cards=cards)
+        else:
+            facts["nvml"] = why
+            out = run_tool(["nvidia-smi", "--query-gpu=" + ",".join(
+                q for _, q in NVIDIA_CARD_FIELDS), "--format=csv,noheader,nounits"])
+            if out is not None:
+                remap = run_tool(["nvidia-smi", f"--query-remapped-rows={NVIDIA_REMAP_QUERY}",
+                                  "--format=csv,noheader,nounits"])
+                facts.update(source="nvidia-smi", cards=parse_nvidia_cards(out, remap or ""))
+        log = run_tool(["dmesg"])
+        facts["xid_source"] = "dmesg" if log is not None else None
+        attach_xid(facts["cards"], parse_xid(log or ""))
+    elif backend == "rocm":
+        static = run_tool(["amd-smi", "static", "--json"])
+        if static is not None:
+            metric = run_tool(["amd-smi", "metric", "--json"]) or ""
+            facts.update(source="amd-smi", cards=parse_amd_cards(static, metric))
+    return facts
