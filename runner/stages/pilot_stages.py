@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from runner.balance import Balance, Problem, Tally, compute_balance
@@ -39,15 +40,30 @@ class Recorder:
         self.all_ids = {it.id for it in items}
         self.total = len(items)
         self.recorded: Set[str] = set(done) & self.all_ids
+        self.sizes = {it.id: it.size for it in items}
         self.outputs_dir = os.path.join(ctx.run_dir, "outputs")
 
-    def record(self, asked: Iterable[str], results: Any) -> int:
+    def record(self, asked: Iterable[str], results: Any,
+               elapsed_s: Optional[float] = None) -> int:
+        """Audit, commit, then emit one ``item.done`` per recorded item.
+
+        Each event carries the item's ``input_bytes`` and, when known, ``elapsed_s``: the
+        batch's measured seconds shared equally by the items asked (``elapsed_s``), else the
+        seconds the task itself reported for the item (a numeric ``elapsed_s`` in its
+        result). The forecast of the volume is made from these.
+        """
         asked_set = set(asked)
         rows, anomalies = self.audit(asked_set, results)
         self.ledger.record(rows, anomalies)
+        share = elapsed_s / len(asked_set) if elapsed_s is not None and asked_set else None
+        reported = _reported_seconds(results)
         for row in rows:
             self.recorded.add(row.id)
-            self.ctx.emit("item.done", **row.to_result())
+            timing: Dict[str, Any] = {"input_bytes": self.sizes.get(row.id)}
+            seconds = share if share is not None else reported.get(row.id)
+            if seconds is not None:
+                timing["elapsed_s"] = round(seconds, 6)
+            self.ctx.emit("item.done", **row.to_result(), **timing)
         self.ctx.emit("progress", done=len(self.recorded), total=self.total)
         return len(rows)
 
@@ -103,6 +119,18 @@ class Recorder:
                    category=_opt_str(res.get("category")) if accepted else None,
                    reason=None if accepted else _opt_str(res.get("reason")),
                    output=output if isinstance(output, str) else None)
+
+
+def _reported_seconds(results: Any) -> Dict[str, float]:
+    """Per-item seconds a task reported itself (``elapsed_s``, a number >= 0), by id."""
+    out: Dict[str, float] = {}
+    for res in results if isinstance(results, (list, tuple)) else ():
+        if isinstance(res, dict) and isinstance(res.get("id"), str):
+            value = res.get("elapsed_s")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and 0 <= value < float("inf"):
+                out[res["id"]] = float(value)
+    return out
 
 
 def _opt_str(value: Any) -> Optional[str]:
@@ -161,6 +189,7 @@ def _run_handler(ctx: StageContext, remaining: List[Item], recorder: Recorder) -
     recorded = 0
     for start in range(0, len(remaining), size):
         batch = remaining[start:start + size]
+        began = time.perf_counter()
         try:
             results = handler(batch, wctx)
         except Exception as exc:
@@ -169,7 +198,8 @@ def _run_handler(ctx: StageContext, remaining: List[Item], recorder: Recorder) -
                 "pilot", f"task.handler raised {type(exc).__name__}: {exc} (batch: {ids})",
                 hint="the items recorded so far are kept; fix the handler and resume",
                 facts={"recorded": recorded}) from exc
-        recorded += recorder.record([it.id for it in batch], results)
+        recorded += recorder.record([it.id for it in batch], results,
+                                    elapsed_s=time.perf_counter() - began)
     return recorded
 
 

@@ -29,6 +29,8 @@ with open(results, "w") as fh:
             rec = {"id": iid, "status": "refused", "reason": "empty"}
         if mode == "badcat" and iid == "a":
             rec["category"] = "zzz"
+        if mode == "timed" and iid != "d":
+            rec["elapsed_s"] = {"a": 0.5, "b": 0, "c": "slow"}[iid]
         fh.write(json.dumps(rec) + "\n")
         if mode == "dup" and iid == "a":
             fh.write(json.dumps(rec) + "\n")
@@ -115,3 +117,14 @@ def test_a_command_that_cannot_start(tmp_path: Path) -> None:
     ctx = StageContext(spec=spec, run_dir=str(tmp_path))
     with pytest.raises(StageFailure, match="'/nonexistent/prog-l' cannot start"):
         ps.pilot(ctx)
+
+
+def test_per_item_seconds_a_command_reports_are_kept_and_nothing_is_invented(
+        tmp_path: Path) -> None:
+    ctx, _ = run_pilot(tmp_path, "timed")
+    done = {e["id"]: e for e in map(json.loads, Path(ctx.run_dir, "events.jsonl")
+                                    .read_text().splitlines()) if e["type"] == "item.done"}
+    assert done["a"]["elapsed_s"] == 0.5 and done["b"]["elapsed_s"] == 0
+    # not a number, or not reported: no timing rather than a guess
+    assert "elapsed_s" not in done["c"] and "elapsed_s" not in done["d"]
+    assert {k: v["input_bytes"] for k, v in done.items()} == {"a": 1, "b": 1, "c": 1, "d": 1}

@@ -92,6 +92,10 @@ def test_pilot_balance_evidence_end_to_end(tmp_path: Path) -> None:
     assert (bal["accepted"], bal["refused"], bal["total"], bal["ok"]) == (4, 1, 5, True)
     done = h.typed("item.done")
     assert sorted(e["id"] for e in done) == ["i1", "i2", "i3", "i4", "i5"]
+    # the forecast's measurements: each input's size, and its share of its batch's time
+    assert [e["input_bytes"] for e in done] == [1, 2, 3, 4, 5]
+    assert all(e["elapsed_s"] >= 0 for e in done)
+    assert done[0]["elapsed_s"] == done[1]["elapsed_s"]  # i1 and i2 are one batch of 2
     assert h.typed("progress")[-1]["done"] == 5
     doc = json.loads((h.run_dir / "balance.json").read_text())
     assert [r["id"] for r in doc["rows"]] == ["i1", "i2", "i3", "i4", "i5"]
