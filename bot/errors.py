@@ -76,6 +76,16 @@ class DecisionRefused(PreflightError):
     """A decision that the rules do not allow; it is recorded as refused all the same."""
 
 
+class VolumeExists(DecisionRefused):
+    """A pilot already launched its volume run: one approval launches at most one volume."""
+
+    def __init__(self, pilot: str, volume: str) -> None:
+        super().__init__(f"pilot {pilot} already launched the volume run {volume}: "
+                         "one approval launches at most one volume")
+        self.pilot = pilot
+        self.volume = volume
+
+
 class LeaseError(PreflightError):
     """A lease state change that is not allowed, or a dispatch to a node not provisioned."""
 

@@ -9,6 +9,7 @@ a restarted bot continues from the last consumed ``seq`` without losing or repea
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ from bot.errors import DecisionRefused, DispatchError, PreflightError
 from bot.manifest.load import LoadedManifest, load_manifest
 from bot.messages import views
 from bot.messages.model import Message, Notifier
+from bot.pilot.decisions import end_state
 from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec, runs_dir_for
 from bot.pilot.verdict import judge
@@ -90,7 +92,7 @@ class PilotService:
             spec_path = run_dir / "spec.json"
             spec_path.write_text(spec.to_json(), encoding="utf-8")
             manifest_json = m.model_dump(mode="json")
-            self.store.create_run({
+            self._create_run(run_dir, {
                 "id": run_id, "name": m.name, "attempt": attempt, "kind": kind,
                 "parent_run": parent, "plan": plan.to_dict(),
                 "changes": previous_changes(self.store, m.name, run_id, manifest_json)
@@ -112,6 +114,13 @@ class PilotService:
             self._publish(views.plan_message(self.store.get_run(run_id)))
         return Submission(run_id, run_dir, loaded)
 
+    def _create_run(self, run_dir: Path, record: dict[str, Any]) -> None:
+        try:
+            self.store.create_run(record)
+        except PreflightError:
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing recorded: leave no trace
+            raise
+
     # -- dispatch -----------------------------------------------------------------
     def start(self, run_id: str, *, resume: bool = False) -> None:
         run = self.store.get_run(run_id)
@@ -121,7 +130,8 @@ class PilotService:
         handle = self._handle(run, resume=resume)
         # "dispatching" until the runner's pid is known: the watch and `preflight runs` only
         # look at "running" runs, so nobody takes a runner being started for a dead one.
-        from_states = (("running", "awaiting_decision", "dispatching", "dispatch_failed")
+        from_states = (("running", "awaiting_decision", "finished", "stopped", "dispatching",
+                        "dispatch_failed")
                        if resume else ("planned",))
         # A resumed run is judged on what the new runner reports: the earlier attempt's
         # run.finished, balance and first error no longer count (its events stay recorded).
@@ -274,7 +284,7 @@ class PilotService:
         environment = {s["stage"]: s["facts"] for s in stages if s.get("facts")}
         verdict = judge(run, stages, finished.data)
         outcome = "passed" if verdict["passed"] else "failed"
-        if self.store.transition(run_id, ("running",), "awaiting_decision", outcome=outcome,
+        if self.store.transition(run_id, ("running",), end_state(run), outcome=outcome,
                                  verdict=verdict, balance=balance, evidence=evidence,
                                  environment=environment,
                                  finished_at=_now(), exit_code=finished.data.get("exit_code")):
@@ -292,7 +302,7 @@ class PilotService:
                  "hint": "look at runner.log in the run directory; `preflight resume RUN` "
                          "continues from the ledger"}
         verdict = {"passed": False, "checks": [{"ok": False, "text": error["message"]}]}
-        if self.store.transition(run_id, ("running",), "awaiting_decision", outcome="failed",
+        if self.store.transition(run_id, ("running",), end_state(run), outcome="failed",
                                  first_error=run.get("first_error") or error, verdict=verdict,
                                  finished_at=_now(), exit_code=code):
             self._publish_outcome(run_id)
@@ -334,9 +344,9 @@ class PilotService:
     # -- decide -------------------------------------------------------------------
     def decide(self, run_id: str, decision: str, reason: str, by: str, *,
                override: bool = False, source: str = "cli") -> dict[str, Any]:
-        from bot.pilot.decisions import check_decision
+        from bot.pilot.decisions import already_decided, check_decision
 
-        run = self.store.find_run(run_id)
+        run = self._with_decision(self.store.find_run(run_id))
         reason = (reason or "").strip()
         refusal, is_override = check_decision(run, decision, reason, by, override=override)
         base = {"run": run["id"], "decision": decision, "reason": reason or "(none)", "by": by,
@@ -348,16 +358,28 @@ class PilotService:
         # decision replaces it, even when a click races the follower that finished the run.
         with self._run_lock(run["id"]):
             record = self.store.decide_run(run["id"], base)
-            if record is None:
-                current = self.store.get_run(run["id"])
-                refusal = f"run {run['id']} is {current['status']}: it is not awaiting a decision"
+            if record is None:  # another decision won the race
+                current = self._with_decision(self.store.get_run(run["id"]))
+                refusal = (already_decided(current) if current["status"] == "decided" else
+                           f"run {run['id']} is {current['status']}: it is not awaiting a "
+                           "decision")
                 self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
                 raise DecisionRefused(refusal)
             self._publish(views.decision_message(self.store.get_run(run["id"]),
                                                  self.store.decisions(run["id"])))
         if decision == "approve":
             record["volume_run"] = self._launch_volume(run["id"])
+            if record["volume_run"]:  # the decision message names the volume it launched
+                self._publish(views.decision_message(
+                    {**self.store.get_run(run["id"]), "volume_run": record["volume_run"]},
+                    self.store.decisions(run["id"])))
         return record
+
+    def _with_decision(self, run: dict[str, Any]) -> dict[str, Any]:
+        """The run with its accepted decision and the volume run it launched, if any."""
+        accepted = [d for d in self.store.decisions(run["id"]) if d.get("accepted")]
+        return {**run, "decision": accepted[-1] if accepted else None,
+                "volume_run": self.store.volume_of(run["id"])}
 
     def _launch_volume(self, run_id: str) -> str | None:
         run = self.store.get_run(run_id)
@@ -376,7 +398,8 @@ class PilotService:
     def show(self, run_id: str) -> dict[str, Any]:
         run = self.store.find_run(run_id)
         return {**run, "stages": self.store.stages(run["id"]),
-                "decisions": self.store.decisions(run["id"])}
+                "decisions": self.store.decisions(run["id"]),
+                "volume_run": self.store.volume_of(run["id"])}
 
     def runs(self, limit: int = 50) -> list[dict[str, Any]]:
         return self.store.list_runs(limit=limit)
@@ -387,10 +410,11 @@ class PilotService:
         out: list[Message | None] = [views.plan_message(run), self._status(run_id)]
         if run["status"] == "dispatch_failed":
             out.append(views.first_error_message(run))
-        if run["status"] in ("awaiting_decision", "decided"):
+        if run["status"] in ("awaiting_decision", "decided", "finished", "stopped"):
             out += [views.first_error_message(run), views.balance_message(run, _csv(run)),
                     views.evidence_message(run), views.verdict_message(run),
-                    views.decision_message(run, self.store.decisions(run_id))]
+                    views.decision_message({**run, "volume_run": self.store.volume_of(run_id)},
+                                           self.store.decisions(run_id))]
         return [m for m in out if m is not None]
 
     def close(self) -> None:

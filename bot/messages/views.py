@@ -79,7 +79,8 @@ def plan_message(run: dict[str, Any]) -> Message:
 def status_message(run: dict[str, Any], stages: list[dict[str, Any]],
                    progress: tuple[int, int] | None = None) -> Message:
     by_name = {s["stage"]: s for s in stages}
-    lines: list[Any] = [Heading(f"Diagnostics and pilot — {run['name']} ({_state_word(run)})")]
+    title = "Diagnostics and pilot" if run.get("kind", "pilot") == "pilot" else "Volume run"
+    lines: list[Any] = [Heading(f"{title} — {run['name']} ({_state_word(run)})")]
     for name in STAGES:
         row = by_name.get(name)
         if row is None:
@@ -193,15 +194,19 @@ def verdict_message(run: dict[str, Any]) -> Message:
 
 
 def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Message:
+    if run.get("kind", "pilot") != "pilot":
+        return _volume_decision(run)
     accepted = [d for d in decisions if d.get("accepted")]
     if accepted:
         d = accepted[-1]
         label = {"approve": "Scale-up approved", "fix-env": "Fix the environment",
                  "revise": "Revise the configuration"}.get(d["decision"], d["decision"])
         over = " (override of a failed pilot)" if d.get("override") else ""
+        pairs = [("By", d["by"]), ("When", d["at"]), ("Reason", d["reason"])]
+        if run.get("volume_run"):
+            pairs.append(("Volume run", str(run["volume_run"])))
         return Message(run["id"], "decision",
-                       (Heading(f"Decision: {label}{over}"),
-                        Fields((("By", d["by"]), ("When", d["at"]), ("Reason", d["reason"])))),
+                       (Heading(f"Decision: {label}{over}"), Fields(tuple(pairs))),
                        summary=f"{run['name']}: {label} by {d['by']}")
     buttons = (Button("approve", "Approve scale-up", run["id"], "primary"),
                Button("fix-env", "Fix environment", run["id"], "danger"),
@@ -213,8 +218,20 @@ def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Me
                    summary=f"{run['name']}: awaiting a decision")
 
 
+def _volume_decision(run: dict[str, Any]) -> Message:
+    """A volume run has no decision: the pilot's approval launched it, once."""
+    text = (f"Nothing to decide: this is the full run that the approval of pilot "
+            f"{run.get('parent_run')} launched.")
+    if run.get("outcome") == "failed" or run.get("status") == "stopped":
+        text += f" `preflight resume {run['id']}` runs the items its ledger lacks."
+    return Message(run["id"], "decision", (Heading("Volume run"), Text(text)),
+                   summary=f"{run['name']}: volume run {_state_word(run)}")
+
+
 def _state_word(run: dict[str, Any]) -> str:
-    if run.get("status") in ("awaiting_decision", "decided"):
+    if run.get("status") == "stopped":
+        return "stopped"
+    if run.get("status") in ("awaiting_decision", "decided", "finished"):
         return "passed" if run.get("outcome") == "passed" else "failed"
     status = str(run.get("status", ""))
     return {"planned": "planned", "dispatching": "starting", "running": "running",

@@ -9,15 +9,41 @@ DECISIONS = ("approve", "fix-env", "revise")
 _OVERRIDE = re.compile(r"\boverride\b", re.IGNORECASE)
 
 
+def end_state(run: dict[str, Any]) -> str:
+    """Where a run goes when its runner ends: a pilot awaits its decision; a volume run
+    (the full corpus an approval launched) has no decision of its own and is finished."""
+    return "awaiting_decision" if run.get("kind", "pilot") == "pilot" else "finished"
+
+
+def volume_refusal(run: dict[str, Any]) -> str:
+    """Why a volume run cannot be decided: its pilot's approval was the decision."""
+    return (f"run {run['id']} is the volume run of pilot {run.get('parent_run')}: it has no "
+            "scale-up decision of its own (the pilot's approval launched it, once); "
+            f"`preflight resume {run['id']}` continues it from its ledger if it stopped")
+
+
+def already_decided(run: dict[str, Any]) -> str:
+    """The refusal of a second decision, naming the first and the volume it launched."""
+    text = f"run {run['id']} is already decided"
+    first = run.get("decision")
+    if first:
+        text += f": {first['decision']} by {first['by']} at {first['at']}"
+    if run.get("volume_run"):
+        text += f"; it already launched the volume run {run['volume_run']}"
+    return text
+
+
 def check_decision(run: dict[str, Any], decision: str, reason: str, by: str, *,
                    override: bool = False) -> tuple[str | None, bool]:
     """Return (refusal or None, whether this is an override of a failed pilot)."""
+    if run.get("kind", "pilot") != "pilot":
+        return volume_refusal(run), False
     if decision not in DECISIONS:
         return f"unknown decision {decision!r}: choose one of {', '.join(DECISIONS)}", False
     if not reason:
         return "a reason is required for every decision", False
     if run["status"] == "decided":
-        return f"run {run['id']} is already decided", False
+        return already_decided(run), False
     if run["status"] != "awaiting_decision":
         return f"run {run['id']} is {run['status']}: decide once the pilot has finished", False
     if decision != "approve":

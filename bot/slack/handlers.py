@@ -19,6 +19,7 @@ from slack_sdk.webhook import WebhookClient
 
 from bot.errors import DecisionRefused, ManifestError, PreflightError, ProjectCheckError
 from bot.manifest.load import load_manifest
+from bot.pilot.decisions import volume_refusal
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.slack.blocks import escape
@@ -157,13 +158,17 @@ class Handlers:
             run = self.service.show(run_id)
         except PreflightError as exc:
             return False, str(exc)
+        if run.get("kind", "pilot") != "pilot":
+            return False, volume_refusal(run)
         if run["status"] == "awaiting_decision":
             return True, ""
         decided = [d for d in run.get("decisions") or [] if d.get("accepted")]
         if decided:
             d = decided[-1]
+            volume = (f"; it already launched the volume run {run['volume_run']}"
+                      if run.get("volume_run") else "")
             return False, (f"run {run_id} is already decided: {d['decision']} by <@{d['by']}> "
-                           f"at {d['at']} ({d['reason']})")
+                           f"at {d['at']} ({d['reason']}){volume}")
         return False, f"run {run_id} is {run['status']}: decide once the pilot has finished"
 
     # -- the App Home tab ---------------------------------------------------------

@@ -9,12 +9,13 @@ reads the same lines again neither loses nor repeats anything.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
 import sqlite_utils
 
-from bot.errors import RunNotFound
+from bot.errors import RunNotFound, VolumeExists
 from bot.store.base import StoreBase
 from runner.events import ITEM_DONE, STAGE_EVENT_TYPES, Event, utc_now
 
@@ -25,7 +26,7 @@ JSON_COLUMNS = frozenset({
 })
 
 RUN_STATES = ("planned", "dispatching", "running", "awaiting_decision", "decided",
-              "dispatch_failed")
+              "finished", "stopped", "dispatch_failed")
 STAGE_STATE = {"stage.started": "running", "stage.passed": "passed",
                "stage.failed": "failed", "stage.skipped": "skipped"}
 
@@ -46,6 +47,10 @@ def migrate_runs(db: sqlite_utils.Database) -> None:
         UNIQUE (name, attempt, kind))""")
     if "resume_seq" not in db["runs"].columns_dict:  # a database made before resumes
         db.execute("ALTER TABLE runs ADD COLUMN resume_seq INTEGER NOT NULL DEFAULT 0")
+    # One approval launches at most one volume, whatever the path: the database refuses a
+    # second volume run of the same pilot (two approvers at once, a retried request, ...).
+    db.execute("CREATE UNIQUE INDEX IF NOT EXISTS one_volume_per_pilot ON runs(parent_run) "
+               "WHERE kind = 'volume'")
     db.execute("""CREATE TABLE IF NOT EXISTS events (
         run TEXT NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL, type TEXT NOT NULL,
         ts TEXT NOT NULL, stage TEXT, data TEXT NOT NULL, PRIMARY KEY (run, seq))""")
@@ -81,9 +86,22 @@ class RunsMixin(StoreBase):
 
     # -- runs ---------------------------------------------------------------------
     def create_run(self, record: dict[str, Any]) -> None:
+        """Insert a new run; a second volume run of one pilot raises VolumeExists."""
         record = {"created_at": utc_now(), "status": "planned", **record}
         with self.transaction() as db:
-            db.table("runs").insert(_encode(record))
+            try:
+                db.table("runs").insert(_encode(record))
+            except sqlite3.IntegrityError as exc:
+                existing = self.volume_of(str(record.get("parent_run")))
+                if record.get("kind") == "volume" and existing is not None:
+                    raise VolumeExists(str(record["parent_run"]), existing) from exc
+                raise
+
+    def volume_of(self, pilot_id: str) -> str | None:
+        """The id of the volume run a pilot's approval launched, if any."""
+        rows = list(self.db.query("SELECT id FROM runs WHERE parent_run = ? AND kind = 'volume'",
+                                  [pilot_id]))
+        return str(rows[0]["id"]) if rows else None
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         rows = list(self.db.query("SELECT * FROM runs WHERE id = ?", [run_id]))

@@ -172,7 +172,8 @@ class Harness:
 
     def settle(self, run_id: str, timeout: float = 60) -> dict[str, Any]:
         """The run once its follower has ended and every message has gone out."""
-        self.wait_status(run_id, ("awaiting_decision", "decided", "dispatch_failed"), timeout)
+        self.wait_status(run_id, ("awaiting_decision", "decided", "finished", "stopped",
+                                    "dispatch_failed"), timeout)
         assert self.bot.followers.wait(run_id, timeout), f"{run_id} still followed"
         assert self.bot.notifier.flush(timeout), "messages still queued"
         return self.store.get_run(run_id)
