@@ -27,6 +27,9 @@ class HardwareSpec:
     memory_gib: Optional[float] = None
     bf16_tflops: Optional[float] = None
     fp32_tflops: Optional[float] = None
+    lots: int = 1
+    bf16_floor_tflops: Optional[float] = None
+    allreduce_busbw_gbps: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class DiagnosticsSpec:
     min_free_disk_gib: float = 0.0
     memory_budget_gib: Optional[float] = None
     compute_size: int = 1024
+    slow_card: str = "fail"
 
 
 @dataclass(frozen=True)
