@@ -22,7 +22,7 @@ from runner.events import ITEM_DONE, STAGE_EVENT_TYPES, Event, utc_now
 JSON_COLUMNS = frozenset({
     "first_error", "verdict", "balance", "evidence", "environment", "plan", "manifest_json",
     "node", "facts", "error", "data", "changes", "expected_ids", "expected_refusals",
-    "categories", "success", "approvers",
+    "categories", "success", "approvers", "forecast",
 })
 
 RUN_STATES = ("planned", "dispatching", "running", "awaiting_decision", "decided",
@@ -51,6 +51,8 @@ def migrate_runs(db: sqlite_utils.Database) -> None:
     # second volume run of the same pilot (two approvers at once, a retried request, ...).
     db.execute("CREATE UNIQUE INDEX IF NOT EXISTS one_volume_per_pilot ON runs(parent_run) "
                "WHERE kind = 'volume'")
+    if "forecast" not in db["runs"].columns_dict:  # the volume forecast (or its check)
+        db.execute("ALTER TABLE runs ADD COLUMN forecast TEXT")
     db.execute("""CREATE TABLE IF NOT EXISTS events (
         run TEXT NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL, type TEXT NOT NULL,
         ts TEXT NOT NULL, stage TEXT, data TEXT NOT NULL, PRIMARY KEY (run, seq))""")
@@ -67,6 +69,8 @@ def migrate_runs(db: sqlite_utils.Database) -> None:
         decision TEXT NOT NULL, reason TEXT NOT NULL, by TEXT NOT NULL, at TEXT NOT NULL,
         override INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL,
         refusal TEXT, source TEXT)""")
+    if "override_of" not in db["decisions"].columns_dict:  # what an override overrode
+        db.execute("ALTER TABLE decisions ADD COLUMN override_of TEXT")
     db.execute("""CREATE TABLE IF NOT EXISTS message_refs (
         run TEXT NOT NULL, key TEXT NOT NULL, transport TEXT NOT NULL, channel TEXT,
         ref TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (run, key, transport))""")
