@@ -72,7 +72,7 @@ def _samples(items: list[Event]) -> list[Sample]:
         seconds, size = event.data.get("elapsed_s"), event.data.get("input_bytes")
         if event.data.get("status") != "accepted" or not _number(seconds):
             continue
-        out.append(Sample(float(seconds), int(size) if _number(size) else None))
+        out.append(Sample(float(seconds), int(size) if _number(size) else None))  # type: ignore[arg-type]
     return out
 
 

@@ -22,6 +22,7 @@ from bot.dispatch.base import Dispatcher, RunHandle
 from bot.errors import DecisionRefused, DispatchError, PreflightError
 from bot.manifest.load import LoadedManifest, load_manifest
 from bot.messages import views
+from bot.messages.forecast_view import forecast_message
 from bot.messages.model import Message, Notifier
 from bot.pilot.decisions import end_state
 from bot.pilot.plan import make_plan
@@ -29,7 +30,15 @@ from bot.pilot.specbuild import build_spec, runs_dir_for
 from bot.pilot.verdict import judge
 from bot.settings import Settings
 from bot.store import Store
-from runner.events import BALANCE, EVIDENCE, PROGRESS, RUN_FINISHED, STAGE_EVENT_TYPES, Event
+from runner.events import (
+    BALANCE,
+    EVIDENCE,
+    ITEM_DONE,
+    PROGRESS,
+    RUN_FINISHED,
+    STAGE_EVENT_TYPES,
+    Event,
+)
 
 log = logging.getLogger(__name__)
 
@@ -286,10 +295,24 @@ class PilotService:
         outcome = "passed" if verdict["passed"] else "failed"
         if self.store.transition(run_id, ("running",), end_state(run), outcome=outcome,
                                  verdict=verdict, balance=balance, evidence=evidence,
-                                 environment=environment,
+                                 environment=environment, forecast=self._forecast(run, stages),
                                  finished_at=_now(), exit_code=finished.data.get("exit_code")):
             self._publish_outcome(run_id)
             self._progress.pop(run_id, None)
+
+    def _forecast(self, run: dict[str, Any], stages: list[dict[str, Any]]
+                  ) -> dict[str, Any] | None:
+        """A pilot's forecast of its volume; a volume's actual time against that forecast."""
+        from bot.forecasting import check_volume, forecast_for
+
+        try:
+            if run.get("kind") == "volume":
+                parent = self.store.get_run(run["parent_run"]) if run.get("parent_run") else {}
+                return check_volume(run, stages, parent.get("forecast"))
+            return forecast_for(run, stages, self.store.events_of_type(run["id"], ITEM_DONE))
+        except Exception:  # a forecast must never cost the run its verdict
+            log.exception("forecast of run %s failed", run["id"])
+            return None
 
     def _runner_died(self, run_id: str) -> None:
         run = self.store.get_run(run_id)
@@ -344,13 +367,14 @@ class PilotService:
     # -- decide -------------------------------------------------------------------
     def decide(self, run_id: str, decision: str, reason: str, by: str, *,
                override: bool = False, source: str = "cli") -> dict[str, Any]:
-        from bot.pilot.decisions import already_decided, check_decision
+        from bot.pilot.decisions import already_decided, check_decision, override_needs
 
         run = self._with_decision(self.store.find_run(run_id))
         reason = (reason or "").strip()
         refusal, is_override = check_decision(run, decision, reason, by, override=override)
         base = {"run": run["id"], "decision": decision, "reason": reason or "(none)", "by": by,
-                "override": int(is_override), "source": source}
+                "override": int(is_override), "source": source,
+                "override_of": "; ".join(override_needs(run)) if is_override else None}
         if refusal is not None:
             self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
             raise DecisionRefused(refusal)
@@ -413,6 +437,7 @@ class PilotService:
         if run["status"] in ("awaiting_decision", "decided", "finished", "stopped"):
             out += [views.first_error_message(run), views.balance_message(run, _csv(run)),
                     views.evidence_message(run), views.verdict_message(run),
+                    forecast_message(run),
                     views.decision_message({**run, "volume_run": self.store.volume_of(run_id)},
                                            self.store.decisions(run_id))]
         return [m for m in out if m is not None]

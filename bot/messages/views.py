@@ -201,7 +201,11 @@ def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Me
         d = accepted[-1]
         label = {"approve": "Scale-up approved", "fix-env": "Fix the environment",
                  "revise": "Revise the configuration"}.get(d["decision"], d["decision"])
-        over = " (override of a failed pilot)" if d.get("override") else ""
+        over = ""
+        if d.get("override"):
+            what = d.get("override_of") or "the pilot failed"
+            over = (" (override of a failed pilot)" if what == "the pilot failed"
+                    else f" (override: {what})")
         pairs = [("By", d["by"]), ("When", d["at"]), ("Reason", d["reason"])]
         if run.get("volume_run"):
             pairs.append(("Volume run", str(run["volume_run"])))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from bot.pilot.forecast import duration
+
 DECISIONS = ("approve", "fix-env", "revise")
 _OVERRIDE = re.compile(r"\boverride\b", re.IGNORECASE)
 
@@ -58,9 +60,24 @@ def check_decision(run: dict[str, Any], decision: str, reason: str, by: str, *,
     if run.get("two_person") and by == run.get("submitter"):
         return ("two-person rule: the submitter cannot approve their own pilot; "
                 "another approver must"), False
-    if run.get("outcome") != "passed":
+    needs = override_needs(run)
+    if needs:
         if not (override or _OVERRIDE.search(reason)):
-            return ("the pilot failed: approving it needs an explicit override "
+            return (f"{'; and '.join(needs)}: approving it needs an explicit override "
                     "(say `override` in the reason, or --override, and why)"), False
         return None, True
     return None, False
+
+
+def override_needs(run: dict[str, Any]) -> list[str]:
+    """What an approval of this pilot would override: a failed pilot, and a volume whose
+    high estimate ends after the lease (``bot.pilot.forecast``). Recorded with it."""
+    needs = []
+    if run.get("outcome") != "passed":
+        needs.append("the pilot failed")
+    forecast = run.get("forecast") or {}
+    if forecast.get("fits") is False:
+        late = duration(-float(forecast.get("margin_s") or 0))
+        needs.append(f"the volume's high estimate ends {late} after the lease ends "
+                     f"({forecast.get('lease_end')})")
+    return needs

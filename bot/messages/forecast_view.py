@@ -1,0 +1,57 @@
+"""The forecast message of a thread: before approval, the volume's forecast with each
+figure's formula; after the volume, its actual wall time beside the forecast."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.messages.model import Fields, Heading, Message, Table, Text
+from bot.pilot.forecast import duration
+
+
+def forecast_message(run: dict[str, Any]) -> Message | None:
+    fc = run.get("forecast")
+    if not fc:
+        return None
+    if "actual_s" in fc:
+        return _check_message(run, fc)
+    if not fc.get("possible"):
+        return Message(run["id"], "forecast",
+                       (Heading("Forecast of the volume"),
+                        Text(f"No forecast: {fc.get('reason')}", style="warn")),
+                       summary=f"{run['name']}: no forecast of the volume")
+    rows = tuple((str(f["label"]), str(f["value"]), str(f["formula"]))
+                 for f in fc.get("figures") or [])
+    verdict = fit_line(fc)
+    blocks: list[Any] = [Heading("Forecast of the volume"),
+                         Text(verdict, style="ok" if fc.get("fits") else
+                              "error" if fc.get("fits") is False else "plain"),
+                         Table(("figure", "value", "formula"), rows)]
+    for note in fc.get("notes") or []:
+        blocks.append(Text(str(note), style="warn"))
+    return Message(run["id"], "forecast", tuple(blocks), summary=f"{run['name']}: {verdict}")
+
+
+def fit_line(fc: dict[str, Any]) -> str:
+    """One sentence: does the high estimate end before the lease does?"""
+    wall = f"{duration(float(fc['low_s']))} – {duration(float(fc['high_s']))}"
+    if fc.get("fits") is None:
+        return f"The volume takes {wall}; the lease's end is unknown (no lease.starts_at)"
+    margin = duration(abs(float(fc.get("margin_s") or 0)))
+    if fc["fits"]:
+        return f"The volume takes {wall} and fits in the lease with {margin} to spare"
+    return (f"The volume takes {wall}: the high estimate ends {margin} AFTER the lease "
+            "ends; approving needs an override reason")
+
+
+def _check_message(run: dict[str, Any], fc: dict[str, Any]) -> Message:
+    actual, low, high = (float(fc[k]) for k in ("actual_s", "forecast_low_s", "forecast_high_s"))
+    error = fc.get("error_pct")
+    pairs = (("Actual wall time", duration(actual)),
+             ("Forecast", f"{duration(low)} (p50) – {duration(high)} (p90)"),
+             ("Error against the p50", "—" if error is None else f"{error:+.1f}%"),
+             ("Within the range", "yes" if fc.get("within_range") else "no"),
+             ("Formula", str(fc.get("formula") or "")))
+    return Message(run["id"], "forecast", (Heading("Forecast against the actual"), Fields(pairs)),
+                   summary=f"{run['name']}: took {duration(actual)}, forecast "
+                           f"{duration(low)} – {duration(high)}")

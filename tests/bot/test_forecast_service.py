@@ -1,0 +1,103 @@
+"""The forecast through the service: stored with the verdict, the approval rule, the check
+after the volume."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.errors import DecisionRefused
+from bot.messages.model import Fields, Heading, Table, Text
+from bot.service import PilotService
+from tests.bot.fakes import pilot_script
+from tests.bot.test_service import make, submit
+
+IDS = [f"doc-{n:02d}" for n in range(1, 7)]
+VOLUME = 'volume: {inputs: {dir: data/pilote, pattern: "doc-*.txt", expected_count: 6}}'
+
+
+def timed(run_id: str, seconds: float = 0.5) -> list[dict[str, Any]]:
+    """A pilot whose items carry the runner's measurements (seconds, input bytes)."""
+    out = pilot_script(IDS, refuse=())
+    for event in out:
+        if event["type"] == "item.done":
+            event.update(elapsed_s=seconds, input_bytes=30)
+    return out
+
+
+def lease(start: datetime) -> str:
+    return f'lease: {{starts_at: "{start.isoformat()}"}}'
+
+
+def finished_pilot(tmp_path: Path, starts: datetime, script: Any = timed
+                   ) -> tuple[PilotService, Any, str]:
+    service, notifier = make(tmp_path, script)
+    run_id = submit(service, tmp_path, count=6, extra=f"{VOLUME}\n{lease(starts)}")
+    service.follow(run_id, timeout=30)
+    return service, notifier, run_id
+
+
+def texts(message: Any) -> str:
+    parts = []
+    for block in message.blocks:
+        if isinstance(block, (Heading, Text)):
+            parts.append(block.text)
+        elif isinstance(block, Table):
+            parts += [" | ".join(row) for row in block.rows]
+        elif isinstance(block, Fields):
+            parts += [f"{k}: {v}" for k, v in block.pairs]
+    return "\n".join(parts)
+
+
+def test_the_forecast_is_stored_and_shown_with_the_verdict(tmp_path: Path) -> None:
+    service, notifier, run_id = finished_pilot(
+        tmp_path, datetime.now(timezone.utc) - timedelta(hours=1))
+    fc = service.store.get_run(run_id)["forecast"]
+    # 6 volume items × 0.5 s p50 ÷ 1 worker (one cpu card rented) = 3 s
+    assert fc["possible"] and fc["fits"] is True and fc["low_s"] == 3.0
+    assert fc["volume_count"] == 6 and fc["volume_bytes"] > 0
+    shown = texts(notifier.latest[(run_id, "forecast")])
+    assert "6 items × 0.5 s p50 ÷ 1 worker = 3 s" in shown
+    assert "fits in the lease" in shown
+    record = service.decide(run_id, "approve", "forecast fits", "alice")
+    assert record["override"] == 0 and record["override_of"] is None
+
+
+def test_a_volume_past_the_lease_is_refused_unless_overridden(tmp_path: Path) -> None:
+    service, notifier, run_id = finished_pilot(tmp_path, datetime(2020, 1, 1, tzinfo=timezone.utc))
+    assert service.store.get_run(run_id)["forecast"]["fits"] is False
+    assert "AFTER the lease" in texts(notifier.latest[(run_id, "forecast")])
+    with pytest.raises(DecisionRefused, match="after the lease ends .*explicit override"):
+        service.decide(run_id, "approve", "looks good", "alice")
+    record = service.decide(run_id, "approve", "override: we extend the lease tomorrow",
+                            "alice")
+    assert record["override"] == 1 and "after the lease ends" in record["override_of"]
+    rows = service.store.decisions(run_id)
+    assert [(d["accepted"], bool(d["refusal"])) for d in rows] == [(0, True), (1, False)]
+    heading = notifier.latest[(run_id, "decision")].blocks[0]
+    assert "override: the volume's high estimate ends" in heading.text  # type: ignore[union-attr]
+
+
+def test_a_pilot_without_timings_says_so_and_does_not_block(tmp_path: Path) -> None:
+    service, notifier, run_id = finished_pilot(
+        tmp_path, datetime(2020, 1, 1, tzinfo=timezone.utc),
+        script=lambda run: pilot_script(IDS, refuse=()))
+    fc = service.store.get_run(run_id)["forecast"]
+    assert fc["possible"] is False and "no per-item time" in fc["reason"]
+    assert "No forecast" in texts(notifier.latest[(run_id, "forecast")])
+    assert service.decide(run_id, "approve", "fine", "alice")["override"] == 0
+
+
+def test_after_the_volume_its_actual_time_is_set_beside_the_forecast(tmp_path: Path) -> None:
+    service, notifier, run_id = finished_pilot(
+        tmp_path, datetime.now(timezone.utc) - timedelta(hours=1))
+    volume_id = service.decide(run_id, "approve", "go", "alice")["volume_run"]
+    service.follow(volume_id, timeout=30)
+    check = service.store.get_run(volume_id)["forecast"]
+    assert check["forecast_low_s"] == 3.0 and check["actual_s"] >= 0
+    assert check["error_pct"] == round((check["actual_s"] - 3.0) / 3.0 * 100, 1)
+    shown = texts(notifier.latest[(volume_id, "forecast")])
+    assert "Actual wall time" in shown and "Error against the p50" in shown
