@@ -13,6 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bot.pilot.cards import healthy_cards as run_healthy_cards
 from bot.pilot.forecast import ForecastInputs, Sample, forecast
 from runner.events import ITEM_DONE, Event
 from runner.inputs import InputsError, list_dir
@@ -101,15 +102,9 @@ def _volume_inputs(run: dict[str, Any], volume: dict[str, Any]
 
 
 def healthy_cards(stages: list[dict[str, Any]]) -> int | None:
-    """The run's healthy-card count when a stage measured it (a list of cards or a count)."""
-    found: int | None = None
-    for stage in stages:
-        value = (stage.get("facts") or {}).get("healthy_cards")
-        if isinstance(value, list):
-            found = len(value)
-        elif isinstance(value, int) and not isinstance(value, bool):
-            found = value
-    return found
+    """How many healthy cards the run proved (bot.pilot.cards), when a stage measured it."""
+    cards = run_healthy_cards(stages)
+    return None if cards is None else len(cards)
 
 
 def _peak_memory(stages: list[dict[str, Any]]) -> float | None:

@@ -22,8 +22,10 @@ from bot.dispatch.base import Dispatcher, RunHandle
 from bot.errors import DecisionRefused, DispatchError, PreflightError
 from bot.manifest.load import LoadedManifest, load_manifest
 from bot.messages import views
+from bot.messages.cards import cards_message
 from bot.messages.forecast_view import forecast_message
 from bot.messages.model import Message, Notifier
+from bot.pilot.cards import CARD_STAGES, healthy_cards
 from bot.pilot.decisions import end_state
 from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec, runs_dir_for
@@ -216,6 +218,8 @@ class PilotService:
                                           int(event.data.get("total", 0)))
         if stage_changed:
             self._publish_status(run_id)
+        if any(e.type in STAGE_EVENT_TYPES and e.stage in CARD_STAGES for e in fresh):
+            self._publish_cards(run_id)
         elif any(e.type == PROGRESS for e in fresh):
             self._maybe_publish_progress(run_id)
         if self._since_resume(run_id, RUN_FINISHED):
@@ -423,7 +427,13 @@ class PilotService:
         run = self.store.find_run(run_id)
         return {**run, "stages": self.store.stages(run["id"]),
                 "decisions": self.store.decisions(run["id"]),
-                "volume_run": self.store.volume_of(run["id"])}
+                "volume_run": self.store.volume_of(run["id"]),
+                "healthy_cards": healthy_cards(self.store.stages(run["id"]))}
+
+    def healthy_cards(self, run_id: str) -> list[int] | None:
+        """The cards the run proved healthy (bot.pilot.cards): the ones a volume may use.
+        None when no card stage reported (a run that stopped before ``device``)."""
+        return healthy_cards(self.store.stages(self.store.find_run(run_id)["id"]))
 
     def runs(self, limit: int = 50) -> list[dict[str, Any]]:
         return self.store.list_runs(limit=limit)
@@ -431,7 +441,8 @@ class PilotService:
     def thread_messages(self, run_id: str) -> list[Message]:
         """Every message of the run's thread as it stands now (for re-rendering)."""
         run = self.store.get_run(run_id)
-        out: list[Message | None] = [views.plan_message(run), self._status(run_id)]
+        out: list[Message | None] = [views.plan_message(run), self._status(run_id),
+                                     cards_message(run, self.store.stages(run_id))]
         if run["status"] == "dispatch_failed":
             out.append(views.first_error_message(run))
         if run["status"] in ("awaiting_decision", "decided", "finished", "stopped"):
@@ -471,6 +482,11 @@ class PilotService:
     def _publish_status(self, run_id: str) -> None:
         self._last_progress_post[run_id] = time.monotonic()
         self._publish(self._status(run_id))
+
+    def _publish_cards(self, run_id: str) -> None:
+        message = cards_message(self.store.get_run(run_id), self.store.stages(run_id))
+        if message is not None:
+            self._publish(message)
 
     def _maybe_publish_progress(self, run_id: str) -> None:
         if time.monotonic() - self._last_progress_post.get(run_id, 0.0) >= self.progress_interval:

@@ -33,6 +33,8 @@ class GpuModel:
     fp32_tflops: float | None = None
     note: str | None = None
     aliases: tuple[str, ...] = ()
+    bf16_floor_tflops: float | None = None
+    allreduce_busbw_gbps: dict[int, float] = field(default_factory=dict)
 
     @property
     def is_cpu(self) -> bool:
@@ -92,7 +94,23 @@ def _parse_gpu(key: str, entry: Any) -> GpuModel:
         fp32_tflops=_opt_float(entry.get("fp32_tflops")),
         note=entry.get("note"),
         aliases=tuple(str(a) for a in entry.get("aliases", ())),
+        bf16_floor_tflops=_opt_float(entry.get("bf16_floor_tflops")),
+        allreduce_busbw_gbps=_busbw(key, entry.get("allreduce_busbw_gbps")),
     )
+
+
+def _busbw(key: str, raw: Any) -> dict[int, float]:
+    """``{cards: GB/s}``; every card count at least 2 and every figure positive."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"gpus.{key}.allreduce_busbw_gbps: expected a mapping of card "
+                         f"count to GB/s")
+    out = {int(cards): float(gbps) for cards, gbps in raw.items()}
+    if any(cards < 2 or gbps <= 0 for cards, gbps in out.items()):
+        raise ValueError(f"gpus.{key}.allreduce_busbw_gbps: card counts must be >= 2 and "
+                         f"figures > 0")
+    return out
 
 
 def _opt_float(value: Any) -> float | None:

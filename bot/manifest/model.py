@@ -120,6 +120,9 @@ class Diagnostics(Section):
     timeouts: dict[str, Annotated[Number, Field(gt=0)]] = Field(default_factory=dict)
     min_free_disk_gib: Number = Field(default=1.0, ge=0)
     memory_budget_gib: Number | None = Field(default=None, gt=0)
+    slow_card: Literal["fail", "warn"] = Field(
+        default="fail", description="a slow card or link: fail the stage, or warn and "
+                                    "leave the card out of the healthy cards")
 
     @field_validator("timeouts")
     @classmethod

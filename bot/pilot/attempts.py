@@ -24,7 +24,8 @@ NOT_A_FACTOR = ("approvals", "lease", "hardware.days", "hardware.lots",
                 "success")
 # Facts that differ on every run (timings, ids, measured rates) are not changes.
 _VOLATILE = re.compile(r"(^|_)(ts|at|time|seconds|duration|elapsed|pid|ms|s|run|run_id|"
-                       r"tflops|gbps|per_s|free_gib|free_bytes|peak_gib|peak_bytes)$")
+                       r"tflops|gbps|per_s|free_gib|free_mib|free_bytes|peak_gib|peak_bytes|"
+                       r"temperature_c|ratio_to_peers|peers_median|fraction)$")
 
 
 @dataclass(frozen=True)

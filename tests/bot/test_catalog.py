@@ -30,6 +30,10 @@ def test_shipped_catalog_models() -> None:
     ("gpus:\n  X: {vendor: v}\n", "backends"),
     ("gpus:\n  X: {backends: [cuda], cards_per_lot: 0}\n", "cards_per_lot"),
     ("gpus: {X: 3}", "gpus.X"),
+    ("gpus:\n  X: {backends: [cuda], allreduce_busbw_gbps: {1: 400}}\n",
+     "gpus.X.allreduce_busbw_gbps: card counts must be >= 2"),
+    ("gpus:\n  X: {backends: [cuda], allreduce_busbw_gbps: [400]}\n",
+     "gpus.X.allreduce_busbw_gbps: expected a mapping"),
     ("{{", "unreadable"),
 ])
 def test_broken_catalog_is_named(tmp_path: Path, text: str, fragment: str) -> None:
@@ -37,3 +41,11 @@ def test_broken_catalog_is_named(tmp_path: Path, text: str, fragment: str) -> No
     path.write_text(text)
     with pytest.raises(CatalogError, match=fragment):
         load_catalog(path)
+
+
+def test_card_floors_and_link_references() -> None:
+    h200 = default_catalog().get("H200")
+    assert h200 is not None and h200.allreduce_busbw_gbps == {8: 475.0}
+    assert h200.bf16_floor_tflops is not None and h200.bf16_floor_tflops < h200.bf16_tflops
+    l40s = default_catalog().get("L40S")
+    assert l40s is not None and l40s.allreduce_busbw_gbps == {}
