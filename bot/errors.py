@@ -72,6 +72,25 @@ class DispatchError(PreflightError):
     """The runner could not be started or followed on its node."""
 
 
+class NodeUnreachable(DispatchError):
+    """The node did not answer: the connection was refused, timed out or dropped, or a
+    command ended with no exit status because its connection dropped. It says nothing
+    about the runner, which may still be running; a later try may reach the node."""
+
+
+class ContactLost(DispatchError):
+    """A follower gave up reaching the node of a run that may still be running."""
+
+    exit_code = 3
+
+    def __init__(self, run_id: str, seconds: float, cause: str) -> None:
+        super().__init__(
+            f"lost contact with the node of run {run_id} for {seconds:.0f} s ({cause}); its "
+            f"runner may still be running (nothing was judged). Follow it again: "
+            f"preflight follow {run_id}")
+        self.run_id = run_id
+
+
 class DecisionRefused(PreflightError):
     """A decision that the rules do not allow; it is recorded as refused all the same."""
 

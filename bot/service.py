@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from bot.dispatch.base import Dispatcher, RunHandle
-from bot.errors import DecisionRefused, DispatchError, PreflightError
+from bot.errors import (
+    ContactLost,
+    DecisionRefused,
+    DispatchError,
+    NodeUnreachable,
+    PreflightError,
+)
 from bot.manifest.load import LoadedManifest, load_manifest
 from bot.messages import views
 from bot.messages.cards import cards_message
@@ -185,11 +191,25 @@ class PilotService:
     # -- follow -------------------------------------------------------------------
     def follow(self, run_id: str, *, stop: threading.Event | None = None,
                poll: float = 0.1, timeout: float | None = None) -> dict[str, Any]:
-        """Consume the run's events until it finishes (or ``stop`` is set)."""
+        """Consume the run's events until it finishes (or ``stop`` is set).
+
+        While the node cannot be reached the follower keeps trying (the dispatcher paces the
+        reconnects); after ``settings.contact_give_up_s`` without contact it raises
+        ``ContactLost``: the runner may still be running, nothing is judged.
+        """
         stop = stop or threading.Event()
         deadline = None if timeout is None else time.monotonic() + timeout
+        contact = _Contact(run_id, self.settings.contact_give_up_s)
         while not stop.is_set():
-            fresh = self.pump(run_id)
+            try:
+                fresh = self.pump(run_id)
+            except NodeUnreachable as exc:
+                contact.lost(exc)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+                stop.wait(poll)
+                continue
+            contact.back()
             run = self.store.get_run(run_id)
             if run["status"] != "running":
                 return run
@@ -252,6 +272,8 @@ class PilotService:
         try:
             events, _ = dispatcher.read_events(handle, 0)
             started = bool(events) or dispatcher.is_alive(handle)
+        except NodeUnreachable:
+            return False  # the node did not answer: nothing is known, decide later
         except PreflightError:
             started = False  # nothing on the node to follow
         if started:
@@ -503,6 +525,23 @@ class PilotService:
             raise
         except Exception:  # a transport failure must never lose the recorded state
             log.exception("publishing %s of run %s failed", message.key, message.run_id)
+
+
+class _Contact:
+    """How long a follower has been without contact with a run's node."""
+
+    def __init__(self, run_id: str, give_up_s: float) -> None:
+        self.run_id, self.give_up_s = run_id, give_up_s
+        self.since: float | None = None
+
+    def lost(self, exc: NodeUnreachable) -> None:
+        now = time.monotonic()
+        self.since = self.since if self.since is not None else now
+        if now - self.since >= self.give_up_s:
+            raise ContactLost(self.run_id, now - self.since, str(exc)) from exc
+
+    def back(self) -> None:
+        self.since = None
 
 
 def new_run_id(name: str, attempt: int, kind: str = "pilot") -> str:

@@ -30,6 +30,8 @@ class Settings:
     ssh_known_hosts: Path | None = None
     ssh_client_keys: tuple[Path, ...] = ()
     ssh_config: Path | None = None
+    # How long a follower keeps trying to reach an unreachable node before it gives up.
+    contact_give_up_s: float = 600.0
     # The environment a local runner inherits: the entry point's, minus every Slack secret.
     runner_env: tuple[tuple[str, str], ...] = ()
 
@@ -58,6 +60,7 @@ class Settings:
             ssh_known_hosts=_path(env.get("PREFLIGHT_SSH_KNOWN_HOSTS")),
             ssh_client_keys=tuple(Path(p) for p in _csv(env.get("PREFLIGHT_SSH_KEYS"))),
             ssh_config=_path(env.get("PREFLIGHT_SSH_CONFIG")),
+            contact_give_up_s=_seconds(env, "PREFLIGHT_SSH_GIVE_UP_S", 600.0),
             runner_env=tuple(sorted((k, v) for k, v in env.items() if not k.startswith("SLACK_"))),
         )
 
@@ -71,3 +74,19 @@ def _path(value: str | None) -> Path | None:
 
 def _csv(value: str | None) -> frozenset[str]:
     return frozenset(v.strip() for v in (value or "").split(",") if v.strip())
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number of seconds; an unusable value is one clear error, not a traceback."""
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        from bot.errors import PreflightError
+
+        raise PreflightError(f"{name}={raw!r}: expected a positive number of seconds")
+    return value

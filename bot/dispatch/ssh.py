@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import asyncssh
 
 from bot.dispatch.base import RunHandle
+from bot.dispatch.fetch import fetch_results
 from bot.dispatch.node_scripts import probe_command, stop_command
 from bot.dispatch.upload import (
     RUNNER_PACKAGE,
@@ -49,10 +50,9 @@ from bot.dispatch.upload import (
     mirror,
     node_section,
     parse_hashes,
-    verify_fetched,
     write_layout,
 )
-from bot.errors import DispatchError
+from bot.errors import DispatchError, NodeUnreachable
 from runner.events import Event, parse_chunk
 
 T = TypeVar("T")
@@ -75,7 +75,7 @@ class SSHDispatcher:
                  client_keys: Sequence[Path | str] | None = None,
                  ssh_config: Path | str | None = None, use_agent: bool = True,
                  runner_package: Path | None = None, connect_timeout: float = 15.0,
-                 backoff: tuple[float, float] = (0.25, 30.0),
+                 backoff: tuple[float, float] = (0.25, 30.0), attempts: int = 4,
                  node_of: Callable[[RunHandle], dict[str, Any]] | None = None) -> None:
         self.known_hosts = str(known_hosts) if known_hosts else None
         self.client_keys = [str(k) for k in client_keys] if client_keys else None
@@ -84,6 +84,7 @@ class SSHDispatcher:
         self.runner_package = Path(runner_package or RUNNER_PACKAGE)
         self.connect_timeout = connect_timeout
         self.backoff = Backoff(*backoff)
+        self.attempts = attempts  # tries of a dispatch and of a results fetch
         self.node_of = node_of or node_section
         self.uploaded: dict[str, dict[str, int]] = {}  # run id -> bytes by kind
         self.uploaded_files: dict[str, list[str]] = {}  # run id -> remote paths written
@@ -100,13 +101,11 @@ class SSHDispatcher:
         return self._call(self._start(handle), timeout=600)
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
+        """Raises ``NodeUnreachable`` while the node cannot be reached (also while the
+        backoff says not to try yet): the caller decides how long to keep trying."""
         node, layout = locate(handle)
-        if not self.backoff.may_try(conn_key(node)):
-            return [], offset
-        try:
-            chunk = self._call(self._read(node, layout["run_dir"] + "/events.jsonl", offset), 60)
-        except _Unreachable:
-            return [], offset
+        self._may_try(node)
+        chunk = self._call(self._read(node, layout["run_dir"] + "/events.jsonl", offset), 60)
         events, new_offset = parse_chunk(chunk, offset)
         if new_offset > offset:
             mirror(handle.run_dir / "events.jsonl", offset, chunk[: new_offset - offset])
@@ -120,16 +119,27 @@ class SSHDispatcher:
         node, layout = locate(handle)
         try:
             raw = self._call(self._read(node, layout["run_dir"] + "/exit_code", 0), 60)
-        except _Unreachable:
+        except NodeUnreachable:
             return None
         return int(raw) if raw.strip().isdigit() else None
 
     def fetch_results(self, handle: RunHandle) -> None:
-        self._call(self._fetch(handle, *locate(handle)), timeout=600)
+        self._call(fetch_results(self, handle, *locate(handle)), timeout=900)
 
     def stop(self, handle: RunHandle) -> None:
+        """Raises ``NodeUnreachable`` when the node cannot be reached: nothing was stopped."""
         node, layout = locate(handle)
-        self._call(self._exec(node, stop_command(layout.get("pid"), layout["run_dir"])), 60)
+        try:
+            self._call(self._exec(node, stop_command(layout.get("pid"), layout["run_dir"])), 60)
+        except NodeUnreachable as exc:
+            raise NodeUnreachable(f"cannot stop run {handle.run_id}: {exc}; its runner may "
+                                  "still be running, try again") from exc
+
+    def _may_try(self, node: SSHNode) -> None:
+        wait = self.backoff.wait_s(conn_key(node))
+        if wait > 0:
+            raise NodeUnreachable(f"{node.where}: unreachable at the last try; next try "
+                                  f"in {wait:.1f} s")
 
     def close(self) -> None:
         with self._guard:
@@ -158,7 +168,8 @@ class SSHDispatcher:
             return future.result(timeout)
         except TimeoutError as exc:
             future.cancel()
-            raise DispatchError(f"SSH operation took more than {timeout:.0f} s") from exc
+            raise NodeUnreachable(f"an SSH operation took more than {timeout:.0f} s: the node "
+                                  "does not answer") from exc
 
     async def _close_all(self) -> None:
         conns, self._conns = list(self._conns.values()), {}
@@ -208,9 +219,9 @@ class SSHDispatcher:
                 f"{node.where}: SSH login refused for user {node.user or '(default)'}: the bot "
                 "host's agent, key files and ~/.ssh/config offered no accepted key") from exc
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
-            raise _Unreachable(f"{node.where}: cannot connect: {exc}") from exc
+            raise NodeUnreachable(f"{node.where}: cannot connect: {exc}") from exc
 
-    async def _sftp_of(self, conn: Any) -> Any:
+    async def sftp_of(self, conn: Any) -> Any:
         sftp = self._sftp.get(id(conn))
         if sftp is None:
             sftp = await conn.start_sftp_client()
@@ -225,8 +236,12 @@ class SSHDispatcher:
                 sftp.exit()
             stale.close()
 
-    async def _guarded(self, node: SSHNode, work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
-        """Run ``work(conn)``; a lost connection is dropped and reported as unreachable."""
+    async def guarded(self, node: SSHNode, work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
+        """Run ``work(conn)``: every remote call goes through here. "The node answered"
+        (an exit status, a file, an SFTP error about a path) is returned or raised as
+        ``DispatchError``; "we could not reach it" (connect refused or timed out, the
+        connection lost, a command cut off with no exit status: ``work`` raises
+        ``ConnectionResetError``) drops the connection and raises ``NodeUnreachable``."""
         try:
             conn = await self._conn(node)
             return await work(conn)
@@ -236,16 +251,20 @@ class SSHDispatcher:
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
             self._drop(node)
             self.backoff.failed(conn_key(node))
-            raise _Unreachable(f"{node.where}: {type(exc).__name__}: {exc}") from exc
-        except _Unreachable:
+            raise NodeUnreachable(f"{node.where}: {type(exc).__name__}: {exc}") from exc
+        except NodeUnreachable:
             self.backoff.failed(conn_key(node))
             raise
 
     async def _exec(self, node: SSHNode, command: str, *, check: bool = True) -> str:
         async def work(conn: Any) -> Any:
-            return await conn.run(command, check=False)
+            result = await conn.run(command, check=False)
+            if result.exit_status is None:
+                raise ConnectionResetError("the command ended with no exit status: its "
+                                           "connection dropped")
+            return result
 
-        result = await self._guarded(node, work)
+        result = await self.guarded(node, work)
         if check and result.exit_status != 0:
             err = str(result.stderr or "").strip()[-600:]
             raise DispatchError(f"{node.where}: `{command[:80]}` failed "
@@ -254,7 +273,7 @@ class SSHDispatcher:
 
     async def _read(self, node: SSHNode, path: str, offset: int) -> bytes:
         async def work(conn: Any) -> bytes:
-            sftp = await self._sftp_of(conn)
+            sftp = await self.sftp_of(conn)
             try:
                 async with sftp.open(path, "rb") as fh:
                     await fh.seek(offset)
@@ -262,17 +281,23 @@ class SSHDispatcher:
             except asyncssh.SFTPNoSuchFile:
                 return b""
 
-        return await self._guarded(node, work)
+        return await self.guarded(node, work)
 
     # -- start -------------------------------------------------------------------------
-    async def _start(self, handle: RunHandle) -> int:
+    async def _start(self, handle: RunHandle) -> int | None:
+        """Dispatch; a drop before the launch redoes it (only what differs is sent again)."""
         node = SSHNode.from_dict(self.node_of(handle))
-        try:
-            return await self._dispatch(handle, node)
-        except _Unreachable as exc:
-            raise DispatchError(f"cannot dispatch run {handle.run_id}: {exc}") from exc
+        for attempt in range(self.attempts):
+            try:
+                return await self._dispatch(handle, node)
+            except NodeUnreachable as exc:
+                if attempt + 1 == self.attempts:
+                    raise NodeUnreachable(f"cannot dispatch run {handle.run_id} after "
+                                          f"{self.attempts} tries: {exc}") from exc
+                await asyncio.sleep(self.backoff.delay(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def _dispatch(self, handle: RunHandle, node: SSHNode) -> int:
+    async def _dispatch(self, handle: RunHandle, node: SSHNode) -> int | None:
         spec = load_spec(handle.spec_path)
         plan = UploadPlan(await self._workdir(node), handle, self.runner_package, spec)
         # The workdir's lock first: nothing is hashed, sent or removed under a live runner.
@@ -287,10 +312,15 @@ class SSHDispatcher:
             layout = plan.layout(node, sent)
             # Before the launch: a bot that dies from here on still finds the run directory.
             write_layout(handle.run_dir / "remote.json", layout)
-            pid = await self._launch(node, launcher)
         except BaseException:
             await _release(launcher)
             raise
+        try:
+            pid = await self._launch(node, launcher)
+        except NodeUnreachable:
+            # Cut off around "launch": the runner may have started. No pid in remote.json:
+            # the probe then reads the node's runner.pid (docs/remote.md, "starting").
+            return None
         write_layout(handle.run_dir / "remote.json", {**layout, "pid": pid})
         return pid
 
@@ -298,11 +328,14 @@ class SSHDispatcher:
         """Start the node's launcher: it holds the workdir's lock until told to launch."""
         async def work(conn: Any) -> tuple[Any, str]:
             proc = await conn.create_process(plan.launch_command(node.python, plan.resume))
-            return proc, await proc.stdout.readline()
+            reply = await proc.stdout.readline()
+            if not reply:
+                await _cut_off(proc, "before the launcher answered")
+            return proc, reply
 
-        launcher, reply = await self._guarded(node, work)
+        launcher, reply = await self.guarded(node, work)
         try:
-            lock_holder(reply, node.where, plan.workdir, node.python)
+            lock_holder(reply, node.where, plan.workdir, node.python, plan.run_id)
         except DispatchError:
             await _release(launcher)
             raise
@@ -311,9 +344,12 @@ class SSHDispatcher:
     async def _launch(self, node: SSHNode, launcher: Any) -> int:
         async def work(conn: Any) -> str:
             launcher.stdin.write("launch\n")
-            return str(await launcher.stdout.read())
+            out = str(await launcher.stdout.read())
+            if not out.strip():
+                await _cut_off(launcher, "before the launcher printed the runner's pid")
+            return out
 
-        return launched_pid(await self._guarded(node, work), node.where)
+        return launched_pid(await self.guarded(node, work), node.where)
 
     async def _workdir(self, node: SSHNode) -> str:
         workdir = node.workdir
@@ -328,7 +364,7 @@ class SSHDispatcher:
         todo, stale = changes.send, changes.remove
 
         async def work(conn: Any) -> None:
-            sftp = await self._sftp_of(conn)
+            sftp = await self.sftp_of(conn)
             for parent in sorted({posixpath.dirname(dst) for _, dst in todo}):
                 await sftp.makedirs(parent, exist_ok=True)
             # many small files: keep several SFTP requests in flight, not one at a time
@@ -337,18 +373,18 @@ class SSHDispatcher:
             for i in range(0, len(stale), 16):
                 await asyncio.gather(*(sftp.remove(path) for path in stale[i:i + 16]))
 
-        await self._guarded(node, work)
+        await self.guarded(node, work)
         return changes.sent, [dst for _, dst in todo]
 
     async def _put_bytes(self, node: SSHNode, files: dict[str, bytes]) -> int:
         async def work(conn: Any) -> None:
-            sftp = await self._sftp_of(conn)
+            sftp = await self.sftp_of(conn)
             for path, data in files.items():
                 await sftp.makedirs(posixpath.dirname(path), exist_ok=True)
                 async with sftp.open(path, "wb") as fh:
                     await fh.write(data)
 
-        await self._guarded(node, work)
+        await self.guarded(node, work)
         return sum(len(d) for d in files.values())
 
     # -- state and results -------------------------------------------------------------
@@ -359,37 +395,18 @@ class SSHDispatcher:
         command = probe_command(layout.get("pid"), layout["run_dir"])
         try:
             return self._call(self._exec(node, command), 60).strip() or "unknown"
-        except _Unreachable:
+        except NodeUnreachable:
             return "unknown"
 
-    async def _fetch(self, handle: RunHandle, node: SSHNode, layout: dict[str, Any]) -> None:
-        run_dir = layout["run_dir"]
-        evidence = layout.get("evidence") or {}
 
-        async def work(conn: Any) -> None:
-            sftp = await self._sftp_of(conn)
-            for name in await sftp.listdir(run_dir):
-                if name not in (".", "..", "spec.json"):
-                    await sftp.get(f"{run_dir}/{name}", str(handle.run_dir), recurse=True)
-            if evidence.get("local"):
-                src = f"{evidence['remote']}/{handle.run_id}"
-                if await sftp.exists(src):
-                    dest = Path(evidence["local"])
-                    dest.mkdir(parents=True, exist_ok=True)
-                    await sftp.get(src, str(dest), recurse=True)
-
-        try:
-            await self._guarded(node, work)
-        except _Unreachable as exc:
-            raise DispatchError(f"cannot fetch the results of {handle.run_id}: {exc}") from exc
-        except OSError as exc:
-            raise DispatchError(f"cannot write the results of {handle.run_id}: {exc}") from exc
-        if evidence.get("local"):
-            verify_fetched(handle, Path(evidence["local"]) / handle.run_id)
-
-
-class _Unreachable(DispatchError):
-    """The node could not be reached now (a retry later may work)."""
+async def _cut_off(proc: Any, when: str) -> None:
+    """A remote process whose output ended early: a drop if it ended with no exit status."""
+    try:
+        await asyncio.wait_for(proc.wait(), 10)
+    except asyncio.TimeoutError as exc:
+        raise ConnectionResetError(f"no answer {when}") from exc
+    if proc.exit_status is None:
+        raise ConnectionResetError(f"the connection dropped {when}")
 
 
 async def _release(launcher: Any) -> None:

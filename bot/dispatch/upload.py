@@ -28,7 +28,7 @@ import yaml
 import runner
 from bot.dispatch.base import RunHandle
 from bot.dispatch.node_scripts import HASH_SCRIPT, LAUNCH_SCRIPT, python_command
-from bot.errors import DispatchError
+from bot.errors import DispatchError, NodeUnreachable
 from runner.evidence import file_sha256
 
 RUNNER_PACKAGE = Path(runner.__file__).resolve().parent
@@ -87,12 +87,19 @@ class Backoff:
         self._state: dict[ConnKey, tuple[int, float]] = {}  # key -> (failures, not before)
 
     def may_try(self, key: ConnKey) -> bool:
-        return time.monotonic() >= self._state.get(key, (0, 0.0))[1]
+        return self.wait_s(key) <= 0
+
+    def wait_s(self, key: ConnKey) -> float:
+        """Seconds before the next try of ``key`` is due (0 or less: now)."""
+        return self._state.get(key, (0, 0.0))[1] - time.monotonic()
+
+    def delay(self, failures: int) -> float:
+        """The wait after ``failures + 1`` failures in a row."""
+        return float(min(self.cap, self.first * (2 ** failures)))
 
     def failed(self, key: ConnKey) -> None:
         failures = self._state.get(key, (0, 0.0))[0]
-        delay = min(self.cap, self.first * (2 ** failures))
-        self._state[key] = (failures + 1, time.monotonic() + delay)
+        self._state[key] = (failures + 1, time.monotonic() + self.delay(failures))
 
     def succeeded(self, key: ConnKey) -> None:
         self._state.pop(key, None)
@@ -146,8 +153,10 @@ def _ssh_only(node: Any, where: str) -> dict[str, Any]:
     return node
 
 
-def lock_holder(reply: str, node: str, workdir: str, python: str) -> None:
-    """Checks the first line the launcher printed: the lock is ours, or who holds it."""
+def lock_holder(reply: str, node: str, workdir: str, python: str, run_id: str = "") -> None:
+    """Checks the first line the launcher printed: the lock is ours, or who holds it. Held
+    by this very run: the launcher of a dispatch whose connection dropped, about to see its
+    stdin close and let go; ``NodeUnreachable`` makes the dispatch try again."""
     try:
         answer = json.loads(reply)
     except ValueError:
@@ -159,6 +168,9 @@ def lock_holder(reply: str, node: str, workdir: str, python: str) -> None:
         raise DispatchError(f"{node}: node.python {python!r} did not answer the launcher "
                             f"(got {reply.strip()[:200]!r}); is it Python >= 3.9 on a POSIX "
                             "system and does the login print nothing on stdout?")
+    if run_id and held.get("run") == run_id:
+        raise NodeUnreachable(f"{node}: the workdir lock is still held by this run's earlier "
+                              "launcher (its connection dropped); trying again")
     raise DispatchError(
         f"{node}: workdir {workdir} is in use by run {held.get('run')} (pid {held.get('pid')} "
         f"alive on the node since {held.get('since')}, run directory {held.get('run_dir')}): "
@@ -313,7 +325,9 @@ def files(root: Path, skip: set[Path], *, top: bool = True) -> dict[str, tuple[P
                          and not (here / d / "pyvenv.cfg").exists())
         for name in sorted(names):
             path = here / name
-            if name.endswith(".pyc") or path.is_symlink() or not path.is_file():
+            # ".git" as a file: a worktree's or a submodule's pointer, never sent either
+            if (name.endswith(".pyc") or name in SKIP_DIRS or path.is_symlink()
+                    or not path.is_file()):
                 continue
             out[path.relative_to(root).as_posix()] = (path, file_sha256(str(path)))
     return out

@@ -1,0 +1,241 @@
+"""Connections to a real sshd killed at several moments of a pilot: never a wrong verdict.
+
+Each test kills the sshd processes serving the bot (``Sshd.kill_connections``) at one
+moment, through a fault hook in a dispatcher subclass that the test arms (no sleeps):
+during the upload, during a status probe (the command cut off with no exit status),
+during the pilot while a ``preflight follow`` process follows it, and during the evidence
+fetch. In every case the run ends with its true outcome, every id once, every event seq
+once, and the follower's exit code says what happened. A node that stays unreachable makes
+the follower give up with its own exit code (3), leaving the run running.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from bot.dispatch.ssh import RUNNER_PACKAGE, SSHDispatcher
+from bot.dispatch.upload import SSHNode, UploadPlan
+from bot.manifest.load import load_manifest
+from tests.remote.remote_kit import (
+    Bot,
+    make_bot,
+    provision,
+    pump_until,
+    remote_lines,
+    submit,
+    wait_for,
+    write_project,
+)
+from tests.remote.sshd_server import Sshd, _children, running_sshd
+from tests.remote.test_remote_pilot import REPO, pilote_over_ssh
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FaultySSH(SSHDispatcher):
+    """Kills the serving sshd processes once, at the moment the test armed."""
+
+    sshd: Sshd
+    armed: str | None = None
+    fired: list[str]
+
+    def _fire(self, moment: str) -> None:
+        if self.armed == moment:
+            self.armed = None
+            self.fired.append(moment)
+            assert self.sshd.kill_connections() >= 1
+
+    async def _upload(self, node: SSHNode, plan: UploadPlan,
+                      remote: dict[str, dict[str, str]]) -> Any:
+        self._fire("upload")
+        return await super()._upload(node, plan, remote)
+
+    async def _exec(self, node: SSHNode, command: str, *, check: bool = True) -> str:
+        if self.armed == "probe" and "echo starting" in command:
+            self.armed = None
+            self.fired.append("probe")
+            # The sshd serving this very command dies under it: it ends with no exit status.
+            command = "kill -9 $PPID; sleep 5; " + command
+        return await super()._exec(node, command, check=check)
+
+    async def sftp_of(self, conn: Any) -> Any:
+        return _KillBeforeEvidence(self, await super().sftp_of(conn))
+
+
+class _KillBeforeEvidence:
+    """The dispatcher's SFTP client; the armed "evidence" fault fires as its copy starts."""
+
+    def __init__(self, owner: FaultySSH, sftp: Any) -> None:
+        self.owner, self.sftp = owner, sftp
+
+    async def get(self, src: str, dst: str, **kw: Any) -> Any:
+        if "/evidence/" in src:
+            self.owner._fire("evidence")
+        return await self.sftp.get(src, dst, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sftp, name)
+
+
+def faulty(sshd: Sshd, **kw: Any) -> FaultySSH:
+    dispatcher = sshd.dispatcher(FaultySSH, **kw)
+    assert isinstance(dispatcher, FaultySSH)
+    dispatcher.sshd, dispatcher.fired = sshd, []
+    return dispatcher
+
+
+def assert_exactly_once(bot: Bot, run_id: str, remote_run: Path) -> None:
+    recorded = [e.seq for e in bot.store.events(run_id)]
+    lines = remote_lines(remote_run)
+    assert recorded == [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
+    ids = [i["id"] for i in bot.store.items(run_id)]
+    assert len(ids) == len(set(ids))
+
+
+def items_done(n: int):  # type: ignore[no-untyped-def]
+    return lambda events: sum(e.type == "item.done" for e in events) >= n
+
+
+def test_drop_during_upload_dispatch_is_redone_and_the_pilot_passes(tmp_path: Path,
+                                                                    sshd: Sshd) -> None:
+    workdir = tmp_path / "node"
+    manifest = write_project(tmp_path / "project", sshd.node(workdir), count=4)
+    bot = make_bot(tmp_path / "home", faulty(sshd))
+    try:
+        provision(bot.store, sshd.lease_key)
+        run_id = submit(bot, manifest)
+        bot.dispatcher.armed = "upload"  # type: ignore[attr-defined]
+        bot.service.start(run_id)
+        assert bot.dispatcher.fired == ["upload"]  # type: ignore[attr-defined]
+        assert bot.dispatcher.connects >= 2
+        run = bot.service.follow(run_id, timeout=60)
+        assert run["outcome"] == "passed", run["verdict"]
+        assert_exactly_once(bot, run_id, workdir / "runs" / run_id)
+        assert sorted(i["id"] for i in bot.store.items(run_id)) == [
+            f"doc-{n:02d}" for n in range(1, 5)]
+        assert not (workdir / "dispatch.lock").exists()  # the runner ended, the lock went
+    finally:
+        bot.close()
+
+
+def test_probe_cut_off_with_no_exit_status_is_no_contact_not_a_failure(tmp_path: Path,
+                                                                       sshd: Sshd) -> None:
+    workdir = tmp_path / "node"
+    manifest = write_project(tmp_path / "project", sshd.node(workdir), count=4, gate_after=2)
+    bot = make_bot(tmp_path / "home", faulty(sshd))
+    try:
+        provision(bot.store, sshd.lease_key)
+        run_id = submit(bot, manifest)
+        bot.service.start(run_id)
+        pump_until(bot, run_id, items_done(2))
+        bot.dispatcher.armed = "probe"  # type: ignore[attr-defined]
+        handle = bot.service._handle(bot.store.get_run(run_id))
+        assert bot.dispatcher.is_alive(handle)  # unknown is not dead
+        assert bot.dispatcher.fired == ["probe"]  # type: ignore[attr-defined]
+        (workdir / "runs" / run_id / "go").write_text("")
+        run = bot.service.follow(run_id, timeout=60)
+        assert run["outcome"] == "passed", run["verdict"]
+        assert_exactly_once(bot, run_id, workdir / "runs" / run_id)
+    finally:
+        bot.close()
+
+
+def _cli_env(sshd: Sshd, home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFLIGHT_", "SLACK_"))}
+    env.update({"PREFLIGHT_HOME": str(home), "PREFLIGHT_SSH_KNOWN_HOSTS": str(sshd.known_hosts),
+                "PREFLIGHT_SSH_KEYS": str(sshd.user_key), "SSH_AUTH_SOCK": "",
+                "COLUMNS": "200", **extra})
+    return env
+
+
+def test_follower_process_survives_a_drop_during_the_pilot_and_exits_0(tmp_path: Path,
+                                                                       sshd: Sshd) -> None:
+    workdir, home = tmp_path / "node", tmp_path / "home"
+    manifest = write_project(tmp_path / "project", sshd.node(workdir), count=5, gate_after=2)
+    bot = make_bot(home, sshd.dispatcher())
+    try:
+        provision(bot.store, sshd.lease_key)
+        run_id = submit(bot, manifest)
+        bot.service.start(run_id)
+        pump_until(bot, run_id, items_done(2))
+        bot.dispatcher.close()  # the follower process below is now the only client
+        wait_for(lambda: not _children(sshd.proc.pid), what="the bot's connection to close")
+        follower = subprocess.Popen([sys.executable, "-m", "bot", "follow", run_id], cwd=ROOT,
+                                    env=_cli_env(sshd, home), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: _children(sshd.proc.pid), what="the follower to connect")
+            assert sshd.kill_connections() >= 1
+            (workdir / "runs" / run_id / "go").write_text("")
+            out, err = follower.communicate(timeout=90)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.communicate()
+        assert follower.returncode == 0, (out, err)
+        run = bot.store.get_run(run_id)
+        assert (run["status"], run["outcome"]) == ("awaiting_decision", "passed")
+        assert_exactly_once(bot, run_id, workdir / "runs" / run_id)
+        assert len(bot.store.items(run_id)) == 5
+    finally:
+        bot.close()
+
+
+def test_follower_gives_up_on_a_node_gone_with_exit_3_and_the_run_left_running(
+        tmp_path: Path) -> None:
+    workdir, home = tmp_path / "node", tmp_path / "home"
+    with ExitStack() as stack:
+        own = stack.enter_context(running_sshd(tmp_path / "sshd"))
+        manifest = write_project(tmp_path / "project", own.node(workdir), count=4, gate_after=2)
+        bot = make_bot(home, own.dispatcher())
+        stack.callback(bot.close)
+        provision(bot.store, own.lease_key)
+        run_id = submit(bot, manifest)
+        bot.service.start(run_id)
+        pump_until(bot, run_id, items_done(2))
+        env = _cli_env(own, home, PREFLIGHT_SSH_GIVE_UP_S="1")
+        stack.close()  # the bot closes, the node's sshd goes away; the runner keeps waiting
+    try:
+        done = subprocess.run([sys.executable, "-m", "bot", "follow", run_id], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=90)
+    finally:
+        (workdir / "runs" / run_id / "go").write_text("")  # let the runner end
+    message = " ".join(done.stderr.split())
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert f"lost contact with the node of run {run_id}" in message
+    assert "may still be running" in message and f"preflight follow {run_id}" in message
+    again = make_bot(home, SSHDispatcher())
+    try:
+        run = again.store.get_run(run_id)
+        assert (run["status"], run["outcome"]) == ("running", None)  # nothing was judged
+        wait_for(lambda: (workdir / "runs" / run_id / "exit_code").exists(),
+                 what="the runner to end")
+    finally:
+        again.close()
+
+
+def test_drop_during_evidence_fetch_retries_and_verifies_only_the_whole_copy(
+        tmp_path: Path, sshd: Sshd) -> None:
+    workdir, evidence = tmp_path / "node", tmp_path / "evidence"
+    text = pilote_over_ssh(sshd, workdir, evidence, sys.executable)
+    bot = make_bot(tmp_path / "home", faulty(sshd, runner_package=RUNNER_PACKAGE))
+    try:
+        provision(bot.store, sshd.lease_key)
+        loaded = load_manifest(text, source="pilote-ssh.yaml", base_dir=REPO / "manifests")
+        run_id = bot.service.submit(loaded, submitter="alice").run_id
+        bot.dispatcher.armed = "evidence"  # type: ignore[attr-defined]
+        bot.service.start(run_id)
+        run = bot.service.follow(run_id, timeout=120)
+        assert bot.dispatcher.fired == ["evidence"]  # type: ignore[attr-defined]
+        assert run["outcome"] == "passed", (run["first_error"], run["verdict"])
+        assert run["evidence"]["verified"] and "fetch_error" not in run["evidence"]
+        assert sorted(p.name for p in evidence.iterdir()) == [run_id]  # no partial left
+        assert_exactly_once(bot, run_id, workdir / "runs" / run_id)
+        assert not (Path(run["run_dir"]) / ".fetch").exists()
+    finally:
+        bot.close()
