@@ -47,7 +47,8 @@ def run(
     reason: Optional[str] = typer.Option(None, help="the reason for --decide (required with it)"),
     by: Optional[str] = typer.Option(None, help="who submits and decides "
                                      "(default: $PREFLIGHT_USER, else $USER)"),
-    override: bool = typer.Option(False, help="approve a failed pilot, recorded as an override"),
+    override: bool = typer.Option(False, help="approve a failed pilot, or a volume forecast to "
+                                  "end after the lease, recorded as an override"),
 ) -> None:
     """Validate, plan, run the diagnostics and the pilot, show the balance and the verdict."""
     from bot.manifest.load import load_manifest_file
@@ -127,7 +128,8 @@ def decide(
     reason: str = typer.Option(..., help="why (recorded)"),
     by: Optional[str] = typer.Option(None, help="who decides "
                                      "(default: $PREFLIGHT_USER, else $USER)"),
-    override: bool = typer.Option(False, help="approve a failed pilot, recorded as an override"),
+    override: bool = typer.Option(False, help="approve a failed pilot, or a volume forecast to "
+                                  "end after the lease, recorded as an override"),
     follow: bool = typer.Option(True, help="follow the volume run an approval starts"),
 ) -> None:
     """Record a decision after a pilot: approve, fix-env or revise."""

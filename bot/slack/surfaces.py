@@ -73,10 +73,15 @@ def submit_modal(channel: str, response_url: str | None = None) -> dict[str, Any
     }
 
 
-def decide_modal(run_id: str, decision: str, channel: str, thread_ts: str | None) -> dict[str, Any]:
+def decide_modal(run_id: str, decision: str, channel: str, thread_ts: str | None,
+                 forecast: dict[str, Any] | None = None) -> dict[str, Any]:
     label = DECISION_LABELS.get(decision, decision)
     hint = ("Approving a failed pilot needs the word `override` and why." if decision == "approve"
             else "Recorded with your name and the time.")
+    if decision == "approve" and forecast and forecast.get("fits") is False:
+        hint = ("The volume's high estimate ends after the lease: approving needs the word "
+                "`override` and why.")
+    shown = forecast_blocks(forecast) if decision == "approve" else []
     return {
         "type": "modal", "callback_id": DECIDE_CALLBACK,
         "title": {"type": "plain_text", "text": clip(label, 24)},
@@ -86,6 +91,7 @@ def decide_modal(run_id: str, decision: str, channel: str, thread_ts: str | None
                                         "channel": channel, "thread_ts": thread_ts}),
         "blocks": [
             section(f"*{escape(label)}* for run `{escape(run_id)}`"),
+            *shown,
             {"type": "input", "block_id": REASON_BLOCK,
              "label": {"type": "plain_text", "text": "Reason (required)"},
              "hint": {"type": "plain_text", "text": hint},
@@ -93,6 +99,25 @@ def decide_modal(run_id: str, decision: str, channel: str, thread_ts: str | None
                          "min_length": 1, "max_length": 2000}},
         ],
     }
+
+
+def forecast_blocks(forecast: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The volume's forecast in the Approve modal: the verdict line and the key figures."""
+    if not forecast:
+        return []
+    if not forecast.get("possible"):
+        return [context(f"No forecast of the volume: {escape(str(forecast.get('reason')))}")]
+    from bot.messages.forecast_view import fit_line
+
+    fits = forecast.get("fits")
+    mark = ":white_check_mark:" if fits is True else ":warning:" if fits is False else ""
+    lines = [f"{mark} *{escape(fit_line(forecast))}*"]
+    for fig in forecast.get("figures") or []:
+        if fig.get("key") in ("wall", "finish", "lease_end", "margin", "share", "cost"):
+            lines.append(f"• {escape(str(fig['label']))}: *{escape(str(fig['value']))}* "
+                         f"— {escape(str(fig['formula']))}")
+    lines += [f"• _{escape(str(note))}_" for note in forecast.get("notes") or []]
+    return [section(clip("\n".join(lines), 2900))]
 
 
 def run_line(run: dict[str, Any]) -> str:

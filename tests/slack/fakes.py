@@ -17,7 +17,8 @@ PILOT_MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "pilote.yam
 
 def make_project(root: Path, count: int = 12, refused: tuple[str, ...] = ("doc-07",),
                  volume: int | None = None, two_person: bool = False,
-                 approvers: tuple[str, ...] = ("U0APPROVER",), real_docs: bool = False) -> str:
+                 approvers: tuple[str, ...] = ("U0APPROVER",), real_docs: bool = False,
+                 lease_starts_at: str | None = None) -> str:
     """A project with ``count`` inputs and a manifest for it (in root/manifests); its text.
 
     ``real_docs`` copies the repository's 12 pilot documents (for the real runner).
@@ -48,13 +49,16 @@ def make_project(root: Path, count: int = 12, refused: tuple[str, ...] = ("doc-0
             (vol / f"doc-{i:02d}.txt").write_text(f"volume document {i}\n")
         text += (f"volume:\n  inputs:\n    dir: data/volume\n    pattern: \"doc-*.txt\"\n"
                  f"    expected_count: {volume}\n")
+    if lease_starts_at is not None:
+        text += f"lease:\n  starts_at: \"{lease_starts_at}\"\n"
     (root / "manifests").mkdir(exist_ok=True)
     (root / "manifests" / "pilote.yaml").write_text(text, encoding="utf-8")
     return text
 
 
 def pilot_events(run_id: str, ids: list[str], refused: tuple[str, ...] = ("doc-07",),
-                 fail_stage: str | None = None) -> list[dict[str, Any]]:
+                 fail_stage: str | None = None, seconds: float | None = None
+                 ) -> list[dict[str, Any]]:
     """The event stream of a pilot as the runner writes it (without seq/ts/run)."""
     out: list[dict[str, Any]] = [{"type": "run.started"}]
     failed = None
@@ -77,6 +81,8 @@ def pilot_events(run_id: str, ids: list[str], refused: tuple[str, ...] = ("doc-0
                 else:
                     out.append({"type": "item.done", "id": item, "status": "accepted",
                                 "category": CATEGORIES[n % len(CATEGORIES)]})
+                if seconds is not None:  # the runner's per-item measurements
+                    out[-1].update(elapsed_s=seconds, input_bytes=11)
                 if n % max(1, len(ids) // 4) == 0 or n == len(ids):
                     out.append({"type": "progress", "done": n, "total": len(ids)})
         if stage == "balance":
@@ -103,8 +109,10 @@ class ReplayDispatcher:
     """
 
     def __init__(self, *, fail_stage: str | None = None, pause_after: int | None = None,
-                 refused: tuple[str, ...] = ("doc-07",), pace: float = 0.0) -> None:
+                 refused: tuple[str, ...] = ("doc-07",), pace: float = 0.0,
+                 seconds: float | None = None) -> None:
         self.fail_stage = fail_stage
+        self.seconds = seconds
         self.pace = pace  # seconds between events (a runner that takes its time)
         self._tick = threading.Event()
         self.pause_after = pause_after
@@ -122,7 +130,7 @@ class ReplayDispatcher:
         spec = json.loads(handle.spec_path.read_text())
         ids = sorted(p.name.rsplit(".", 1)[0] for p in
                      Path(spec["inputs"]["dir"]).glob(spec["inputs"].get("pattern", "*")))
-        events = pilot_events(handle.run_id, ids, self.refused, self.fail_stage)
+        events = pilot_events(handle.run_id, ids, self.refused, self.fail_stage, self.seconds)
         self.started.append(handle.run_id)
         thread = threading.Thread(target=self._write, args=(handle, events, ids), daemon=True)
         self._threads[handle.run_id] = thread

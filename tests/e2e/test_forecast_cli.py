@@ -1,0 +1,42 @@
+"""The forecast in the terminal with the real runner: shown with the verdict, a volume past
+the lease refused without --override and recorded with it, the actual time after."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.e2e.test_pilot_cli import preflight, project
+
+PAST_LEASE = """volume:
+  inputs: {dir: data/pilote, pattern: "doc-*.txt", expected_count: 12}
+lease:
+  starts_at: "2020-01-01T00:00:00Z"
+"""
+
+
+def test_a_volume_past_the_lease_in_the_terminal(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    manifest = root / "manifests" / "pilote.yaml"
+    manifest.write_text(manifest.read_text() + PAST_LEASE)
+    done = preflight(root, "run", "manifests/pilote.yaml")
+    assert done.returncode == 0, done.stderr
+    assert "Forecast of the volume" in done.stdout and "AFTER the lease" in done.stdout
+    run_id = json.loads(preflight(root, "runs", "--json").stdout)[0]["id"]
+    fc = json.loads(preflight(root, "show", run_id, "--json").stdout)["forecast"]
+    # the real runner's measurements: 11 accepted items, each with its time and size
+    assert fc["possible"] and fc["samples"] == 11 and fc["fits"] is False
+    assert fc["volume_count"] == 12
+    refused = preflight(root, "decide", run_id, "approve", "--reason", "clean", "--by", "alice")
+    assert refused.returncode == 1 and "after the lease ends" in refused.stderr
+    ok = preflight(root, "decide", run_id, "approve", "--reason", "lease extended",
+                   "--by", "alice", "--override")
+    assert ok.returncode == 0, ok.stderr
+    shown = json.loads(preflight(root, "show", run_id, "--json").stdout)
+    assert [(d["accepted"], d["override"]) for d in shown["decisions"]] == [(0, 0), (1, 1)]
+    assert "after the lease" in shown["decisions"][1]["override_of"]
+    volume_id = next(r["id"] for r in json.loads(preflight(root, "runs", "--json").stdout)
+                     if r["kind"] == "volume")
+    check = json.loads(preflight(root, "show", volume_id, "--json").stdout)["forecast"]
+    assert check["actual_s"] > 0 and check["forecast_low_s"] == fc["low_s"]
+    assert "Forecast against the actual" in ok.stdout
