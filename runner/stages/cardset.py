@@ -1,0 +1,119 @@
+"""Every card of the node in the device stage: torch's view joined with the vendor's.
+
+torch gives the cards this process may use (after ``CUDA_VISIBLE_DEVICES``), in its own
+index order; NVML / nvidia-smi / amd-smi give the health facts of every card of the node,
+in PCI order. They are joined on the UUID, else the bus id, else the position (only when
+nothing hides a card). Each card gets a verdict from runner.cards.judge_health; the
+count is judged against the cards rented on this node (``lots × cards_per_lot``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional
+
+from runner.cards import card_label, healthy_cards, judge_count, judge_health
+from runner.stages import StageContext, StageFailure
+
+GIB = 1024 ** 3
+HINT_FAULT = ("ask the provider for a replacement node (or a replacement card); or approve "
+              "with an override to continue on the healthy cards, which the volume will do")
+HINT_SLOW = ("ask the provider to check the card (nvidia-smi -q -d PERFORMANCE,PCIE) or for "
+             "a replacement node; or set diagnostics.slow_card: warn to continue on the "
+             "healthy cards, which the volume will do")
+
+
+def torch_card(torch: Any, index: int) -> Dict[str, Any]:
+    """What torch knows of card ``index`` (the device stage's ``devices`` row)."""
+    props = torch.cuda.get_device_properties(index)
+    row: Dict[str, Any] = {"index": index, "name": props.name,
+                           "memory_gib": round(props.total_memory / GIB, 2),
+                           "multiprocessors": getattr(props, "multi_processor_count", None)}
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        text = str(uuid)
+        row["uuid"] = text if text.startswith("GPU-") else f"GPU-{text}"
+    if getattr(props, "pci_bus_id", None) is not None:
+        row["bus_id"] = (f"{int(getattr(props, 'pci_domain_id', 0)):04x}:"
+                         f"{int(props.pci_bus_id):02x}:{int(props.pci_device_id):02x}.0")
+    arch = getattr(props, "gcnArchName", None)
+    if arch:
+        row["gfx_arch"] = arch
+    else:
+        row["capability"] = f"{props.major}.{props.minor}"
+    return row
+
+
+def join_cards(seen: List[Dict[str, Any]], vendor: List[Dict[str, Any]],
+               visible: Optional[str]) -> Dict[str, Dict[str, Any]]:
+    """torch's rows completed with the vendor's facts, keyed by torch index (as text)."""
+    by_uuid = {str(v.get("uuid")).lower(): v for v in vendor if v.get("uuid")}
+    by_bus = {v.get("bus_id"): v for v in vendor if v.get("bus_id")}
+    positional = visible is None and len(vendor) == len(seen)
+    out: Dict[str, Dict[str, Any]] = {}
+    for pos, row in enumerate(seen):
+        match = by_uuid.get(str(row.get("uuid")).lower()) or by_bus.get(row.get("bus_id"))
+        if match is None and positional:
+            match = vendor[pos]
+        merged = {**(match or {}), **{k: v for k, v in row.items() if v is not None}}
+        if match is not None:
+            merged["vendor_index"] = match.get("index")
+            merged["index"] = row["index"]
+        out[str(row["index"])] = merged
+    return out
+
+
+def judge_cards(ctx: StageContext, cards: Dict[str, Dict[str, Any]],
+                facts: Dict[str, Any]) -> None:
+    """Verdict per card, the count against the rent, ``healthy_cards``; fail when due."""
+    hw = ctx.spec.hardware
+    faults, slow = [], []
+    for key, card in cards.items():
+        bad, slower, notes = judge_health(card)
+        card["verdict"] = "fault" if bad else "slow" if slower else "ok"
+        card["reasons"], card["notes"] = bad + slower, notes
+        label = card_label(int(key), card.get("bus_id"))
+        faults += [f"{label}: {r}" for r in bad]
+        slow += [f"{label}: {r}" for r in slower]
+    facts["healthy_cards"] = healthy_cards(
+        (int(k) for k in cards), (int(k) for k, c in cards.items() if c["verdict"] != "ok"))
+    facts["rented_cards"] = int(hw.lots) * int(hw.cards_per_lot)
+    level, count_msg = judge_count(len(cards), int(hw.lots), int(hw.cards_per_lot))
+    if level == "warn" and count_msg:
+        facts["warnings"].append(count_msg)
+    if level == "fail" and count_msg:
+        raise StageFailure("device", count_msg, facts=facts, error_type="TooFewDevices",
+                           hint="check CUDA_VISIBLE_DEVICES, that every card shows in "
+                                "nvidia-smi / amd-smi, and that the node is the one ordered; "
+                                "a card that fell off the bus needs the provider")
+    if faults:
+        raise StageFailure("device", "; ".join(faults), facts=facts, error_type="CardFault",
+                           hint=HINT_FAULT)
+    if slow:
+        _slow(ctx, "device", slow, facts)
+
+
+def _slow(ctx: StageContext, stage: str, lines: List[str], facts: Dict[str, Any]) -> None:
+    if ctx.spec.diagnostics.slow_card == "warn":
+        facts["warnings"] += lines
+        return
+    raise StageFailure(stage, "; ".join(lines), facts=facts, error_type="SlowCard",
+                       hint=HINT_SLOW)
+
+
+def gpu_cards(ctx: StageContext, torch: Any, facts: Dict[str, Any]) -> None:
+    """The device stage on a GPU node: every card, its health, the count, the verdicts."""
+    from runner.stages.smi import card_facts
+
+    seen = [torch_card(torch, i) for i in range(torch.cuda.device_count())]
+    vendor = card_facts(ctx.spec.backend)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    cards = join_cards(seen, vendor["cards"], visible)
+    facts.update(cards=cards, card_source=vendor["source"] or "torch only",
+                 cuda_visible_devices=visible, xid_source=vendor.get("xid_source"))
+    if vendor.get("nvml"):
+        facts["nvml"] = vendor["nvml"]
+    judge_cards(ctx, cards, facts)
+
+
+__all__ = ["torch_card", "join_cards", "judge_cards", "gpu_cards", "HINT_SLOW"]
