@@ -2,8 +2,9 @@
 
 The batch is the ``task.batch_size`` largest inputs. The handler's results are discarded
 (outputs go to a temporary folder; nothing is recorded in the ledger): this stage only
-learns whether the pilot fits. On a GPU it records torch's peak allocated and reserved
-memory and ``mem_get_info``; the budget (``diagnostics.memory_budget_gib``) is compared with
+learns whether the pilot fits. On a GPU it records every card's free memory first
+(``cards_free_gib``), then torch's peak allocated and reserved memory and ``mem_get_info``
+on the card the workload uses (``pilot_card``); the budget (``diagnostics.memory_budget_gib``) is compared with
 the peak *reserved* memory, what the card really gave away. On CPU it records the
 process's peak RSS (VmHWM, reset before the call) and compares the budget with the peak
 RSS *added by the workload* (torch's own import footprint is not the workload's).
@@ -70,6 +71,8 @@ def _run_on_gpu(handler: Any, batch: List[Any], wctx: Any, facts: Dict[str, Any]
 
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
+    facts["cards_free_gib"] = cards_free(torch)
+    facts["pilot_card"] = torch.cuda.current_device()
     torch.cuda.reset_peak_memory_stats()
     free_before, total = torch.cuda.mem_get_info()
     _call(handler, batch, wctx, facts)
@@ -86,6 +89,19 @@ def _run_on_gpu(handler: Any, batch: List[Any], wctx: Any, facts: Dict[str, Any]
         "measured": "peak_reserved_gib",
     })
     return reserved
+
+
+def cards_free(torch: Any) -> Dict[str, Dict[str, Any]]:
+    """Free and total memory of every card before the pilot, by index (as text)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for index in range(torch.cuda.device_count()):
+        try:
+            free, total = torch.cuda.mem_get_info(index)
+        except RuntimeError as exc:  # a card that cannot even answer: say so, go on
+            out[str(index)] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        out[str(index)] = {"free_gib": round(free / GIB, 3), "total_gib": round(total / GIB, 3)}
+    return out
 
 
 def _run_on_cpu(handler: Any, batch: List[Any], wctx: Any, facts: Dict[str, Any]) -> float:

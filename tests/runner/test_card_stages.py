@@ -165,3 +165,26 @@ def test_every_card_runs_in_its_own_thread_and_a_raising_card_does_not_hang() ->
     results = measure_all(torch, [0, 1, 2, 3], 8, 16, ["float32", "bfloat16"], error_of, timed)
     assert results[2]["error"].startswith("RuntimeError: CUDA error: an illegal memory")
     assert [results[i]["bf16_tflops"] for i in (0, 1, 3)] == [700.0, 701.0, 703.0]
+
+
+class FakeMemoryCuda:
+    """torch.cuda's memory queries for three cards, the last one gone from the bus."""
+
+    def device_count(self) -> int:
+        return 3
+
+    def mem_get_info(self, index: int) -> tuple[int, int]:
+        if index == 2:
+            raise RuntimeError("CUDA error: unspecified launch failure")
+        return (100 - 10 * index) * 2 ** 30, 141 * 2 ** 30
+
+
+def test_memory_lists_every_cards_free_memory() -> None:
+    from types import SimpleNamespace
+
+    from runner.stages.memory import cards_free
+
+    out = cards_free(SimpleNamespace(cuda=FakeMemoryCuda()))
+    assert out["0"] == {"free_gib": 100.0, "total_gib": 141.0}
+    assert out["1"]["free_gib"] == 90.0
+    assert out["2"]["error"].startswith("RuntimeError: CUDA error")
