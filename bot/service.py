@@ -153,7 +153,7 @@ class PilotService:
         # A resumed run is judged on what the new runner reports: the earlier attempt's
         # run.finished, balance and first error no longer count (its events stay recorded).
         fresh = {"resume_seq": int(run["last_seq"]), "first_error": None, "outcome": None,
-                 "verdict": None} if resume else {}
+                 "verdict": None, "stop": None} if resume else {}
         if not self.store.transition(run_id, from_states, "dispatching",
                                      started_at=_now(), finished_at=None, **fresh):
             raise DispatchError(f"run {run_id} is {run['status']}: it cannot be started again; "
@@ -187,6 +187,27 @@ class PilotService:
         if run["status"] == "running" and self._dispatcher(run).is_alive(self._handle(run)):
             raise DispatchError(f"run {run_id} is still running; nothing to resume")
         self.start(run_id, resume=True)
+
+    def stop(self, run_id: str, *, by: str, reason: str, timeout: float = 60,
+             wait: bool = True) -> dict[str, Any]:
+        """Stop a running run: its runner and everything it started, recorded as ``stopped``
+        with who and why. The ledger keeps the finished items; `resume` continues.
+
+        ``wait``: follow the run until it is closed (a transport that already follows it,
+        like Slack's followers, passes False).
+        """
+        run = self.store.find_run(run_id)
+        reason = (reason or "").strip()
+        if not reason:
+            raise DecisionRefused("a reason is required to stop a run")
+        stop = {"by": by, "reason": reason, "at": _now()}
+        if not self.store.transition(run["id"], ("running",), "running", stop=stop):
+            current = self.store.get_run(run["id"])["status"]
+            raise DispatchError(f"run {run['id']} is {current}: only a running run can be "
+                                "stopped" + (" (it is starting; try again in a moment)"
+                                             if current == "dispatching" else ""))
+        self._dispatcher(run).stop(self._handle(self.store.get_run(run["id"])))
+        return self.follow(run["id"], timeout=timeout) if wait else self.store.get_run(run["id"])
 
     # -- follow -------------------------------------------------------------------
     def follow(self, run_id: str, *, stop: threading.Event | None = None,

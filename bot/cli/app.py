@@ -184,6 +184,26 @@ def _follow_command(run_id: str, *, resume: bool) -> None:
 
 
 @app.command()
+def stop(run_id: str = typer.Argument(..., help="the run id (or its unique prefix)"),
+         reason: str = typer.Option(..., help="why (recorded with the stop)"),
+         by: Optional[str] = typer.Option(None, help="who stops it "
+                                          "(default: $PREFLIGHT_USER, else $USER)")) -> None:
+    """Stop a running pilot or volume: its runner and all it started; `resume` continues."""
+    settings = Settings.from_env()
+    service = build_service(settings, NullNotifier())
+    try:
+        run = service.stop(run_id, by=by or settings.user, reason=reason)
+    except PreflightError as exc:
+        raise _fail(str(exc), exc.exit_code) from exc
+    finally:
+        service.close()
+    console.print(f"run {run['id']} is {run['status']} (by {by or settings.user}: {reason}); "
+                  f"finished items are kept: preflight resume {run['id']} continues",
+                  highlight=False, soft_wrap=True)
+    raise typer.Exit(0 if run["status"] == "stopped" else 1)
+
+
+@app.command()
 def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
          limit: int = typer.Option(50, help="how many, newest first")) -> None:
     """List runs with their status and the stage reached."""

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import runner
@@ -90,21 +91,56 @@ class LocalDispatcher:
     def fetch_results(self, handle: RunHandle) -> None:
         return None
 
-    def stop(self, handle: RunHandle) -> None:
+    def stop(self, handle: RunHandle, grace_s: float = 10.0) -> None:
+        """SIGTERM to the runner's process group (it writes run.finished and exits), then
+        SIGKILL to whatever of the group is left after ``grace_s``; also a runner this
+        process did not start (its pid from the store or runner.pid)."""
         proc = self._procs.get(handle.run_id)
-        pid = proc.pid if proc is not None else handle.pid
+        pid = proc.pid if proc is not None else (handle.pid or _pid_file(handle.run_dir))
         if pid is None:
             return
         try:
             os.killpg(pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and _group_alive(pid):
+            if proc is not None:
+                try:
+                    proc.wait(timeout=0.1)
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
+                threading.Event().wait(0.1)
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the runner's children (worker, user code)
+        except (ProcessLookupError, PermissionError):
+            pass
         if proc is not None:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            proc.wait(timeout=10)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return _not_zombie(pgid) or _has_other_members(pgid)
+
+
+def _has_other_members(pgid: int) -> bool:
+    """Whether a process other than the (zombie) leader is still in the group."""
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != pgid]
+    except OSError:
+        return True
+    for pid in pids:
+        try:
+            if os.getpgid(pid) == pgid:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _pid_file(run_dir: Path) -> int | None:

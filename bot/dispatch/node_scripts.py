@@ -165,7 +165,10 @@ def probe_command(pid: int | None, run_dir: str) -> str:
             "2>/dev/null | cut -c2)\" != Z ]; then echo alive; else echo dead; fi")
 
 
-def stop_command(pid: int | None, run_dir: str) -> str:
-    """Sends SIGTERM to the runner's whole process group (its own session)."""
-    return (f"p={_pid_of(pid, run_dir)}; [ \"${{p:-0}}\" -gt 1 ] 2>/dev/null && "
-            "kill -TERM -- \"-$p\" 2>/dev/null; true")
+def stop_command(pid: int | None, run_dir: str, grace_s: int = 10) -> str:
+    """SIGTERM to the runner's whole process group (its own session), SIGKILL to what is
+    left of it after ``grace_s`` seconds (the runner writes run.finished on SIGTERM)."""
+    return (f"p={_pid_of(pid, run_dir)}; [ \"${{p:-0}}\" -gt 1 ] 2>/dev/null || exit 0; "
+            "kill -TERM -- \"-$p\" 2>/dev/null || exit 0; "
+            f"for i in $(seq {grace_s * 5}); do kill -0 -- \"-$p\" 2>/dev/null || exit 0; "
+            "sleep 0.2; done; kill -KILL -- \"-$p\" 2>/dev/null; true")

@@ -89,6 +89,8 @@ def status_message(run: dict[str, Any], stages: list[dict[str, Any]],
         lines.append(StageLine(name, row["state"], stage_detail(row)))
     if progress is not None and progress[1]:
         lines.append(Progress(*progress))
+    if run.get("status") == "running":
+        lines.append(Actions((Button("stop", "Stop the run", run["id"], "danger"),)))
     return Message(run["id"], "status", tuple(lines),
                    summary=f"{run['name']}: {_state_word(run)}")
 
@@ -120,6 +122,10 @@ def first_error_message(run: dict[str, Any]) -> Message | None:
         return None
     pairs = [("Stage reached", str(err.get("stage"))),
              ("Error", error_text(err))]
+    stop = run.get("stop")
+    if stop:
+        pairs.insert(0, ("Stopped by", f"{stop.get('by')} at {stop.get('at')}: "
+                                       f"{stop.get('reason')}"))
     if err.get("where"):
         pairs.append(("Where", str(err["where"])))
     if err.get("hint"):
@@ -196,6 +202,10 @@ def verdict_message(run: dict[str, Any]) -> Message:
 def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Message:
     if run.get("kind", "pilot") != "pilot":
         return _volume_decision(run)
+    if run.get("status") == "stopped":
+        return Message(run["id"], "decision", (Heading("Decision"), Text(
+            f"The run was stopped: nothing to decide yet. `preflight resume {run['id']}` "
+            "continues it from its ledger.")), summary=f"{run['name']}: stopped")
     accepted = [d for d in decisions if d.get("accepted")]
     if accepted:
         d = accepted[-1]

@@ -12,8 +12,11 @@ _OVERRIDE = re.compile(r"\boverride\b", re.IGNORECASE)
 
 
 def end_state(run: dict[str, Any]) -> str:
-    """Where a run goes when its runner ends: a pilot awaits its decision; a volume run
-    (the full corpus an approval launched) has no decision of its own and is finished."""
+    """Where a run goes when its runner ends: ``stopped`` when someone stopped it; else a
+    pilot awaits its decision, and a volume run (the full corpus an approval launched),
+    which has no decision of its own, is finished."""
+    if run.get("stop"):
+        return "stopped"  # someone asked for it: who, when and why are in ``stop``
     return "awaiting_decision" if run.get("kind", "pilot") == "pilot" else "finished"
 
 

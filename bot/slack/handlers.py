@@ -134,6 +134,25 @@ class Handlers:
             self.followers.follow(str(volume))
         return record
 
+    def stop(self, run_id: str, reason: str, *, user: str, channel: str,
+             thread_ts: str | None) -> None:
+        """Stop a run from its thread (button + modal) or from `/preflight stop`."""
+        why = self.not_here(run_id, channel, thread_ts) if thread_ts else None
+        if why is not None:
+            self.ephemeral(channel, user, thread_ts, f":x: {escape(why)}")
+            return
+        try:
+            run = self.service.stop(run_id, by=user, reason=reason, wait=False)
+        except PreflightError as exc:
+            self.ephemeral(channel, user, thread_ts, f":x: {escape(str(exc))}")
+            return
+        self.followers.follow(str(run["id"]))  # closes it as stopped once the runner ended
+        if run.get("thread_ts"):
+            self.post(str(run.get("channel") or channel), str(run["thread_ts"]),
+                      f":octagonal_sign: <@{user}> stopped run `{escape(str(run['id']))}`: "
+                      f"{escape(reason)}. `preflight resume {escape(str(run['id']))}` "
+                      "continues from its ledger.")
+
     def not_here(self, run_id: str, channel: str, thread_ts: str | None) -> str | None:
         """Why a decision from this channel/thread cannot be about ``run_id``, or None.
 
@@ -148,6 +167,16 @@ class Handlers:
                                              (None, thread_ts)):
             return f"run {run_id} is not a pilot of this thread: decide in its own thread"
         return None
+
+    def running(self, run_id: str, channel: str, thread_ts: str | None) -> tuple[bool, str]:
+        """Whether the run can be stopped now, and if not, why (for an ephemeral)."""
+        why = self.not_here(run_id, channel, thread_ts)
+        if why is not None:
+            return False, why
+        status = self.service.store.get_run(run_id)["status"]
+        if status == "running":
+            return True, ""
+        return False, f"run {run_id} is {status}: only a running run can be stopped"
 
     def awaiting(self, run_id: str, channel: str, thread_ts: str | None) -> tuple[bool, str]:
         """Whether a decision can be taken now, and if not, why (for an ephemeral)."""

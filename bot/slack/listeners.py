@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -29,7 +30,7 @@ from bot.slack.surfaces import (
 )
 
 log = logging.getLogger(__name__)
-ACTION = re.compile(r"^preflight_(approve|fix-env|revise)$")
+ACTION = re.compile(r"^preflight_(approve|fix-env|revise|stop)$")
 
 
 def register(app: App, h: Handlers) -> None:
@@ -124,6 +125,8 @@ def _on_command(h: Handlers) -> Callable[..., None]:
             _run_named(h, ack, args[0], channel, user, command.get("response_url"))
         elif verb == "status":
             _status(h, ack, args)
+        elif verb == "stop":
+            _stop(h, ack, args, channel, user)
         elif verb == "runs":
             ack(text="Recent runs", blocks=runs_blocks(h.service.runs(limit=20)))
         elif verb == "lease":
@@ -182,6 +185,19 @@ def _lease(h: Handlers, args: list[str], user: str) -> str:
         return escape(str(exc))
 
 
+def _stop(h: Handlers, ack: Ack, args: list[str], channel: str, user: str) -> None:
+    if len(args) < 2:
+        ack(text="Usage: `/preflight stop RUN reason…` (the reason is recorded)")
+        return
+    try:
+        run_id = h.service.store.find_run(args[0])["id"]
+    except PreflightError as exc:
+        ack(text=escape(str(exc)))
+        return
+    ack(text=f"Stopping `{escape(run_id)}`…")
+    h.stop(run_id, " ".join(args[1:]), user=user, channel=channel, thread_ts=None)
+
+
 def _status(h: Handlers, ack: Ack, args: list[str]) -> None:
     try:
         if args:
@@ -233,7 +249,8 @@ def _on_button(h: Handlers) -> Callable[..., None]:
         run_id, user = str(action.get("value")), str(body["user"]["id"])
         channel = str((body.get("channel") or {}).get("id") or "")
         thread_ts = (body.get("message") or {}).get("thread_ts")
-        ok, why = h.awaiting(run_id, channel, thread_ts)
+        ok, why = (h.running(run_id, channel, thread_ts) if decision == "stop"
+                   else h.awaiting(run_id, channel, thread_ts))
         if not ok:
             h.ephemeral(channel, user, thread_ts, f":information_source: {escape(why)}")
             return
@@ -254,8 +271,10 @@ def _on_decide_view(h: Handlers) -> Callable[..., None]:
         meta = json.loads(view.get("private_metadata") or "{}")
         channel = str(meta.get("channel") or "")
         try:
-            h.decide(str(meta["run"]), str(meta["decision"]), reason,
-                     user=str(body["user"]["id"]), channel=channel, thread_ts=meta.get("thread_ts"))
+            act = h.stop if meta.get("decision") == "stop" else functools.partial(
+                h.decide, decision=str(meta["decision"]))
+            act(str(meta["run"]), reason=reason, user=str(body["user"]["id"]), channel=channel,
+                thread_ts=meta.get("thread_ts"))
         except Exception:
             h.failed(channel, meta.get("thread_ts"), f"the decision on {meta.get('run')}")
     return on_decide

@@ -16,7 +16,7 @@ REASON_BLOCK = "reason"
 MAX_MODAL_INPUT = 3000
 
 DECISION_LABELS = {"approve": "Approve scale-up", "fix-env": "Fix environment",
-                   "revise": "Revise configuration"}
+                   "revise": "Revise configuration", "stop": "Stop the run"}
 
 HELP = """*Preflight* proves a rented GPU machine on a small pilot before the full job.
 • Mention me with a manifest in a code block (```yaml … ```),
@@ -24,6 +24,8 @@ HELP = """*Preflight* proves a rented GPU machine on a small pilot before the fu
 • `/preflight submit` opens a form (paste the manifest, or attach a file for long ones).
 • `/preflight run NAME` runs `manifests/NAME.yaml` from the bot host.
 • `/preflight status [RUN]` · `/preflight runs` · `/preflight help`
+• `/preflight stop RUN reason…` (or the Stop button of a running run) stops it;
+  `preflight resume RUN` continues from its ledger.
 • `/preflight lease [NODE [STATE [note]]]`: a rented node's lease (ordered →
   payment-notified → funds-confirmed → provisioned → ended); runs need `provisioned`.
 • In a pilot's thread: `@preflight approve <reason>`, `fix-env <reason>`,
@@ -76,8 +78,9 @@ def submit_modal(channel: str, response_url: str | None = None) -> dict[str, Any
 def decide_modal(run_id: str, decision: str, channel: str, thread_ts: str | None,
                  forecast: dict[str, Any] | None = None) -> dict[str, Any]:
     label = DECISION_LABELS.get(decision, decision)
-    hint = ("Approving a failed pilot needs the word `override` and why." if decision == "approve"
-            else "Recorded with your name and the time.")
+    hint = {"approve": "Approving a failed pilot needs the word `override` and why.",
+            "stop": "Stops the runner and all it started; finished items are kept."}.get(
+        decision, "Recorded with your name and the time.")
     if decision == "approve" and forecast and forecast.get("fits") is False:
         hint = ("The volume's high estimate ends after the lease: approving needs the word "
                 "`override` and why.")

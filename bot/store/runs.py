@@ -22,7 +22,7 @@ from runner.events import ITEM_DONE, STAGE_EVENT_TYPES, Event, utc_now
 JSON_COLUMNS = frozenset({
     "first_error", "verdict", "balance", "evidence", "environment", "plan", "manifest_json",
     "node", "facts", "error", "data", "changes", "expected_ids", "expected_refusals",
-    "categories", "success", "approvers", "forecast",
+    "categories", "success", "approvers", "forecast", "stop",
 })
 
 RUN_STATES = ("planned", "dispatching", "running", "awaiting_decision", "decided",
@@ -47,6 +47,8 @@ def migrate_runs(db: sqlite_utils.Database) -> None:
         UNIQUE (name, attempt, kind))""")
     if "resume_seq" not in db["runs"].columns_dict:  # a database made before resumes
         db.execute("ALTER TABLE runs ADD COLUMN resume_seq INTEGER NOT NULL DEFAULT 0")
+    if "stop" not in db["runs"].columns_dict:  # who stopped the run, when and why (JSON)
+        db.execute("ALTER TABLE runs ADD COLUMN stop TEXT")
     # One approval launches at most one volume, whatever the path: the database refuses a
     # second volume run of the same pilot (two approvers at once, a retried request, ...).
     db.execute("CREATE UNIQUE INDEX IF NOT EXISTS one_volume_per_pilot ON runs(parent_run) "

@@ -254,7 +254,8 @@ class Ladder:
                  "where": f"stage {name}" if name else (f"before stage {left[0]}"
                                                          if left else None),
                  "hint": "the runner was stopped from outside (a lease ending, a scheduler, "
-                         "Ctrl-C); resume it with --resume"}
+                         "Ctrl-C, `preflight stop`); `preflight resume RUN` continues it from "
+                 "its ledger"}
         if name is not None:
             self._finish(name, {"status": "failed", "facts": {}, "error": error},
                          time.monotonic() - self._t0, started=True)

@@ -61,7 +61,7 @@ def _assert_interrupted(run_dir: Path, stage: str, signame: str) -> None:
     error = outcomes(events)[stage].data["error"]
     assert status[stage] == "failed"
     assert error["type"] == "Interrupted" and error["message"] == f"runner interrupted by {signame}"
-    assert "--resume" in error["hint"]
+    assert "preflight resume RUN" in error["hint"] and "--resume" not in error["hint"]
     later = ALL[ALL.index(stage) + 1:]
     assert later
     for name in later:

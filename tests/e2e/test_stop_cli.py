@@ -1,0 +1,96 @@
+"""`preflight stop`: a running pilot stopped with who and why, then resumed from its ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.e2e.test_pilot_cli import preflight
+from tests.e2e.test_resume_cli import MANIFEST, N, ledger_ids
+from tests.processes import alive, wait_until
+
+# Items after the second wait while the file `hold` exists: the run is mid-pilot for as
+# long as the test needs, and a resume (after removing `hold`) goes through at once.
+HANDLER = '''
+import os, time
+
+def handle(items, ctx):
+    pilot = os.path.basename(ctx.outputs_dir) == "outputs"  # not the memory stage's dry run
+    out = []
+    for item in items:
+        if pilot:
+            with open("processed.log", "a") as log:
+                log.write(item.id + "\\n")
+            while int(item.id.split("-")[1]) >= 2 and os.path.exists("hold"):
+                time.sleep(0.05)
+        out.append({"id": item.id, "status": "accepted", "category": "invoice"})
+    return out
+'''
+
+
+def start_held_pilot(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
+    root = tmp_path / "project"
+    (root / "docs").mkdir(parents=True)
+    for n in range(N):
+        (root / "docs" / f"inv-{n}.txt").write_text(f"invoice {n}")
+    (root / "slow_handler.py").write_text(HANDLER)
+    (root / "manifest.yaml").write_text(MANIFEST)
+    (root / "hold").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFLIGHT_", "SLACK_"))}
+    env.update({"PREFLIGHT_HOME": str(root)})
+    cli = subprocess.Popen([sys.executable, "-m", "bot", "run", "manifest.yaml"], cwd=root,
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           stdin=subprocess.DEVNULL)
+    runs = root / "runs"
+    wait_until(lambda: runs.exists() and any(runs.iterdir()), "the run directory", 60)
+    (run_dir,) = list(runs.iterdir())
+    wait_until(lambda: len(ledger_ids(run_dir)) >= 2, "two items in the ledger", 120)
+    return root, run_dir, cli
+
+
+def group_alive(pgid: int) -> bool:
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.getpgid(int(name)) == pgid and alive(int(name)):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def test_stop_then_resume_keeps_the_finished_items(tmp_path: Path) -> None:
+    root, run_dir, cli = start_held_pilot(tmp_path)
+    pid = int((run_dir / "runner.pid").read_text())
+    stopped = preflight(root, "stop", run_dir.name[:12], "--reason", "wrong inputs folder",
+                        "--by", "alice")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "is stopped" in stopped.stdout and f"preflight resume {run_dir.name}" in stopped.stdout
+    assert not group_alive(pid)  # the runner and everything it started
+    out, err = cli.communicate(timeout=120)  # the `run` that followed it sees it end
+    assert cli.returncode == 1, out + err
+    db = sqlite3.connect(root / "state" / "preflight.db")
+    status, stop = db.execute("SELECT status, stop FROM runs").fetchone()
+    db.close()
+    assert status == "stopped"
+    assert json.loads(stop)["by"] == "alice" and json.loads(stop)["reason"] == "wrong inputs folder"
+    done_before = ledger_ids(run_dir)
+    assert len(done_before) == 2
+    shown = preflight(root, "show", run_dir.name)
+    assert "Stopped by     alice" in shown.stdout and "wrong inputs folder" in shown.stdout
+    assert "Approve scale-up" not in shown.stdout  # a stopped run offers no decision
+    again = preflight(root, "stop", run_dir.name, "--reason", "twice", "--by", "alice")
+    assert again.returncode == 1 and "only a running run can be stopped" in again.stderr
+
+    (root / "hold").unlink()
+    resumed = preflight(root, "resume", run_dir.name)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    balance = json.loads((run_dir / "balance.json").read_text())
+    assert (balance["accepted"], balance["refused"], balance["ok"]) == (N, 0, True)
+    processed = (root / "processed.log").read_text().split()
+    assert sorted(set(processed)) == sorted(f"inv-{n}" for n in range(N))
+    assert all(processed.count(i) == 1 for i in done_before)  # finished items never ran again
