@@ -49,9 +49,7 @@ def prepare_inputs(work: str, items: List[Item]) -> Dict[str, str]:
 def run_command(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[str, Any]:
     """Run ``task.command`` on the remaining items and record its audited results."""
     spec = ctx.spec
-    argv = spec.task.command
-    if isinstance(argv, str):
-        argv = argv.split()
+    argv = list(spec.task.command or [])
     work = os.path.join(ctx.run_dir, "command", f"attempt-{recorder.ledger.attempt}")
     os.makedirs(work, exist_ok=True)
     values = prepare_inputs(work, remaining)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import IO, Any, Dict, List, Optional, Tuple
 
+from runner.errors import RunnerError
+
 RUN_STARTED = "run.started"
 STAGE_STARTED = "stage.started"
 STAGE_PASSED = "stage.passed"
@@ -73,7 +75,7 @@ class Event:
         return value if isinstance(value, str) else None
 
 
-class EventFormatError(ValueError):
+class EventFormatError(RunnerError, ValueError):
     """A line of events.jsonl that is not a valid event (names the line)."""
 
 

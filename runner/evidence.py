@@ -20,6 +20,9 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from runner.errors import RunnerError
+from runner.files import is_temp_name, write_bytes_atomic
+
 SUMS = "SHA256SUMS"
 # What a reader needs to understand the result without the original run.
 REQUIRED = ("manifest.yaml", "spec.json", "environment.json", "events.jsonl",
@@ -31,7 +34,7 @@ SPEC_FIELDS = ("run_id", "inputs.dir", "inputs.expected_count", "project.params"
                "task.kind")
 
 
-class EvidenceError(RuntimeError):
+class EvidenceError(RunnerError, RuntimeError):
     """The destination cannot be written or read (names it and what to do)."""
 
 
@@ -76,12 +79,7 @@ class _Local:
     def write(self, rel: str, data: bytes) -> None:
         path = os.path.join(self.root, *rel.split("/"))
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".part"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_bytes_atomic(path, data)
 
     def read(self, rel: str) -> Optional[bytes]:
         try:
@@ -252,7 +250,7 @@ def verify_evidence(path: str) -> VerifyReport:
             report.problems.append(f"{rel}: missing from {SUMS} (needed to understand the "
                                    f"result)")
     for rel in store.listing():
-        if rel != SUMS and rel not in listed and not rel.endswith(".part"):
+        if rel != SUMS and rel not in listed and not is_temp_name(posixpath.basename(rel)):
             report.problems.append(f"{rel}: present but not listed in {SUMS}")
     report.problems.extend(_check_references(store, listed, intact))
     report.problems.extend(_check_context(store, intact))

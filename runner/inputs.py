@@ -10,10 +10,13 @@ import fnmatch
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any, Dict, List
+from typing import Dict, List
+
+from runner.errors import RunnerError
+from runner.spec import RunSpec
 
 
-class InputsError(ValueError):
+class InputsError(RunnerError, ValueError):
     """The inputs directory cannot be listed, or two files map to the same id."""
 
 
@@ -30,7 +33,7 @@ def item_id(name: str) -> str:
     return stem or name
 
 
-def list_inputs(spec: Any) -> List[Item]:
+def list_inputs(spec: RunSpec) -> List[Item]:
     """Items of ``spec.inputs.dir`` matching ``spec.inputs.pattern``, sorted by id.
 
     Only regular files directly in the directory count (no recursion), hidden files are

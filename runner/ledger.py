@@ -18,6 +18,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set
 
+from runner.errors import RunnerError
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
     id TEXT PRIMARY KEY,
@@ -39,7 +41,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
-class LedgerError(RuntimeError):
+class LedgerError(RunnerError, RuntimeError):
     """The ledger file cannot be opened or written (translated from sqlite3)."""
 
 

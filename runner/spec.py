@@ -12,10 +12,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
+from runner.errors import RunnerError
+
 SPEC_VERSION = 1
 
 
-class SpecError(ValueError):
+class SpecError(RunnerError, ValueError):
     """The spec file is unreadable or a field is missing or of the wrong type."""
 
 

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
+from runner.errors import RunnerError
+
 _VERSION_RE = re.compile(
     r"""^\s*v?
     (?:(?P<epoch>\d+)!)?
@@ -29,7 +31,7 @@ _PRE_NORM = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "c": "rc", "rc": "rc
 _PRE_ORDER = {"a": 0, "b": 1, "rc": 2}
 
 
-class VersionError(ValueError):
+class VersionError(RunnerError, ValueError):
     """A version or specifier that this module cannot read."""
 
 

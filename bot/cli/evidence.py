@@ -6,7 +6,8 @@ import json
 
 import typer
 
-from runner.evidence import EvidenceError, verify_evidence
+from runner.errors import RunnerError
+from runner.evidence import verify_evidence
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +21,7 @@ def register(app: typer.Typer) -> None:
         """Check every SHA256SUMS entry and the files needed to understand the result."""
         try:
             report = verify_evidence(path)
-        except EvidenceError as exc:
+        except RunnerError as exc:  # the runner's errors end here, as a message
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
         if as_json:

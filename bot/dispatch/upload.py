@@ -7,10 +7,10 @@
 - ``UploadPlan``: where each local file goes on the node (the ``runner`` package, the
   project, inputs outside it, the evidence copy), which files must be sent or removed given
   the node's hashes, and the run's spec with its paths rewritten for the node.
-- The node-side text lives in ``bot/dispatch_ssh_node.py`` (scripts and shell commands).
+- The node-side text lives in ``bot/dispatch/node_scripts.py`` (scripts and shell commands).
 - ``verify_fetched``: checks the evidence copy once it is back on the bot host.
 
-``bot/dispatch_ssh.py`` does the SSH work with these; this module only touches local files.
+``bot/dispatch/ssh.py`` does the SSH work with these; this module only touches local files.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from bot.dispatch.base import RunHandle
 from bot.dispatch.node_scripts import HASH_SCRIPT, LAUNCH_SCRIPT, python_command
 from bot.errors import DispatchError, NodeUnreachable
 from runner.evidence import file_sha256
+from runner.files import write_json_atomic
 
 RUNNER_PACKAGE = Path(runner.__file__).resolve().parent
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".mypy_cache",
@@ -201,9 +202,7 @@ def parse_hashes(out: str, node: str, python: str) -> dict[str, dict[str, str]]:
 
 def write_layout(path: Path, layout: dict[str, Any]) -> None:
     """``remote.json``, replaced atomically: a crash leaves the old or the new, never half."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(layout, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_json_atomic(path, layout)
 
 
 @dataclass

@@ -38,6 +38,8 @@ class Plan:
     notes: tuple[str, ...]
     starts_at: str | None = None
     ends_at: str | None = None
+    bf16_tflops: float | None = None  # the catalog's per-card peaks, where it knows them
+    fp32_tflops: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able, with the issue's field names; money as exact decimal strings."""
@@ -50,6 +52,7 @@ class Plan:
             "memory_per_card_gib": self.memory_per_card_gib,
             "memory_estimate_gib": self.memory_estimate_gib, "notes": list(self.notes),
             "starts_at": self.starts_at, "ends_at": self.ends_at,
+            "bf16_tflops": self.bf16_tflops, "fp32_tflops": self.fp32_tflops,
         }
 
 
@@ -100,6 +103,7 @@ def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None) -> Plan:
         notes=tuple(_notes(loaded, gpu.key, gpu.cards_per_lot, gpu.memory_gib, total_cards)),
         starts_at=starts.isoformat() if starts else None,
         ends_at=(starts + timedelta(days=hardware.days)).isoformat() if starts else None,
+        bf16_tflops=gpu.bf16_tflops, fp32_tflops=gpu.fp32_tflops,
     )
 
 

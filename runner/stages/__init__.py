@@ -29,11 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from runner.errors import RunnerError
+from runner.spec import RunSpec
+
 Facts = Dict[str, Any]
 Emit = Callable[..., Any]
 
 
-class StageFailure(Exception):
+class StageFailure(RunnerError):
     """A stage failed: what (message), what to do (hint), and the facts gathered so far."""
 
     def __init__(self, stage: str, message: str, hint: Optional[str] = None,
@@ -67,7 +70,7 @@ def _no_emit(etype: str, **data: Any) -> None:
 class StageContext:
     """What a stage may rely on; see the module docstring."""
 
-    spec: Any
+    spec: RunSpec
     run_dir: str
     resume: bool = False
     facts: Dict[str, Facts] = field(default_factory=dict)
@@ -96,27 +99,27 @@ class StageDef:
 
 
 STAGE_TABLE: Tuple[StageDef, ...] = (
-    StageDef("prepare", "runner.stages.basic:prepare", (), False, 60),
-    StageDef("interpreter", "runner.stages.basic:interpreter", ("prepare",), False, 60),
-    StageDef("environment", "runner.stages.basic:environment", ("interpreter",), False, 120),
-    StageDef("torch", "runner.stages.torch_stages:torch_stage", ("interpreter",), True, 120),
-    StageDef("device", "runner.stages.torch_stages:device", ("torch",), True, 60),
-    StageDef("compute", "runner.stages.torch_stages:compute", ("device",), True, 120),
+    StageDef("prepare", "runner.stages.prepare:prepare", (), False, 60),
+    StageDef("interpreter", "runner.stages.interpreter:interpreter", ("prepare",), False, 60),
+    StageDef("environment", "runner.stages.environment:environment", ("interpreter",), False,
+             120),
+    StageDef("torch", "runner.stages.torch:torch_stage", ("interpreter",), True, 120),
+    StageDef("device", "runner.stages.device:device", ("torch",), True, 60),
+    StageDef("compute", "runner.stages.compute:compute", ("device",), True, 120),
     StageDef("extensions", "runner.stages.extensions:extensions", ("device",), True, 300),
     StageDef("memory", "runner.stages.memory:memory", ("compute",), True, 300),
-    StageDef("pilot", "runner.stages.pilot_stages:pilot",
+    StageDef("pilot", "runner.stages.pilot:pilot",
              ("environment", "compute", "extensions", "memory"), True, 3600),
-    StageDef("balance", "runner.stages.pilot_stages:balance", ("pilot",), False, 600),
-    StageDef("evidence", "runner.stages.pilot_stages:evidence", ("balance",), False, 600),
+    StageDef("balance", "runner.stages.balance:balance", ("pilot",), False, 600),
+    StageDef("evidence", "runner.stages.evidence:evidence", ("balance",), False, 600),
 )
 
 STAGES_BY_NAME: Dict[str, StageDef] = {s.name: s for s in STAGE_TABLE}
 
 
-def stage_timeout(stage: StageDef, spec: Any) -> float:
+def stage_timeout(stage: StageDef, spec: RunSpec) -> float:
     """The stage's timeout in seconds: the spec's override, else the table's default."""
-    timeouts = getattr(getattr(spec, "diagnostics", None), "timeouts", None) or {}
-    value = timeouts.get(stage.name)
+    value = spec.diagnostics.timeouts.get(stage.name)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         return float(value)
     return float(stage.timeout_s)

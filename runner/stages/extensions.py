@@ -20,6 +20,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from runner.spec import RunSpec
 from runner.stages import StageContext, StageFailure, StageSkipped
 from runner.stages.hints import describe_error
 
@@ -64,8 +65,8 @@ def extensions(ctx: StageContext) -> Dict[str, Any]:
     return facts
 
 
-def _project_on_path(spec: Any) -> None:
-    project = getattr(spec.project, "dir", None)
+def _project_on_path(spec: RunSpec) -> None:
+    project = spec.project.dir
     if project and os.path.isdir(project):
         path = os.path.abspath(project)
         if path not in sys.path:

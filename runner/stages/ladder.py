@@ -20,7 +20,6 @@ is complete, so the files stay whole; further signals while the run winds up are
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -29,6 +28,8 @@ from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional
 
 from runner import events as ev
+from runner.files import write_json_atomic
+from runner.spec import RunSpec
 from runner.stages import STAGE_TABLE, StageContext, StageDef, stage_timeout
 from runner.watchdog import Worker, resolve_stage, run_stage_here, timed_out_result
 
@@ -66,7 +67,7 @@ class _Gate:
 class Ladder:
     """Runs the stage table once for one run directory."""
 
-    def __init__(self, spec: Any, spec_path: str, run_dir: str, resume: bool,
+    def __init__(self, spec: RunSpec, spec_path: str, run_dir: str, resume: bool,
                  writer: ev.EventWriter, table: Optional[List[StageDef]] = None) -> None:
         self.spec = spec
         self.run_dir = run_dir
@@ -272,14 +273,3 @@ class Ladder:
         doc = {"run": self.spec.run_id, "updated": ev.utc_now(),
                "first_error": self.first_error, "stages": self.record}
         write_json_atomic(os.path.join(self.run_dir, "environment.json"), doc)
-
-
-def write_json_atomic(path: str, doc: Any) -> None:
-    """Write JSON to ``path`` via a temp file in the same directory and a rename."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=2, sort_keys=True, default=str)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)

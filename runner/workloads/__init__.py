@@ -14,12 +14,15 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Type
 
+from runner.errors import RunnerError
+from runner.files import write_bytes_atomic
 from runner.inputs import Item
+from runner.spec import RunSpec
 
 Handler = Callable[[List[Item], "WorkloadContext"], List[Dict[str, Any]]]
 
 
-class HandlerError(ValueError):
+class HandlerError(RunnerError, ValueError):
     """``task.handler`` is malformed, cannot be imported, or is not callable."""
 
 
@@ -33,7 +36,7 @@ class WorkloadContext:
     ``task.params`` (task wins).
     """
 
-    spec: Any
+    spec: RunSpec
     device: str = "cpu"
     params: Dict[str, Any] = field(default_factory=dict)
     outputs_dir: str = "outputs"
@@ -58,7 +61,7 @@ def import_project_module(module_name: str, project_dir: Optional[str], what: st
                     f"{type(exc).__name__}: {exc}") from exc
 
 
-def load_handler(spec: Any) -> Handler:
+def load_handler(spec: RunSpec) -> Handler:
     """Resolve ``spec.task.handler`` ("module:function") to a callable.
 
     ``project.dir`` is put on ``sys.path`` first, so a project's own ``src`` package or
@@ -70,7 +73,7 @@ def load_handler(spec: Any) -> Handler:
     module_name, func_name = ref.split(":")
     if not module_name or not func_name:
         raise HandlerError(f"task.handler: expected 'module:function', got {ref!r}")
-    project_dir = getattr(getattr(spec, "project", None), "dir", None)
+    project_dir = spec.project.dir
     module = import_project_module(module_name, project_dir, f"task.handler {ref}", HandlerError)
     func = getattr(module, func_name, None)
     if func is None or not callable(func):
@@ -78,10 +81,10 @@ def load_handler(spec: Any) -> Handler:
     return func  # type: ignore[no-any-return]
 
 
-def make_context(spec: Any, outputs_dir: str) -> WorkloadContext:
+def make_context(spec: RunSpec, outputs_dir: str) -> WorkloadContext:
     params: Dict[str, Any] = {}
-    params.update(getattr(spec.project, "params", None) or {})
-    params.update(getattr(spec.task, "params", None) or {})
+    params.update(spec.project.params or {})
+    params.update(spec.task.params or {})
     return WorkloadContext(spec=spec, device=pick_device(spec.backend), params=params,
                            outputs_dir=outputs_dir)
 
@@ -105,10 +108,5 @@ def write_output(outputs_dir: str, item_id: str, data: bytes, suffix: str = ".js
     """
     os.makedirs(outputs_dir, exist_ok=True)
     final = os.path.join(outputs_dir, item_id + suffix)
-    tmp = os.path.join(outputs_dir, f".{item_id}{suffix}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
+    write_bytes_atomic(final, data)
     return final

@@ -217,7 +217,7 @@ def handle(items: List[Item], ctx: Any) -> List[Dict[str, Any]]:
     import torch
 
     spec = ctx.spec
-    trainer = load_trainer(getattr(spec.task, "trainer", None), spec.project.dir)
+    trainer = load_trainer(spec.task.trainer, spec.project.dir)
     examples, refused = trainer.read(items, ctx.params)
     if len(examples):
         was = torch.are_deterministic_algorithms_enabled()
@@ -235,7 +235,7 @@ def train_pilot(ctx: Any, remaining: List[Item], recorder: Any) -> Dict[str, Any
     from runner.stages import StageFailure
 
     spec = ctx.spec
-    ref = getattr(spec.task, "trainer", None)
+    ref = spec.task.trainer
     k, m = max(1, spec.training.steps), max(1, spec.training.resume_steps)
     work = os.path.join(ctx.run_dir, "checkpoints")
     os.makedirs(work, exist_ok=True)

@@ -30,7 +30,9 @@ import random
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from runner.errors import RunnerError
 from runner.evidence import file_sha256
+from runner.files import atomic_open, write_json_atomic
 from runner.inputs import Item
 from runner.workloads import import_project_module
 
@@ -40,11 +42,11 @@ FUNCTIONS = ("read", "build", "step")
 MARKER = "COMPLETE"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RunnerError, RuntimeError):
     """A checkpoint is incomplete or does not match its completion marker."""
 
 
-class TrainerError(ValueError):
+class TrainerError(RunnerError, ValueError):
     """The trainer cannot be loaded, or one of its functions failed or broke the protocol."""
 
 
@@ -163,19 +165,10 @@ def save_checkpoint(directory: str, state: Dict[str, Any]) -> str:
 
     os.makedirs(directory, exist_ok=True)
     final = os.path.join(directory, "state.pt")
-    tmp = final + ".tmp"
-    with open(tmp, "wb") as fh:
+    with atomic_open(final, binary=True) as fh:
         torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
     digest = file_sha256(final)
-    marker_tmp = os.path.join(directory, MARKER + ".tmp")
-    with open(marker_tmp, "w", encoding="utf-8") as fh:
-        json.dump({"sha256": digest, "step": state["step"]}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(marker_tmp, os.path.join(directory, MARKER))
+    write_json_atomic(os.path.join(directory, MARKER), {"sha256": digest, "step": state["step"]})
     return final
 
 

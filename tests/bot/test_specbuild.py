@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from bot.errors import ManifestError
+from bot.manifest.catalog import default_catalog
 from bot.manifest.load import load_manifest_file
 from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec, runs_dir_for
@@ -57,3 +58,19 @@ def test_trainer_outside_kind_train_is_a_warning_and_a_bad_reference_an_error(
     with pytest.raises(ManifestError) as err:
         load_manifest_file(path)
     assert "task.trainer" in str(err.value)
+
+
+def test_spec_carries_the_catalogs_per_card_peaks() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    loaded = load_manifest_file(repo / "manifests" / "h100-pilote.yaml")
+    spec = build_spec(loaded, make_plan(loaded), "r1")
+    h100 = default_catalog().get("H100")
+    assert h100 is not None and h100.bf16_tflops == 989 and h100.fp32_tflops == 67
+    assert (spec.hardware.bf16_tflops, spec.hardware.fp32_tflops) == (989, 67)
+    assert RunSpec.from_dict(spec.to_dict()).hardware.bf16_tflops == 989
+
+
+def test_a_card_without_figures_gives_no_peak(tmp_path: Path) -> None:
+    loaded = load_manifest_file(write_manifest(tmp_path))  # gpu: cpu
+    spec = build_spec(loaded, make_plan(loaded), "r1")
+    assert (spec.hardware.bf16_tflops, spec.hardware.fp32_tflops) == (None, None)

@@ -13,7 +13,7 @@ import pytest
 from runner.ledger import Ledger, Row, ledger_path
 from runner.spec import RunSpec
 from runner.stages import StageContext, StageFailure
-from runner.stages import pilot_stages as ps
+from runner.stages import balance as balance_stage
 
 COLUMNS = ["id", "status", "category", "reason", "output", "input_bytes"]
 
@@ -47,7 +47,7 @@ def csv_rows(ctx: StageContext) -> tuple[list[str], list[dict[str, str]]]:
 def test_an_empty_ledger_still_writes_every_column_and_each_id_missing(tmp_path: Path) -> None:
     ctx = setup(tmp_path, 3, range(0))
     with pytest.raises(StageFailure) as err:
-        ps.balance(ctx)
+        balance_stage.balance(ctx)
     assert "missing i000000" in str(err.value)
     header, rows = csv_rows(ctx)
     assert header == COLUMNS
@@ -58,7 +58,7 @@ def test_an_empty_ledger_still_writes_every_column_and_each_id_missing(tmp_path:
 def test_a_ledger_id_no_longer_among_the_inputs_is_invented(tmp_path: Path) -> None:
     ctx = setup(tmp_path, 3, range(3), extra=("a-gone", "zz-gone"))
     with pytest.raises(StageFailure) as err:
-        ps.balance(ctx)
+        balance_stage.balance(ctx)
     doc = json.loads((Path(ctx.run_dir) / "balance.json").read_text())
     assert [(p["kind"], p["id"]) for p in doc["problems"]] == [
         ("invented", "a-gone"), ("invented", "zz-gone")]
@@ -67,11 +67,11 @@ def test_a_ledger_id_no_longer_among_the_inputs_is_invented(tmp_path: Path) -> N
 
 
 def test_a_large_balance_is_streamed_within_bounded_memory(tmp_path: Path) -> None:
-    n = ps.JSON_ROWS_MAX * 3
+    n = balance_stage.JSON_ROWS_MAX * 3
     ctx = setup(tmp_path, n, range(n))
     tracemalloc.start()
     try:
-        facts = ps.balance(ctx)
+        facts = balance_stage.balance(ctx)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -83,7 +83,7 @@ def test_a_large_balance_is_streamed_within_bounded_memory(tmp_path: Path) -> No
     doc = json.loads((Path(ctx.run_dir) / "balance.json").read_text())
     assert doc["rows"] is None and doc["rows_file"] == "balance.csv"
     refused = [s for s in doc["sample"] if s.get("status") == "refused"]
-    assert len(refused) == ps.SAMPLE_REFUSED_MAX
+    assert len(refused) == balance_stage.SAMPLE_REFUSED_MAX
     assert "more refused items are not sampled" in doc["sample"][-1]["note"]
     # The input listing itself costs ~350 bytes an item; results held in memory
     # (the former way: rows, dicts, a JSON document) cost several KiB an item.

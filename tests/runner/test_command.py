@@ -13,7 +13,8 @@ from runner.events import EventWriter
 from runner.ledger import Ledger
 from runner.spec import RunSpec
 from runner.stages import StageContext, StageFailure
-from runner.stages import pilot_stages as ps
+from runner.stages import balance as balance_stage
+from runner.stages import pilot as pilot_stage
 
 PROGRAM = r'''
 import json, os, sys
@@ -61,7 +62,7 @@ def run_pilot(tmp: Path, mode: str, resume: bool = False) -> tuple[StageContext,
     ctx = StageContext(spec=spec, run_dir=str(run), resume=resume,
                        emit=lambda t, **d: writer.emit(t, **d) and None)
     try:
-        facts = ps.pilot(ctx)
+        facts = pilot_stage.pilot(ctx)
     finally:
         writer.close()
     return ctx, facts
@@ -69,7 +70,7 @@ def run_pilot(tmp: Path, mode: str, resume: bool = False) -> tuple[StageContext,
 
 def balance_problems(ctx: StageContext) -> list[tuple[str, Any]]:
     try:
-        ps.balance(StageContext(spec=ctx.spec, run_dir=ctx.run_dir))
+        balance_stage.balance(StageContext(spec=ctx.spec, run_dir=ctx.run_dir))
     except StageFailure:
         pass
     doc = json.loads(Path(ctx.run_dir, "balance.json").read_text())
@@ -116,7 +117,7 @@ def test_a_command_that_cannot_start(tmp_path: Path) -> None:
                               "task": {"command": ["/nonexistent/prog-l"], "categories": ["x"]}})
     ctx = StageContext(spec=spec, run_dir=str(tmp_path))
     with pytest.raises(StageFailure, match="'/nonexistent/prog-l' cannot start"):
-        ps.pilot(ctx)
+        pilot_stage.pilot(ctx)
 
 
 def test_per_item_seconds_a_command_reports_are_kept_and_nothing_is_invented(

@@ -65,7 +65,7 @@ import sys
 from runner.events import EventWriter
 from runner.spec import load_spec
 from runner.stages import StageContext
-from runner.stages.pilot_stages import pilot
+from runner.stages.pilot import pilot
 run_dir = sys.argv[2]
 spec = load_spec(sys.argv[1])
 writer = EventWriter.resume(run_dir + "/events.jsonl", spec.run_id)

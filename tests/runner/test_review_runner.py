@@ -13,8 +13,9 @@ import pytest
 
 from runner.ledger import Ledger
 from runner.spec import RunSpec, SpecError
-from runner.stages import StageContext
-from runner.stages import pilot_stages as ps
+from runner.stages import StageContext, StageFailure
+from runner.stages import balance as balance_stage
+from runner.stages import pilot as pilot_stage
 from tests.runner.test_stages_kit import events_of, finished, run_runner, write_spec
 
 
@@ -89,7 +90,7 @@ def test_an_output_that_is_not_json_loses_only_its_item_and_is_named(tmp_path: P
     ctx = StageContext(spec=spec, run_dir=str(run_dir),
                        emit=lambda t, **d: emitted.append((t, d)))
     try:
-        facts = ps.pilot(ctx)
+        facts = pilot_stage.pilot(ctx)
     finally:
         sys.modules.pop("hmod_review", None)
     assert facts["recorded"] == 2
@@ -98,8 +99,8 @@ def test_an_output_that_is_not_json_loses_only_its_item_and_is_named(tmp_path: P
         anomalies = ledger.anomalies()
     assert [(a.kind, a.id) for a in anomalies] == [("bad_output", "i2")]
     assert "not JSON" in anomalies[0].detail
-    with pytest.raises(ps.StageFailure) as err:
-        ps.balance(ctx)
+    with pytest.raises(StageFailure) as err:
+        balance_stage.balance(ctx)
     assert "bad_output i2" in str(err.value) and "missing i2" in str(err.value)
     assert json.loads((run_dir / "outputs" / "i1.json").read_text()) == {"n": 1}
 

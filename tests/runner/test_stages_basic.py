@@ -11,7 +11,8 @@ import pytest
 
 from runner.spec import RunSpec
 from runner.stages import StageContext, StageFailure
-from runner.stages.basic import interpreter, prepare, python_constraint
+from runner.stages.interpreter import interpreter, python_constraint
+from runner.stages.prepare import prepare
 
 MAJOR_MINOR = ".".join(platform.python_version().split(".")[:2])
 

@@ -9,9 +9,9 @@ import pytest
 
 from runner.events import STAGES
 from runner.stages import STAGE_TABLE, StageDef, StageFailure, stage_timeout
+from runner.stages.device import device_warnings
 from runner.stages.hints import describe_error, hint_for
 from runner.stages.smi import parse_cuda_version, parse_nvidia_smi, parse_rocm_smi
-from runner.stages.torch_stages import device_warnings
 
 
 @pytest.mark.parametrize(("etype", "message", "needle"), [

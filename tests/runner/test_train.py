@@ -15,7 +15,8 @@ from runner.events import EventWriter
 from runner.inputs import list_inputs
 from runner.spec import RunSpec
 from runner.stages import StageContext, StageFailure
-from runner.stages import pilot_stages as ps
+from runner.stages import balance as balance_stage
+from runner.stages import pilot as pilot_stage
 from runner.workloads import make_context
 from runner.workloads.train import handle
 
@@ -44,7 +45,7 @@ def run_train(tmp: Path, trainer: str | None = None,
     ctx = StageContext(spec=spec, run_dir=str(run),
                        emit=lambda t, **d: writer.emit(t, **d) and None)
     try:
-        return ctx, ps.pilot(ctx)
+        return ctx, pilot_stage.pilot(ctx)
     finally:
         writer.close()
 
@@ -56,7 +57,7 @@ def test_resume_in_a_new_process_is_bit_identical(tmp_path: Path) -> None:
     assert facts["losses_a"][3:] == facts["losses_c"] and len(facts["losses_a"]) == 5
     ck = tmp_path / "run" / "checkpoints" / "step-3"
     assert json.loads((ck / "COMPLETE").read_text())["step"] == 3
-    bal = ps.balance(StageContext(spec=ctx.spec, run_dir=ctx.run_dir))
+    bal = balance_stage.balance(StageContext(spec=ctx.spec, run_dir=ctx.run_dir))
     assert (bal["accepted"], bal["total"], bal["ok"]) == (4, 4, True)
 
 
@@ -131,7 +132,7 @@ def test_a_user_trainer_passes_the_resume_test_and_reports_refusals(tmp_path: Pa
     state = torch.load(tmp_path / "run/checkpoints/step-3/state.pt", weights_only=False)
     assert set(state["model"]) == {"weight", "bias"} and state["scheduler"] is None
     assert state["trainer"] == "team_linear:LinearTrainer" and state["step"] == 3
-    bal = ps.balance(StageContext(spec=ctx.spec, run_dir=ctx.run_dir))
+    bal = balance_stage.balance(StageContext(spec=ctx.spec, run_dir=ctx.run_dir))
     assert (bal["accepted"], bal["refused"], bal["total"]) == (3, 1, 4)
     rows = json.loads((tmp_path / "run" / "balance.json").read_text())["rows"]
     refused = [r for r in rows if r["status"] == "refused"]

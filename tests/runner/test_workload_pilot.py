@@ -15,7 +15,9 @@ from runner.events import EventWriter, read_events
 from runner.ledger import Ledger
 from runner.spec import RunSpec
 from runner.stages import StageContext, StageFailure, StageSkipped
-from runner.stages import pilot_stages as ps
+from runner.stages import balance as balance_stage
+from runner.stages import evidence as evidence_stage
+from runner.stages import pilot as pilot_stage
 
 HANDLERS = '''
 def ok(items, ctx):
@@ -87,7 +89,7 @@ def _forget_handler_module() -> Any:
 
 def test_pilot_balance_evidence_end_to_end(tmp_path: Path) -> None:
     h = Harness(tmp_path, "ok", copy_to=str(tmp_path / "ev"))
-    pilot, bal, ev = h.run(ps.pilot, ps.balance, ps.evidence)
+    pilot, bal, ev = h.run(pilot_stage.pilot, balance_stage.balance, evidence_stage.evidence)
     assert pilot["recorded"] == 5 and pilot["remaining"] == 5
     assert (bal["accepted"], bal["refused"], bal["total"], bal["ok"]) == (4, 1, 5, True)
     done = h.typed("item.done")
@@ -115,9 +117,9 @@ def test_pilot_balance_evidence_end_to_end(tmp_path: Path) -> None:
 def test_a_misbehaving_task_fails_the_balance_with_the_problem_named(
         tmp_path: Path, handler: str, kind: str, iid: str) -> None:
     h = Harness(tmp_path, handler)
-    h.run(ps.pilot)
+    h.run(pilot_stage.pilot)
     with pytest.raises(StageFailure) as err:
-        h.run(ps.balance)
+        h.run(balance_stage.balance)
     assert f"{kind} {iid}" in str(err.value)
     event = h.typed("balance")[0]
     assert event["ok"] is False
@@ -130,7 +132,7 @@ def test_resume_processes_only_the_remaining_items_and_replays_lost_events(
         tmp_path: Path) -> None:
     h = Harness(tmp_path, "boom")
     with pytest.raises(StageFailure, match="model exploded"):
-        h.run(ps.pilot)  # batches [i1,i2] done, [i3,i4] raised
+        h.run(pilot_stage.pilot)  # batches [i1,i2] done, [i3,i4] raised
     with Ledger.open(str(h.run_dir / "ledger.sqlite")) as led:
         assert led.done_ids() == {"i1", "i2"}
     # lose the event of i2, as if the process died between the commit and the emit
@@ -138,24 +140,24 @@ def test_resume_processes_only_the_remaining_items_and_replays_lost_events(
     h.events.write_text("".join(lines))
     h.spec = RunSpec.from_dict({**h.spec.to_dict(),
                                 "task": {**h.spec.to_dict()["task"], "handler": "hmod_l:ok"}})
-    (facts,) = h.run(ps.pilot, resume=True)
+    (facts,) = h.run(pilot_stage.pilot, resume=True)
     assert (facts["already_done"], facts["remaining"], facts["replayed"]) == (2, 3, 1)
     done = h.typed("item.done")
     assert sorted(e["id"] for e in done) == ["i1", "i2", "i3", "i4", "i5"]
     assert [e["id"] for e in done if e.get("replayed")] == ["i2"]
-    (again,) = h.run(ps.pilot, resume=True)
+    (again,) = h.run(pilot_stage.pilot, resume=True)
     assert again["note"] == "nothing to do: all 5 items were already done"
     assert len(h.typed("item.done")) == 5
 
 
 def test_evidence_is_skipped_without_copy_to(tmp_path: Path) -> None:
     h = Harness(tmp_path, "ok")
-    h.run(ps.pilot, ps.balance)
+    h.run(pilot_stage.pilot, balance_stage.balance)
     with pytest.raises(StageSkipped, match="no copy_to in the manifest"):
-        h.run(ps.evidence)
+        h.run(evidence_stage.evidence)
 
 
 def test_a_bad_handler_reference_fails_the_pilot_with_the_field(tmp_path: Path) -> None:
     h = Harness(tmp_path, "nope")
     with pytest.raises(StageFailure, match="task.handler hmod_l:nope"):
-        h.run(ps.pilot)
+        h.run(pilot_stage.pilot)

@@ -1,0 +1,87 @@
+"""The device stage: the cards torch sees, enough of them for a lot, the model named."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Dict, List
+
+from runner.stages import StageContext, StageFailure
+
+GIB = 1024 ** 3
+
+
+def device(ctx: StageContext) -> Dict[str, Any]:
+    """The devices torch sees; enough of them for a lot; the model the manifest named."""
+    import torch
+
+    backend = ctx.spec.backend
+    if backend not in ("cuda", "rocm"):
+        return {"device": "cpu", "count": 1, **cpu_facts(), "threads": torch.get_num_threads()}
+    from runner.stages.smi import driver_facts
+
+    driver = driver_facts(backend)
+    if not torch.cuda.is_available():
+        raise StageFailure("device", f"torch sees no GPU (torch.cuda.is_available() is False, "
+                           f"backend {backend})", facts={"driver": driver}, error_type="NoDevice",
+                           hint="check that the node has a GPU and its driver loaded "
+                                "(nvidia-smi / rocm-smi) and CUDA_VISIBLE_DEVICES")
+    devices = [gpu_facts(torch, i) for i in range(torch.cuda.device_count())]
+    facts: Dict[str, Any] = {"device": "cuda", "count": len(devices), "devices": devices,
+                             "driver": driver, "arch_list": torch.cuda.get_arch_list(),
+                             "warnings": []}
+    hw = ctx.spec.hardware
+    wanted = int(hw.cards_per_lot or 1)
+    if len(devices) < wanted:
+        raise StageFailure("device", f"torch sees {len(devices)} GPU(s), a lot of {hw.gpu} "
+                           f"has {wanted}", facts=facts, error_type="TooFewDevices",
+                           hint="check CUDA_VISIBLE_DEVICES and that the rented lot is the one "
+                                "ordered")
+    facts["warnings"] = device_warnings(hw.gpu, devices, facts["arch_list"])
+    return facts
+
+
+def gpu_facts(torch: Any, index: int) -> Dict[str, Any]:
+    props = torch.cuda.get_device_properties(index)
+    row: Dict[str, Any] = {"index": index, "name": props.name,
+                           "memory_gib": round(props.total_memory / GIB, 2),
+                           "multiprocessors": getattr(props, "multi_processor_count", None)}
+    arch = getattr(props, "gcnArchName", None)
+    if arch:
+        row["gfx_arch"] = arch
+    else:
+        row["capability"] = f"{props.major}.{props.minor}"
+    return row
+
+
+def device_warnings(model: str, devices: List[Dict[str, Any]], arch_list: List[str]) -> List[str]:
+    """Model mismatch and an architecture missing from this torch build (warnings only)."""
+    warnings = []
+    want = re.sub(r"[^a-z0-9]", "", (model or "").lower())
+    for dev in devices:
+        name = re.sub(r"[^a-z0-9]", "", str(dev["name"]).lower())
+        if want and want not in ("cpu", "any") and want not in name:
+            warnings.append(f"GPU {dev['index']} is {dev['name']}, the manifest asks for {model}")
+        cap = dev.get("capability")
+        arch = f"sm_{cap.replace('.', '')}" if cap else str(dev.get("gfx_arch", "")).split(":")[0]
+        if arch and arch_list and arch not in arch_list:
+            warnings.append(f"GPU {dev['index']} arch {arch} is not in this torch build's arch "
+                            f"list {arch_list}: expect 'no kernel image' errors")
+    return warnings
+
+
+def cpu_facts() -> Dict[str, Any]:
+    facts: Dict[str, Any] = {"cpu_count": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    facts["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    facts["memory_gib"] = round(int(line.split()[1]) * 1024 / GIB, 2)
+    except OSError:
+        pass
+    return facts

@@ -1,0 +1,32 @@
+"""The evidence stage: the run's evidence copied to ``results.copy_to/<run-id>/``, then
+read back and verified. Standard library only at import time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from runner.stages import StageContext, StageFailure, StageSkipped
+
+
+def evidence(ctx: StageContext) -> Dict[str, Any]:
+    """Copy the evidence to results.copy_to/<run_id>/, then read it back and verify."""
+    from runner.evidence import EvidenceError, copy_evidence, join_dest
+
+    dest = ctx.spec.results.copy_to
+    if not dest:
+        raise StageSkipped("no copy_to in the manifest")
+    target = join_dest(dest, ctx.spec.run_id)
+    try:
+        report = copy_evidence(ctx.run_dir, target)
+    except EvidenceError as exc:
+        raise StageFailure("evidence", str(exc),
+                           hint="check results.copy_to is writable from this node") from exc
+    ctx.emit("evidence", dest=target, files=report.files, bytes=report.bytes,
+             verified=report.verified, problems=report.problems)
+    facts = {"dest": target, "files": report.files, "bytes": report.bytes,
+             "verified": report.verified}
+    if not report.verified:
+        raise StageFailure("evidence", "the copy does not verify: " + "; ".join(report.problems),
+                           facts=facts, hint="re-run the copy; check the destination's disk")
+    return facts
