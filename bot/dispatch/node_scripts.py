@@ -4,6 +4,8 @@
 side), ``LAUNCH_SCRIPT`` takes the workdir's lock and starts the runner detached; the shell
 commands probe or stop a runner. The scripts run with the node's interpreter
 (Python >= 3.9, standard library only); nothing here touches the network or local files.
+They must run alone on the node, before the runner package is there, so their few
+temp-file-and-rename writes are written out here instead of importing ``runner.files``.
 """
 
 from __future__ import annotations
