@@ -246,12 +246,7 @@ class PilotService:
 
     def pump(self, run_id: str) -> list[Event]:
         """Read, record, then publish whatever the runner appended since last time."""
-        run = self.store.get_run(run_id)
-        if run["status"] != "running":
-            return []
-        handle = self._handle(run)
-        events, offset = self._dispatcher(run).read_events(handle, int(run["events_offset"]))
-        fresh = self.store.record_events(run_id, events, offset) if events else []
+        fresh = self._ingest(run_id)
         stage_changed = any(e.type in STAGE_EVENT_TYPES for e in fresh)
         for event in fresh:
             if event.type == PROGRESS:
@@ -266,6 +261,33 @@ class PilotService:
         if self._since_resume(run_id, RUN_FINISHED):
             self._finish(run_id)
         return fresh
+
+    def _ingest(self, run_id: str) -> list[Event]:
+        """Read and record (nothing published) what the runner appended since last time."""
+        run = self.store.get_run(run_id)
+        if run["status"] != "running":
+            return []
+        handle = self._handle(run)
+        events, offset = self._dispatcher(run).read_events(handle, int(run["events_offset"]))
+        return self.store.record_events(run_id, events, offset) if events else []
+
+    def catch_up(self, run_ids: list[str]) -> list[str]:
+        """A restarted bot: record what each runner wrote while nobody followed, then finish
+        the runs that ended, in the order their runners finished, so each thread gets its
+        outcome once and the threads in finish order. Returns the ids finished."""
+        ended: list[tuple[str, str]] = []
+        for run_id in run_ids:
+            try:
+                self._ingest(run_id)
+            except PreflightError as exc:  # an unreachable node: its follower will retry
+                log.warning("catching up with %s: %s", run_id, exc)
+                continue
+            finished = self._since_resume(run_id, RUN_FINISHED)
+            if finished and self.store.get_run(run_id)["status"] == "running":
+                ended.append((finished[-1].ts, run_id))
+        for _, run_id in sorted(ended):
+            self._finish(run_id)
+        return [run_id for _, run_id in sorted(ended)]
 
     def reap(self, run_id: str, *, now: datetime | None = None) -> bool:
         """Close a running run whose runner ended while nobody followed it; True if closed.

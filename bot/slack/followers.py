@@ -35,10 +35,13 @@ class Followers:
             thread.start()
 
     def resume_active(self) -> list[str]:
-        """Follow again every run the store says is running (a restarted bot)."""
+        """Follow again every run the store says is running (a restarted bot). Runs that
+        finished while no bot followed are finished first, in the order they finished."""
         ids = [run["id"] for run in self.service.store.active_runs()]
+        done = set(self.service.catch_up(ids))
         for run_id in ids:
-            self.follow(run_id)
+            if run_id not in done:
+                self.follow(run_id)
         return ids
 
     def wait(self, run_id: str, timeout: float) -> bool:

@@ -1,11 +1,16 @@
 """SlackNotifier: one visible Slack message per (run, key), updated in place.
 
 A key's first message is posted at once, in the caller's thread, so the thread reads in
-the order the service published; its ``ts`` is stored before anything else happens, so a
-restarted bot edits the same message instead of posting a second one. Later states of the
-same key are coalesced: a background flusher sends at most one ``chat.update`` per
-``min_interval`` seconds per message, always the latest state. Rate limits (HTTP 429) are
-honoured by slack_sdk's retry handler; a send that still fails is kept and retried.
+the order the service published. Posting survives a crash without doubling: the intent is
+recorded before ``chat.postMessage``, each post carries message metadata naming its run and
+key, and the ``ts`` is stored right after. A bot that died between the post and storing
+its ``ts`` finds the intent on restart and looks the thread up (``conversations.replies``
+with the metadata) before posting: a message already there is adopted and edited, never
+posted again. Later states of the same key are coalesced: a background flusher sends at
+most one ``chat.update`` per ``min_interval`` seconds per message, always the latest state;
+the time of each send is stored, so a restarted bot keeps the pace (a message known from
+before without a recorded time waits one interval). Rate limits (HTTP 429) are honoured by
+slack_sdk's retry handler; a send that still fails is kept and retried.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -28,6 +33,8 @@ log = logging.getLogger(__name__)
 
 TRANSPORT = "slack"
 RETRY_DELAY = 2.0
+EVENT_TYPE = "preflight_message"  # the metadata event type of every message the bot posts
+Fault = Callable[[str, Message], None]  # a test's hook: called at named points of a send
 
 
 @dataclass
@@ -42,10 +49,12 @@ class _Slot:
 
 
 class SlackNotifier:
-    def __init__(self, client: WebClient, store: Store, *, min_interval: float = 1.0) -> None:
+    def __init__(self, client: WebClient, store: Store, *, min_interval: float = 1.0,
+                 fault: Fault | None = None) -> None:
         self.client = client
         self.store = store
         self.min_interval = min_interval
+        self.fault = fault  # tests: "posted" fires between chat.postMessage and storing the ts
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._cond = threading.Condition()
         self._closed = False
@@ -103,8 +112,18 @@ class SlackNotifier:
         with self._cond:
             slot = self._slots.get((run_id, key))
             if slot is None:
-                slot = self._slots[(run_id, key)] = _Slot(threading.Lock())
+                slot = self._slots[(run_id, key)] = _Slot(threading.Lock(),
+                                                          last_sent=self._sent_before(run_id, key))
             return slot
+
+    def _sent_before(self, run_id: str, key: str) -> float:
+        """The last send of a message by an earlier bot, on this process's monotonic clock."""
+        at = self.store.last_sent(run_id, key)
+        if at is not None:
+            return time.monotonic() - max(0.0, time.time() - at)
+        if self.store.message_ref(run_id, key, TRANSPORT) is not None:
+            return time.monotonic()  # sent at an unknown time: wait one interval
+        return float("-inf")
 
     def _queue(self, slot: _Slot, message: Message, due: float) -> None:
         with self._cond:
@@ -167,14 +186,25 @@ class SlackNotifier:
     def _post(self, run: dict[str, Any], message: Message) -> bool:
         rendered = render(message)
         channel, thread_ts = self._thread_of(run)
+        first = self.store.record_post_intent(run["id"], message.key)
         try:
-            resp = self.client.chat_postMessage(channel=channel, thread_ts=thread_ts,
-                                                text=rendered.text, blocks=rendered.blocks)
+            if not first and thread_ts is not None:
+                found = self._find_posted(channel, thread_ts, run["id"], message.key)
+                if found is not None:  # posted by a bot that died before storing its ts
+                    self.store.set_message_ref(run["id"], message.key, TRANSPORT, found, channel)
+                    return self._update(run, message)
+            resp = self.client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, text=rendered.text, blocks=rendered.blocks,
+                metadata={"event_type": EVENT_TYPE,
+                          "event_payload": {"run": run["id"], "key": message.key}})
         except (SlackApiError, SlackClientError) as exc:
             log.warning("posting %s of run %s failed: %s", message.key, run["id"], _why(exc))
             return False
+        if self.fault is not None:
+            self.fault("posted", message)
         ts = str(resp["ts"])
         self.store.set_message_ref(run["id"], message.key, TRANSPORT, ts, str(resp["channel"]))
+        self.store.record_sent(run["id"], message.key, time.time())
         if thread_ts is None:
             self.store.set_message_ref(run["id"], "thread", TRANSPORT, ts, str(resp["channel"]))
         self._upload(run, rendered)
@@ -190,8 +220,25 @@ class SlackNotifier:
         except (SlackApiError, SlackClientError) as exc:
             log.warning("updating %s of run %s failed: %s", message.key, run["id"], _why(exc))
             return False
+        self.store.record_sent(run["id"], message.key, time.time())
         self._upload(run, rendered)
         return True
+
+    def _find_posted(self, channel: str, thread_ts: str, run_id: str, key: str) -> str | None:
+        """The ts of this run's ``key`` message already in the thread, by its metadata."""
+        cursor: str | None = None
+        while True:
+            resp = self.client.conversations_replies(channel=channel, ts=thread_ts, limit=200,
+                                                     include_all_metadata=True, cursor=cursor)
+            for msg in resp.get("messages") or []:
+                meta = msg.get("metadata") or {}
+                payload = meta.get("event_payload") or {}
+                if (meta.get("event_type") == EVENT_TYPE and payload.get("run") == run_id
+                        and payload.get("key") == key):
+                    return str(msg["ts"])
+            cursor = (resp.get("response_metadata") or {}).get("next_cursor") or None
+            if not resp.get("has_more") or not cursor:
+                return None
 
     def _upload(self, run: dict[str, Any], rendered: Rendered) -> None:
         for attachment in rendered.attachments:

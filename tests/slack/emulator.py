@@ -46,6 +46,7 @@ class Posted:
     user: str = BOT_USER
     edits: int = 0
     history: list[list[dict[str, Any]]] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None  # what chat.postMessage's ``metadata`` carried
 
 
 class SlackApiError(Exception):
@@ -198,7 +199,9 @@ class SlackEmulator:
         thread_ts = p.get("thread_ts") or None
         if thread_ts and (channel, thread_ts) not in self.messages:
             raise SlackApiError("thread_not_found")
-        self.messages[(channel, ts)] = Posted(channel, ts, text, blocks, thread_ts)
+        metadata = _metadata(p)
+        self.messages[(channel, ts)] = Posted(channel, ts, text, blocks, thread_ts,
+                                              metadata=metadata)
         return {"channel": channel, "ts": ts, "message": {"text": text, "ts": ts}}
 
     def api_chat_update(self, p: dict[str, Any]) -> dict[str, Any]:
@@ -278,9 +281,21 @@ class SlackEmulator:
         if not msgs:
             raise SlackApiError("thread_not_found")
         msgs.sort(key=lambda m: float(m.ts))
+        # As Slack: metadata only with include_all_metadata; pages of ``limit`` with a cursor.
+        with_meta = str(p.get("include_all_metadata", "")).lower() in ("1", "true")
+        try:
+            limit = max(1, min(1000, int(p.get("limit") or 1000)))
+            start = int(p.get("cursor") or 0)
+        except ValueError as exc:
+            raise SlackApiError("invalid_cursor") from exc
+        page = msgs[start:start + limit]
+        more = start + limit < len(msgs)
         return {"messages": [{"ts": m.ts, "text": m.text, "user": m.user,
-                              "thread_ts": m.thread_ts or m.ts} for m in msgs],
-                "has_more": False}
+                              "thread_ts": m.thread_ts or m.ts,
+                              **({"metadata": m.metadata} if with_meta and m.metadata else {})}
+                             for m in page],
+                "has_more": more,
+                "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
 
     def api_users_info(self, p: dict[str, Any]) -> dict[str, Any]:
         user = _required(p, "user")
@@ -346,6 +361,22 @@ def _required(p: dict[str, Any], name: str) -> Any:
     if value in (None, ""):
         raise SlackApiError("channel_not_found" if name == "channel" else "invalid_arguments")
     return value
+
+
+def _metadata(p: dict[str, Any]) -> dict[str, Any] | None:
+    """chat.postMessage's ``metadata``: an event type and a payload object, as Slack wants."""
+    raw = p.get("metadata")
+    if raw in (None, ""):
+        return None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise SlackApiError("invalid_metadata_format") from exc
+    if (not isinstance(raw, dict) or not isinstance(raw.get("event_type"), str)
+            or not raw["event_type"] or not isinstance(raw.get("event_payload"), dict)):
+        raise SlackApiError("invalid_metadata_schema")
+    return {"event_type": raw["event_type"], "event_payload": raw["event_payload"]}
 
 
 def _json_param(p: dict[str, Any], name: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -118,11 +119,16 @@ class ReplayDispatcher:
         self.pause_after = pause_after
         self.refused = refused
         self.gate = threading.Event()
+        self.gates: dict[str, threading.Event] = {}  # per run, besides the common gate
         self.started: list[str] = []
         self._threads: dict[str, threading.Thread] = {}
 
-    def release(self) -> None:
-        self.gate.set()
+    def release(self, run_id: str | None = None) -> None:
+        """Let every paused run go on, or only ``run_id``."""
+        if run_id is None:
+            self.gate.set()
+        else:
+            self.gates.setdefault(run_id, threading.Event()).set()
 
     def start(self, handle: RunHandle) -> int | None:
         import json
@@ -146,7 +152,12 @@ class ReplayDispatcher:
         with open(handle.run_dir / "events.jsonl", "a", encoding="utf-8") as fh:
             for seq, data in enumerate(events, 1):
                 if self.pause_after is not None and seq == self.pause_after + 1:
-                    self.gate.wait(60)
+                    own = self.gates.setdefault(handle.run_id, threading.Event())
+                    deadline = time.monotonic() + 60
+                    while not (self.gate.is_set() or own.is_set()):
+                        if time.monotonic() > deadline:
+                            break
+                        own.wait(0.05)
                 body = {k: v for k, v in data.items() if k != "type"}
                 fh.write(Event(seq, data["type"], handle.run_id, utc_now(), body).to_line())
                 fh.flush()
