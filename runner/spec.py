@@ -58,6 +58,7 @@ class TaskSpec:
     batch_size: int = 8
     params: Dict[str, Any] = field(default_factory=dict)
     trainer: Optional[str] = None
+    item_timeout_s: float = 300.0
 
 
 @dataclass(frozen=True)

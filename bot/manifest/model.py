@@ -88,6 +88,9 @@ class Task(Section):
         default=None, description="external program; a string is split like a shell would")
     categories: list[NonEmpty] = Field(default_factory=list)
     batch_size: Int = Field(default=8, ge=1)
+    item_timeout_s: Number = Field(
+        default=300, ge=0, description="seconds an item may take in the handler (a batch gets "
+        "this per item); an item past it is refused naming the timeout; 0 turns it off")
     params: dict[str, Any] = Field(default_factory=dict)
     steps: Int = Field(default=1, ge=1, description="training: optimizer updates in the pilot")
     resume_steps: Int = Field(default=1, ge=1, description="training: steps after the resume")

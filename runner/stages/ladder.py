@@ -163,6 +163,11 @@ class Ladder:
         except Interrupted:
             self.worker.kill()
             raise
+        error = result.get("error") or {}
+        if stage.name == "pilot" and error.get("type") == "Timeout":
+            from runner.stages.batches import in_flight
+
+            error["message"] = f"{error.get('message')}; {in_flight(self.spec, self.run_dir)}"
         self._finish(stage.name, result, time.monotonic() - self._t0, started=True)
 
     def _run_in_thread(self, name: str, timeout: float) -> Dict[str, Any]:

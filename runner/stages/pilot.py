@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import Any, Dict, Iterable, List, Optional, Set
 
 from runner.files import is_temp_name
@@ -158,7 +157,7 @@ def pilot(ctx: StageContext) -> Dict[str, Any]:
 
             facts.update(run_command(ctx, remaining, recorder))
         else:
-            facts["recorded"] = _run_handler(ctx, remaining, recorder)
+            facts.update(_run_handler(ctx, remaining, recorder))
         facts["done"] = len(recorder.recorded)
         return facts
     except LedgerError as exc:
@@ -167,7 +166,10 @@ def pilot(ctx: StageContext) -> Dict[str, Any]:
         ledger.close()
 
 
-def _run_handler(ctx: StageContext, remaining: List[Item], recorder: Recorder) -> int:
+def _run_handler(ctx: StageContext, remaining: List[Item],
+                 recorder: Recorder) -> Dict[str, Any]:
+    """The handler batch by batch under the per-item timeout (runner/stages/batches.py)."""
+    from runner.stages.batches import Batches, item_timeout
     from runner.workloads import HandlerError, load_handler, make_context
 
     spec = ctx.spec
@@ -178,21 +180,7 @@ def _run_handler(ctx: StageContext, remaining: List[Item], recorder: Recorder) -
     wctx = make_context(spec, recorder.outputs_dir)
     wctx.device = ctx.device
     size = max(1, int(spec.task.batch_size or 1))
-    recorded = 0
-    for start in range(0, len(remaining), size):
-        batch = remaining[start:start + size]
-        began = time.perf_counter()
-        try:
-            results = handler(batch, wctx)
-        except Exception as exc:
-            ids = ", ".join(it.id for it in batch[:5]) + (" ..." if len(batch) > 5 else "")
-            raise StageFailure(
-                "pilot", f"task.handler raised {type(exc).__name__}: {exc} (batch: {ids})",
-                hint="the items recorded so far are kept; fix the handler and resume",
-                facts={"recorded": recorded}) from exc
-        recorded += recorder.record([it.id for it in batch], results,
-                                    elapsed_s=time.perf_counter() - began)
-    return recorded
+    return Batches(handler, wctx, recorder, item_timeout(spec)).run(remaining, size)
 
 
 def list_stage_inputs(spec: RunSpec, stage: str) -> List[Item]:
