@@ -2,6 +2,8 @@
 
 An item's id is its file name without the final extension (``doc-01.txt`` -> ``doc-01``),
 the same rule the bot's manifest loader uses, so both sides agree on the ids to expect.
+With ``inputs.frames`` (the Blender preparation) each file is a .blend and every frame of
+it is one item, ``shot01.blend#0007`` (runner.blender.frames), its path the .blend file.
 """
 
 from __future__ import annotations
@@ -40,7 +42,26 @@ def list_inputs(spec: RunSpec) -> List[Item]:
     ignored. Two files with the same id (``a.txt`` and ``a.json``) are an error naming both,
     because the balance is keyed by id and would otherwise count one of them twice.
     """
+    frames = getattr(spec.inputs, "frames", None)
+    if frames is not None:
+        return list_frames(spec.inputs.dir, spec.inputs.pattern or "*", frames)
     return list_dir(spec.inputs.dir, spec.inputs.pattern or "*")
+
+
+def list_frames(directory: str, pattern: str, frames: Any) -> List[Item]:
+    """One item per frame of each matching file, sorted by id; InputsError for a frame
+    selection that cannot be read (the message names ``inputs.frames``)."""
+    from runner.blender.frames import FramesError, frame_id, parse_frames
+
+    try:
+        numbers = parse_frames(frames)
+    except FramesError as exc:
+        raise InputsError(f"inputs.frames: {exc}") from exc
+    files = [(os.path.basename(it.path), it) for it in list_dir(directory, pattern)]
+    items = [Item(id=frame_id(name, n), path=it.path, size=it.size)
+             for name, it in files for n in numbers]
+    items.sort(key=lambda it: it.id)
+    return items
 
 
 def list_dir(directory: str, pattern: str = "*") -> List[Item]:

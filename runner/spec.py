@@ -47,6 +47,24 @@ class InputsSpec:
     pattern: str = "*"
     expected_count: int = 0
     expected_refusals: List[str] = field(default_factory=list)
+    frames: Optional[Any] = None  # the Blender preparation: "1-24" or a list
+
+
+@dataclass(frozen=True)
+class BlenderSpec:
+    """``preparation: blender``: what to check and how to render (docs/blender.md)."""
+
+    executable: str = "blender"
+    version: Optional[str] = None
+    addons: List[str] = field(default_factory=list)
+    licenses: List[Dict[str, Any]] = field(default_factory=list)
+    cycles_device: Optional[str] = None
+    resolution: Optional[List[int]] = None
+    samples: Optional[int] = None
+    frame_timeout_s: float = 600.0
+    allow_uniform_frames: bool = False
+    autoexec: bool = False
+    compute_cpu_reference: bool = True
 
 
 @dataclass(frozen=True)
@@ -110,6 +128,8 @@ class RunSpec:
     success: SuccessSpec = field(default_factory=SuccessSpec)
     results: ResultsSpec = field(default_factory=ResultsSpec)
     training: TrainingSpec = field(default_factory=TrainingSpec)
+    preparation: str = "pytorch"
+    blender: BlenderSpec = field(default_factory=BlenderSpec)
     version: int = SPEC_VERSION
 
     def to_dict(self) -> Dict[str, Any]:
@@ -137,6 +157,8 @@ class RunSpec:
                 success=_sub(SuccessSpec, raw, "success"),
                 results=_sub(ResultsSpec, raw, "results"),
                 training=_sub(TrainingSpec, raw, "training"),
+                preparation=_opt(raw, "preparation", "pytorch"),
+                blender=_sub(BlenderSpec, raw, "blender"),
                 version=_opt(raw, "version", SPEC_VERSION),
             )
         except TypeError as exc:
