@@ -23,9 +23,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/preflight run manifests/pilote.yaml
 
-# System packages the tests need (a real sshd for the remote tests), through apt-get when
-# it can; one clear line when it cannot (those tests then fail naming what is missing).
-SYSTEM_PACKAGES := openssh-server
+# System packages the tests need (a real sshd for the remote tests; Blender for the render
+# pilot tests, Debian's CPU-only build), through apt-get when it can; one clear line when it
+# cannot (the sshd tests then fail naming what is missing; the Blender tests are skipped
+# with a reason naming the missing `blender` binary).
+SYSTEM_PACKAGES := openssh-server blender
 system-deps:
 	@missing=""; \
 	for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

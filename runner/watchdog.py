@@ -252,10 +252,10 @@ def _safe(value: Any) -> Any:
 
 def run_stage_here(name: str, ctx: Any) -> Result:
     """Run one stage in this process and describe the outcome (shared with the parent)."""
-    from runner.stages import STAGES_BY_NAME
+    from runner.stages import STAGES_BY_NAME, stage_target
     from runner.stages.hints import describe_error
 
-    target = STAGES_BY_NAME[name].target
+    target = stage_target(STAGES_BY_NAME[name], ctx.spec)
     try:
         func = _resolve(target)
         facts = func(ctx) or {}

@@ -10,7 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACT = {"runner", "runner.spec", "runner.events", "runner.balance", "runner.evidence",
-            "runner.inputs", "runner.errors", "runner.files"}
+            "runner.inputs", "runner.errors", "runner.files", "runner.blender.frames"}
 
 
 def modules(package: str) -> list[Path]:

@@ -21,6 +21,7 @@ from bot.manifest.catalog import Catalog, default_catalog
 from bot.manifest.model import (
     API_VERSION,
     Approvals,
+    Blender,
     Diagnostics,
     Hardware,
     Inputs,
@@ -45,6 +46,7 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     ("inputs",): Inputs, ("task",): Task, ("diagnostics",): Diagnostics,
     ("success",): Success, ("results",): Results, ("approvals",): Approvals,
     ("lease",): Lease, ("volume",): Volume, ("volume", "inputs"): VolumeInputs,
+    ("blender",): Blender,
 }
 
 _PATTERN_HELP = {
@@ -77,7 +79,8 @@ class LoadedManifest:
 
     def input_files(self) -> list[InputFile]:
         """The pilot inputs found now, sorted by id (ids: file names without extension)."""
-        return list_inputs(self.inputs_dir, self.manifest.inputs.pattern)
+        return list_inputs(self.inputs_dir, self.manifest.inputs.pattern,
+                           self.manifest.inputs.frames)
 
 
 def load_manifest(text: str, *, source: str, base_dir: Path,

@@ -12,8 +12,18 @@ import shlex
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
+from runner.blender.frames import FramesError, parse_frames
 from runner.events import STAGES
 
 API_VERSION = "preflight/v1"
@@ -29,6 +39,19 @@ NonEmpty = Annotated[str, Field(min_length=1)]
 Int = Annotated[int, Strict()]
 Number = Annotated[float, Strict()]
 MAX_LOT_PRICE_USD = Decimal("1000000")
+
+
+def _frames(value: Any) -> Any:
+    try:
+        parse_frames(value)
+    except FramesError as exc:
+        raise ValueError(str(exc)) from exc
+    return value
+
+
+Frames = Annotated[str | Int | list[Int | str], AfterValidator(_frames), Field(
+    description='preparation blender: frames of each .blend, "1-24", "1-24x2", "1,5,9" or a '
+                "list; each frame is one input id, <file>.blend#0007")]
 
 
 class Section(BaseModel):
@@ -79,6 +102,7 @@ class Inputs(Section):
     pattern: NonEmpty = "*"
     expected_count: Int = Field(ge=1)
     expected_refusals: list[NonEmpty] = Field(default_factory=list)
+    frames: Frames | None = None
 
 
 class Task(Section):
@@ -166,11 +190,61 @@ class VolumeInputs(Section):
     pattern: NonEmpty = "*"
     expected_count: Int = Field(ge=1)
     expected_refusals: list[NonEmpty] = Field(default_factory=list)
+    frames: Frames | None = None
 
 
 class Volume(Section):
     inputs: VolumeInputs
     nodes: Int = Field(default=1, ge=1)
+
+
+class BlenderLicense(Section):
+    """One licence that must be present on the node; its value is never read."""
+
+    name: NonEmpty | None = Field(default=None, description="a label for messages")
+    env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                            description="an environment variable that must be set")
+    file: NonEmpty | None = Field(default=None, description="a file that must be readable")
+    tcp: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$",
+                            description='a licence server that must answer, "host:port"')
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> BlenderLicense:
+        given = [k for k in ("env", "file", "tcp") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of env, file or tcp"
+                             + (f" (found {', '.join(given)})" if given else ""))
+        return self
+
+
+class Blender(Section):
+    """preparation: blender: what the runner checks and how it renders (docs/blender.md)."""
+
+    executable: NonEmpty = Field(default="blender", description="name on PATH or a path")
+    version: str | None = Field(default=None, description='version constraint, e.g. ">=3.6"')
+    addons: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")]] = Field(
+        default_factory=list, description="add-on modules that must enable")
+    licenses: list[BlenderLicense] = Field(default_factory=list)
+    cycles_device: Literal["CUDA", "OPTIX", "HIP", "ONEAPI", "METAL", "CPU"] | None = Field(
+        default=None, description="force a Cycles device type (default: from backend)")
+    resolution: Annotated[list[Annotated[Int, Field(ge=1, le=65536)]],
+                          Field(min_length=2, max_length=2)] | None = Field(
+        default=None, description="[width, height] overriding the scene's")
+    samples: Int | None = Field(default=None, ge=1, description="override the scene's samples")
+    frame_timeout_s: Number = Field(default=600.0, gt=0, description="per frame")
+    allow_uniform_frames: bool = Field(default=False,
+                                       description="a one-colour frame is not refused")
+    autoexec: bool = Field(default=False,
+                           description="let the .blend run its Python (drivers, handlers)")
+    compute_cpu_reference: bool = Field(default=True,
+                                        description="also time the benchmark on the CPU")
+
+    @field_validator("version")
+    @classmethod
+    def _version_spec(cls, value: str | None) -> str | None:
+        if value is not None and not all(_VERSION_SPEC.match(p) for p in value.split(",")):
+            raise ValueError('expected a version constraint such as ">=3.6" or "==4.1.*"')
+        return value
 
 
 class Manifest(Section):
@@ -195,6 +269,7 @@ class Manifest(Section):
     approvals: Approvals = Field(default_factory=Approvals)
     lease: Lease = Field(default_factory=Lease)
     volume: Volume | None = None
+    blender: Blender | None = None
 
     def to_data(self) -> dict[str, Any]:
         """JSON-able dict with the field names a user writes (Decimal and dates as strings)."""

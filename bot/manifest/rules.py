@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from bot.errors import Problem
+from bot.manifest.blender_rules import check_blender
 from bot.manifest.catalog import Catalog, GpuModel
 from bot.manifest.model import (
     Approvals,
+    Blender,
     Diagnostics,
     Hardware,
     Inputs,
@@ -29,7 +31,7 @@ from bot.manifest.model import (
 )
 from bot.manifest.secrets import find_secrets
 from bot.manifest.source import FieldPath, SourceMap, format_loc
-from runner.inputs import InputsError, list_dir
+from runner.inputs import InputsError, list_dir, list_frames
 
 CUDA_FIRST_EXTENSIONS = frozenset({"flash_attn", "xformers", "bitsandbytes", "apex"})
 
@@ -69,6 +71,7 @@ class Parts:
     success: Success | None = None
     approvals: Approvals | None = None
     volume: Volume | None = None
+    blender: Blender | None = None
     gpu_name: str | None = None  # hardware.gpu as written, even when hardware has errors
 
 
@@ -88,14 +91,19 @@ class Report:
         self.problem(loc, message, severity="warning")
 
 
-def list_inputs(directory: Path, pattern: str) -> list[InputFile]:
-    """The files of ``directory`` matching ``pattern``, sorted by id.
+def list_inputs(directory: Path, pattern: str, frames: Any = None) -> list[InputFile]:
+    """The files of ``directory`` matching ``pattern``, sorted by id; with ``frames``
+    (preparation blender) one input per frame of each file, ``shot01.blend#0007``.
 
     The runner's own listing (``runner.inputs``), so the bot expects exactly the ids the
     runner will find: regular files directly in the directory, hidden files left out.
     Raises InputsError when the directory cannot be listed or two files share an id.
     """
-    return [InputFile(item.id, item.path) for item in list_dir(str(directory), pattern)]
+    if frames is not None:
+        items = list_frames(str(directory), pattern, frames)
+    else:
+        items = list_dir(str(directory), pattern)
+    return [InputFile(item.id, item.path) for item in items]
 
 
 def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
@@ -107,6 +115,7 @@ def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
     _check_node(parts, report)
     _check_approvals(parts, report)
     _check_success(parts, report)
+    check_blender(parts, isinstance(data, dict) and "blender" in data, report)
     project_dir = _check_project(parts, base_dir, report)
     if project_dir is not None and parts.inputs is not None:
         check_input_files(parts.inputs, project_dir, ("inputs",), report, required=True)
@@ -183,10 +192,10 @@ def _check_task(parts: Parts, report: Report) -> None:
         return
     if task.handler is not None and task.command is not None:
         report.problem(("task", "command"), "give task.handler or task.command, not both")
-    elif task.handler is None and task.command is None:
+    elif task.handler is None and task.command is None and parts.preparation != "blender":
         report.problem(("task", "handler"), 'give task.handler ("module:function") or '
                        "task.command (the program to run)")
-    if task.kind != "train" and not task.categories:
+    if task.kind != "train" and not task.categories and parts.preparation != "blender":
         report.problem(("task", "categories"), "list the allowed categories (at least one): "
                        "every accepted result must carry one of them")
     _check_unique(task.categories, ("task", "categories"), "category", report)
@@ -286,13 +295,15 @@ def check_input_files(inputs: Inputs | VolumeInputs, project_dir: Path, loc: Fie
                        "the folder instead")
         return []
     try:
-        files = list_inputs(directory, inputs.pattern)
+        files = list_inputs(directory, inputs.pattern, inputs.frames)
     except InputsError as exc:
-        say((*loc, "pattern"), str(exc))
+        say((*loc, "frames" if str(exc).startswith("inputs.frames") else "pattern"), str(exc))
         return []
     if len(files) != inputs.expected_count:
+        what = (f"frames ({inputs.frames!r} of each file)" if inputs.frames is not None
+                else "files")
         report.problem((*loc, "expected_count"), f"expected {inputs.expected_count} input "
-                       f"files, found {len(files)} in {directory} matching {inputs.pattern!r}")
+                       f"{what}, found {len(files)} in {directory} matching {inputs.pattern!r}")
     _check_ids(files, loc, report)
     _check_refusals(inputs.expected_refusals, {f.id for f in files}, loc, report)
     return files

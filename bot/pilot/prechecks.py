@@ -13,7 +13,8 @@ def expected_inputs(loaded: LoadedManifest, inputs: Any | None = None) -> list[s
     """The input ids the balance must account for (the volume's when ``inputs`` is given)."""
     if inputs is None:
         return [f.id for f in loaded.input_files()]
-    return [f.id for f in list_inputs((loaded.project_dir / inputs.dir).resolve(), inputs.pattern)]
+    return [f.id for f in list_inputs((loaded.project_dir / inputs.dir).resolve(), inputs.pattern,
+                                      getattr(inputs, "frames", None))]
 
 
 def previous_changes(store: Store, name: str, run_id: str,

@@ -7,7 +7,9 @@ from typing import Any
 
 from bot.manifest.load import LoadedManifest
 from bot.pilot.plan import Plan
+from runner.blender.frames import CATEGORY
 from runner.spec import (
+    BlenderSpec,
     DiagnosticsSpec,
     HardwareSpec,
     InputsSpec,
@@ -45,9 +47,12 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                             params=dict(m.project.params)),
         inputs=InputsSpec(dir=str((project_dir / src.dir).resolve()), pattern=src.pattern,
                           expected_count=src.expected_count,
-                          expected_refusals=list(src.expected_refusals)),
+                          expected_refusals=list(src.expected_refusals),
+                          frames=_frames(getattr(src, "frames", None))),
         task=TaskSpec(kind=task.kind, handler=task.handler, command=command,
-                      categories=list(task.categories), batch_size=task.batch_size,
+                      categories=list(task.categories) or (
+                          [CATEGORY] if m.preparation == "blender" else []),
+                      batch_size=task.batch_size,
                       params=dict(task.params), trainer=task.trainer,
                       item_timeout_s=float(task.item_timeout_s)),
         diagnostics=DiagnosticsSpec(
@@ -64,7 +69,23 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                             sample_chars=m.results.sample_chars),
         training=TrainingSpec(steps=task.steps, resume_steps=task.resume_steps,
                               tolerance=task.tolerance, seed=task.seed),
+        preparation=m.preparation,
+        blender=_blender(m.blender),
     )
+
+
+def _frames(frames: Any) -> Any:
+    return list(frames) if isinstance(frames, (list, tuple)) else frames
+
+
+def _blender(section: Any) -> BlenderSpec:
+    """The spec's blender part; licences keep only their names and what to look for."""
+    if section is None:
+        return BlenderSpec()
+    data = section.model_dump(mode="json")
+    data["licenses"] = [{k: v for k, v in lic.items() if v is not None}
+                        for lic in data["licenses"]]
+    return BlenderSpec(**data)
 
 
 def runs_dir_for(loaded: LoadedManifest, default: Path) -> Path:

@@ -93,7 +93,7 @@ class CyclesView:
 def parse_probe(output: str) -> CyclesView:
     """The CyclesView in Blender's output (the last probe line wins); ProbeError naming
     what is wrong when there is none or it is not the expected shape."""
-    line = None
+    line: Optional[str] = None
     for raw in output.splitlines():
         if raw.startswith(MARKER):
             line = raw[len(MARKER):]
@@ -107,7 +107,8 @@ def parse_probe(output: str) -> CyclesView:
         raise ProbeError("the Cycles probe line is not a JSON object")
     offered = [k for k in _strings(doc.get("offered")) if k in GPU_BACKENDS]
     backends: Dict[str, List[Dict[str, str]]] = {}
-    raw_backends = doc.get("backends") if isinstance(doc.get("backends"), dict) else {}
+    found: Any = doc.get("backends")
+    raw_backends: Dict[str, Any] = found if isinstance(found, dict) else {}
     for kind in offered:
         devices = raw_backends.get(kind) or []
         backends[kind] = [{"name": str(d.get("name", "?")), "id": str(d.get("id", ""))}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, List, Sequence, Tuple
 
+CATEGORY = "rendered"  # the category of every accepted frame
 MAX_FRAME = 1_048_574  # Blender's MAXFRAME
 MAX_FRAMES_PER_FILE = 100_000
 _RANGE = re.compile(r"^\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*(?:x\s*(\d+)\s*)?)?$")

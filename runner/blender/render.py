@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from runner.blender.frames import split_frame_id
+from runner.blender.frames import CATEGORY, split_frame_id
 from runner.blender.png import ImageError, check_image
 from runner.blender.process import (
     BlenderNotFound,
@@ -32,7 +32,6 @@ from runner.blender.process import (
     saved_paths,
 )
 
-CATEGORY = "rendered"
 INFO_MARKER = "PREFLIGHT_RENDER "
 MISSING_EXIT = 3
 
@@ -191,7 +190,7 @@ def render_items(setup: RenderSetup, run_dir: str, items: Sequence[Any], recorde
             result = render_frame(setup, item.path, frame, out_dir, log)
         except BlenderNotFound as exc:
             raise RenderError(str(exc)) from exc
-        recorder.record([item.id], [result.to_result(item.id)])
+        recorder.record([item.id], [result.to_result(item.id)], elapsed_s=result.seconds)
         seconds.append(result.seconds)
         if result.peak_device_mib is not None:
             peaks.append(result.peak_device_mib)

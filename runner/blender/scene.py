@@ -2,8 +2,9 @@
 
 The ``compute`` stage renders it (no .blend file to ship: Blender's factory scene plus
 this script); ``make_blend`` saves it as a tiny .blend for the tests, the bench and the
-example manifest (``python -m runner.blender.scene data/blender/shot01.blend``). The cube turns with the frame, so every frame is a different image,
-and the world is lit so no frame is one flat colour.
+example manifest (``python -m runner.blender.scene data/blender/shot01.blend``). The
+cube turns with the frame, so every frame is a different image, and the world is lit so
+no frame is one flat colour.
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ def render_setup(ctx: StageContext, stage: str, kind: Optional[str] = None) -> R
     chosen = kind or ctx.facts.get("device", {}).get("cycles_device") or "CPU"
     res = tuple(cfg.resolution) if cfg.resolution else None
     return RenderSetup(executable=_exe(ctx, stage), kind=str(chosen),
-                       addons=tuple(cfg.addons), resolution=res,  # type: ignore[arg-type]
+                       addons=tuple(cfg.addons), resolution=res,
                        samples=cfg.samples, autoexec=bool(getattr(cfg, "autoexec", False)),
                        timeout_s=float(cfg.frame_timeout_s),
                        allow_uniform=bool(cfg.allow_uniform_frames))

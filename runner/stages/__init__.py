@@ -116,6 +116,25 @@ STAGE_TABLE: Tuple[StageDef, ...] = (
 
 STAGES_BY_NAME: Dict[str, StageDef] = {s.name: s for s in STAGE_TABLE}
 
+# Stages a preparation proves its own way (docs/blender.md): same names, same order and
+# dependencies, another function. A stage not listed keeps the table's target.
+PREPARATION_TARGETS: Dict[str, Dict[str, str]] = {
+    "blender": {
+        "environment": "runner.blender.stages:environment",
+        "torch": "runner.blender.stages:torch_not_used",
+        "device": "runner.blender.stages:device",
+        "compute": "runner.blender.stages:compute",
+        "extensions": "runner.blender.stages:extensions_not_used",
+        "memory": "runner.blender.stages:memory",
+    },
+}
+
+
+def stage_target(stage: StageDef, spec: Any) -> str:
+    """The function that runs ``stage`` for this spec's preparation."""
+    preparation = getattr(spec, "preparation", None)
+    return PREPARATION_TARGETS.get(str(preparation), {}).get(stage.name, stage.target)
+
 
 def stage_timeout(stage: StageDef, spec: RunSpec) -> float:
     """The stage's timeout in seconds: the spec's override, else the table's default."""
@@ -127,5 +146,5 @@ def stage_timeout(stage: StageDef, spec: RunSpec) -> float:
 
 __all__ = [
     "Facts", "Emit", "StageFailure", "StageSkipped", "StageContext", "StageDef",
-    "STAGE_TABLE", "STAGES_BY_NAME", "stage_timeout",
+    "STAGE_TABLE", "STAGES_BY_NAME", "stage_timeout", "stage_target",
 ]

@@ -184,6 +184,8 @@ def _head(path: Optional[str], chars: int) -> Optional[str]:
             data = fh.read(chars * 4 + 4)
     except OSError as exc:
         return f"(unreadable: {exc.strerror or exc})"
+    if b"\x00" in data:  # a .blend, an image: its bytes mean nothing to a reader
+        return f"(binary file {os.path.basename(path)}, {os.path.getsize(path)} bytes)"
     return data.decode("utf-8", errors="replace")[:chars]
 
 

@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from runner import events as ev
 from runner.files import write_json_atomic
 from runner.spec import RunSpec
-from runner.stages import STAGE_TABLE, StageContext, StageDef, stage_timeout
+from runner.stages import STAGE_TABLE, StageContext, StageDef, stage_target, stage_timeout
 from runner.watchdog import Worker, resolve_stage, run_stage_here, timed_out_result
 
 PASSED, FAILED, SOFT_SKIP, BLOCKED = "passed", "failed", "skipped", "blocked"
@@ -144,7 +144,7 @@ class Ladder:
     def _run_one(self, stage: StageDef) -> None:
         reason = self._blocked_reason(stage)
         if reason is None:
-            exists, module = resolve_stage(stage.target)
+            exists, module = resolve_stage(stage_target(stage, self.spec))
             if not exists:
                 reason = "not implemented yet"
         if reason is not None:

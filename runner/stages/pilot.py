@@ -148,7 +148,11 @@ def pilot(ctx: StageContext) -> Dict[str, Any]:
             facts["note"] = f"nothing to do: all {len(done)} items were already done"
             return facts
         recorder = Recorder(ctx, ledger, items, done)
-        if spec.task.kind == "train":
+        if spec.preparation == "blender":
+            from runner.blender.stages import render_pilot
+
+            facts.update(render_pilot(ctx, remaining, recorder))
+        elif spec.task.kind == "train":
             from runner.workloads.train import train_pilot
 
             facts.update(train_pilot(ctx, remaining, recorder))
