@@ -12,7 +12,7 @@ import fnmatch
 import os
 import stat
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Any, Dict, List
 
 from runner.errors import RunnerError
 from runner.spec import RunSpec
@@ -42,7 +42,7 @@ def list_inputs(spec: RunSpec) -> List[Item]:
     ignored. Two files with the same id (``a.txt`` and ``a.json``) are an error naming both,
     because the balance is keyed by id and would otherwise count one of them twice.
     """
-    frames = getattr(spec.inputs, "frames", None)
+    frames = spec.inputs.frames
     if frames is not None:
         return list_frames(spec.inputs.dir, spec.inputs.pattern or "*", frames)
     return list_dir(spec.inputs.dir, spec.inputs.pattern or "*")

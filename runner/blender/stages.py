@@ -141,7 +141,7 @@ def render_setup(ctx: StageContext, stage: str, kind: Optional[str] = None) -> R
     """How this run renders: the device stage's choice and the manifest's settings."""
     cfg = ctx.spec.blender
     chosen = kind or ctx.facts.get("device", {}).get("cycles_device") or "CPU"
-    res = tuple(cfg.resolution) if cfg.resolution else None
+    res = (int(cfg.resolution[0]), int(cfg.resolution[1])) if cfg.resolution else None
     return RenderSetup(executable=_exe(ctx, stage), kind=str(chosen),
                        addons=tuple(cfg.addons), resolution=res,
                        samples=cfg.samples, autoexec=bool(getattr(cfg, "autoexec", False)),
