@@ -130,8 +130,8 @@ def check_volume(volume_run: dict[str, Any], stages: list[dict[str, Any]],
     return {"actual_s": round(actual, 3), "forecast_low_s": low, "forecast_high_s": high,
             "error_pct": None if error is None else round(error, 1),
             "within_range": low <= actual <= high,
-            "formula": f"({round(actual)} s actual − {round(low)} s p50 forecast) ÷ "
-                       f"{round(low)} s = {error:+.1f}%" if error is not None else ""}
+            "formula": f"({actual:.3g} s actual − {low:.3g} s p50 forecast) ÷ "
+                       f"{low:.3g} s = {error:+.1f}%" if error is not None else ""}
 
 
 def work_seconds(stages: list[dict[str, Any]]) -> float | None:

@@ -13,7 +13,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,12 +30,13 @@ from bot.manifest.load import LoadedManifest, load_manifest
 from bot.messages import views
 from bot.messages.cards import cards_message
 from bot.messages.forecast_view import forecast_message
-from bot.messages.model import Message, Notifier
+from bot.messages.model import Attachment, Message, Notifier
 from bot.pilot.cards import CARD_STAGES, healthy_cards
 from bot.pilot.decisions import end_state
 from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec, runs_dir_for
 from bot.pilot.verdict import judge
+from bot.reporting import ReportFiles
 from bot.settings import Settings
 from bot.store import Store
 from runner.events import (
@@ -366,6 +367,7 @@ class PilotService:
                                  verdict=verdict, balance=balance, evidence=evidence,
                                  environment=environment, forecast=self._forecast(run, stages),
                                  finished_at=_now(), exit_code=finished.data.get("exit_code")):
+            self.write_report(run_id)
             self._publish_outcome(run_id)
             self._progress.pop(run_id, None)
 
@@ -381,6 +383,19 @@ class PilotService:
             return forecast_for(run, stages, self.store.events_of_type(run["id"], ITEM_DONE))
         except Exception:  # a forecast must never cost the run its verdict
             log.exception("forecast of run %s failed", run["id"])
+            return None
+
+    def write_report(self, run_id: str, *, strict: bool = False) -> ReportFiles | None:
+        """(Re)write the run's report.html and picture; a failure is logged, never fatal
+        to the run (``strict`` raises it instead, for `preflight report`)."""
+        from bot.reporting import write_report
+
+        try:
+            return write_report(self.store, run_id)
+        except Exception:
+            if strict:
+                raise
+            log.exception("writing the report of run %s failed", run_id)
             return None
 
     def _runner_died(self, run_id: str) -> None:
@@ -446,6 +461,7 @@ class PilotService:
                 "override_of": "; ".join(override_needs(run)) if is_override else None}
         if refusal is not None:
             self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
+            self.write_report(run["id"])  # the report lists refused attempts too
             raise DecisionRefused(refusal)
         # Under the run's lock: the outcome (with the buttons) is always published before the
         # decision replaces it, even when a click races the follower that finished the run.
@@ -460,6 +476,7 @@ class PilotService:
                 raise DecisionRefused(refusal)
             self._publish(views.decision_message(self.store.get_run(run["id"]),
                                                  self.store.decisions(run["id"])))
+        self.write_report(run["id"])
         if decision == "approve":
             record["volume_run"] = self._launch_volume(run["id"])
             if record["volume_run"]:  # the decision message names the volume it launched
@@ -512,7 +529,7 @@ class PilotService:
             out.append(views.first_error_message(run))
         if run["status"] in ("awaiting_decision", "decided", "finished", "stopped"):
             out += [views.first_error_message(run), views.balance_message(run, _csv(run)),
-                    views.evidence_message(run), views.verdict_message(run),
+                    views.evidence_message(run), with_report(views.verdict_message(run), run),
                     forecast_message(run),
                     views.decision_message({**run, "volume_run": self.store.volume_of(run_id)},
                                            self.store.decisions(run_id))]
@@ -585,6 +602,15 @@ class _Contact:
 
     def back(self) -> None:
         self.since = None
+
+
+def with_report(message: Message, run: dict[str, Any]) -> Message:
+    """The verdict with the report and its picture attached (uploaded to the thread)."""
+    from bot.reporting import PICTURE, REPORT
+
+    files = [Attachment(str(Path(run["run_dir"]) / name), name) for name in (REPORT, PICTURE)
+             if (Path(run["run_dir"]) / name).is_file()]
+    return replace(message, blocks=message.blocks + tuple(files)) if files else message
 
 
 def new_run_id(name: str, attempt: int, kind: str = "pilot") -> str:

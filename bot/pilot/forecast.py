@@ -245,8 +245,8 @@ def _card_hours(inp: ForecastInputs, low_s: float, high_s: float, cards_used: in
     used_low, used_high = low_s * cards_used / 3600, high_s * cards_used / 3600
     share_low, share_high = used_low / rented_h, used_high / rented_h
     figures.append(Figure("share", "Share of the rented card-hours",
-                          f"{share_low:.1%} – {share_high:.1%}",
-                          f"{used_low:,.2f} – {used_high:,.2f} card-h "
+                          f"{percent(share_low)} – {percent(share_high)}",
+                          f"{hours(used_low)} – {hours(used_high)} card-h "
                           f"({plural(cards_used, 'card')} × wall time) ÷ {rented_h:,} card-h "
                           f"rented ({plural(inp.rented_cards, 'card')} × "
                           f"{plural(inp.days, 'day')} × 24 h)"))
@@ -255,7 +255,7 @@ def _card_hours(inp: ForecastInputs, low_s: float, high_s: float, cards_used: in
     cost_high = card_cost(high_s, cards_used, inp.lot_price_usd_per_day, inp.cards_per_lot)
     figures.append(Figure("cost", "Worth of the card-hours used",
                           f"{cost_low} – {cost_high} USD",
-                          f"{used_low:,.2f} – {used_high:,.2f} card-h × "
+                          f"{hours(used_low)} – {hours(used_high)} card-h × "
                           f"{per_card_hour.quantize(Decimal('0.0001'), ROUND_HALF_UP)} USD per "
                           f"card-hour ({inp.lot_price_usd_per_day} USD per lot-day ÷ "
                           f"{plural(inp.cards_per_lot, 'card')} ÷ 24 h); the lease is paid "
@@ -265,7 +265,7 @@ def _card_hours(inp: ForecastInputs, low_s: float, high_s: float, cards_used: in
                    cost_high_usd=str(cost_high))
     if share_high < LOW_SHARE:
         notes.append(f"the volume uses under {LOW_SHARE:.0%} of the rented card-hours "
-                     f"({share_high:.1%} at the high estimate): the lease may be larger than "
+                     f"({percent(share_high)} at the high estimate): the lease may be larger than "
                      "this job needs")
 
 
@@ -309,6 +309,15 @@ def duration(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600} h {s % 3600 // 60} min {s % 60} s"
     return f"{s // 86400} d {s % 86400 // 3600} h {s % 3600 // 60} min"
+
+
+def percent(share: float) -> str:
+    """A share as a percentage, with two significant digits when under 0.1 %."""
+    return f"{share:.1%}" if share >= 0.001 or share == 0 else f"{share * 100:.2g}%"
+
+
+def hours(value: float) -> str:
+    return f"{value:,.2f}" if value >= 0.01 or value == 0 else f"{value:.2g}"
 
 
 def secs(value: float) -> str:

@@ -37,6 +37,20 @@ def test_a_volume_past_the_lease_in_the_terminal(tmp_path: Path) -> None:
     assert "after the lease" in shown["decisions"][1]["override_of"]
     volume_id = next(r["id"] for r in json.loads(preflight(root, "runs", "--json").stdout)
                      if r["kind"] == "volume")
-    check = json.loads(preflight(root, "show", volume_id, "--json").stdout)["forecast"]
+    volume = json.loads(preflight(root, "show", volume_id, "--json").stdout)
+    check = volume["forecast"]
     assert check["actual_s"] > 0 and check["forecast_low_s"] == fc["low_s"]
     assert "Forecast against the actual" in ok.stdout
+    # `preflight report` rewrites the report (now with both decisions) and prints its path
+    written = preflight(root, "report", run_id[:22])
+    assert written.returncode == 0, written.stderr
+    path = Path(written.stdout.splitlines()[0])
+    assert path == Path(shown["run_dir"]) / "report.html"
+    text = path.read_text(encoding="utf-8")
+    assert "REFUSED" in text and "lease extended" in text and "<svg" in text
+    evidence = Path(shown["evidence"]["dest"])
+    assert (evidence / "report.html").read_text(encoding="utf-8") == text
+    assert preflight(root, "verify", str(evidence)).returncode == 0
+    volume_report = Path(volume["run_dir"]) / "report.html"
+    assert "Forecast against the actual" in volume_report.read_text(encoding="utf-8")
+    assert preflight(root, "report", "no-such-run").returncode == 2

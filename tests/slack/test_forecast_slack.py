@@ -18,6 +18,15 @@ def test_a_volume_past_the_lease_needs_an_override_from_the_modal(
     text = make_project(tmp_path, volume=20, refused=(), lease_starts_at="2020-01-01T00:00:00Z")
     ts, run = finished_pilot(h, emulator, text)
     assert run["forecast"]["fits"] is False
+    # the report and the picture go to the thread with the verdict (files_upload_v2)
+    emulator.wait_for(lambda: len([f for f in emulator.files.values()
+                                   if f.get("thread_ts") == ts]) == 2)
+    uploaded = {f["name"]: f for f in emulator.files.values() if f.get("thread_ts") == ts}
+    assert set(uploaded) == {"report.html", "report-summary.png"}
+    assert all(f["channel"] == CHANNEL for f in uploaded.values())
+    assert b"Forecast of the volume" in uploaded["report.html"]["content"]
+    assert [c.method for c in emulator.calls if c.method.startswith("files.")].count(
+        "files.completeUploadExternal") == 2
     ref = h.store.message_ref(run["id"], "forecast", "slack")["ref"]
     shown = str(emulator.messages[(CHANNEL, ref)].blocks)
     assert "20 items × 0.5 s p50 ÷ 1 worker = 10 s" in shown and "AFTER the lease" in shown
@@ -38,3 +47,6 @@ def test_a_volume_past_the_lease_needs_an_override_from_the_modal(
     assert accepted[0]["override"] == 1 and "after the lease" in accepted[0]["override_of"]
     ref = h.store.message_ref(run["id"], "decision", "slack")["ref"]
     assert "override: the volume" in str(emulator.messages[(CHANNEL, ref)].blocks)
+    emulator.wait_for(lambda: [r for r in h.store.list_runs() if r["kind"] == "volume"])
+    volume = next(r for r in h.store.list_runs() if r["kind"] == "volume")
+    assert h.settle(volume["id"])["forecast"]["forecast_low_s"] == 10.0

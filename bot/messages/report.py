@@ -1,0 +1,316 @@
+"""``report.html``: one self-contained page that tells a run's story, worth forwarding.
+
+``render_report(ReportData) -> str`` is pure: the data comes from the store and the run
+directory (``bot/reporting.py`` gathers and writes it). The page has no external asset
+(inline CSS, inline SVG plots from ``bot.messages.plots``), opens offline and prints.
+Each section carries an ``id`` (plan, forecast, stages, devices, compute, memory, balance,
+decisions, checksums, and resume for a training pilot) so tests and readers can find it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from html import escape
+from typing import Any
+
+from bot.messages import plots
+from bot.messages.forecast_view import fit_line
+from bot.pilot.cards import healthy_cards
+from bot.pilot.forecast import duration
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#212121;
+max-width:60rem;margin:1.5rem auto;padding:0 1rem}
+h1{font-size:1.5rem;margin:.2rem 0}h2{font-size:1.1rem;border-bottom:1px solid #ddd;
+padding-bottom:.2rem;margin-top:1.8rem}
+table{border-collapse:collapse;width:100%;margin:.4rem 0;font-size:13px}
+th,td{border:1px solid #e0e0e0;padding:.25rem .45rem;text-align:left;vertical-align:top}
+th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ok{color:#2e7d32;font-weight:600}.bad{color:#c62828;font-weight:600}.muted{color:#757575}
+.badge{display:inline-block;padding:.1rem .5rem;border-radius:.3rem;color:#fff;font-weight:600}
+.badge.ok{background:#2e7d32;color:#fff}.badge.bad{background:#c62828;color:#fff}
+.formula{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;color:#424242}
+.grid{display:grid;grid-template-columns:1fr 1fr;gap:1rem}
+code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+svg{max-width:100%;height:auto}
+.note{background:#fff8e1;border-left:3px solid #ffb300;padding:.3rem .6rem;margin:.3rem 0}
+@media print{body{margin:0;max-width:none;font-size:11px}section{break-inside:avoid}
+a{color:inherit;text-decoration:none}}
+"""
+
+
+@dataclass(frozen=True)
+class ReportData:
+    run: dict[str, Any]
+    stages: list[dict[str, Any]]
+    decisions: list[dict[str, Any]]
+    generated_at: str
+    item_times: list[float] = field(default_factory=list)         # s since the run started
+    item_points: list[tuple[float, float]] = field(default_factory=list)  # (bytes, s)
+    checksums: list[tuple[str, str]] = field(default_factory=list)  # (sha256, path)
+    checksums_from: str = ""
+    parent_forecast: dict[str, Any] | None = None
+
+
+def render_report(data: ReportData) -> str:
+    run = data.run
+    sections = [_header(data), _plan(run), _forecast(data), _stages(data), _devices(data),
+                _compute(data), _memory(data), _balance(run), _resume(data),
+                _decisions(data), _checksums(data)]
+    title = f"Preflight report — {run['name']} ({run['id']})"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+            + "".join(s for s in sections if s) + "</body></html>\n")
+
+
+def _section(sid: str, title: str, body: str) -> str:
+    return f'<section id="{sid}"><h2>{escape(title)}</h2>{body}</section>'
+
+
+def _table(columns: tuple[str, ...], rows: list[tuple[Any, ...]], num: tuple[int, ...] = ()
+           ) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(
+        f'<td class="num">{escape(_text(v))}</td>' if i in num else f"<td>{escape(_text(v))}</td>"
+        for i, v in enumerate(row)) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_text(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_text(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _header(data: ReportData) -> str:
+    run = data.run
+    verdict = run.get("verdict") or {}
+    passed = bool(verdict.get("passed"))
+    badge = (f'<span class="badge {"ok" if passed else "bad"}">'
+             f'{"PASSED" if passed else "FAILED"}</span>' if verdict else
+             f'<span class="badge bad">{escape(str(run.get("status")))}</span>')
+    kind = "Volume run" if run.get("kind") == "volume" else "Pilot"
+    checks = "".join(f'<li class="{"ok" if c.get("ok") else "bad"}">'
+                     f'{"✓" if c.get("ok") else "✗"} {escape(str(c.get("text")))}</li>'
+                     for c in verdict.get("checks") or [])
+    err = run.get("first_error") or {}
+    first = (f'<p class="bad">First error at stage <b>{escape(str(err.get("stage")))}</b>: '
+             f'{escape(str(err.get("type") or ""))}: {escape(str(err.get("message") or ""))}'
+             f'</p>' if err else "")
+    meta = (f'<p class="muted">run <code>{escape(run["id"])}</code> · attempt '
+            f'{run.get("attempt")} · submitted by {escape(str(run.get("submitter")))} · '
+            f'status {escape(str(run.get("status")))} · report written {escape(data.generated_at)}'
+            f'</p>')
+    return (f'<header id="verdict"><h1>{kind} {escape(run["name"])} {badge}</h1>{meta}'
+            f"<ul>{checks}</ul>{first}</header>")
+
+
+def _plan(run: dict[str, Any]) -> str:
+    plan = run.get("plan") or {}
+    rows = [("GPU", plan.get("gpu")), ("Lots", f"{plan.get('lots')} × {plan.get('cards_per_lot')}"
+             f" card(s) = {plan.get('total_cards')} cards"), ("Days", plan.get("days")),
+            ("Price per lot per day", f"{plan.get('lot_price_usd_per_day')} USD"),
+            ("Total", f"{plan.get('total_usd')} USD"),
+            ("Backend / preparation", f"{plan.get('backend')} / {plan.get('preparation')}"),
+            ("Lease", f"{plan.get('starts_at') or 'start not set'} → "
+                      f"{plan.get('ends_at') or '?'}")]
+    body = _table(("item", "value"), rows)
+    body += f'<p class="formula">{escape(str(plan.get("formula")))}</p>'
+    body += "".join(f'<p class="muted">{escape(str(n))}</p>' for n in plan.get("notes") or [])
+    return _section("plan", "Plan", body)
+
+
+def _forecast(data: ReportData) -> str:
+    fc = data.run.get("forecast")
+    if not fc:
+        return _section("forecast", "Forecast of the volume",
+                        '<p class="muted">No volume section: nothing to forecast.</p>')
+    if "actual_s" in fc:
+        error = fc.get("error_pct")
+        rows = [("Actual wall time", duration(float(fc["actual_s"]))),
+                ("Forecast (p50 – p90)", f"{duration(float(fc['forecast_low_s']))} – "
+                                         f"{duration(float(fc['forecast_high_s']))}"),
+                ("Error against the p50", "—" if error is None else f"{error:+.1f}%"),
+                ("Within the range", "yes" if fc.get("within_range") else "no")]
+        return _section("forecast", "Forecast against the actual",
+                        _table(("figure", "value"), rows)
+                        + f'<p class="formula">{escape(str(fc.get("formula") or ""))}</p>')
+    if not fc.get("possible"):
+        return _section("forecast", "Forecast of the volume",
+                        f'<p class="note">No forecast: {escape(str(fc.get("reason")))}</p>')
+    fits = fc.get("fits")
+    cls = "ok" if fits else "bad" if fits is False else ""
+    body = f'<p class="{cls}">{escape(fit_line(fc))}</p>'
+    body += _table(("figure", "value", "formula"),
+                   [(f["label"], f["value"], f["formula"]) for f in fc.get("figures") or []])
+    body += "".join(f'<p class="note">{escape(str(n))}</p>' for n in fc.get("notes") or [])
+    if data.item_points and any(b for b, _ in data.item_points):
+        body += plots.time_against_size(data.item_points, fc.get("fit"))
+    return _section("forecast", "Forecast of the volume", body)
+
+
+def stage_bars(stages: list[dict[str, Any]]) -> list[tuple[str, float, float, str]]:
+    """(name, start s, duration s, state) of each stage that started, from the first start."""
+    timed = [(s, parse_time(s.get("started_at")), parse_time(s.get("ended_at"))) for s in stages]
+    starts = [b for _, b, _ in timed if b is not None]
+    if not starts:
+        return []
+    zero = min(starts)
+    return [(str(s["stage"]), (b - zero).total_seconds(),
+             ((e or b) - b).total_seconds(), str(s.get("state")))
+            for s, b, e in timed if b is not None]
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _stages(data: ReportData) -> str:
+    bars = stage_bars(data.stages)
+    rows = []
+    for s in data.stages:
+        b, e = parse_time(s.get("started_at")), parse_time(s.get("ended_at"))
+        length = f"{(e - b).total_seconds():.3f}" if b and e else ""
+        detail = (s.get("error") or {}).get("message") if s.get("error") else s.get("reason")
+        rows.append((s["stage"], s.get("state"), length, detail or ""))
+    body = plots.stage_timeline(bars) if bars else ""
+    body += _table(("stage", "state", "seconds", "error / reason"), rows, num=(2,))
+    if data.item_times:
+        body += plots.throughput(data.item_times)
+    return _section("stages", "Stages", body)
+
+
+def _facts(data: ReportData, stage: str) -> dict[str, Any]:
+    for s in data.stages:
+        if s.get("stage") == stage:
+            return dict(s.get("facts") or {})
+    return {}
+
+
+def _devices(data: ReportData) -> str:
+    facts = _facts(data, "device")
+    cards = [c for c in facts.get("devices") or [] if isinstance(c, dict)]
+    if cards:
+        keys = tuple(dict.fromkeys(k for c in cards for k in c))
+        body = _table(keys, [tuple(c.get(k) for k in keys) for c in cards])
+    elif facts:
+        body = _table(("fact", "value"), [(k, v) for k, v in facts.items()])
+    else:
+        body = '<p class="muted">The device stage recorded nothing.</p>'
+    healthy = healthy_cards(data.stages)
+    if healthy is not None:
+        body += f"<p>Healthy cards: <b>{escape(_text(healthy))}</b></p>"
+    return _section("devices", "Devices", body)
+
+
+def _compute(data: ReportData) -> str:
+    facts = _facts(data, "compute")
+    pairs = [(name, float(facts[f"{key}_tflops"]), _num(facts.get(f"{key}_peak_tflops")))
+             for key, name in (("bf16", "bf16"), ("fp32", "fp32"))
+             if _num(facts.get(f"{key}_tflops")) is not None]
+    body = plots.bars_against("Measured TFLOPS against the card's peak", pairs, "TFLOPS") \
+        if pairs else ""
+    scalar = [(k, v) for k, v in facts.items() if not isinstance(v, (list, dict))]
+    body += _table(("fact", "value"), scalar) if scalar else \
+        '<p class="muted">No compute figures (the stage did not run or measured nothing).</p>'
+    for key, value in facts.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            cols = tuple(dict.fromkeys(k for v in value for k in v))
+            body += f"<p><b>{escape(key)}</b></p>" + _table(cols, [tuple(v.get(c) for c in cols)
+                                                                    for v in value])
+    return _section("compute", "Compute against the peak", body)
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def _memory(data: ReportData) -> str:
+    facts = _facts(data, "memory")
+    card = _num((data.run.get("plan") or {}).get("memory_per_card_gib"))
+    pairs = [(k.replace("_gib", ""), float(facts[k]), card) for k in
+             ("peak_allocated_gib", "peak_reserved_gib", "peak_rss_gib")
+             if _num(facts.get(k)) is not None]
+    body = plots.bars_against("Peak memory against the card", pairs, "GiB") if pairs else ""
+    scalar = [(k, v) for k, v in facts.items() if not isinstance(v, (list, dict))]
+    body += _table(("fact", "value"), scalar) if scalar else \
+        '<p class="muted">No memory figures (the stage did not run or was skipped).</p>'
+    if card is None:
+        body += '<p class="muted">No card memory in the catalog (a CPU run).</p>'
+    return _section("memory", "Memory against the card", body)
+
+
+def _balance(run: dict[str, Any]) -> str:
+    bal = run.get("balance")
+    if not bal:
+        return _section("balance", "Balance", '<p class="bad">No balance was produced.</p>')
+    ok = bool(bal.get("ok"))
+    accepted, refused = int(bal.get("accepted") or 0), int(bal.get("refused") or 0)
+    body = (f'<p class="{"ok" if ok else "bad"}">{accepted} accepted + {refused} refused = '
+            f'{accepted + refused} of {bal.get("total")} expected: '
+            f'{"holds" if ok else "FAILS"}</p>')
+    by_cat = bal.get("by_category") or {}
+    if by_cat:
+        body += _table(("category", "items"), sorted(by_cat.items()), num=(1,))
+    problems = bal.get("problems") or []
+    if problems:
+        body += f'<p class="bad">{len(problems)} problem(s)</p>' + _table(
+            ("problem", "id", "detail"),
+            [(p.get("kind"), p.get("id"), p.get("detail")) for p in problems])
+    sample = [s for s in bal.get("sample") or [] if s.get("id")]
+    if sample:
+        body += "<p><b>Sample review</b>: each result beside the beginning of its input</p>"
+        body += _table(("id", "result", "input begins"),
+                       [(s.get("id"), s.get("category") or s.get("reason"),
+                         s.get("input_head") or s.get("excerpt") or "") for s in sample])
+    return _section("balance", "Balance", body)
+
+
+def _resume(data: ReportData) -> str:
+    facts = _facts(data, "pilot")
+    a, b, c = (facts.get(k) for k in ("losses_a", "losses_b", "losses_c"))
+    if not (isinstance(a, list) and isinstance(b, list)):
+        return ""
+    c = c if isinstance(c, list) else []
+    same = facts.get("bit_identical")
+    verdict = ("C continues A bit for bit" if same else
+               "C differs from A" if same is False else "C was not run")
+    body = (f'<p class="{"ok" if same else "bad"}">{escape(verdict)}</p>'
+            + plots.resume_losses([float(x) for x in a], [float(x) for x in b],
+                                  [float(x) for x in c]))
+    return _section("resume", "Training: the resume comparison", body)
+
+
+def _decisions(data: ReportData) -> str:
+    if not data.decisions:
+        return _section("decisions", "Decisions",
+                        '<p class="muted">No decision yet.</p>')
+    rows = [(d.get("at"), d.get("decision"), d.get("by"),
+             "recorded" if d.get("accepted") else "REFUSED",
+             d.get("reason"), d.get("override_of") or ("yes" if d.get("override") else ""),
+             d.get("refusal") or "", d.get("source")) for d in data.decisions]
+    return _section("decisions", "Decisions (including refused attempts)",
+                    _table(("when", "decision", "by", "result", "reason", "override of",
+                            "refusal", "from"), rows))
+
+
+def _checksums(data: ReportData) -> str:
+    if not data.checksums:
+        return _section("checksums", "Checksums",
+                        f'<p class="muted">{escape(data.checksums_from or "No checksums.")}</p>')
+    return _section("checksums", "Checksums (SHA-256)",
+                    f'<p class="muted">{escape(data.checksums_from)}</p>'
+                    + _table(("sha256", "file"), [(h, p) for h, p in data.checksums]))
