@@ -36,6 +36,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from bot.errors import PreflightError
 from bot.messages.model import Fields, Heading, Message, Text
 from bot.pilot import leases as lease_rules
+from bot.pilot.states import S
 from bot.service import PilotService
 from bot.settings import Settings
 
@@ -95,7 +96,7 @@ def watch_runs(service: PilotService, now: datetime) -> list[Message]:
     """One watch pass: pump each active run, alert a stall once, announce a return once."""
     store = service.store
     sent: list[Message] = []
-    for run in store.list_runs(status="dispatching"):
+    for run in store.list_runs(status=S.DISPATCHING):
         try:  # a start its bot never finished: running if the runner started, else failed
             service.reap(run["id"], now=now)
         except PreflightError as exc:
@@ -119,7 +120,7 @@ def watch_runs(service: PilotService, now: datetime) -> list[Message]:
 
 def _watch_one(service: PilotService, run_id: str, now: datetime) -> Message | None:
     store = service.store
-    if store.get_run(run_id)["status"] == "running":
+    if store.get_run(run_id)["status"] == S.RUNNING:
         service.reap(run_id)  # pumps; closes the run if its runner ended unseen
     run = store.get_run(run_id)
     stamp = _iso(now)
@@ -132,7 +133,7 @@ def _watch_one(service: PilotService, run_id: str, now: datetime) -> Message | N
         if seen > alerted and store.mark_recovered(run_id, stamp):
             return recovered_message(run, quiet_since=state["alerted_at"])
         return None
-    if run["status"] != "running":
+    if run["status"] != S.RUNNING:
         return None
     stall_after = timedelta(seconds=_stall_after(run))
     if quiet >= stall_after and store.mark_stalled(run_id, stamp):
@@ -192,7 +193,7 @@ def check_leases(service: PilotService, now: datetime) -> list[Message]:
             runs = store.runs_on_node(host, port, since=lease.get("created_at"))
             pending = lease_rules.unsecured(runs)
             if action.kind == "end":
-                if not store.change_lease(action.lease_id, lease["state"], "ended",
+                if not store.change_lease(action.lease_id, lease["state"], lease_rules.ENDED,
                                           lease_rules.SYSTEM, note="lease expired"):
                     continue
             if not store.claim_reminder(action.key, f"lease-{action.kind}", action.node,

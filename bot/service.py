@@ -35,6 +35,7 @@ from bot.pilot.cards import CARD_STAGES, healthy_cards
 from bot.pilot.decisions import end_state
 from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec, runs_dir_for
+from bot.pilot.states import ENDED, RESUMABLE, S
 from bot.pilot.verdict import judge
 from bot.reporting import ReportFiles
 from bot.settings import Settings
@@ -51,7 +52,6 @@ from runner.events import (
 
 log = logging.getLogger(__name__)
 
-DECISIONS = ("approve", "fix-env", "revise")
 DISPATCH_GRACE_S = 120  # a start that takes longer than this was interrupted
 LeaseGuard = Callable[[dict[str, Any]], None]
 
@@ -148,44 +148,42 @@ class PilotService:
         handle = self._handle(run, resume=resume)
         # "dispatching" until the runner's pid is known: the watch and `preflight runs` only
         # look at "running" runs, so nobody takes a runner being started for a dead one.
-        from_states = (("running", "awaiting_decision", "finished", "stopped", "dispatching",
-                        "dispatch_failed")
-                       if resume else ("planned",))
+        from_states = RESUMABLE if resume else {S.PLANNED}
         # A resumed run is judged on what the new runner reports: the earlier attempt's
         # run.finished, balance and first error no longer count (its events stay recorded).
         fresh = {"resume_seq": int(run["last_seq"]), "first_error": None, "outcome": None,
                  "verdict": None, "stop": None} if resume else {}
-        if not self.store.transition(run_id, from_states, "dispatching",
+        if not self.store.transition(run_id, from_states, S.DISPATCHING,
                                      started_at=_now(), finished_at=None, **fresh):
             raise DispatchError(f"run {run_id} is {run['status']}: it cannot be started again; "
                                 "submit the manifest again for a new attempt")
         try:
             pid = dispatcher.start(handle)
         except PreflightError as exc:
-            self.store.update_run(run_id, status="dispatch_failed",
+            self.store.transition(run_id, (S.DISPATCHING,), S.DISPATCH_FAILED,
                                   first_error={"stage": "dispatch", "type": type(exc).__name__,
                                                "message": str(exc)})
             self._publish_outcome(run_id)
             raise
-        self.store.transition(run_id, ("dispatching",), "running", pid=pid)
+        self.store.transition(run_id, (S.DISPATCHING,), S.RUNNING, pid=pid)
         self._publish_status(run_id)
 
     def resume(self, run_id: str) -> None:
         """Start a stopped run again from its ledger, or a run never started (a dispatch
         refused because the node's lease was not provisioned yet) for the first time."""
         run = self.store.get_run(run_id)
-        if run["status"] == "planned":
+        if run["status"] == S.PLANNED:
             self.start(run_id)
             return
-        if run["status"] == "dispatching":
+        if run["status"] == S.DISPATCHING:
             self.reap(run_id)  # settles a start interrupted more than DISPATCH_GRACE_S ago
             run = self.store.get_run(run_id)
-            if run["status"] == "dispatching":
+            if run["status"] == S.DISPATCHING:
                 raise DispatchError(f"run {run_id} is being started; if the bot that started "
                                     f"it stopped, try again in {DISPATCH_GRACE_S} s")
-        if run["status"] == "decided":
+        if run["status"] == S.DECIDED:
             raise DispatchError(f"run {run_id} is decided; submit the manifest again instead")
-        if run["status"] == "running" and self._dispatcher(run).is_alive(self._handle(run)):
+        if run["status"] == S.RUNNING and self._dispatcher(run).is_alive(self._handle(run)):
             raise DispatchError(f"run {run_id} is still running; nothing to resume")
         self.start(run_id, resume=True)
 
@@ -202,11 +200,11 @@ class PilotService:
         if not reason:
             raise DecisionRefused("a reason is required to stop a run")
         stop = {"by": by, "reason": reason, "at": _now()}
-        if not self.store.transition(run["id"], ("running",), "running", stop=stop):
+        if not self.store.transition(run["id"], (S.RUNNING,), S.RUNNING, stop=stop):
             current = self.store.get_run(run["id"])["status"]
             raise DispatchError(f"run {run['id']} is {current}: only a running run can be "
                                 "stopped" + (" (it is starting; try again in a moment)"
-                                             if current == "dispatching" else ""))
+                                             if current == S.DISPATCHING else ""))
         self._dispatcher(run).stop(self._handle(self.store.get_run(run["id"])))
         return self.follow(run["id"], timeout=timeout) if wait else self.store.get_run(run["id"])
 
@@ -233,7 +231,7 @@ class PilotService:
                 continue
             contact.back()
             run = self.store.get_run(run_id)
-            if run["status"] != "running":
+            if run["status"] != S.RUNNING:
                 return run
             if not fresh and not self._dispatcher(run).is_alive(self._handle(run)):
                 if not self.pump(run_id):  # the last lines may have landed as it exited
@@ -266,7 +264,7 @@ class PilotService:
     def _ingest(self, run_id: str) -> list[Event]:
         """Read and record (nothing published) what the runner appended since last time."""
         run = self.store.get_run(run_id)
-        if run["status"] != "running":
+        if run["status"] != S.RUNNING:
             return []
         handle = self._handle(run)
         events, offset = self._dispatcher(run).read_events(handle, int(run["events_offset"]))
@@ -284,7 +282,7 @@ class PilotService:
                 log.warning("catching up with %s: %s", run_id, exc)
                 continue
             finished = self._since_resume(run_id, RUN_FINISHED)
-            if finished and self.store.get_run(run_id)["status"] == "running":
+            if finished and self.store.get_run(run_id)["status"] == S.RUNNING:
                 ended.append((finished[-1].ts, run_id))
         for _, run_id in sorted(ended):
             self._finish(run_id)
@@ -298,12 +296,12 @@ class PilotService:
         ``dispatch_failed`` (then `preflight resume` starts it again).
         """
         run = self.store.get_run(run_id)
-        if run["status"] == "dispatching":
+        if run["status"] == S.DISPATCHING:
             return self._settle_dispatch(run, now or datetime.now(timezone.utc))
-        if run["status"] != "running" or self.pump(run_id):
+        if run["status"] != S.RUNNING or self.pump(run_id):
             return False
         run = self.store.get_run(run_id)
-        if run["status"] != "running" or self._dispatcher(run).is_alive(self._handle(run)):
+        if run["status"] != S.RUNNING or self._dispatcher(run).is_alive(self._handle(run)):
             return False
         self._runner_died(run_id)
         return True
@@ -321,12 +319,12 @@ class PilotService:
         except PreflightError:
             started = False  # nothing on the node to follow
         if started:
-            self.store.transition(run["id"], ("dispatching",), "running")
+            self.store.transition(run["id"], (S.DISPATCHING,), S.RUNNING)
             return False
         error = {"stage": "dispatch", "type": "DispatchInterrupted",
                  "message": "the bot stopped while starting the runner, and no runner "
                             "started", "hint": f"`preflight resume {run['id']}` starts it"}
-        if not self.store.transition(run["id"], ("dispatching",), "dispatch_failed",
+        if not self.store.transition(run["id"], (S.DISPATCHING,), S.DISPATCH_FAILED,
                                      first_error=error):
             return False
         self._publish_outcome(run["id"])
@@ -336,7 +334,7 @@ class PilotService:
         # A Slack follower and the watch job may both see run.finished: one finishes it
         # (fetching results once); the other finds it no longer running.
         with self._run_lock(run_id):
-            if self.store.get_run(run_id)["status"] == "running":
+            if self.store.get_run(run_id)["status"] == S.RUNNING:
                 self._finish_locked(run_id)
 
     def _run_lock(self, run_id: str) -> threading.Lock:
@@ -363,7 +361,7 @@ class PilotService:
         environment = {s["stage"]: s["facts"] for s in stages if s.get("facts")}
         verdict = judge(run, stages, finished.data)
         outcome = "passed" if verdict["passed"] else "failed"
-        if self.store.transition(run_id, ("running",), end_state(run), outcome=outcome,
+        if self.store.transition(run_id, (S.RUNNING,), end_state(run), outcome=outcome,
                                  verdict=verdict, balance=balance, evidence=evidence,
                                  environment=environment, forecast=self._forecast(run, stages),
                                  finished_at=_now(), exit_code=finished.data.get("exit_code")):
@@ -409,7 +407,7 @@ class PilotService:
                  "hint": "look at runner.log in the run directory; `preflight resume RUN` "
                          "continues from the ledger"}
         verdict = {"passed": False, "checks": [{"ok": False, "text": error["message"]}]}
-        if self.store.transition(run_id, ("running",), end_state(run), outcome="failed",
+        if self.store.transition(run_id, (S.RUNNING,), end_state(run), outcome="failed",
                                  first_error=run.get("first_error") or error, verdict=verdict,
                                  finished_at=_now(), exit_code=code):
             self._publish_outcome(run_id)
@@ -451,7 +449,12 @@ class PilotService:
     # -- decide -------------------------------------------------------------------
     def decide(self, run_id: str, decision: str, reason: str, by: str, *,
                override: bool = False, source: str = "cli") -> dict[str, Any]:
-        from bot.pilot.decisions import already_decided, check_decision, override_needs
+        from bot.pilot.decisions import (
+            already_decided,
+            check_decision,
+            not_decidable,
+            override_needs,
+        )
 
         run = self._with_decision(self.store.find_run(run_id))
         reason = (reason or "").strip()
@@ -469,9 +472,7 @@ class PilotService:
             record = self.store.decide_run(run["id"], base)
             if record is None:  # another decision won the race
                 current = self._with_decision(self.store.get_run(run["id"]))
-                refusal = (already_decided(current) if current["status"] == "decided" else
-                           f"run {run['id']} is {current['status']}: it is not awaiting a "
-                           "decision")
+                refusal = not_decidable(current) or already_decided(current)
                 self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
                 raise DecisionRefused(refusal)
             self._publish(views.decision_message(self.store.get_run(run["id"]),
@@ -484,6 +485,14 @@ class PilotService:
                     {**self.store.get_run(run["id"]), "volume_run": record["volume_run"]},
                     self.store.decisions(run["id"])))
         return record
+
+    def decision_refusal(self, run_id: str, *,
+                         who: Callable[[str], str] = str) -> str | None:
+        """Why a decision cannot be taken on this run now (None: it can); ``who`` renders
+        the author of an earlier decision."""
+        from bot.pilot.decisions import not_decidable
+
+        return not_decidable(self._with_decision(self.store.find_run(run_id)), who=who)
 
     def _with_decision(self, run: dict[str, Any]) -> dict[str, Any]:
         """The run with its accepted decision and the volume run it launched, if any."""
@@ -525,9 +534,9 @@ class PilotService:
         run = self.store.get_run(run_id)
         out: list[Message | None] = [views.plan_message(run), self._status(run_id),
                                      cards_message(run, self.store.stages(run_id))]
-        if run["status"] == "dispatch_failed":
+        if run["status"] == S.DISPATCH_FAILED:
             out.append(views.first_error_message(run))
-        if run["status"] in ("awaiting_decision", "decided", "finished", "stopped"):
+        if run["status"] in ENDED:
             out += [views.first_error_message(run), views.balance_message(run, _csv(run)),
                     views.evidence_message(run), with_report(views.verdict_message(run), run),
                     forecast_message(run),

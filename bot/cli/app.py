@@ -25,6 +25,7 @@ from bot.console.render import to_rich
 from bot.errors import DecisionRefused, ManifestError, PreflightError
 from bot.messages.model import NullNotifier
 from bot.pilot.decisions import DECISIONS
+from bot.pilot.states import S
 from bot.settings import Settings
 from bot.slack import serve as slack_serve
 
@@ -178,7 +179,7 @@ def _follow_command(run_id: str, *, resume: bool) -> None:
     finally:
         notifier.close_live()
         service.close()
-    if not resume and run_row["status"] != "running" and final.get("status") != "running":
+    if not resume and run_row["status"] != S.RUNNING and final.get("status") != S.RUNNING:
         for message in service.thread_messages(final["id"])[1:]:
             notifier.publish(message)  # it had already finished: show the outcome again
     raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
@@ -201,7 +202,7 @@ def stop(run_id: str = typer.Argument(..., help="the run id (or its unique prefi
     console.print(f"run {run['id']} is {run['status']} (by {by or settings.user}: {reason}); "
                   f"finished items are kept: preflight resume {run['id']} continues",
                   highlight=False, soft_wrap=True)
-    raise typer.Exit(0 if run["status"] == "stopped" else 1)
+    raise typer.Exit(0 if run["status"] == S.STOPPED else 1)
 
 
 @app.command()

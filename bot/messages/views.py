@@ -21,6 +21,7 @@ from bot.messages.model import (
     Text,
 )
 from bot.pilot.plan import describe_lots, describe_price, plural
+from bot.pilot.states import ENDED, S
 from runner.events import STAGES
 
 MAX_TABLE_ROWS = 40
@@ -89,7 +90,7 @@ def status_message(run: dict[str, Any], stages: list[dict[str, Any]],
         lines.append(StageLine(name, row["state"], stage_detail(row)))
     if progress is not None and progress[1]:
         lines.append(Progress(*progress))
-    if run.get("status") == "running":
+    if run.get("status") == S.RUNNING:
         lines.append(Actions((Button("stop", "Stop the run", run["id"], "danger"),)))
     return Message(run["id"], "status", tuple(lines),
                    summary=f"{run['name']}: {_state_word(run)}")
@@ -202,7 +203,7 @@ def verdict_message(run: dict[str, Any]) -> Message:
 def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Message:
     if run.get("kind", "pilot") != "pilot":
         return _volume_decision(run)
-    if run.get("status") == "stopped":
+    if run.get("status") == S.STOPPED:
         return Message(run["id"], "decision", (Heading("Decision"), Text(
             f"The run was stopped: nothing to decide yet. `preflight resume {run['id']}` "
             "continues it from its ledger.")), summary=f"{run['name']}: stopped")
@@ -236,20 +237,21 @@ def _volume_decision(run: dict[str, Any]) -> Message:
     """A volume run has no decision: the pilot's approval launched it, once."""
     text = (f"Nothing to decide: this is the full run that the approval of pilot "
             f"{run.get('parent_run')} launched.")
-    if run.get("outcome") == "failed" or run.get("status") == "stopped":
+    if run.get("outcome") == "failed" or run.get("status") == S.STOPPED:
         text += f" `preflight resume {run['id']}` runs the items its ledger lacks."
     return Message(run["id"], "decision", (Heading("Volume run"), Text(text)),
                    summary=f"{run['name']}: volume run {_state_word(run)}")
 
 
 def _state_word(run: dict[str, Any]) -> str:
-    if run.get("status") == "stopped":
-        return "stopped"
-    if run.get("status") in ("awaiting_decision", "decided", "finished"):
+    if run.get("status") == S.STOPPED:
+        return str(S.STOPPED)
+    if run.get("status") in ENDED - {S.STOPPED}:
         return "passed" if run.get("outcome") == "passed" else "failed"
     status = str(run.get("status", ""))
-    return {"planned": "planned", "dispatching": "starting", "running": "running",
-            "dispatch_failed": "could not start"}.get(status, status)
+    words: dict[str, str] = {S.PLANNED: "planned", S.DISPATCHING: "starting",
+                             S.RUNNING: "running", S.DISPATCH_FAILED: "could not start"}
+    return words.get(status, status)
 
 
 def _fmt(value: Any) -> str:

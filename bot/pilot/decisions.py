@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from bot.pilot.forecast import duration
+from bot.pilot.states import RunStatus, S
 
 DECISIONS = ("approve", "fix-env", "revise")
 _OVERRIDE = re.compile(r"\boverride\b", re.IGNORECASE)
 
 
-def end_state(run: dict[str, Any]) -> str:
+def end_state(run: dict[str, Any]) -> RunStatus:
     """Where a run goes when its runner ends: ``stopped`` when someone stopped it; else a
     pilot awaits its decision, and a volume run (the full corpus an approval launched),
     which has no decision of its own, is finished."""
     if run.get("stop"):
-        return "stopped"  # someone asked for it: who, when and why are in ``stop``
-    return "awaiting_decision" if run.get("kind", "pilot") == "pilot" else "finished"
+        return S.STOPPED  # someone asked for it: who, when and why are in ``stop``
+    return S.AWAITING_DECISION if run.get("kind", "pilot") == "pilot" else S.FINISHED
 
 
 def volume_refusal(run: dict[str, Any]) -> str:
@@ -27,15 +29,31 @@ def volume_refusal(run: dict[str, Any]) -> str:
             f"`preflight resume {run['id']}` continues it from its ledger if it stopped")
 
 
-def already_decided(run: dict[str, Any]) -> str:
-    """The refusal of a second decision, naming the first and the volume it launched."""
+def already_decided(run: dict[str, Any], *, who: Callable[[str], str] = str) -> str:
+    """The refusal of a second decision, naming the first (``who`` renders its author, e.g.
+    a Slack mention) and the volume it launched."""
     text = f"run {run['id']} is already decided"
     first = run.get("decision")
     if first:
-        text += f": {first['decision']} by {first['by']} at {first['at']}"
+        text += f": {first['decision']} by {who(first['by'])} at {first['at']}"
+        if first.get("reason"):
+            text += f" ({first['reason']})"
     if run.get("volume_run"):
         text += f"; it already launched the volume run {run['volume_run']}"
     return text
+
+
+def not_decidable(run: dict[str, Any], *, who: Callable[[str], str] = str) -> str | None:
+    """Why no decision can be taken on this run now, or None: a decision comes only after
+    the pilot has finished (``awaiting_decision``), once. ``run["decision"]`` is its
+    accepted decision, if any (``already_decided``)."""
+    if run.get("kind", "pilot") != "pilot":
+        return volume_refusal(run)
+    if run["status"] == S.DECIDED:
+        return already_decided(run, who=who)
+    if run["status"] != S.AWAITING_DECISION:
+        return f"run {run['id']} is {run['status']}: decide once the pilot has finished"
+    return None
 
 
 def check_decision(run: dict[str, Any], decision: str, reason: str, by: str, *,
@@ -47,10 +65,9 @@ def check_decision(run: dict[str, Any], decision: str, reason: str, by: str, *,
         return f"unknown decision {decision!r}: choose one of {', '.join(DECISIONS)}", False
     if not reason:
         return "a reason is required for every decision", False
-    if run["status"] == "decided":
-        return already_decided(run), False
-    if run["status"] != "awaiting_decision":
-        return f"run {run['id']} is {run['status']}: decide once the pilot has finished", False
+    refusal = not_decidable(run)
+    if refusal is not None:
+        return refusal, False
     if decision != "approve":
         return None, False
     approvers = list(run.get("approvers") or [])

@@ -23,8 +23,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from bot.errors import LeaseError
+from bot.pilot.states import S
 
 STATES = ("ordered", "payment-notified", "funds-confirmed", "provisioned", "ended")
+ORDERED, PAYMENT_NOTIFIED, FUNDS_CONFIRMED, PROVISIONED, ENDED = STATES
+STATE_PATH = " → ".join(STATES)  # how help texts show the way a lease goes
 REMINDER_HOURS = (24, 2)
 SYSTEM = "preflight"
 
@@ -94,8 +97,8 @@ def set_state(store: LeaseStore, node: str, state: str, by: str, *,
     if days is not None and days < 1:
         raise LeaseError(f"lease --days must be at least 1, got {days}")
     current = store.current_lease(node)
-    if current is None or current["state"] == "ended":
-        if state != STATES[0]:
+    if current is None or current["state"] == ENDED:
+        if state != ORDERED:
             have = "no lease" if current is None else "only an ended lease"
             raise LeaseError(f"node {node} has {have}: a new lease starts at 'ordered' "
                              f"(`preflight lease set {node} ordered --by you`)")
@@ -111,7 +114,7 @@ def set_state(store: LeaseStore, node: str, state: str, by: str, *,
 def check_transition(node: str, old: str, new: str) -> None:
     if new == old:
         raise LeaseError(f"the lease of {node} is already {old!r}")
-    if new == "ended":
+    if new == ENDED:
         return
     i, j = STATES.index(old), STATES.index(new)
     if j < i:
@@ -143,19 +146,19 @@ def check_dispatch(store: LeaseStore, run: dict[str, Any]) -> None:
     starts_at, days = _terms(run)
     lease = store.current_lease(node)
     if lease is None:
-        lease = store.open_lease(node, STATES[0], SYSTEM, starts_at=starts_at, days=days,
+        lease = store.open_lease(node, ORDERED, SYSTEM, starts_at=starts_at, days=days,
                                  note=f"first seen with run {run.get('id')}")
-    elif lease["state"] != "ended":  # fill in terms the lease does not have yet
+    elif lease["state"] != ENDED:  # fill in terms the lease does not have yet
         store.set_lease_terms(int(lease["id"]),
                               starts_at=None if lease.get("starts_at") else starts_at,
                               days=None if lease.get("days") else days)
-    if lease["state"] != "provisioned":
+    if lease["state"] != PROVISIONED:
         nxt = STATES[min(STATES.index(lease["state"]) + 1, len(STATES) - 1)]
         raise LeaseError(
             f"run {run.get('id')}: node {node} is not provisioned (its lease is "
             f"{lease['state']!r}); nothing is dispatched to it until someone records it, "
             f"e.g. `preflight lease set {node} {nxt} --by you`"
-            if lease["state"] != "ended" else
+            if lease["state"] != ENDED else
             f"run {run.get('id')}: the lease of node {node} has ended; record a new one "
             f"(`preflight lease set {node} ordered --by you`)")
 
@@ -212,7 +215,7 @@ def due_actions(lease: dict[str, Any], now: datetime) -> list[LeaseAction]:
     sent once the 2 h one is due: the closest deadline is the one that matters.
     """
     end = lease_end(lease)
-    if end is None or lease["state"] == "ended":
+    if end is None or lease["state"] == ENDED:
         return []
     node, lid = str(lease["node"]), int(lease["id"])
     if now >= end:
@@ -228,11 +231,11 @@ def unsecured(runs: list[dict[str, Any]]) -> list[str]:
     out: list[str] = []
     for run in runs:
         evidence = run.get("evidence") or {}
-        if run.get("status") == "running":
+        if run.get("status") == S.RUNNING:
             out.append(f"{run['id']}: still running")
-        if run.get("kind", "pilot") == "pilot" and run.get("status") != "dispatch_failed" \
+        if run.get("kind", "pilot") == "pilot" and run.get("status") != S.DISPATCH_FAILED \
                 and not evidence.get("verified"):
             out.append(f"{run['id']}: evidence not verified")
-        if run.get("status") == "awaiting_decision":
+        if run.get("status") == S.AWAITING_DECISION:
             out.append(f"{run['id']}: decision not taken")
     return out

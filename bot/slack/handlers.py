@@ -19,7 +19,7 @@ from slack_sdk.webhook import WebhookClient
 
 from bot.errors import DecisionRefused, ManifestError, PreflightError, ProjectCheckError
 from bot.manifest.load import load_manifest
-from bot.pilot.decisions import volume_refusal
+from bot.pilot.states import OPEN, S
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.slack.blocks import escape
@@ -104,7 +104,7 @@ class Handlers:
             status = self.service.store.get_run(run_id)["status"]
         except PreflightError:
             status = None
-        if status == "dispatch_failed":
+        if status == S.DISPATCH_FAILED:
             return
         self.post(channel, thread_ts, f":x: Run `{run_id}` was not started: {escape(str(exc))}")
 
@@ -122,7 +122,7 @@ class Handlers:
                            f":no_entry: Decision refused (and recorded): {escape(str(exc))}")
             return None
         except PreflightError as exc:
-            if decision == "approve" and self.service.store.get_run(run_id)["status"] == "decided":
+            if decision == "approve" and self.service.store.get_run(run_id)["status"] == S.DECIDED:
                 # Recorded, then the full-volume run could not start: the thread must know.
                 self.post(channel, thread_ts, ":x: The decision is recorded, but the "
                           f"full-volume run was not started: {escape(str(exc))}")
@@ -174,7 +174,7 @@ class Handlers:
         if why is not None:
             return False, why
         status = self.service.store.get_run(run_id)["status"]
-        if status == "running":
+        if status == S.RUNNING:
             return True, ""
         return False, f"run {run_id} is {status}: only a running run can be stopped"
 
@@ -184,26 +184,15 @@ class Handlers:
         if why is not None:
             return False, why
         try:
-            run = self.service.show(run_id)
+            refusal = self.service.decision_refusal(run_id, who=lambda user: f"<@{user}>")
         except PreflightError as exc:
             return False, str(exc)
-        if run.get("kind", "pilot") != "pilot":
-            return False, volume_refusal(run)
-        if run["status"] == "awaiting_decision":
-            return True, ""
-        decided = [d for d in run.get("decisions") or [] if d.get("accepted")]
-        if decided:
-            d = decided[-1]
-            volume = (f"; it already launched the volume run {run['volume_run']}"
-                      if run.get("volume_run") else "")
-            return False, (f"run {run_id} is already decided: {d['decision']} by <@{d['by']}> "
-                           f"at {d['at']} ({d['reason']}){volume}")
-        return False, f"run {run_id} is {run['status']}: decide once the pilot has finished"
+        return refusal is None, refusal or ""
 
     # -- the App Home tab ---------------------------------------------------------
     def publish_home(self, user: str) -> None:
         runs = self.service.runs(limit=100)
-        active = [r for r in runs if r["status"] in ("planned", "running", "awaiting_decision")]
+        active = [r for r in runs if r["status"] in OPEN]
         decisions = self.service.store.decisions(limit=20)
         self.client.views_publish(user_id=user, view=home_view(active, decisions))
 

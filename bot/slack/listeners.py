@@ -13,6 +13,7 @@ from slack_bolt import Ack, App
 from slack_sdk import WebClient
 
 from bot.errors import PreflightError
+from bot.pilot.leases import STATES as LEASE_STATES
 from bot.slack.blocks import escape
 from bot.slack.handlers import Handlers
 from bot.slack.intake import clean, extract_manifest, parse_decision, strip_mentions
@@ -160,8 +161,8 @@ def _run_named(h: Handlers, ack: Ack, name: str, channel: str, user: str,
 
 
 LEASE_USAGE = ("Usage: `/preflight lease` (list) · `/preflight lease NODE` · "
-               "`/preflight lease NODE STATE [note…]` with STATE one of ordered, "
-               "payment-notified, funds-confirmed, provisioned, ended")
+               "`/preflight lease NODE STATE [note…]` with STATE one of "
+               + ", ".join(LEASE_STATES))
 
 
 def _lease(h: Handlers, args: list[str], user: str) -> str:

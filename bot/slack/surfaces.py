@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from bot.errors import Problem
+from bot.pilot.leases import PROVISIONED, STATE_PATH
 from bot.slack.blocks import clip, context, escape, fit_blocks, section
 
 SUBMIT_CALLBACK = "preflight_submit"
@@ -26,8 +27,8 @@ HELP = """*Preflight* proves a rented GPU machine on a small pilot before the fu
 • `/preflight status [RUN]` · `/preflight runs` · `/preflight help`
 • `/preflight stop RUN reason…` (or the Stop button of a running run) stops it;
   `preflight resume RUN` continues from its ledger.
-• `/preflight lease [NODE [STATE [note]]]`: a rented node's lease (ordered →
-  payment-notified → funds-confirmed → provisioned → ended); runs need `provisioned`.
+• `/preflight lease [NODE [STATE [note]]]`: a rented node's lease (""" + STATE_PATH + """);
+  runs need `""" + PROVISIONED + """`.
 • In a pilot's thread: `@preflight approve <reason>`, `fix-env <reason>`,
   `revise <reason>`, or the buttons."""
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlite_utils
 
+from bot.pilot.leases import ENDED
 from bot.store.base import StoreBase
 from runner.events import utc_now
 
@@ -51,7 +52,7 @@ class LeasesMixin(StoreBase):
         rows = self.db.query(
             "SELECT * FROM leases WHERE id IN (SELECT MAX(id) FROM leases GROUP BY node) "
             "ORDER BY node")
-        return [r for r in rows if include_ended or r["state"] != "ended"]
+        return [r for r in rows if include_ended or r["state"] != ENDED]
 
     def open_lease(self, node: str, state: str, by: str, *, starts_at: str | None = None,
                    days: int | None = None, note: str | None = None) -> dict[str, Any]:
@@ -61,7 +62,7 @@ class LeasesMixin(StoreBase):
             table = db.table("leases")
             table.insert({"node": node, "state": state, "starts_at": starts_at, "days": days,
                           "created_at": now, "created_by": by, "updated_at": now,
-                          "ended_at": now if state == "ended" else None})
+                          "ended_at": now if state == ENDED else None})
             lease_id = int(table.last_pk)  # type: ignore[arg-type]  # set by the insert
             db.table("lease_changes").insert({"lease": lease_id, "from_state": None,
                                               "to_state": state, "by": by, "at": now,

@@ -15,7 +15,8 @@ from typing import Any
 
 import sqlite_utils
 
-from bot.errors import RunNotFound, VolumeExists
+from bot.errors import RunNotFound, StoreError, VolumeExists
+from bot.pilot.states import RunStatus, allowed_sources
 from bot.store.base import StoreBase
 from runner.events import ITEM_DONE, STAGE_EVENT_TYPES, Event, utc_now
 
@@ -25,8 +26,6 @@ JSON_COLUMNS = frozenset({
     "categories", "success", "approvers", "forecast", "stop",
 })
 
-RUN_STATES = ("planned", "dispatching", "running", "awaiting_decision", "decided",
-              "finished", "stopped", "dispatch_failed")
 STAGE_STATE = {"stage.started": "running", "stage.passed": "passed",
                "stage.failed": "failed", "stage.skipped": "skipped"}
 
@@ -93,7 +92,7 @@ class RunsMixin(StoreBase):
     # -- runs ---------------------------------------------------------------------
     def create_run(self, record: dict[str, Any]) -> None:
         """Insert a new run; a second volume run of one pilot raises VolumeExists."""
-        record = {"created_at": utc_now(), "status": "planned", **record}
+        record = {"created_at": utc_now(), "status": str(RunStatus.PLANNED), **record}
         with self.transaction() as db:
             try:
                 db.table("runs").insert(_encode(record))
@@ -136,7 +135,7 @@ class RunsMixin(StoreBase):
 
     def active_runs(self) -> list[dict[str, Any]]:
         return [_decode(r) for r in self.db.query(
-            "SELECT * FROM runs WHERE status = 'running' ORDER BY id")]
+            "SELECT * FROM runs WHERE status = ? ORDER BY id", [str(RunStatus.RUNNING)])]
 
     def next_attempt(self, name: str, kind: str = "pilot") -> int:
         row = next(self.db.query(
@@ -151,6 +150,9 @@ class RunsMixin(StoreBase):
         return _decode(rows[0]) if rows else None
 
     def update_run(self, run_id: str, **fields: Any) -> None:
+        """Change a run's fields; its status changes only through ``transition``."""
+        if "status" in fields:
+            raise StoreError(f"run {run_id}: a status changes through transition() only")
         with self.transaction() as db:
             db.table("runs").update(run_id, _encode(fields))
 
@@ -158,10 +160,14 @@ class RunsMixin(StoreBase):
                    **fields: Any) -> bool:
         """Conditional state change; False when the run was not in one of ``from_states``.
 
-        This is what makes a double click or a duplicated request harmless.
+        This is what makes a double click or a duplicated request harmless. Only the changes
+        that ``bot.pilot.states.TRANSITIONS`` lists are made: from any other state, nothing
+        changes and the answer is False, as for a run that is no longer in ``from_states``.
         """
-        states = list(from_states)
-        values = _encode({"status": to_state, **fields})
+        states = allowed_sources(from_states, to_state)
+        if not states:
+            return False
+        values = _encode({"status": str(RunStatus(to_state)), **fields})
         sets = ", ".join(f"{k} = ?" for k in values)
         marks = ", ".join("?" for _ in states)
         with self.transaction() as db:
@@ -228,8 +234,9 @@ class RunsMixin(StoreBase):
         """
         record = {"at": utc_now(), **record, "run": run_id, "accepted": 1}
         with self.transaction() as db:
-            cur = db.execute("UPDATE runs SET status = 'decided' WHERE id = ? "
-                             "AND status = 'awaiting_decision'", [run_id])
+            cur = db.execute("UPDATE runs SET status = ? WHERE id = ? AND status = ?",
+                             [str(RunStatus.DECIDED), run_id,
+                              str(RunStatus.AWAITING_DECISION)])
             if cur.rowcount != 1:
                 return None
             table = db.table("decisions")

@@ -104,7 +104,8 @@ def test_dispatch_failed_run_shows_why(tmp_path: Path) -> None:
     service.store.update_run(sub.run_id, node={"kind": "nowhere"})
     with pytest.raises(Exception, match="no dispatcher"):
         service.start(sub.run_id)
-    service.store.update_run(sub.run_id, status="dispatch_failed",
+    service.store.transition(sub.run_id, ("planned",), "dispatching")
+    service.store.transition(sub.run_id, ("dispatching",), "dispatch_failed",
                              first_error={"stage": "dispatch", "type": "DispatchError",
                                           "message": "cannot start the runner"})
     keys = [m.key for m in service.thread_messages(sub.run_id)]

@@ -287,7 +287,8 @@ def test_a_start_interrupted_by_a_bot_crash_is_settled_by_the_watch(tmp_path: Pa
     crashed = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
     # A bot that died between "dispatching" and the runner's start leaves these two rows:
     for run_id in (started, crashed.run_id):
-        service.store.update_run(run_id, status="dispatching", started_at=_iso_now())
+        status = service.store.get_run(run_id)["status"]
+        service.store.transition(run_id, (status,), "dispatching", started_at=_iso_now())
     now = datetime.now(timezone.utc)
     watch_runs(service, now)  # within the grace: maybe still being started, left alone
     assert {service.store.get_run(r)["status"] for r in (started, crashed.run_id)} == {

@@ -97,3 +97,22 @@ def test_unwritable_state_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="state directory"):
         Store(blocker / "sub" / "p.db")
     assert isinstance(sqlite3.sqlite_version, str)
+
+
+def test_the_store_makes_only_the_changes_the_table_lists(tmp_path: Path) -> None:
+    from bot.pilot.states import TRANSITIONS, RunStatus
+
+    store = Store(tmp_path / "p.db")
+    new_run(store, status="planned")
+    for to_state in ("running", "awaiting_decision", "decided", "finished", "stopped"):
+        assert store.transition("r1", ["planned"], to_state) is False  # not in the table
+        assert store.get_run("r1")["status"] == "planned"
+    assert store.transition("r1", ["planned"], "dispatching") is True
+    store.transition("r1", ["dispatching"], "running")
+    store.transition("r1", ["running"], "awaiting_decision")
+    assert store.decide_run("r1", {"decision": "revise", "reason": "r", "by": "a"}) is not None
+    assert TRANSITIONS[RunStatus.DECIDED] == frozenset()  # decided is final
+    assert store.transition("r1", list(RunStatus), "dispatching") is False
+    assert store.get_run("r1")["status"] == "decided"
+    with pytest.raises(StoreError, match="transition"):
+        store.update_run("r1", status="running")  # no way around the table

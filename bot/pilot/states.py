@@ -1,0 +1,53 @@
+"""The states of a run and the changes between them: the one table.
+
+``planned`` (directory and spec written) → ``dispatching`` (the runner is being started) →
+``running`` → ``awaiting_decision`` (a pilot whose runner finished), ``finished`` (a volume
+run, which has no decision of its own) or ``stopped`` (someone stopped it) → ``decided``.
+A start that fails ends in ``dispatch_failed``. ``preflight resume`` takes every state but
+``planned`` and ``decided`` back to ``dispatching``. ``running → running`` records a stop
+request on a running run. The store refuses a change this table does not list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    PLANNED = "planned"
+    DISPATCHING = "dispatching"
+    RUNNING = "running"
+    AWAITING_DECISION = "awaiting_decision"
+    DECIDED = "decided"
+    FINISHED = "finished"
+    STOPPED = "stopped"
+    DISPATCH_FAILED = "dispatch_failed"
+
+
+S = RunStatus  # the short name the rules and the service use
+# The states a run can be resumed from (its runner started once, or tried to).
+RESUMABLE = frozenset({S.RUNNING, S.AWAITING_DECISION, S.FINISHED, S.STOPPED, S.DISPATCHING,
+                       S.DISPATCH_FAILED})
+# The runner has finished (or was stopped): the verdict, balance and evidence are known.
+ENDED = frozenset({S.AWAITING_DECISION, S.DECIDED, S.FINISHED, S.STOPPED})
+# What the App Home lists as still needing attention.
+OPEN = frozenset({S.PLANNED, S.RUNNING, S.AWAITING_DECISION})
+
+TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    S.PLANNED: frozenset({S.DISPATCHING}),
+    S.DISPATCHING: frozenset({S.RUNNING, S.DISPATCH_FAILED, S.DISPATCHING}),
+    S.RUNNING: frozenset({S.RUNNING, S.AWAITING_DECISION, S.FINISHED, S.STOPPED,
+                          S.DISPATCHING}),
+    S.AWAITING_DECISION: frozenset({S.DECIDED, S.DISPATCHING}),
+    S.FINISHED: frozenset({S.DISPATCHING}),
+    S.STOPPED: frozenset({S.DISPATCHING}),
+    S.DISPATCH_FAILED: frozenset({S.DISPATCHING}),
+    S.DECIDED: frozenset(),
+}
+
+
+def allowed_sources(from_states: Iterable[str], to_state: str) -> list[str]:
+    """Those of ``from_states`` from which the table lets a run go to ``to_state``."""
+    target = RunStatus(to_state)
+    return [str(s) for s in from_states if target in TRANSITIONS[RunStatus(s)]]
