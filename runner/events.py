@@ -33,6 +33,7 @@ STAGES: Tuple[str, ...] = (
     "torch",
     "device",
     "compute",
+    "interconnect",
     "extensions",
     "memory",
     "pilot",

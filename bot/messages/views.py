@@ -34,6 +34,7 @@ KEY_FACTS: dict[str, tuple[str, ...]] = {
     "torch": ("version", "build", "cuda", "hip"),
     "device": ("count", "name", "names", "memory_gib"),
     "compute": ("bf16_tflops", "fp32_tflops", "bf16_fraction_of_peak", "max_abs_error"),
+    "interconnect": ("busbw_gbps", "library", "healthy_cards"),
     "extensions": ("passed", "failed"),
     "memory": ("peak_allocated_gib", "peak_reserved_gib", "peak_rss_gib", "budget_gib"),
     "pilot": ("done", "total", "accepted", "refused"),

@@ -8,7 +8,7 @@ the pilot, and several cards neither distribute a program nor pool their memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -40,6 +40,8 @@ class Plan:
     ends_at: str | None = None
     bf16_tflops: float | None = None  # the catalog's per-card peaks, where it knows them
     fp32_tflops: float | None = None
+    bf16_floor_tflops: float | None = None  # a card below it is slow (runner.cards)
+    allreduce_busbw_gbps: dict[int, float] = field(default_factory=dict)  # by card count
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able, with the issue's field names; money as exact decimal strings."""
@@ -53,6 +55,8 @@ class Plan:
             "memory_estimate_gib": self.memory_estimate_gib, "notes": list(self.notes),
             "starts_at": self.starts_at, "ends_at": self.ends_at,
             "bf16_tflops": self.bf16_tflops, "fp32_tflops": self.fp32_tflops,
+            "bf16_floor_tflops": self.bf16_floor_tflops,
+            "allreduce_busbw_gbps": {str(k): v for k, v in self.allreduce_busbw_gbps.items()},
         }
 
 
@@ -104,6 +108,8 @@ def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None) -> Plan:
         starts_at=starts.isoformat() if starts else None,
         ends_at=(starts + timedelta(days=hardware.days)).isoformat() if starts else None,
         bf16_tflops=gpu.bf16_tflops, fp32_tflops=gpu.fp32_tflops,
+        bf16_floor_tflops=gpu.bf16_floor_tflops,
+        allreduce_busbw_gbps=dict(gpu.allreduce_busbw_gbps),
     )
 
 

@@ -106,6 +106,8 @@ STAGE_TABLE: Tuple[StageDef, ...] = (
     StageDef("torch", "runner.stages.torch:torch_stage", ("interpreter",), True, 120),
     StageDef("device", "runner.stages.device:device", ("torch",), True, 60),
     StageDef("compute", "runner.stages.compute:compute", ("device",), True, 120),
+    StageDef("interconnect", "runner.stages.interconnect:interconnect", ("compute",), True,
+             300),
     StageDef("extensions", "runner.stages.extensions:extensions", ("device",), True, 300),
     StageDef("memory", "runner.stages.memory:memory", ("compute",), True, 300),
     StageDef("pilot", "runner.stages.pilot:pilot",

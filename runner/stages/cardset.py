@@ -101,11 +101,11 @@ def _slow(ctx: StageContext, stage: str, lines: List[str], facts: Dict[str, Any]
                        hint=HINT_SLOW)
 
 
-def gpu_cards(ctx: StageContext, torch: Any, facts: Dict[str, Any]) -> None:
-    """The device stage on a GPU node: every card, its health, the count, the verdicts."""
+def gpu_cards(ctx: StageContext, seen: List[Dict[str, Any]], facts: Dict[str, Any]) -> None:
+    """The device stage on a GPU node: every card torch ``seen`` joined with the vendor's
+    facts, its health, the count against the rent, the verdicts."""
     from runner.stages.smi import card_facts
 
-    seen = [torch_card(torch, i) for i in range(torch.cuda.device_count())]
     vendor = card_facts(ctx.spec.backend)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     cards = join_cards(seen, vendor["cards"], visible)

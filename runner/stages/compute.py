@@ -4,7 +4,7 @@ catalog's per-card peaks (``hardware.bf16_tflops`` / ``fp32_tflops`` in the spec
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 from runner.stages import StageContext, StageFailure
 
@@ -27,6 +27,8 @@ def compute(ctx: StageContext) -> Dict[str, Any]:
     facts: Dict[str, Any] = {"device": dev, "check_size": check_n, "timed_size": timed_n,
                              "check": {}}
     torch.manual_seed(0)
+    if on_gpu:
+        return every_card(ctx, torch, check_n, timed_n, dtypes, facts)
     for name in dtypes:
         err = matmul_error(torch, dev, getattr(torch, name), check_n)
         facts["check"][name] = {"max_rel_error": err, "tolerance": TOLERANCE[name]}
@@ -45,6 +47,23 @@ def compute(ctx: StageContext) -> Dict[str, Any]:
         facts[f"{key}_iterations"] = iters
         facts[f"{key}_peak_tflops"] = peak
         facts[f"{key}_fraction_of_peak"] = round(tflops / peak, 4) if peak else None
+    return facts
+
+
+def every_card(ctx: StageContext, torch: Any, check_n: int, timed_n: int, dtypes: List[str],
+               facts: Dict[str, Any]) -> Dict[str, Any]:
+    """Every card at once, one thread each (runner.stages.compute_cards); the workload of
+    the later stages then runs on the first healthy card."""
+    from runner.stages.compute_cards import judge_compute, measure_all
+
+    count = ctx.facts.get("device", {}).get("count")
+    cards = list(range(count if isinstance(count, int) else torch.cuda.device_count()))
+    results = measure_all(torch, cards, check_n, timed_n, dtypes, matmul_error, timed_matmul)
+    judge_compute(ctx, results, TOLERANCE, facts)
+    healthy = facts.get("healthy_cards") or []
+    if healthy and healthy[0] != torch.cuda.current_device():
+        torch.cuda.set_device(healthy[0])
+    facts["pilot_card"] = torch.cuda.current_device()
     return facts
 
 

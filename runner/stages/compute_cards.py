@@ -92,8 +92,12 @@ def judge_compute(ctx: StageContext, results: Dict[int, Dict[str, Any]],
             row["verdict"], row["reasons"] = "ok", []
         cards[str(index)] = row
     facts["cards"] = cards
-    good = [r["bf16_tflops"] for r in cards.values() if r["verdict"] == "ok"]
-    facts["bf16_tflops_median"] = round(statistics.median(good), 4) if good else None
+    for key, peak in (("bf16", hw.bf16_tflops), ("fp32", hw.fp32_tflops)):
+        good = [r[f"{key}_tflops"] for r in cards.values()
+                if r["verdict"] != "fault" and isinstance(r.get(f"{key}_tflops"), float)]
+        median = round(statistics.median(good), 4) if good else None
+        facts[f"{key}_tflops"], facts[f"{key}_peak_tflops"] = median, peak  # of every card
+        facts[f"{key}_fraction_of_peak"] = _fraction(median, peak)
     before = device.get("healthy_cards")
     facts["healthy_cards"] = healthy_cards(
         before if isinstance(before, list) else results,

@@ -26,32 +26,15 @@ def device(ctx: StageContext) -> Dict[str, Any]:
                            f"backend {backend})", facts={"driver": driver}, error_type="NoDevice",
                            hint="check that the node has a GPU and its driver loaded "
                                 "(nvidia-smi / rocm-smi) and CUDA_VISIBLE_DEVICES")
-    devices = [gpu_facts(torch, i) for i in range(torch.cuda.device_count())]
+    from runner.stages.cardset import gpu_cards, torch_card
+
+    devices = [torch_card(torch, i) for i in range(torch.cuda.device_count())]
     facts: Dict[str, Any] = {"device": "cuda", "count": len(devices), "devices": devices,
                              "driver": driver, "arch_list": torch.cuda.get_arch_list(),
                              "warnings": []}
-    hw = ctx.spec.hardware
-    wanted = int(hw.cards_per_lot or 1)
-    if len(devices) < wanted:
-        raise StageFailure("device", f"torch sees {len(devices)} GPU(s), a lot of {hw.gpu} "
-                           f"has {wanted}", facts=facts, error_type="TooFewDevices",
-                           hint="check CUDA_VISIBLE_DEVICES and that the rented lot is the one "
-                                "ordered")
-    facts["warnings"] = device_warnings(hw.gpu, devices, facts["arch_list"])
+    facts["warnings"] = device_warnings(ctx.spec.hardware.gpu, devices, facts["arch_list"])
+    gpu_cards(ctx, devices, facts)  # health, count against the rent, healthy cards
     return facts
-
-
-def gpu_facts(torch: Any, index: int) -> Dict[str, Any]:
-    props = torch.cuda.get_device_properties(index)
-    row: Dict[str, Any] = {"index": index, "name": props.name,
-                           "memory_gib": round(props.total_memory / GIB, 2),
-                           "multiprocessors": getattr(props, "multi_processor_count", None)}
-    arch = getattr(props, "gcnArchName", None)
-    if arch:
-        row["gfx_arch"] = arch
-    else:
-        row["capability"] = f"{props.major}.{props.minor}"
-    return row
 
 
 def device_warnings(model: str, devices: List[Dict[str, Any]], arch_list: List[str]) -> List[str]:

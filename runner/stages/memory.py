@@ -4,10 +4,11 @@ The batch is the ``task.batch_size`` largest inputs. The handler's results are d
 (outputs go to a temporary folder; nothing is recorded in the ledger): this stage only
 learns whether the pilot fits. On a GPU it records every card's free memory first
 (``cards_free_gib``), then torch's peak allocated and reserved memory and ``mem_get_info``
-on the card the workload uses (``pilot_card``); the budget (``diagnostics.memory_budget_gib``) is compared with
-the peak *reserved* memory, what the card really gave away. On CPU it records the
-process's peak RSS (VmHWM, reset before the call) and compares the budget with the peak
-RSS *added by the workload* (torch's own import footprint is not the workload's).
+on the card the workload uses (``pilot_card``); the budget
+(``diagnostics.memory_budget_gib``) is compared with the peak *reserved* memory, what the
+card really gave away. On CPU it records the process's peak RSS (VmHWM, reset before the
+call) and compares the budget with the peak RSS *added by the workload* (torch's own import
+footprint is not the workload's).
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ from tests.runner.test_stages_kit import (
     write_spec,
 )
 
-AFTER_TORCH = ["device", "compute", "extensions", "memory", "pilot", "balance", "evidence"]
+AFTER_TORCH = ["device", "compute", "interconnect", "extensions", "memory", "pilot", "balance",
+               "evidence"]
 
 
 def skipped_reasons(events: list) -> dict[str, str]:

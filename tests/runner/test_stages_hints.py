@@ -72,6 +72,7 @@ def test_stage_table_follows_the_contract_order_and_dependencies() -> None:
     deps = {s.name: set(s.deps) for s in STAGE_TABLE}
     assert deps["pilot"] == {"environment", "compute", "extensions", "memory"}
     assert deps["extensions"] == {"device"} and deps["memory"] == {"compute"}
+    assert deps["interconnect"] == {"compute"}  # a slow link does not stop the pilot
 
 
 def test_timeouts_come_from_the_spec_or_the_defaults() -> None:

@@ -30,8 +30,8 @@ from tests.runner.test_stages_kit import (
     write_spec,
 )
 
-ALL = ["prepare", "interpreter", "environment", "torch", "device", "compute", "extensions",
-       "memory", "pilot", "balance", "evidence"]
+ALL = ["prepare", "interpreter", "environment", "torch", "device", "compute", "interconnect",
+       "extensions", "memory", "pilot", "balance", "evidence"]
 
 
 def _started(run_dir: Path, stage: str) -> Callable[[], bool]:
