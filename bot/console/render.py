@@ -48,7 +48,7 @@ def to_rich(message: Message) -> RenderableType:
 def _stages_table(rows: list[StageLine]) -> RichTable:
     table = RichTable.grid(padding=(0, 1))
     table.add_column(width=1)
-    table.add_column(min_width=11)
+    table.add_column(min_width=12)
     table.add_column(overflow="fold")
     for row in rows:
         style = STATE_STYLE[row.state]
@@ -99,7 +99,7 @@ def to_text(message: Message) -> str:
             out.extend(f"{label}: {value}" for label, value in block.pairs)
         elif isinstance(block, StageLine):
             mark = STATE_MARK[block.state]
-            out.append(f"{mark} {block.stage:<11} {block.state:<7} {block.detail}".rstrip())
+            out.append(f"{mark} {block.stage:<12} {block.state:<7} {block.detail}".rstrip())
         elif isinstance(block, Table):
             out.append(" | ".join(block.columns))
             out.extend(" | ".join(row) for row in block.rows)

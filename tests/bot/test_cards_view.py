@@ -94,3 +94,29 @@ def test_the_service_keeps_the_healthy_cards_of_a_run(tmp_path: Path) -> None:
     assert service.show(run_id)["healthy_cards"] == [0, 1, 2, 4, 6, 7]
     shown = notifier.latest[(run_id, "cards")]
     assert "2 bad card(s) of 8" in shown.summary
+
+
+def test_preflight_diff_shows_the_card_that_changed_and_not_the_noise() -> None:
+    from bot.pilot.attempts import diff_facts
+
+    before = {"stages": {"device": {"facts": device_facts()}}}
+    after_facts = device_facts()
+    after_facts["cards"]["5"].update(ecc_volatile_uncorrected=0, verdict="ok", reasons=[])
+    after_facts["cards"]["2"]["temperature_c"] = 71  # changes on every run: not a change
+    after = {"stages": {"device": {"facts": after_facts}}}
+    paths = [c.path for c in diff_facts(before, after)]
+    assert "stages.device.facts.cards.5.ecc_volatile_uncorrected" in paths
+    assert "stages.device.facts.cards.5.verdict" in paths
+    assert not any("temperature" in p for p in paths)
+
+
+def test_the_card_table_renders_in_the_terminal_and_in_slack() -> None:
+    from bot.console.render import to_text
+    from bot.slack.blocks import render
+
+    message = cards_message({"id": "r1", "name": "demo"}, stage_rows())
+    assert message is not None
+    text = to_text(message)
+    assert "SLOW ⚠" in text and "0000:1b:00.0" in text and "Healthy cards" in text
+    slack = render(message)
+    assert "FAULT" in str(slack)

@@ -68,6 +68,12 @@ def test_spec_carries_the_catalogs_per_card_peaks() -> None:
     assert h100 is not None and h100.bf16_tflops == 989 and h100.fp32_tflops == 67
     assert (spec.hardware.bf16_tflops, spec.hardware.fp32_tflops) == (989, 67)
     assert RunSpec.from_dict(spec.to_dict()).hardware.bf16_tflops == 989
+    assert spec.hardware.bf16_floor_tflops == h100.bf16_floor_tflops == 500
+    assert spec.hardware.allreduce_busbw_gbps == {"8": 480.0}
+    assert spec.hardware.lots == loaded.manifest.hardware.lots
+    assert spec.diagnostics.slow_card == "fail"
+    again = RunSpec.from_dict(spec.to_dict())
+    assert again.hardware.allreduce_busbw_gbps == {"8": 480.0}
 
 
 def test_a_card_without_figures_gives_no_peak(tmp_path: Path) -> None:

@@ -69,6 +69,8 @@ def test_requirements_missing_and_wrong_version(tmp_path: Path) -> None:
     assert status["environment"] == "failed"
     for stage in ("torch", "device", "compute", "memory"):
         assert status[stage] == "passed", stage
+    link = outcomes(events)["interconnect"]  # a CPU node has one "card"
+    assert link.data["reason"] == "one card" and link.data["blocking"] is False
     event = outcomes(events)["environment"]
     message = event.data["error"]["message"]
     assert "definitely-not-installed-xyz" in message and "another_missing_pkg" in message
