@@ -5,9 +5,10 @@ The pilot (``runner.stages.pilot.pilot``, run in this process's main thread as t
 watchdog's worker runs it) goes over N inputs (default 5,000) with a handler that takes
 1 ms per item (a sleep: the CPU stays free, as while a device computes), with everything
 on: the per-item timeout clock (``task.item_timeout_s``), the ledger (one transaction per
-batch), the audit, ``item.done`` and ``progress`` events appended to events.jsonl. The baseline is a bare loop that calls the same handler on the
-same batches and writes the same results to a plain SQLite table (WAL, one transaction per
-batch). Best of ROUNDS, alternating. Target: overhead at most 5 %.
+batch), the audit, ``item.done`` and ``progress`` events appended to events.jsonl. The
+baseline is a bare loop that calls the same handler on the same batches and writes the
+same results to a plain SQLite table (WAL, one transaction per batch). Best of ROUNDS,
+alternating. Target: overhead at most 5 %.
 """
 
 from __future__ import annotations
