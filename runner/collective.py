@@ -181,7 +181,7 @@ def _collect(ranks: List[_Rank], inbox: queue.Queue[Tuple[int, str, Optional[str
         if line is None:
             r.eof += 1
             if r.eof == 2:
-                _check_exit(r)
+                _check_exit(r, deadline)
             continue
         if stream == "err":
             r.stderr = (r.stderr + [line])[-20:]
@@ -208,8 +208,11 @@ def _collect(ranks: List[_Rank], inbox: queue.Queue[Tuple[int, str, Optional[str
     return {"timings": timings, "pairs": pairs}
 
 
-def _check_exit(r: _Rank) -> None:
-    code = r.proc.wait()
+def _check_exit(r: _Rank, deadline: float) -> None:
+    try:
+        code = r.proc.wait(max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise CollectiveError(f"{r.label} closed its output but did not exit") from None
     if code == 0 and r.done:
         return
     how = f"signal {-code}" if code < 0 else f"exit code {code}"

@@ -90,12 +90,13 @@ def judge_cards(ctx: StageContext, cards: Dict[str, Dict[str, Any]],
         raise StageFailure("device", "; ".join(faults), facts=facts, error_type="CardFault",
                            hint=HINT_FAULT)
     if slow:
-        _slow(ctx, "device", slow, facts)
+        report_slow(ctx, "device", slow, facts)
 
 
-def _slow(ctx: StageContext, stage: str, lines: List[str], facts: Dict[str, Any]) -> None:
+def report_slow(ctx: StageContext, stage: str, lines: List[str], facts: Dict[str, Any]) -> None:
+    """Slow cards fail ``stage`` (``SlowCard``), or are warnings with ``slow_card: warn``."""
     if ctx.spec.diagnostics.slow_card == "warn":
-        facts["warnings"] += lines
+        facts.setdefault("warnings", []).extend(lines)
         return
     raise StageFailure(stage, "; ".join(lines), facts=facts, error_type="SlowCard",
                        hint=HINT_SLOW)
@@ -116,4 +117,4 @@ def gpu_cards(ctx: StageContext, seen: List[Dict[str, Any]], facts: Dict[str, An
     judge_cards(ctx, cards, facts)
 
 
-__all__ = ["torch_card", "join_cards", "judge_cards", "gpu_cards", "HINT_SLOW"]
+__all__ = ["torch_card", "join_cards", "judge_cards", "gpu_cards", "report_slow", "HINT_SLOW"]

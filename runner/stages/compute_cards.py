@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 import threading
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from runner.cards import card_label, healthy_cards, judge_results, judge_speed
 from runner.stages import StageContext, StageFailure
@@ -68,6 +68,8 @@ def measure_all(torch: Any, cards: List[int], check_n: int, timed_n: int,
 def judge_compute(ctx: StageContext, results: Dict[int, Dict[str, Any]],
                   tolerance: Dict[str, float], facts: Dict[str, Any]) -> None:
     """Per-card verdicts into ``facts["cards"]``, the run-level figures, and the failure."""
+    from runner.stages.cardset import report_slow
+
     hw = ctx.spec.hardware
     device = ctx.facts.get("device", {})
     bus = {int(k): c.get("bus_id") for k, c in (device.get("cards") or {}).items()}
@@ -77,27 +79,10 @@ def judge_compute(ctx: StageContext, results: Dict[int, Dict[str, Any]],
     speed = judge_speed({i: r.get("bf16_tflops") for i, r in results.items() if i not in wrong},
                         floor=hw.bf16_floor_tflops)
     wrong.update({i: str(r["reason"]) for i, r in speed.items() if r["verdict"] == "no figure"})
-    cards: Dict[str, Any] = {}
-    for index, result in sorted(results.items()):
-        row = {k: v for k, v in result.items() if k != "error"}
-        row["bf16_fraction_of_peak"] = _fraction(result.get("bf16_tflops"), hw.bf16_tflops)
-        row["fp32_fraction_of_peak"] = _fraction(result.get("fp32_tflops"), hw.fp32_tflops)
-        judged = speed.get(index, {})
-        row["ratio_to_peers"] = judged.get("ratio_to_peers")
-        if index in wrong:
-            row["verdict"], row["reasons"] = "fault", [wrong[index]]
-        elif judged.get("verdict") not in (None, "ok"):
-            row["verdict"], row["reasons"] = "slow", [str(judged["reason"])]
-        else:
-            row["verdict"], row["reasons"] = "ok", []
-        cards[str(index)] = row
+    cards = {str(i): _card_row(ctx, r, speed.get(i, {}), wrong.get(i))
+             for i, r in sorted(results.items())}
     facts["cards"] = cards
-    for key, peak in (("bf16", hw.bf16_tflops), ("fp32", hw.fp32_tflops)):
-        good = [r[f"{key}_tflops"] for r in cards.values()
-                if r["verdict"] != "fault" and isinstance(r.get(f"{key}_tflops"), float)]
-        median = round(statistics.median(good), 4) if good else None
-        facts[f"{key}_tflops"], facts[f"{key}_peak_tflops"] = median, peak  # of every card
-        facts[f"{key}_fraction_of_peak"] = _fraction(median, peak)
+    _headline(ctx, cards, facts)
     before = device.get("healthy_cards")
     facts["healthy_cards"] = healthy_cards(
         before if isinstance(before, list) else results,
@@ -111,13 +96,35 @@ def judge_compute(ctx: StageContext, results: Dict[int, Dict[str, Any]],
     slow = [f"{card_label(int(k), bus.get(int(k)))}: {r['reasons'][0]}"
             for k, r in cards.items() if r["verdict"] == "slow"]
     if slow:
-        from runner.stages.cardset import HINT_SLOW
+        report_slow(ctx, "compute", slow, facts)
 
-        if ctx.spec.diagnostics.slow_card == "warn":
-            facts.setdefault("warnings", []).extend(slow)
-        else:
-            raise StageFailure("compute", "; ".join(slow), facts=facts, error_type="SlowCard",
-                               hint=HINT_SLOW)
+
+def _card_row(ctx: StageContext, result: Dict[str, Any], judged: Dict[str, Any],
+              wrong: Optional[str]) -> Dict[str, Any]:
+    hw = ctx.spec.hardware
+    row = {k: v for k, v in result.items() if k != "error"}
+    row["bf16_fraction_of_peak"] = _fraction(result.get("bf16_tflops"), hw.bf16_tflops)
+    row["fp32_fraction_of_peak"] = _fraction(result.get("fp32_tflops"), hw.fp32_tflops)
+    row["ratio_to_peers"] = judged.get("ratio_to_peers")
+    if wrong is not None:
+        row["verdict"], row["reasons"] = "fault", [wrong]
+    elif judged.get("verdict") not in (None, "ok"):
+        row["verdict"], row["reasons"] = "slow", [str(judged["reason"])]
+    else:
+        row["verdict"], row["reasons"] = "ok", []
+    return row
+
+
+def _headline(ctx: StageContext, cards: Dict[str, Any], facts: Dict[str, Any]) -> None:
+    """The stage's own ``bf16_tflops`` / ``fp32_tflops``: the median of the cards without
+    a fault, and its fraction of the catalog's peak."""
+    hw = ctx.spec.hardware
+    for key, peak in (("bf16", hw.bf16_tflops), ("fp32", hw.fp32_tflops)):
+        good = [r[f"{key}_tflops"] for r in cards.values()
+                if r["verdict"] != "fault" and isinstance(r.get(f"{key}_tflops"), float)]
+        median = round(statistics.median(good), 4) if good else None
+        facts[f"{key}_tflops"], facts[f"{key}_peak_tflops"] = median, peak
+        facts[f"{key}_fraction_of_peak"] = _fraction(median, peak)
 
 
 def _fraction(value: Any, peak: Any) -> Any:

@@ -14,7 +14,13 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.cards import card_label, healthy_cards, judge_link, judge_pairs, pair_rounds
-from runner.stages import StageContext, StageFailure, StageSkipped
+from runner.stages import (
+    STAGES_BY_NAME,
+    StageContext,
+    StageFailure,
+    StageSkipped,
+    stage_timeout,
+)
 
 MIB = 1 << 20
 GPU_SIZES, GPU_ITERS = (8 * MIB, 64 * MIB, 256 * MIB), 20
@@ -37,7 +43,6 @@ def linked_cards(ctx: StageContext) -> List[int]:
 
 def interconnect(ctx: StageContext) -> Dict[str, Any]:
     from runner.collective import CollectiveError, run_allreduce
-    from runner.stages import STAGES_BY_NAME, stage_timeout
 
     spec = ctx.spec
     cards = linked_cards(ctx)
@@ -47,8 +52,7 @@ def interconnect(ctx: StageContext) -> Dict[str, Any]:
     if len(cards) < 2:
         raise StageSkipped("one card", facts=facts)
     n = len(cards)
-    stage = STAGES_BY_NAME.get("interconnect")
-    budget = stage_timeout(stage, spec) * COLLECTIVE_SHARE if stage else 120.0
+    budget = stage_timeout(STAGES_BY_NAME["interconnect"], spec) * COLLECTIVE_SHARE
     try:
         result = run_allreduce(
             n, backend="nccl" if on_gpu else "gloo", device="cuda" if on_gpu else "cpu",
