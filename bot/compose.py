@@ -11,6 +11,7 @@ from bot.manifest.load import LoadedManifest
 from bot.manifest.project_check import precheck_manifest
 from bot.messages.model import Notifier
 from bot.pilot import leases
+from bot.policy import Policy, policy_for
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.store import Store
@@ -25,14 +26,19 @@ def make_dispatchers(settings: Settings) -> dict[str, Dispatcher]:
     }
 
 
-def make_service(settings: Settings,
-                 notifier: Notifier | Callable[[Store], Notifier]) -> PilotService:
-    """The service on the settings' SQLite state; ``notifier`` may need that store."""
+def make_service(settings: Settings, notifier: Notifier | Callable[[Store], Notifier], *,
+                 policy: Policy | None = None) -> PilotService:
+    """The service on the settings' SQLite state; ``notifier`` may need that store.
+
+    ``policy``: the bot's policy, read from ``settings`` when not given (PolicyError when
+    the file is broken: nothing starts on a policy that cannot be read).
+    """
+    policy = policy or policy_for(settings)
     store = Store(settings.db_path)
     if not hasattr(notifier, "publish"):
         notifier = notifier(store)
     return PilotService(settings, store, make_dispatchers(settings), notifier,
-                        lease_guard=leases.lease_guard_for(store))
+                        lease_guard=leases.lease_guard_for(store), policy=policy)
 
 
 def precheck(loaded: LoadedManifest) -> None:

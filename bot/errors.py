@@ -116,3 +116,30 @@ class ProjectCheckError(PreflightError):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"project check: {len(problems)} problem(s)\n{lines}")
+
+
+class PolicyError(PreflightError):
+    """The bot's policy file cannot be used: the bot does not start (every problem, by line)."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem], *, source: str = "policy") -> None:
+        self.problems = problems
+        self.source = source
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"policy file {source}: {len(problems)} problem(s)\n{lines}")
+
+
+class PolicyRefused(PreflightError):
+    """The bot's policy does not allow this action; nothing was run, read or changed.
+
+    ``refusals`` name each rule broken and where it is configured; the refusal is recorded.
+    """
+
+    exit_code = 2
+
+    def __init__(self, action: str, refusals: list[Any]) -> None:
+        self.action = action
+        self.refusals = refusals
+        super().__init__(f"refused by the bot's policy ({action}): "
+                         + "; ".join(str(r) for r in refusals))

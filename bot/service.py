@@ -24,8 +24,10 @@ from bot.errors import (
     DecisionRefused,
     DispatchError,
     NodeUnreachable,
+    PolicyRefused,
     PreflightError,
 )
+from bot.guard import PolicyGuard
 from bot.manifest.load import LoadedManifest, load_manifest
 from bot.messages import views
 from bot.messages.cards import cards_message
@@ -37,6 +39,8 @@ from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec, runs_dir_for
 from bot.pilot.states import ENDED, RESUMABLE, S
 from bot.pilot.verdict import judge
+from bot.policy import Policy, default_policy
+from bot.policy.model import Origin
 from bot.reporting import ReportFiles
 from bot.settings import Settings
 from bot.store import Store
@@ -66,9 +70,11 @@ class Submission:
 class PilotService:
     def __init__(self, settings: Settings, store: Store, dispatchers: Mapping[str, Dispatcher],
                  notifier: Notifier, *, lease_guard: LeaseGuard | None = None,
-                 progress_interval: float = 0.2) -> None:
+                 progress_interval: float = 0.2, policy: Policy | None = None) -> None:
         self.settings = settings
         self.store = store
+        self.guard = PolicyGuard(policy or default_policy(settings.home, settings.policy_path,
+                                                          settings.approvers), store)
         self.dispatchers = dict(dispatchers)
         self.notifier = notifier
         self.lease_guard = lease_guard
@@ -80,16 +86,30 @@ class PilotService:
 
     # -- submit -------------------------------------------------------------------
     def submit_text(self, text: str, *, source: str, base_dir: Path, submitter: str,
-                    channel: str | None = None, thread_ts: str | None = None) -> Submission:
-        loaded = load_manifest(text, source=source, base_dir=base_dir)
-        return self.submit(loaded, submitter=submitter, channel=channel, thread_ts=thread_ts)
+                    channel: str | None = None, thread_ts: str | None = None,
+                    origin: Origin = "cli") -> Submission:
+        loaded = self.load(text, source=source, base_dir=base_dir, user=submitter, origin=origin)
+        return self.submit(loaded, submitter=submitter, channel=channel, thread_ts=thread_ts,
+                           origin=origin)
+
+    def load(self, text: str, *, source: str, base_dir: Path, user: str,
+             origin: Origin) -> LoadedManifest:
+        """Load manifest text, refused by the policy (PolicyRefused) before any path it
+        names is looked at."""
+        self.guard.screen(text, source=source, base_dir=base_dir, user=user, origin=origin)
+        return load_manifest(text, source=source, base_dir=base_dir)
 
     def submit(self, loaded: LoadedManifest, *, submitter: str, channel: str | None = None,
                thread_ts: str | None = None, kind: str = "pilot", parent: str | None = None,
-               inputs: Any | None = None) -> Submission:
-        """Plan an attempt and prepare its own new run directory; nothing is started yet."""
+               inputs: Any | None = None, origin: Origin = "cli") -> Submission:
+        """Plan an attempt and prepare its own new run directory; nothing is started yet.
+
+        The policy is checked here whoever calls (PolicyRefused, recorded, nothing created).
+        """
         from bot.pilot.prechecks import expected_inputs, previous_changes
 
+        approvers, two_person = self.guard.admit(loaded, user=submitter, origin=origin,
+                                                 inputs=inputs)
         m = loaded.manifest
         plan = make_plan(loaded)
         ids = expected_inputs(loaded, inputs)
@@ -125,8 +145,7 @@ class PilotService:
                 "categories": list(spec.task.categories)
                 or (["train"] if spec.task.kind == "train" else []),
                 "success": spec.success.__dict__ | {"copy_to": spec.results.copy_to},
-                "approvers": sorted(set(m.approvals.approvers) | set(self.settings.approvers)),
-                "two_person": int(m.approvals.two_person),
+                "approvers": approvers, "two_person": int(two_person),
             })
         if kind == "pilot":
             self._publish(views.plan_message(self.store.get_run(run_id)))
@@ -458,10 +477,17 @@ class PilotService:
 
         run = self._with_decision(self.store.find_run(run_id))
         reason = (reason or "").strip()
-        refusal, is_override = check_decision(run, decision, reason, by, override=override)
+        origin: Origin = "slack" if source == "slack" else "cli"
+        refusal, is_override = check_decision(run, decision, reason, by, override=override,
+                                              groups=self.guard.identity(by, origin).groups)
         base = {"run": run["id"], "decision": decision, "reason": reason or "(none)", "by": by,
                 "override": int(is_override), "source": source,
                 "override_of": "; ".join(override_needs(run)) if is_override else None}
+        policy = self.guard.approval(run, by, origin) if decision == "approve" and \
+            refusal is None else []
+        if policy:
+            self.store.record_decision({**base, "accepted": 0, "refusal": str(policy[0])})
+            raise PolicyRefused("approve", policy)
         if refusal is not None:
             self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
             self.write_report(run["id"])  # the report lists refused attempts too
@@ -509,9 +535,20 @@ class PilotService:
             return None
         sub = self.submit(loaded, submitter=run["submitter"], channel=run.get("channel"),
                           thread_ts=run.get("thread_ts"), kind="volume", parent=run_id,
-                          inputs=volume.inputs)
+                          inputs=volume.inputs, origin="slack" if run.get("channel") else "cli")
         self.start(sub.run_id)
         return sub.run_id
+
+    # -- leases -------------------------------------------------------------------
+    def change_lease(self, node: str, state: str, user: str, *, origin: Origin,
+                     note: str | None = None) -> dict[str, Any]:
+        """One lease state change, refused by the policy (PolicyRefused, recorded) unless
+        ``user`` may make it; recorded with who (``<@id>`` from Slack)."""
+        from bot.pilot import leases as lease_rules
+
+        self.guard.lease_change(lease_rules.normalize_node(node), state, user, origin)
+        by = f"<@{user}>" if origin == "slack" else user
+        return lease_rules.set_state(self.store, node, state, by, note=note)
 
     # -- read ---------------------------------------------------------------------
     def show(self, run_id: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ class Settings:
     ssh_config: Path | None = None
     # How long a follower keeps trying to reach an unreachable node before it gives up.
     contact_give_up_s: float = 600.0
+    policy_path: Path | None = None  # PREFLIGHT_POLICY; None: $PREFLIGHT_HOME/policy.yaml if any
     # The environment a local runner inherits: the entry point's, minus every Slack secret.
     runner_env: tuple[tuple[str, str], ...] = ()
 
@@ -61,6 +62,7 @@ class Settings:
             ssh_client_keys=tuple(Path(p) for p in _csv(env.get("PREFLIGHT_SSH_KEYS"))),
             ssh_config=_path(env.get("PREFLIGHT_SSH_CONFIG")),
             contact_give_up_s=_seconds(env, "PREFLIGHT_SSH_GIVE_UP_S", 600.0),
+            policy_path=_path(env.get("PREFLIGHT_POLICY")),
             runner_env=tuple(sorted((k, v) for k, v in env.items() if not k.startswith("SLACK_"))),
         )
 

@@ -115,3 +115,18 @@ def find_secrets_in_text(text: str) -> list[tuple[int, str]]:
         if what is not None:
             found.append((lineno, what))
     return found
+
+
+_PEM_BLOCK = re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.DOTALL)
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with every credential-looking value replaced by ``[redacted: what]``.
+
+    The last line of defence for what the bot posts; key material is cut whole, from its
+    BEGIN line to its END line (or the end of the text).
+    """
+    text = _PEM_BLOCK.sub("[redacted: key material]", text)
+    for what, pattern in _VALUE_PATTERNS:
+        text = pattern.sub(f"[redacted: {what}]", text)
+    return text

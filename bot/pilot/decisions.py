@@ -57,8 +57,12 @@ def not_decidable(run: dict[str, Any], *, who: Callable[[str], str] = str) -> st
 
 
 def check_decision(run: dict[str, Any], decision: str, reason: str, by: str, *,
-                   override: bool = False) -> tuple[str | None, bool]:
-    """Return (refusal or None, whether this is an override of a failed pilot)."""
+                   override: bool = False,
+                   groups: frozenset[str] = frozenset()) -> tuple[str | None, bool]:
+    """Return (refusal or None, whether this is an override of a failed pilot).
+
+    ``groups``: the Slack user groups ``by`` is in (an approvers list may name a group).
+    """
     if run.get("kind", "pilot") != "pilot":
         return volume_refusal(run), False
     if decision not in DECISIONS:
@@ -74,7 +78,7 @@ def check_decision(run: dict[str, Any], decision: str, reason: str, by: str, *,
     if not approvers:
         return ("nobody may approve this pilot: list approvers in approvals.approvers "
                 "or PREFLIGHT_APPROVERS"), False
-    if by not in approvers:
+    if by not in approvers and not groups & set(approvers):
         names = ", ".join(approvers)
         return f"{by} is not an approver of {run['name']} (approvers: {names})", False
     if run.get("two_person") and by == run.get("submitter"):

@@ -13,7 +13,9 @@ from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
     RateLimitErrorRetryHandler,
 )
+from slack_sdk.web import SlackResponse
 
+from bot.manifest.secrets import redact_secrets
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.slack.followers import Followers
@@ -55,10 +57,40 @@ class _ClientGiven(logging.Filter):
 _CLIENT_GIVEN = _ClientGiven()
 
 
+class ScrubbingWebClient(WebClient):
+    """Every string the bot sends through the Web API passes the secret scanner first.
+
+    The last line of defence, not the only one (the policy keeps a Slack manifest from
+    reading outside its project roots): a credential-looking value becomes
+    ``[redacted: what]`` whichever message, modal or ephemeral carries it.
+    """
+
+    def api_call(self, api_method: str, *, http_verb: str = "POST",
+                 files: dict[str, Any] | None = None, data: dict[str, Any] | None = None,
+                 params: dict[str, Any] | None = None, json: dict[str, Any] | None = None,
+                 headers: dict[str, Any] | None = None,
+                 auth: dict[str, Any] | None = None) -> SlackResponse:
+        return super().api_call(api_method, http_verb=http_verb, files=files, data=scrub(data),
+                                params=scrub(params), json=scrub(json), headers=headers,
+                                auth=auth)
+
+
+def scrub(value: Any) -> Any:
+    """``value`` with secrets redacted from every string in it (``token`` fields kept)."""
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, dict):
+        return {k: v if k == "token" else scrub(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub(v) for v in value]
+    return value
+
+
 def make_client(settings: Settings, *, rate_limit_retries: int = 5) -> WebClient:
-    """A Web API client that honours 429 Retry-After and retries dropped connections."""
+    """A Web API client that honours 429 Retry-After, retries dropped connections and
+    never sends a credential-looking string (``ScrubbingWebClient``)."""
     base = settings.slack_api_url or DEFAULT_API_URL
-    return WebClient(token=settings.slack_bot_token, base_url=base.rstrip("/") + "/",
+    return ScrubbingWebClient(token=settings.slack_bot_token, base_url=base.rstrip("/") + "/",
                      timeout=30, retry_handlers=[
                          ConnectionErrorRetryHandler(max_retry_count=2),
                          RateLimitErrorRetryHandler(max_retry_count=rate_limit_retries)])

@@ -17,8 +17,13 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.webhook import WebhookClient
 
-from bot.errors import DecisionRefused, ManifestError, PreflightError, ProjectCheckError
-from bot.manifest.load import load_manifest
+from bot.errors import (
+    DecisionRefused,
+    ManifestError,
+    PolicyRefused,
+    PreflightError,
+    ProjectCheckError,
+)
 from bot.pilot.states import OPEN, S
 from bot.service import PilotService
 from bot.settings import Settings
@@ -70,11 +75,15 @@ class Handlers:
                thread_ts: str) -> str | None:
         """Validate, plan, start and follow; every failure is answered in the thread."""
         try:
-            loaded = load_manifest(text, source=source, base_dir=self._base_dir())
+            loaded = self.service.load(text, source=source, base_dir=self._base_dir(),
+                                       user=user, origin="slack")
             if self.precheck is not None:
                 self.precheck(loaded)
             sub = self.service.submit(loaded, submitter=user, channel=channel,
-                                      thread_ts=thread_ts)
+                                      thread_ts=thread_ts, origin="slack")
+        except PolicyRefused as exc:
+            self.refused(exc, user=user, channel=channel, thread_ts=thread_ts)
+            return None
         except ManifestError as exc:
             self.post(channel, thread_ts, f"The manifest is not valid ({len(exc.problems)} "
                       "problem(s))", problems_blocks(f"{exc.source}: the manifest is not valid",
@@ -117,6 +126,9 @@ class Handlers:
             return None
         try:
             record = self.service.decide(run_id, decision, reason, user, source="slack")
+        except PolicyRefused as exc:
+            self.refused(exc, user=user, channel=channel, thread_ts=thread_ts)
+            return None
         except DecisionRefused as exc:
             self.ephemeral(channel, user, thread_ts,
                            f":no_entry: Decision refused (and recorded): {escape(str(exc))}")
@@ -188,6 +200,16 @@ class Handlers:
         except PreflightError as exc:
             return False, str(exc)
         return refusal is None, refusal or ""
+
+    def refused(self, exc: PolicyRefused, *, user: str, channel: str,
+                thread_ts: str | None) -> None:
+        """A policy refusal: the details privately to the user, one line in the thread."""
+        lines = "\n".join(f"• {escape(str(r))}" for r in exc.refusals)
+        self.ephemeral(channel, user, thread_ts, f":no_entry: Refused by the bot's policy "
+                       f"(recorded; nothing was run, read or changed):\n{lines}")
+        rules = ", ".join(sorted({f"`{r.rule}`" for r in exc.refusals}))
+        self.post(channel, thread_ts, f":no_entry: <@{user}>'s {exc.action} was refused by the "
+                  f"bot's policy ({rules}); the details went to them privately.")
 
     # -- the App Home tab ---------------------------------------------------------
     def publish_home(self, user: str) -> None:

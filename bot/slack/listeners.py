@@ -131,7 +131,7 @@ def _on_command(h: Handlers) -> Callable[..., None]:
         elif verb == "runs":
             ack(text="Recent runs", blocks=runs_blocks(h.service.runs(limit=20)))
         elif verb == "lease":
-            ack(text=_lease(h, args, user))
+            ack(text=_lease(h, args, user, channel))
         else:
             ack(text=HELP)
     return on_command
@@ -165,8 +165,10 @@ LEASE_USAGE = ("Usage: `/preflight lease` (list) · `/preflight lease NODE` · "
                + ", ".join(LEASE_STATES))
 
 
-def _lease(h: Handlers, args: list[str], user: str) -> str:
-    """The lease commands, recorded with the Slack user as who."""
+def _lease(h: Handlers, args: list[str], user: str, channel: str) -> str:
+    """The lease commands, recorded with the Slack user as who (changes: the policy's
+    lease operators only; a refusal is answered privately and said in the channel)."""
+    from bot.errors import PolicyRefused
     from bot.pilot import leases as lease_rules
 
     store = h.service.store
@@ -179,9 +181,15 @@ def _lease(h: Handlers, args: list[str], user: str) -> str:
             lease = store.current_lease(lease_rules.normalize_node(args[0]))
             return (f"`{escape(args[0])}` has no lease. " + LEASE_USAGE) if lease is None \
                 else f"`{escape(args[0])}`: {lease['state']}"
-        lease = lease_rules.set_state(store, args[0], args[1], f"<@{user}>",
-                                      note=" ".join(args[2:]) or None)
+        lease = h.service.change_lease(args[0], args[1], user, origin="slack",
+                                       note=" ".join(args[2:]) or None)
         return f"Lease of `{escape(args[0])}` is now *{lease['state']}* (recorded, by <@{user}>)."
+    except PolicyRefused as exc:
+        h.post(channel, None, f":no_entry: <@{user}> tried to move the lease of "
+               f"`{escape(args[0])}` to {escape(args[1])}: refused by the bot's policy "
+               f"({', '.join(sorted({f'`{r.rule}`' for r in exc.refusals}))}).")
+        return ":no_entry: Refused by the bot's policy (recorded; the lease did not move):\n" \
+            + "\n".join(f"• {escape(str(r))}" for r in exc.refusals)
     except PreflightError as exc:
         return escape(str(exc))
 

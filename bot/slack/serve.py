@@ -24,9 +24,15 @@ def serve(
     """Run the Slack bot: Socket Mode (needs SLACK_APP_TOKEN), or --http for the Events API."""
     from slack_sdk.errors import SlackApiError, SlackClientError
 
+    from bot.errors import PolicyError
+    from bot.policy import policy_for
     from bot.slack.app import describe_token_problem, install_log_redaction, make_client
 
     settings = Settings.from_env()
+    try:
+        policy = policy_for(settings)  # a broken policy file: the bot does not start
+    except PolicyError as exc:
+        _die(f"{exc}\nfix the policy file (docs/security.md lists every key) and start again")
     if not http and not settings.slack_app_token:
         _die("SLACK_APP_TOKEN is not set: set it (xapp-…) for Socket Mode, "
              "or run `preflight serve --http --port N` behind a public URL")
@@ -48,16 +54,20 @@ def serve(
         _die(f"cannot reach the Slack Web API at {settings.slack_api_url or 'slack.com'}: {exc}")
     finally:
         quiet.setLevel(level)
-    _run(settings, http=http, host=host, port=port, bot_user=str(who.get("user_id")))
+    _run(settings, http=http, host=host, port=port, bot_user=str(who.get("user_id")),
+         policy=policy)
 
 
-def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str) -> None:
+def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str,
+         policy: Any) -> None:
     from bot.compose import make_service, precheck
     from bot.messages.model import NullNotifier
     from bot.slack.app import SlackBot, install_log_redaction
     from bot.slack.server import HttpServer
 
-    service = make_service(settings, NullNotifier())
+    service = make_service(settings, NullNotifier(), policy=policy)
+    said = (f"policy: {policy.path}" if policy.from_file else
+            f"policy: built-in defaults (no file at {policy.path})")
     bot = SlackBot(settings, service, precheck=precheck, socket_mode=not http,
                    token_verification=False)
     from bot.schedule import BotScheduler
@@ -76,17 +86,18 @@ def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str)
             for name in ("uvicorn", "uvicorn.access"):  # uvicorn's own handlers, set just now
                 install_log_redaction(logging.getLogger(name))
             typer.echo(f"preflight bot {bot_user} listening on {server.url}", err=False)
+            typer.echo(said)
             sys.stdout.flush()
             server.serve()
         else:
-            _serve_socket_mode(bot.app, settings, bot_user)
+            _serve_socket_mode(bot.app, settings, bot_user, said)
     finally:
         scheduler.shutdown()
         bot.close()
         service.close()
 
 
-def _serve_socket_mode(app: Any, settings: Settings, bot_user: str) -> None:
+def _serve_socket_mode(app: Any, settings: Settings, bot_user: str, said: str) -> None:
     """Connect with the app-level token (one clear line if Slack refuses it), then block."""
     import threading
 
@@ -108,6 +119,7 @@ def _serve_socket_mode(app: Any, settings: Settings, bot_user: str) -> None:
     finally:
         quiet.setLevel(level)
     typer.echo(f"preflight bot {bot_user} connected in Socket Mode")
+    typer.echo(said)
     sys.stdout.flush()
     try:
         threading.Event().wait()  # the connection's own threads serve; this one waits

@@ -17,13 +17,14 @@ import sqlite_utils
 
 from bot.errors import StoreError
 from bot.store.leases import LeasesMixin, migrate_leases
+from bot.store.refusals import RefusalsMixin, migrate_refusals
 from bot.store.runs import RunsMixin, migrate_runs
 from bot.store.slack import SlackMixin, migrate_slack
 
 __all__ = ["Store"]
 
 
-class Store(RunsMixin, SlackMixin, LeasesMixin):
+class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin):
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         try:
@@ -36,6 +37,7 @@ class Store(RunsMixin, SlackMixin, LeasesMixin):
             migrate_runs(db)
             migrate_slack(db)
             migrate_leases(db)
+            migrate_refusals(db)
 
     @property
     def db(self) -> sqlite_utils.Database:

@@ -18,6 +18,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from bot.dispatch.base import Dispatcher
 from bot.messages.model import NullNotifier
+from bot.policy import Policy, load_policy
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.slack.app import SlackBot
@@ -30,6 +31,24 @@ SECRET = "test-signing-secret"
 CHANNEL = "C0PILOTS"
 SUBMITTER = "U0SUBMITTER"
 APPROVER = "U0APPROVER"
+# The team's policy the Slack tests run under (tests/slack/test_policy.py attacks others):
+# local runs with commands allowed, the test's own directory as the project root.
+TEAM_POLICY = """\
+roles:
+  approvers: [U0APPROVER, U0SUBMITTER]
+  lease_operators: [U0SUBMITTER]
+nodes: [local]
+project_roots: [{root}]
+task_command: {{local: true}}
+"""
+
+
+def team_policy(root: Path, text: str | None = None) -> Policy:
+    """A policy file written under ``root`` and read by the real loader."""
+    path = root / "policy.yaml"
+    path.write_text(text if text is not None else TEAM_POLICY.format(root=root),
+                    encoding="utf-8")
+    return load_policy(path, home=root)
 
 
 @pytest.fixture
@@ -52,12 +71,13 @@ class Harness:
     _ids = itertools.count(1)
 
     def __init__(self, settings: Settings, dispatcher: Dispatcher, emulator: SlackEmulator, *,
-                 min_interval: float = 1.0) -> None:
+                 min_interval: float = 1.0, policy: Policy | None = None) -> None:
         self.settings = settings
         self.emulator = emulator
         self.store = Store(settings.db_path)
         self.dispatcher = dispatcher
-        self.service = PilotService(settings, self.store, {"local": dispatcher}, NullNotifier())
+        self.service = PilotService(settings, self.store, {"local": dispatcher}, NullNotifier(),
+                                    policy=policy or team_policy(settings.home))
         self.bot = SlackBot(settings, self.service, min_interval=min_interval)
         self.server = HttpServer(self.bot.app).start()
         self.verifier = SignatureVerifier(settings.slack_signing_secret or "")
@@ -190,8 +210,9 @@ def make_harness(tmp_path: Path, emulator: SlackEmulator) -> Iterator[Any]:
 
     def make(dispatcher: Dispatcher, **changes: Any) -> Harness:
         min_interval = changes.pop("min_interval", 1.0)
+        policy = changes.pop("policy", None)
         h = Harness(make_settings(tmp_path, emulator, **changes), dispatcher, emulator,
-                    min_interval=min_interval)
+                    min_interval=min_interval, policy=policy)
         made.append(h)
         return h
 

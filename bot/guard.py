@@ -1,0 +1,122 @@
+"""PolicyGuard: how the service enforces the bot's policy, and records what it refuses.
+
+The rules are pure functions in ``bot.policy.checks``; this is where they meet the store
+(refusals are recorded with who and what; the runs a lease gates are looked up) and the
+directory of user groups. ``PilotService`` calls it before a manifest is read, when a run
+is submitted, before an approval and for every lease change from a transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from bot.errors import PolicyRefused
+from bot.manifest.load import LoadedManifest
+from bot.manifest.rules import list_inputs
+from bot.manifest.source import SourceError, parse_text
+from bot.pilot import leases as lease_rules
+from bot.policy import checks
+from bot.policy.checks import Identity, Refusal
+from bot.policy.load import Policy
+from bot.policy.model import Origin
+from runner.inputs import InputsError
+
+# Slack user id -> the user groups (S…) they are in; set by the Slack transport.
+Directory = Callable[[str], frozenset[str]]
+
+
+class RefusalStore(Protocol):
+    def record_refusal(self, record: dict[str, Any]) -> None: ...
+    def runs_waiting_on_node(self, host: str, port: int = 22) -> list[dict[str, Any]]: ...
+
+
+class PolicyGuard:
+    def __init__(self, policy: Policy, store: RefusalStore) -> None:
+        self.policy = policy
+        self.store = store
+        self.directory: Directory | None = None
+
+    def identity(self, user: str, origin: Origin) -> Identity:
+        groups = self.directory(user) if self.directory and origin == "slack" else frozenset()
+        return Identity(user, groups)
+
+    # -- submit -------------------------------------------------------------------------
+    def screen(self, text: str, *, source: str, base_dir: Path, user: str,
+               origin: Origin) -> None:
+        """Refuse a manifest before anything it names on disk is looked at."""
+        try:
+            data, marks = parse_text(text)
+        except SourceError:
+            return  # unreadable: load_manifest says where, and reads nothing
+        refusals = checks.check_submission(self.policy, data, marks, origin=origin,
+                                           who=self.identity(user, origin), base_dir=base_dir)
+        self.refuse("submit", user, origin, _name(data) or source, refusals)
+
+    def admit(self, loaded: LoadedManifest, *, user: str, origin: Origin,
+              inputs: Any | None = None) -> tuple[list[str], bool]:
+        """Check a loaded manifest again (whoever the caller is) and the files it would read;
+        return the approvers and the two-person flag the run is recorded with."""
+        m = loaded.manifest
+        data, marks = parse_text(loaded.text)
+        refusals = checks.check_submission(self.policy, data, marks, origin=origin,
+                                           who=self.identity(user, origin),
+                                           base_dir=loaded.base_dir)
+        if origin == "slack" and not refusals:
+            refusals = checks.check_files(self.policy, _files(loaded, inputs), "input file")
+        self.refuse("submit", user, origin, m.name, refusals)
+        return (checks.effective_approvers(self.policy, m.approvals.approvers, origin),
+                checks.two_person(self.policy, m.approvals.two_person))
+
+    # -- approve ------------------------------------------------------------------------
+    def approval(self, run: dict[str, Any], user: str, origin: Origin) -> list[Refusal]:
+        refusals = checks.check_approval(self.policy, run, self.identity(user, origin), origin)
+        self.record("approve", user, origin, str(run["id"]), refusals)
+        return refusals
+
+    # -- leases -------------------------------------------------------------------------
+    def lease_change(self, node: str, state: str, user: str, origin: Origin) -> None:
+        host, port = lease_rules.split_key(node) if node.strip() else ("", 22)
+        waiting = self.store.runs_waiting_on_node(host, port) if host else []
+        refusals = checks.check_lease_change(self.policy, self.identity(user, origin), origin,
+                                             state, waiting)
+        self.refuse("lease", user, origin, f"{node} -> {state}", refusals)
+
+    # -- recording ----------------------------------------------------------------------
+    def refuse(self, action: str, user: str, origin: Origin, subject: str,
+               refusals: Sequence[Refusal]) -> None:
+        if refusals:
+            self.record(action, user, origin, subject, refusals)
+            raise PolicyRefused(action, list(refusals))
+
+    def record(self, action: str, user: str, origin: Origin, subject: str,
+               refusals: Sequence[Refusal]) -> None:
+        for refusal in refusals:
+            self.store.record_refusal({"who": user, "origin": origin, "action": action,
+                                       "subject": subject, **refusal.to_dict()})
+
+
+def _name(data: Any) -> str | None:
+    name = data.get("name") if isinstance(data, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _files(loaded: LoadedManifest, inputs: Any | None) -> list[Path]:
+    """The inputs a run would read and the project's parameter files."""
+    project = loaded.project_dir
+    out: list[Path] = []
+    volume = loaded.manifest.volume
+    sections: list[Any] = [loaded.manifest.inputs, inputs or (volume.inputs if volume else None)]
+    for section in sections:
+        if section is None:
+            continue
+        try:
+            out += [f.path for f in list_inputs((project / section.dir).resolve(),
+                                                section.pattern)]
+        except InputsError:
+            continue  # the manifest rules report it
+    config = project / "config"
+    if config.is_dir():
+        out += [p for p in config.rglob("*") if p.is_file() or p.is_symlink()]
+    return out

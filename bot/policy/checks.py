@@ -1,0 +1,265 @@
+"""The policy's rules as pure functions: may this person do this, from this origin?
+
+Each check returns the refusals it finds (empty: allowed). A refusal names the rule, says
+what was asked and where the rule is configured, so the person refused knows whom to ask.
+Paths are resolved (``..`` and symlinks) before they are compared with the roots; nothing
+here reads a file's content.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from bot.manifest.source import SourceMap, format_loc
+from bot.pilot.leases import lease_key
+from bot.policy.load import Policy
+from bot.policy.model import Origin, parse_node
+
+LEASE_GATES = ("funds-confirmed", "provisioned")
+# Manifest paths relative to project.dir: (field path, read by the bot or the runner)
+_PROJECT_PATHS: tuple[tuple[tuple[str, ...], bool], ...] = (
+    (("project", "requirements"), True), (("inputs", "dir"), True),
+    (("volume", "inputs", "dir"), True), (("results", "copy_to"), False),
+    (("results", "runs_dir"), False))
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who asks: a Slack user id (or the terminal's user) and the user groups they are in."""
+
+    user: str
+    groups: frozenset[str] = frozenset()
+
+    def ids(self) -> frozenset[str]:
+        return self.groups | {self.user}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    rule: str
+    message: str
+    where: str
+
+    def __str__(self) -> str:
+        return f"{self.message} (rule `{self.rule}`, set in {self.where})"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "message": self.message, "where": self.where}
+
+
+def holds(policy: Policy, role: str, who: Identity) -> bool:
+    """Whether ``who`` holds ``role`` (admins hold every role; unset submitters: anyone)."""
+    roles = policy.file.roles
+    members: list[str] | None = getattr(roles, role)
+    if role == "submitters" and members is None:
+        return True
+    return bool(who.ids() & {*(members or []), *roles.admins})
+
+
+def approver_pool(policy: Policy) -> frozenset[str]:
+    """Everyone the bot lets approve: the policy's approvers and admins, PREFLIGHT_APPROVERS."""
+    roles = policy.file.roles
+    return frozenset({*roles.approvers, *roles.admins, *policy.extra_approvers})
+
+
+def effective_approvers(policy: Policy, named: Sequence[str], origin: Origin) -> list[str]:
+    """Who may approve a run: from Slack the manifest's list (already checked to be inside
+    the pool), or the whole pool when it names nobody; from the CLI as before (the manifest's
+    list plus PREFLIGHT_APPROVERS)."""
+    if origin == "slack":
+        return sorted(set(named)) if named else sorted(approver_pool(policy))
+    return sorted({*named, *policy.extra_approvers})
+
+
+def two_person(policy: Policy, manifest_says: bool) -> bool:
+    return manifest_says or policy.file.approvals.two_person
+
+
+# -- submit ---------------------------------------------------------------------------
+def check_submission(policy: Policy, data: Any, marks: SourceMap, *, origin: Origin,
+                     who: Identity, base_dir: Path) -> list[Refusal]:
+    """Refusals for a manifest (its raw parsed data, so an invalid manifest cannot slip
+    past), before anything on disk is looked at."""
+    data = data if isinstance(data, dict) else {}
+    out: list[Refusal] = []
+    if origin == "slack":
+        if not holds(policy, "submitters", who):
+            out.append(Refusal("roles.submitters", f"<@{who.user}> may not submit pilots from "
+                               "Slack", policy.where("roles.submitters")))
+        out += _check_node(policy, data, marks)
+        out += _check_approvers(policy, data, marks)
+    out += _check_paths(policy, data, marks, origin=origin, base_dir=base_dir)
+    return out
+
+
+def _section(data: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)  # type: ignore[assignment]
+    return data
+
+
+def _at(marks: SourceMap, loc: Sequence[Any]) -> str:
+    line, _ = marks.locate(loc)
+    return format_loc(loc) + (f" (line {line})" if line else "")
+
+
+def _check_node(policy: Policy, data: dict[str, Any], marks: SourceMap) -> list[Refusal]:
+    node = _section(data, "node") or {}
+    node = node if isinstance(node, dict) else {}
+    kind = node.get("kind", "local")
+    allowed = [parse_node(n) for n in policy.file.nodes] if policy.file.nodes is not None else None
+    listed = False
+    out: list[Refusal] = []
+    if kind == "local":
+        listed = allowed is not None and (None, "local") in allowed
+        if not listed:
+            out.append(Refusal("nodes", f"{_at(marks, ('node', 'kind'))}: `local` runs on the "
+                               "bot host itself, which a Slack manifest may not name",
+                               policy.where("nodes")))
+    elif isinstance(node.get("host"), str):
+        port = node.get("port", 22)
+        key = lease_key(node["host"], port if isinstance(port, int) else 22)
+        user = node.get("user")
+        listed = allowed is not None and any(k == key and u in (None, user) for u, k in allowed)
+        if allowed is not None and not listed:
+            out.append(Refusal("nodes", f"{_at(marks, ('node', 'host'))}: node "
+                               f"{(user + '@') if user else ''}{key} is not one the bot may "
+                               "use from Slack", policy.where("nodes")))
+    if _section(data, "task", "command") is not None:
+        out += _check_command(policy, kind, listed, marks)
+    return out
+
+
+def _check_command(policy: Policy, kind: Any, listed: bool, marks: SourceMap) -> list[Refusal]:
+    at = _at(marks, ("task", "command"))
+    if kind == "local" and not policy.file.task_command.local:
+        return [Refusal("task_command.local", f"{at}: an external command on the bot host "
+                        "is not allowed from Slack", policy.where("task_command.local"))]
+    if kind == "ssh" and not (policy.file.task_command.ssh and listed):
+        why = "is off" if not policy.file.task_command.ssh else "is only for nodes listed in nodes"
+        return [Refusal("task_command.ssh", f"{at}: an external command from Slack {why}",
+                        policy.where("task_command.ssh" if not policy.file.task_command.ssh
+                                     else "nodes"))]
+    return []
+
+
+def _check_approvers(policy: Policy, data: dict[str, Any], marks: SourceMap) -> list[Refusal]:
+    named = _section(data, "approvals", "approvers")
+    pool = approver_pool(policy)
+    out: list[Refusal] = []
+    for index, approver in enumerate(named if isinstance(named, list) else []):
+        if isinstance(approver, str) and approver not in pool:
+            out.append(Refusal("roles.approvers", f"{_at(marks, ('approvals', 'approvers', index))}"
+                               f": {approver!r} is not an approver in the bot's policy (a "
+                               "manifest can only narrow the policy's approvers)",
+                               policy.where("roles.approvers")))
+    return out
+
+
+def _check_paths(policy: Policy, data: dict[str, Any], marks: SourceMap, *, origin: Origin,
+                 base_dir: Path) -> list[Refusal]:
+    project = _section(data, "project", "dir")
+    project_dir = _resolve(base_dir, project if isinstance(project, str) else ".")
+    if origin == "slack":
+        roots, where = policy.roots, policy.where("project_roots")
+        wanted: list[tuple[tuple[str, ...], Path]] = [(("project", "dir"), project_dir)]
+    else:  # the terminal: the manifest's directory tree and the project it names
+        roots, where = (base_dir.resolve(), project_dir), "the CLI's rule (no policy key)"
+        wanted = []
+    for loc, read in _PROJECT_PATHS:
+        value = _section(data, *loc)
+        if not isinstance(value, str) or (origin == "cli" and not read):
+            continue
+        if loc[-1] == "copy_to" and "://" in value and not value.startswith("file:"):
+            continue  # a remote destination, not a path on this host
+        wanted.append((loc, _resolve(project_dir, value.removeprefix("file://"))))
+    return [Refusal("project_roots", f"{_at(marks, loc)}: {path} is outside the project roots "
+                    f"({', '.join(map(str, roots))})", where)
+            for loc, path in wanted if not inside(path, roots)]
+
+
+def check_files(policy: Policy, files: Iterable[Path], what: str) -> list[Refusal]:
+    """Files a Slack run would read (inputs, parameter files): a symlink leading out of the
+    roots is refused like a path written outside them."""
+    roots = policy.roots
+    for file in files:
+        target = Path(file).resolve()
+        if not inside(target, roots):
+            return [Refusal("project_roots", f"{what} {file} leads to {target}, outside the "
+                            f"project roots ({', '.join(map(str, roots))})",
+                            policy.where("project_roots"))]
+    return []
+
+
+def inside(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == root or path.is_relative_to(root) for root in roots)
+
+
+def _resolve(base: Path, value: str) -> Path:
+    return Path(os.path.join(base, os.path.expanduser(value) if value.startswith("~") else value)
+                ).resolve()
+
+
+# -- approve --------------------------------------------------------------------------
+def check_approval(policy: Policy, run: dict[str, Any], who: Identity,
+                   origin: Origin) -> list[Refusal]:
+    """From Slack: the approver must be in the policy's pool, and a pilot above the spending
+    caps needs an admin. (The CLI's ``--by`` is self-declared: it is not role-checked.)"""
+    if origin != "slack":
+        return []
+    if not who.ids() & approver_pool(policy):
+        return [Refusal("roles.approvers", f"<@{who.user}> is not an approver in the bot's "
+                        "policy", policy.where("roles.approvers"))]
+    over = over_caps(policy, run.get("plan") or {})
+    if over and not holds(policy, "admins", who):
+        key, text = over[0]
+        return [Refusal(f"spending.{key}", f"{text}: approving it needs an admin",
+                        policy.where(f"spending.{key}"))]
+    return []
+
+
+def over_caps(policy: Policy, plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """The spending caps a plan exceeds: (key, what), in the order of the file."""
+    caps = policy.file.spending
+    out: list[tuple[str, str]] = []
+    lots, days = plan.get("lots"), plan.get("days")
+    if caps.max_lots is not None and isinstance(lots, int) and lots > caps.max_lots:
+        out.append(("max_lots", f"{lots} lots is above the cap of {caps.max_lots}"))
+    if caps.max_days is not None and isinstance(days, int) and days > caps.max_days:
+        out.append(("max_days", f"{days} days is above the cap of {caps.max_days}"))
+    try:
+        total = Decimal(str(plan.get("total_usd")))
+    except InvalidOperation:
+        total = None
+    if caps.max_total_usd is not None and total is not None and total > caps.max_total_usd:
+        out.append(("max_total_usd", f"{total} USD is above the cap of {caps.max_total_usd} USD"))
+    return out
+
+
+# -- leases ---------------------------------------------------------------------------
+def check_lease_change(policy: Policy, who: Identity, origin: Origin, state: str,
+                       waiting: Iterable[dict[str, Any]]) -> list[Refusal]:
+    """From Slack a lease moves only for a lease operator; ``funds-confirmed`` and
+    ``provisioned`` are never recorded by the submitter of a two-person pilot waiting on
+    the node (the step that lets the spending start needs a second person)."""
+    if origin == "slack" and not holds(policy, "lease_operators", who):
+        return [Refusal("roles.lease_operators", f"<@{who.user}> may not change leases from "
+                        "Slack", policy.where("roles.lease_operators"))]
+    if state not in LEASE_GATES:
+        return []
+    for run in waiting:
+        if run.get("submitter") == who.user and run.get("two_person"):
+            forced = policy.file.approvals.two_person
+            return [Refusal("approvals.two_person", f"{who.user} submitted run {run['id']}, "
+                            f"which waits on this node: with the two-person rule another "
+                            f"person records {state}",
+                            policy.where("approvals.two_person") if forced else
+                            f"the manifest of run {run['id']} (approvals.two_person)")]
+    return []
