@@ -61,6 +61,13 @@ def holds(policy: Policy, role: str, who: Identity) -> bool:
     return bool(who.ids() & {*(members or []), *roles.admins})
 
 
+def group_ids(policy: Policy) -> list[str]:
+    """The Slack user group ids (S…) named by any role."""
+    roles = policy.file.roles
+    named = [*(roles.submitters or []), *roles.approvers, *roles.lease_operators, *roles.admins]
+    return sorted({n for n in named if n.startswith("S")})
+
+
 def approver_pool(policy: Policy) -> frozenset[str]:
     """Everyone the bot lets approve: the policy's approvers and admins, PREFLIGHT_APPROVERS."""
     roles = policy.file.roles
@@ -180,9 +187,16 @@ def _check_paths(policy: Policy, data: dict[str, Any], marks: SourceMap, *, orig
         if loc[-1] == "copy_to" and "://" in value and not value.startswith("file:"):
             continue  # a remote destination, not a path on this host
         wanted.append((loc, _resolve(project_dir, value.removeprefix("file://"))))
-    return [Refusal("project_roots", f"{_at(marks, loc)}: {path} is outside the project roots "
-                    f"({', '.join(map(str, roots))})", where)
+    # The message says what was written, never where a link leads (that would tell a
+    # Slack member about the bot host's files).
+    return [Refusal("project_roots", f"{_at(marks, loc)}: {_written(data, loc)} resolves "
+                    f"outside the project roots ({', '.join(map(str, roots))})", where)
             for loc, path in wanted if not inside(path, roots)]
+
+
+def _written(data: dict[str, Any], loc: tuple[str, ...]) -> str:
+    value = _section(data, *loc)
+    return repr(value) if isinstance(value, str) else "'.' (the default)"
 
 
 def check_files(policy: Policy, files: Iterable[Path], what: str) -> list[Refusal]:
@@ -192,8 +206,8 @@ def check_files(policy: Policy, files: Iterable[Path], what: str) -> list[Refusa
     for file in files:
         target = Path(file).resolve()
         if not inside(target, roots):
-            return [Refusal("project_roots", f"{what} {file} leads to {target}, outside the "
-                            f"project roots ({', '.join(map(str, roots))})",
+            return [Refusal("project_roots", f"{what} {Path(file).name!r} is a link leading "
+                            f"outside the project roots ({', '.join(map(str, roots))})",
                             policy.where("project_roots"))]
     return []
 

@@ -16,8 +16,10 @@ from slack_sdk.http_retry.builtin_handlers import (
 from slack_sdk.web import SlackResponse
 
 from bot.manifest.secrets import redact_secrets
+from bot.policy.checks import group_ids
 from bot.service import PilotService
 from bot.settings import Settings
+from bot.slack.directory import SlackDirectory
 from bot.slack.followers import Followers
 from bot.slack.handlers import Handlers, Precheck
 from bot.slack.listeners import register
@@ -108,6 +110,8 @@ class SlackBot:
         self.client = client or make_client(settings)
         self.notifier = SlackNotifier(self.client, service.store, min_interval=min_interval)
         service.notifier = self.notifier
+        service.guard.directory = SlackDirectory(self.client,
+                                                 lambda: group_ids(service.guard.policy))
         self.followers = Followers(service)
         bolt_log = logging.getLogger("bot.slack.bolt")
         bolt_log.addFilter(_CLIENT_GIVEN)  # the same object: added once however many bots

@@ -70,6 +70,7 @@ class SlackEmulator:
         self.home: dict[str, dict[str, Any]] = {}
         self.files: dict[str, dict[str, Any]] = {}
         self.users: dict[str, dict[str, Any]] = {}
+        self.usergroups: dict[str, list[str]] = {}  # user group id -> member user ids
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._ts = itertools.count(1)
@@ -301,6 +302,12 @@ class SlackEmulator:
         user = _required(p, "user")
         return {"user": self.users.get(user, {"id": user, "name": user.lower(),
                                               "is_bot": user == BOT_USER})}
+
+    def api_usergroups_users_list(self, p: dict[str, Any]) -> dict[str, Any]:
+        group = _required(p, "usergroup")
+        if group not in self.usergroups:
+            raise SlackApiError("no_such_subteam")
+        return {"users": list(self.usergroups[group])}
 
     # -- raw file transfer ------------------------------------------------------------
     def upload(self, fid: str, data: bytes) -> int:

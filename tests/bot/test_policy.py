@@ -1,0 +1,187 @@
+"""The bot's policy: the file read with line numbers, and each rule as a pure check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.errors import PolicyError
+from bot.manifest.secrets import redact_secrets
+from bot.manifest.source import parse_text
+from bot.policy import Identity, Policy, checks, default_policy, load_policy, policy_for
+from bot.settings import Settings
+from tests.bot.manifest_helpers import dump, merged
+
+REPO = Path(__file__).resolve().parents[2]
+MEMBER, LEAD, ADMIN = Identity("U0MEMBER"), Identity("U0LEAD"), Identity("U0ADMIN")
+
+
+def policy(tmp_path: Path, text: str) -> Policy:
+    path = tmp_path / "policy.yaml"
+    path.write_text(text, encoding="utf-8")
+    return load_policy(path, home=tmp_path)
+
+
+def submission(p: Policy, data: dict[str, Any], base: Path, *, origin: str = "slack",
+               who: Identity = MEMBER) -> list[checks.Refusal]:
+    parsed, marks = parse_text(dump(data))
+    return checks.check_submission(p, parsed, marks, origin=origin,  # type: ignore[arg-type]
+                                   who=who, base_dir=base)
+
+
+def test_the_shipped_example_loads_and_every_rule_names_its_line() -> None:
+    p = load_policy(REPO / "docs" / "policy.example.yaml", home=Path("/srv/preflight"))
+    assert p.file.roles.approvers == ["U012LEAD001", "U012LEAD002"]
+    assert p.where("roles.approvers").endswith("policy.example.yaml line 15 (roles.approvers)")
+    assert p.roots == (Path("/srv/preflight/projects"),)
+    assert "not set" in p.where("roles.nonexistent")
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    ("roles:\n  approvers: [U0LEAD]\n  aprovers: [U0X]\n", 3, "unknown key 'aprovers'"),
+    ("roles:\n  admins:\n    - U0ADMIN\n    - alice\n", 4, "'alice' is not a Slack id"),
+    ("project_roots: [projects]\n", 1, "not an absolute path"),
+    ("nodes: [gpu-1:70000]\n", 1, "port"),
+    ("spending:\n  max_lots: yes\n", 2, "spending.max_lots"),
+    ("roles: [a\n", 2, "not valid YAML"),
+])
+def test_a_broken_policy_is_refused_naming_the_line(tmp_path: Path, text: str, line: int,
+                                                    words: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        policy(tmp_path, text)
+    problem = caught.value.problems[0]
+    assert problem.line == line, caught.value
+    assert words in str(caught.value)
+    assert caught.value.exit_code == 2
+
+
+def test_defaults_without_a_file_and_an_explicit_missing_file(tmp_path: Path) -> None:
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    p = policy_for(settings)
+    assert not p.from_file and p.roots == ((tmp_path / "projects").resolve(),)
+    assert "built-in default of nodes" in p.where("nodes")
+    explicit = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path),
+                                  "PREFLIGHT_POLICY": str(tmp_path / "nope.yaml")})
+    with pytest.raises(PolicyError, match="cannot read the policy file"):
+        policy_for(explicit)
+
+
+def slack_project(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    project = tmp_path / "projects" / "team"
+    (project / "data" / "pilote").mkdir(parents=True)
+    return tmp_path / "projects", merged(project={"dir": "team"})
+
+
+def test_slack_defaults_refuse_local_and_commands(tmp_path: Path) -> None:
+    base, data = slack_project(tmp_path)
+    p = default_policy(tmp_path)
+    refusals = submission(p, data, base)
+    assert [r.rule for r in refusals] == ["nodes"]
+    assert "bot host" in refusals[0].message and "built-in default" in refusals[0].where
+    allowed = policy(tmp_path, "nodes: [local]\n")
+    assert submission(allowed, data, base) == []
+    command = merged(project={"dir": "team"}, task={"handler": None, "command": "touch x"})
+    refusals = submission(allowed, command, base)
+    assert [r.rule for r in refusals] == ["task_command.local"]
+    assert "task.command (line" in refusals[0].message
+    assert submission(policy(tmp_path, "nodes: [local]\ntask_command: {local: true}\n"),
+                      command, base) == []
+    assert submission(default_policy(tmp_path), command, base, origin="cli") == []
+
+
+def test_ssh_nodes_and_their_commands(tmp_path: Path) -> None:
+    base, _ = slack_project(tmp_path)
+    node = {"kind": "ssh", "host": "GPU-1.example.net", "port": 2222, "user": "gpu"}
+    data = merged(project={"dir": "team"}, node=node,
+                  task={"handler": None, "command": ["run.sh"]})
+    p = policy(tmp_path, "nodes: [gpu@gpu-1.example.net:2222]\n")
+    assert submission(p, data, base) == []
+    other = policy(tmp_path, "nodes: [root@gpu-1.example.net:2222, gpu-1.example.net]\n")
+    assert [r.rule for r in submission(other, data, base)] == ["nodes", "task_command.ssh"]
+    unset = default_policy(tmp_path)  # any SSH node; a command only on a listed one
+    assert [r.rule for r in submission(unset, data, base)] == ["task_command.ssh"]
+
+
+def test_manifest_approvers_only_narrow_the_policy(tmp_path: Path) -> None:
+    base, _ = slack_project(tmp_path)
+    p = policy(tmp_path, "nodes: [local]\nroles: {approvers: [U0LEAD], admins: [U0ADMIN]}\n")
+    data = merged(project={"dir": "team"}, approvals={"approvers": ["U0LEAD", "U0MEMBER"]})
+    refusals = submission(p, data, base)
+    assert [r.rule for r in refusals] == ["roles.approvers"]
+    assert "approvals.approvers[1] (line" in refusals[0].message
+    assert "'U0MEMBER'" in refusals[0].message and "line 2 (roles.approvers)" in refusals[0].where
+    assert checks.effective_approvers(p, ["U0LEAD"], "slack") == ["U0LEAD"]
+    assert checks.effective_approvers(p, [], "slack") == ["U0ADMIN", "U0LEAD"]
+    assert checks.effective_approvers(p, ["alice"], "cli") == ["alice"]
+    forced = policy(tmp_path, "approvals: {two_person: true}\n")
+    assert checks.two_person(forced, False) and not checks.two_person(p, False)
+
+
+def test_paths_must_resolve_inside_the_roots(tmp_path: Path) -> None:
+    base, _ = slack_project(tmp_path)
+    outside = tmp_path / "secrets"
+    outside.mkdir()
+    (base / "team" / "escape").symlink_to(outside)
+    p = policy(tmp_path, "nodes: [local]\n")
+    for section in ({"inputs": {"dir": "../../secrets"}}, {"inputs": {"dir": "escape"}},
+                    {"inputs": {"dir": str(outside)}}, {"results": {"copy_to": "/etc/x"}},
+                    {"results": {"runs_dir": "../.."}}, {"project": {"dir": "/"}}):
+        data = merged(project={"dir": "team"})
+        for key, value in section.items():
+            data[key] = {**data.get(key, {}), **value}
+        refusals = submission(p, data, base)
+        assert {r.rule for r in refusals} == {"project_roots"}, section
+    link = base / "team" / "data" / "pilote" / "doc-01.txt"
+    link.symlink_to(outside / "id_rsa")
+    refusals = checks.check_files(p, [link], "input file")
+    assert refusals and "'doc-01.txt' is a link" in refusals[0].message
+    assert str(outside) not in refusals[0].message  # where a link leads is not told
+    ok = merged(project={"dir": "team"}, results={"copy_to": "s3://bucket/evidence"})
+    assert submission(p, ok, base) == []
+
+
+def test_cli_reads_stay_in_the_manifest_and_project_tree(tmp_path: Path) -> None:
+    manifests = tmp_path / "repo" / "manifests"
+    manifests.mkdir(parents=True)
+    p = default_policy(tmp_path)
+    demo = merged(project={"dir": ".."}, results={"copy_to": "/srv/evidence"})
+    assert submission(p, demo, manifests, origin="cli") == []  # the shipped demo's layout
+    away = merged(project={"dir": ".."}, inputs={"dir": "/etc"})
+    refusals = submission(p, away, manifests, origin="cli")
+    assert [r.rule for r in refusals] == ["project_roots"] and "CLI" in refusals[0].where
+
+
+def test_submitters_approvals_caps_and_leases(tmp_path: Path) -> None:
+    p = policy(tmp_path, "roles:\n  submitters: [S0TEAM]\n  approvers: [U0LEAD]\n"
+                         "  admins: [U0ADMIN]\n  lease_operators: [U0OPS]\n"
+                         "spending: {max_lots: 2, max_total_usd: 100}\n")
+    assert not checks.holds(p, "submitters", MEMBER)
+    assert checks.holds(p, "submitters", Identity("U0MEMBER", frozenset({"S0TEAM"})))
+    small = {"plan": {"lots": 1, "days": 3, "total_usd": "30.00"}}
+    big = {"plan": {"lots": 4, "days": 3, "total_usd": "30.00"}}
+    assert [r.rule for r in checks.check_approval(p, small, MEMBER, "slack")] == [
+        "roles.approvers"]
+    assert checks.check_approval(p, small, LEAD, "slack") == []
+    refused = checks.check_approval(p, big, LEAD, "slack")
+    assert [r.rule for r in refused] == ["spending.max_lots"] and "admin" in refused[0].message
+    assert checks.check_approval(p, big, ADMIN, "slack") == []
+    assert checks.check_approval(p, big, MEMBER, "cli") == []
+    assert [r.rule for r in checks.check_lease_change(p, MEMBER, "slack", "ordered", [])] == [
+        "roles.lease_operators"]
+    ops = Identity("U0OPS")
+    waiting = [{"id": "run-1", "submitter": "U0OPS", "two_person": 1}]
+    assert checks.check_lease_change(p, ops, "slack", "payment-notified", waiting) == []
+    refused = checks.check_lease_change(p, ops, "slack", "provisioned", waiting)
+    assert [r.rule for r in refused] == ["approvals.two_person"]
+    assert "manifest of run run-1" in refused[0].where
+    assert checks.check_lease_change(p, ADMIN, "slack", "provisioned", waiting) == []
+
+
+def test_secrets_are_redacted_from_outgoing_text() -> None:
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----"
+    text = f"token xoxb-12345-abcdef and ghp_{'a' * 36} and\n{key}\nbye"
+    out = redact_secrets(text)
+    assert "xoxb-12345" not in out and "ghp_" not in out and "b3BlbnNzaC1rZXk" not in out
+    assert out.endswith("bye") and "[redacted: key material]" in out
