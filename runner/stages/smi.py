@@ -299,12 +299,44 @@ def _amd_gen(speed: Any) -> Optional[int]:
     return gts.get(int(value))
 
 
+ROCM_SMI_CARDS = ["rocm-smi", "--showbus", "--showuniqueid", "--showproductname",
+                  "--showmeminfo", "vram", "--showtemp", "--json"]
+
+
+def parse_rocm_smi_cards(text: str) -> List[Dict[str, Any]]:
+    """``rocm-smi ROCM_SMI_CARDS --json`` (older ROCm, no amd-smi) -> card rows.
+
+    rocm-smi reports no PCIe width nor ECC counts in this form: those stay unknown.
+    """
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return []
+    rows = []
+    for key, card in doc.items() if isinstance(doc, dict) else ():
+        found = re.fullmatch(r"card(\d+)", str(key))
+        if not found or not isinstance(card, dict):
+            continue
+        vram = _int_cell(card.get("VRAM Total Memory (B)"))
+        temps = [_int_cell(str(v)) for k, v in sorted(
+            card.items(), key=lambda kv: "junction" not in str(kv[0]))
+            if str(k).startswith("Temperature")]  # the junction sensor first, N/A left out
+        temps = [t for t in temps if t is not None]
+        rows.append(card_row(
+            int(found.group(1)), uuid=card.get("Unique ID"), bus_id=card.get("PCI Bus"),
+            name=card.get("Card Series") or card.get("Card series"),
+            gfx_arch=card.get("GFX Version"),
+            memory_mib=vram // 2 ** 20 if vram is not None else None,
+            temperature_c=temps[0] if temps else None))
+    return rows
+
+
 def card_facts(backend: str) -> Dict[str, Any]:
     """Every card as the vendor sees it: ``{"source": ..., "cards": [...]}``.
 
     NVIDIA: NVML (nvidia-ml-py, imported here) when importable, else nvidia-smi. AMD:
-    amd-smi. ``source`` is None when no source answered; ``xid`` is attached on NVIDIA
-    when the kernel log is readable (``xid_source`` says whether it was).
+    amd-smi, else rocm-smi. ``source`` is None when no source answered; ``xid`` is
+    attached on NVIDIA when the kernel log is readable (``xid_source`` says whether it was).
     """
     facts: Dict[str, Any] = {"source": None, "cards": []}
     if backend == "cuda":
@@ -329,4 +361,8 @@ def card_facts(backend: str) -> Dict[str, Any]:
         if static is not None:
             metric = run_tool(["amd-smi", "metric", "--json"]) or ""
             facts.update(source="amd-smi", cards=parse_amd_cards(static, metric))
+        else:
+            out = run_tool(ROCM_SMI_CARDS)
+            if out is not None:
+                facts.update(source="rocm-smi", cards=parse_rocm_smi_cards(out))
     return facts

@@ -176,3 +176,12 @@ esac
     assert facts["xid_source"] == "dmesg"
     assert len(facts["cards"]) == 8 and facts["cards"][3]["rows_pending"] == 1
     assert [x["code"] for x in facts["cards"][3]["xid"]] == [48, 63]
+
+
+def test_rocm_smi_rows_when_amd_smi_is_absent() -> None:
+    rows = smi.parse_rocm_smi_cards(fixture("rocm-smi-cards.json"))
+    assert [r["index"] for r in rows] == [0, 1]
+    assert rows[0]["bus_id"] == "0000:0c:00.0" and rows[0]["gfx_arch"] == "gfx942"
+    assert rows[0]["memory_mib"] == 196592 and rows[0]["name"] == "AMD Instinct MI300X"
+    assert rows[1]["temperature_c"] == 41 and rows[1]["ecc_volatile_uncorrected"] is None
+    assert smi.parse_rocm_smi_cards("[]") == [] and smi.parse_rocm_smi_cards("{") == []
