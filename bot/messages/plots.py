@@ -10,13 +10,36 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from functools import lru_cache, wraps
+from typing import Any, TypeVar
 
 COLORS = {"passed": "#2e7d32", "failed": "#c62828", "skipped": "#9e9e9e",
           "running": "#1565c0", "accepted": "#2e7d32", "refused": "#ef6c00"}
 _PROLOG = re.compile(r"^.*?(?=<svg)", re.S)
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def cached(fn: F) -> F:
+    """Draw a picture once per distinct input in this process: a report rewritten after a
+    decision reuses the plots drawn when the run finished (lists become tuples as keys)."""
+    memo = lru_cache(maxsize=128)(fn)
+
+    @wraps(fn)
+    def call(*args: Any) -> Any:
+        return memo(*(_frozen(a) for a in args))
+    return call  # type: ignore[return-value]
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    return value
 
 
 def _pyplot() -> Any:
@@ -31,6 +54,16 @@ def _pyplot() -> Any:
     return plt
 
 
+def _figure(width: float, height: float, rows: int = 1, left: float = 1.2) -> tuple[Any, Any]:
+    """A figure with fixed margins in inches: no automatic layout pass (which measures
+    every text twice and is most of the drawing time)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(rows, 1, figsize=(width, height), squeeze=False)
+    fig.subplots_adjust(left=left / width, right=1 - 0.9 / width, top=1 - 0.35 / height,
+                        bottom=0.55 / height, hspace=0.9 / max(height / rows, 1.0))
+    return fig, axes
+
+
 def _svg(fig: Any) -> str:
     plt = _pyplot()
     buf = io.StringIO()
@@ -39,11 +72,11 @@ def _svg(fig: Any) -> str:
     return _METADATA.sub("", _PROLOG.sub("", buf.getvalue(), count=1))
 
 
+@cached
 def stage_timeline(stages: Sequence[tuple[str, float, float, str]]) -> str:
     """A Gantt bar per stage: (name, start s, duration s, state), from the run's start."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 0.28 * max(len(stages), 3) + 0.8))
-    _timeline_axes(ax, stages)
+    fig, axes = _figure(7.5, 0.28 * max(len(stages), 3) + 0.9)
+    _timeline_axes(axes[0][0], stages)
     return _svg(fig)
 
 
@@ -58,11 +91,11 @@ def _timeline_axes(ax: Any, stages: Sequence[tuple[str, float, float, str]]) -> 
     ax.set_title("Stages", loc="left", fontsize=10)
 
 
+@cached
 def throughput(times: Sequence[float]) -> str:
     """Items done against seconds since the first item started (a cumulative curve)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 2.6))
-    _throughput_axes(ax, times)
+    fig, axes = _figure(7.5, 2.6, left=0.8)
+    _throughput_axes(axes[0][0], times)
     return _svg(fig)
 
 
@@ -76,12 +109,13 @@ def _throughput_axes(ax: Any, times: Sequence[float]) -> None:
     ax.set_title(f"Throughput: {len(ordered)} items{rate}", loc="left", fontsize=10)
 
 
+@cached
 def summary_png(stages: Sequence[tuple[str, float, float, str]], times: Sequence[float]) -> bytes:
     """The picture that goes with the verdict in Slack: stage timeline and throughput."""
     plt = _pyplot()
     rows = 2 if times else 1
     height = 0.28 * max(len(stages), 3) + 1 + 2.4 * (rows - 1)
-    fig, axes = plt.subplots(rows, 1, figsize=(8, height), squeeze=False, layout="constrained")
+    fig, axes = _figure(8, height, rows)
     _timeline_axes(axes[0][0], stages)
     if times:
         _throughput_axes(axes[1][0], times)
@@ -91,10 +125,11 @@ def summary_png(stages: Sequence[tuple[str, float, float, str]], times: Sequence
     return buf.getvalue()
 
 
+@cached
 def bars_against(label: str, pairs: Sequence[tuple[str, float, float | None]], unit: str) -> str:
     """Measured bars with their reference (a card's peak, its memory) as a hollow bar."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 0.45 * max(len(pairs), 2) + 0.8))
+    fig, axes = _figure(7.5, 0.45 * max(len(pairs), 2) + 0.9, left=1.5)
+    ax = axes[0][0]
     names = [p[0] for p in pairs]
     for row, (_name, measured, reference) in enumerate(pairs):
         if reference:
@@ -108,14 +143,15 @@ def bars_against(label: str, pairs: Sequence[tuple[str, float, float | None]], u
     return _svg(fig)
 
 
-def time_against_size(points: Sequence[tuple[float, float]],
-                      fit: dict[str, Any] | None) -> str:
+@cached
+def time_against_size(points: Sequence[tuple[float, float]], fit: Any) -> str:
     """Each accepted item's seconds against its bytes, with the least-squares line."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 2.8))
+    fig, axes = _figure(7.5, 2.8, left=0.8)
+    ax = axes[0][0]
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     ax.scatter(xs, ys, s=12, color="#1565c0")
     if fit and xs:
+        fit = dict(fit)  # a cached call receives it as key/value pairs
         a, b = float(fit["intercept_s"]), float(fit["slope_s_per_byte"])
         lo, hi = min(xs), max(xs)
         ax.plot([lo, hi], [a + b * lo, a + b * hi], color="#c62828",
@@ -127,10 +163,11 @@ def time_against_size(points: Sequence[tuple[float, float]],
     return _svg(fig)
 
 
+@cached
 def resume_losses(a: Sequence[float], b: Sequence[float], c: Sequence[float]) -> str:
     """The training resume comparison: A straight, B to the checkpoint, C resumed from it."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 2.8))
+    fig, axes = _figure(7.5, 2.8, left=0.8)
+    ax = axes[0][0]
     k = len(b)
     ax.plot(range(1, len(a) + 1), a, marker="o", ms=3, label="A: straight through",
             color="#1565c0")
