@@ -63,8 +63,10 @@ class StoreError(PreflightError):
 class RunNotFound(PreflightError):
     exit_code = 2  # a bad invocation: the id names no run
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"no run {run_id!r}: `preflight runs` lists the known runs")
+    def __init__(self, run_id: str, detail: str | None = None) -> None:
+        super().__init__(f"no run {run_id!r}" + (f": {detail}" if detail else "")
+                         + ": `preflight runs` lists the known runs (a run is named by its "
+                         "id, a unique prefix, `latest`, or a pilot's name)")
         self.run_id = run_id
 
 

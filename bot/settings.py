@@ -35,6 +35,8 @@ class Settings:
     policy_path: Path | None = None  # PREFLIGHT_POLICY; None: $PREFLIGHT_HOME/policy.yaml if any
     # The environment a local runner inherits: the entry point's, minus every Slack secret.
     runner_env: tuple[tuple[str, str], ...] = ()
+    # Whether db_path named an existing state database (found, not about to be created).
+    state_found: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *,
@@ -42,11 +44,14 @@ class Settings:
         import sys
 
         env = os.environ if env is None else env
-        home = Path(env.get("PREFLIGHT_HOME") or os.getcwd()).resolve()
+        home = (Path(env["PREFLIGHT_HOME"]).resolve() if env.get("PREFLIGHT_HOME")
+                else find_home(_cwd()))
         state = home / "state"
+        db_path = Path(env.get("PREFLIGHT_DB") or state / "preflight.db")
         return cls(
             home=home,
-            db_path=Path(env.get("PREFLIGHT_DB") or state / "preflight.db"),
+            db_path=db_path,
+            state_found=db_path.is_file(),
             jobs_db_path=Path(env.get("PREFLIGHT_JOBS_DB") or state / "jobs.db"),
             runs_dir=Path(env.get("PREFLIGHT_RUNS_DIR") or home / "runs"),
             python=env.get("PREFLIGHT_RUNNER_PYTHON") or python or sys.executable,
@@ -68,6 +73,25 @@ class Settings:
 
     def with_(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _cwd() -> Path:
+    try:
+        return Path(os.getcwd()).resolve()
+    except OSError as exc:
+        from bot.errors import PreflightError
+
+        raise PreflightError(f"the current directory is unusable ({exc.strerror}): "
+                             "cd into the project, or set PREFLIGHT_HOME") from exc
+
+
+def find_home(start: Path) -> Path:
+    """The project whose runs these are: the nearest folder, from ``start`` up, that holds
+    ``state/preflight.db`` (as git finds ``.git``); ``start`` itself when none does."""
+    for folder in (start, *start.parents):
+        if (folder / "state" / "preflight.db").is_file():
+            return folder
+    return start
 
 
 def _path(value: str | None) -> Path | None:

@@ -41,6 +41,24 @@ def _print_manifest_error(exc: ManifestError) -> None:
         err_console.print(f"  - {problem}", highlight=False, markup=False)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"preflight {version('preflight')}")
+        except PackageNotFoundError:
+            typer.echo("preflight (version unknown: not installed as a package)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(show_version: bool = typer.Option(False, "--version", callback=_version,
+                                            is_eager=True, help="print the version and exit")
+          ) -> None:
+    """Prove a rented GPU machine on a small pilot before the full job."""
+
+
 @app.command()
 def run(
     manifest: Path = typer.Argument(..., help="the pilot manifest (YAML or JSON)"),
@@ -69,7 +87,7 @@ def run(
         from bot.compose import precheck
 
         precheck(loaded)
-        service = build_service(settings, notifier)
+        service = build_service(settings, notifier, create=True)
         sub = service.submit(loaded, submitter=user)
         service.start(sub.run_id)
         final = _follow(service, sub.run_id)
@@ -209,7 +227,7 @@ def stop(run_id: str = typer.Argument(..., help="the run id (or its unique prefi
 def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
          limit: int = typer.Option(50, help="how many, newest first")) -> None:
     """List runs with their status and the stage reached."""
-    from rich.table import Table
+    from bot.console.runs import runs_lines
 
     service = build_service(Settings.from_env(), NullNotifier())
     for row in service.store.active_runs():
@@ -219,12 +237,11 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
         keys = ("id", "name", "attempt", "kind", "status", "outcome", "stage_reached", "created_at")
         typer.echo(json.dumps([{k: r.get(k) for k in keys} for r in rows], indent=2))
         return
-    table = Table("run", "status", "outcome", "stage reached", "first error")
-    for r in rows:
-        err = r.get("first_error") or {}
-        table.add_row(r["id"], r["status"], r.get("outcome") or "", r.get("stage_reached") or "",
-                      f"{err.get('stage')}: {err.get('message', '')}"[:60] if err else "")
-    console.print(table)
+    if not rows:
+        console.print("no runs yet: `preflight run MANIFEST` starts one")
+        return
+    for line in runs_lines(rows, console.width):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

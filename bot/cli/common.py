@@ -21,8 +21,18 @@ def fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def build_service(settings: Settings, notifier: Notifier) -> PilotService:
-    """The service as the terminal uses it: SQLite state, local and SSH dispatchers."""
+def build_service(settings: Settings, notifier: Notifier, *,
+                  create: bool = False) -> PilotService:
+    """The service as the terminal uses it: SQLite state, local and SSH dispatchers.
+
+    Only a command that starts something (``create``) may create the state; any other says
+    that it found none instead of leaving an empty ``state/`` where it stands.
+    """
+    if not create and not settings.state_found:
+        raise fail(f"no Preflight state here: looked for state/preflight.db in "
+                   f"{settings.home} and every folder above it. Run the command inside the "
+                   "project whose runs you want (or set PREFLIGHT_HOME to it); "
+                   "`preflight run MANIFEST` starts the first run of a new project", 2)
     try:
         return make_service(settings, notifier)
     except PreflightError as exc:  # an unusable state directory or database

@@ -107,7 +107,7 @@ def watch(once: bool = typer.Option(False, help="run each job once now and exit"
 
     settings = Settings.from_env()
     try:
-        service = build_service(settings, ConsoleNotifier(console))
+        service = build_service(settings, ConsoleNotifier(console), create=True)
     except PreflightError as exc:
         raise _fail(exc) from exc
     try:

@@ -115,18 +115,38 @@ class RunsMixin(StoreBase):
         return _decode(rows[0])
 
     def find_run(self, prefix: str) -> dict[str, Any]:
-        """A run by id, or by a unique id prefix (what a person types)."""
+        """A run by what a person types: its id or a unique id prefix, ``latest`` (the
+        newest run), or a pilot's name (its newest run). Unknown: did-you-mean."""
+        if prefix == "latest":
+            newest = list(self.db.query("SELECT id FROM runs ORDER BY id DESC LIMIT 1"))
+            if not newest:
+                raise RunNotFound(prefix, "there are no runs yet")
+            return self.get_run(newest[0]["id"])
+        by_name = list(self.db.query(
+            "SELECT id FROM runs WHERE name = ? ORDER BY id DESC LIMIT 1", [prefix]))
+        if by_name:
+            return self.get_run(by_name[0]["id"])
         rows = list(self.db.query("SELECT id FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\'",
                                   [prefix, prefix.replace("%", "\\%").replace("_", "\\_") + "%"]))
         exact = [r for r in rows if r["id"] == prefix]
         if exact or len(rows) == 1:
             return self.get_run((exact or rows)[0]["id"])
-        error = RunNotFound(prefix)
+        error = RunNotFound(prefix, self._did_you_mean(prefix))
         if rows:
             ids = sorted(r["id"] for r in rows)
             error.args = (f"{prefix!r} matches {len(ids)} runs ({', '.join(ids[:5])}"
                           f"{', …' if len(ids) > 5 else ''}): give more of the run id",)
         raise error
+
+    def _did_you_mean(self, typed: str) -> str | None:
+        import difflib
+
+        known = [(str(r["id"]), str(r["name"])) for r in self.db.query(
+            "SELECT id, name FROM runs ORDER BY id DESC LIMIT 500")]
+        names = list(dict.fromkeys(n for _, n in known))
+        close = difflib.get_close_matches(typed, names, n=3, cutoff=0.6) or \
+            difflib.get_close_matches(typed, [i for i, _ in known], n=3, cutoff=0.6)
+        return f"did you mean {' or '.join(close)}?" if close else None
 
     def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
         where, params = ("WHERE status = ?", [status]) if status else ("", [])

@@ -1,0 +1,40 @@
+"""`preflight runs` as plain lines that fit the terminal (80 columns and up)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STATUS_WORDS = {"awaiting_decision": "to decide", "dispatching": "starting",
+                "dispatch_failed": "no start"}
+PILOT_MAX = 24
+
+
+def runs_lines(rows: list[dict[str, Any]], width: int = 80) -> list[str]:
+    """One line per run: the id's time stamp (a unique prefix to type), the pilot's name
+    and attempt beside it, status, outcome, stage reached, then the first error cut to
+    what is left of the line."""
+    cells = [(str(r["id"]).split("-", 1)[0], _pilot(r),
+              STATUS_WORDS.get(str(r["status"]), str(r["status"])), r.get("outcome") or "",
+              r.get("stage_reached") or "", _error(r)) for r in rows]
+    head = ("run", "pilot", "status", "outcome", "stage", "first error")
+    widths = [max(len(c[i]) for c in [head, *cells]) for i in range(5)]
+    out = []
+    for cell in [head, *cells]:
+        fixed = "  ".join(cell[i].ljust(widths[i]) for i in range(5))
+        room = max(0, width - len(fixed) - 2)
+        out.append((fixed + "  " + _cut(cell[5], room)).rstrip() if room else fixed.rstrip())
+    return out
+
+
+def _pilot(run: dict[str, Any]) -> str:
+    attempt = f"{'v' if run.get('kind') == 'volume' else 'a'}{run['attempt']}"
+    return _cut(str(run["name"]), PILOT_MAX - len(attempt) - 1) + " " + attempt
+
+
+def _error(run: dict[str, Any]) -> str:
+    err = run.get("first_error") or {}
+    return " ".join(f"{err.get('stage')}: {err.get('message', '')}".split()) if err else ""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
