@@ -63,11 +63,18 @@ class PolicyGuard:
         refusals = checks.check_submission(self.policy, data, marks, origin=origin,
                                            who=self.identity(user, origin),
                                            base_dir=loaded.base_dir)
-        if origin == "slack" and not refusals:
-            refusals = checks.check_files(self.policy, _files(loaded, inputs), "input file")
         self.refuse("submit", user, origin, m.name, refusals)
+        self.check_files(loaded, user=user, origin=origin, inputs=inputs)
         return (checks.effective_approvers(self.policy, m.approvals.approvers, origin),
                 checks.two_person(self.policy, m.approvals.two_person))
+
+    def check_files(self, loaded: LoadedManifest, *, user: str, origin: Origin,
+                    inputs: Any | None = None) -> None:
+        """From Slack: the input and parameter files must not lead out of the roots (checked
+        before the project check opens the parameter files)."""
+        if origin == "slack":
+            refusals = checks.check_files(self.policy, _files(loaded, inputs), "file")
+            self.refuse("submit", user, origin, loaded.manifest.name, refusals)
 
     # -- approve ------------------------------------------------------------------------
     def approval(self, run: dict[str, Any], user: str, origin: Origin) -> list[Refusal]:

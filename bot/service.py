@@ -97,7 +97,9 @@ class PilotService:
         """Load manifest text, refused by the policy (PolicyRefused) before any path it
         names is looked at."""
         self.guard.screen(text, source=source, base_dir=base_dir, user=user, origin=origin)
-        return load_manifest(text, source=source, base_dir=base_dir)
+        loaded = load_manifest(text, source=source, base_dir=base_dir)
+        self.guard.check_files(loaded, user=user, origin=origin)
+        return loaded
 
     def submit(self, loaded: LoadedManifest, *, submitter: str, channel: str | None = None,
                thread_ts: str | None = None, kind: str = "pilot", parent: str | None = None,
@@ -541,14 +543,16 @@ class PilotService:
 
     # -- leases -------------------------------------------------------------------
     def change_lease(self, node: str, state: str, user: str, *, origin: Origin,
-                     note: str | None = None) -> dict[str, Any]:
+                     note: str | None = None, starts_at: str | None = None,
+                     days: int | None = None) -> dict[str, Any]:
         """One lease state change, refused by the policy (PolicyRefused, recorded) unless
         ``user`` may make it; recorded with who (``<@id>`` from Slack)."""
         from bot.pilot import leases as lease_rules
 
         self.guard.lease_change(lease_rules.normalize_node(node), state, user, origin)
         by = f"<@{user}>" if origin == "slack" else user
-        return lease_rules.set_state(self.store, node, state, by, note=note)
+        return lease_rules.set_state(self.store, node, state, by, note=note,
+                                     starts_at=starts_at, days=days)
 
     # -- read ---------------------------------------------------------------------
     def show(self, run_id: str) -> dict[str, Any]:

@@ -90,11 +90,17 @@ def lease_set(
     note: Optional[str] = typer.Option(None, help="free text kept with the change"),
 ) -> None:
     """Record a lease state change (one step at a time; `ended` from any state)."""
+    from bot.cli.common import build_service
+    from bot.messages.model import NullNotifier
+
+    service = build_service(Settings.from_env(), NullNotifier())
     try:
-        lease = lease_rules.set_state(_store(Settings.from_env()), node, state, by,
-                                      starts_at=starts_at, days=days, note=note)
+        lease = service.change_lease(node, state, by, origin="cli", note=note,
+                                     starts_at=starts_at, days=days)
     except PreflightError as exc:
         raise _fail(exc) from exc
+    finally:
+        service.close()
     console.print(f"{escape(lease['node'])}: lease is now [bold]{lease['state']}[/bold] "
                   f"(recorded by {escape(by)})", highlight=False)
 

@@ -185,3 +185,24 @@ def test_secrets_are_redacted_from_outgoing_text() -> None:
     out = redact_secrets(text)
     assert "xoxb-12345" not in out and "ghp_" not in out and "b3BlbnNzaC1rZXk" not in out
     assert out.endswith("bye") and "[redacted: key material]" in out
+
+
+def test_a_config_link_out_of_the_roots_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    from bot.errors import PolicyRefused
+    from bot.guard import PolicyGuard
+    from bot.manifest.load import load_manifest
+    from bot.store import Store
+    from tests.bot.manifest_helpers import make_project
+
+    base, _ = slack_project(tmp_path)
+    make_project(base / "team")
+    (base / "team" / "config").mkdir()
+    (base / "team" / "config" / "params.yaml").symlink_to(tmp_path / "elsewhere.yaml")
+    text = dump(merged(project={"dir": "team"}))
+    guard = PolicyGuard(policy(tmp_path, "nodes: [local]\n"), Store(tmp_path / "db.sqlite"))
+    guard.screen(text, source="t", base_dir=base, user="U0MEMBER", origin="slack")
+    loaded = load_manifest(text, source="t", base_dir=base)
+    with pytest.raises(PolicyRefused, match="'params.yaml' is a link"):
+        guard.check_files(loaded, user="U0MEMBER", origin="slack")
+    guard.check_files(loaded, user="U0MEMBER", origin="cli")  # the terminal: not checked
+    assert [r["rule"] for r in guard.store.refusals()] == ["project_roots"]  # type: ignore[attr-defined]
