@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 
-.PHONY: install demo test lint bench clean system-deps
+.PHONY: install demo test lint bench clean system-deps report-screenshot
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,28 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+# A picture of a report, for people (not part of `make test`): the demo pilot with a volume
+# and a lease that began this hour, approved, then its report.html rendered by headless
+# Chromium (Debian's `chromium`) into docs/report-screenshot.png (palette PNG, top of the page).
+SHOT_HOME := .report-screenshot
+SHOT_PNG  := docs/report-screenshot.png
+report-screenshot: $(STAMP)
+	@command -v chromium >/dev/null 2>&1 || { echo "report-screenshot needs Debian's chromium (apt-get install chromium)" >&2; exit 1; }
+	rm -rf $(SHOT_HOME) && mkdir -p $(SHOT_HOME)/manifests
+	cp -r data requirements-rebuild.txt $(SHOT_HOME)/
+	{ cat manifests/pilote.yaml; \
+	  printf 'volume:\n  inputs: {dir: data/pilote, pattern: "doc-*.txt", expected_count: 12}\n'; \
+	  printf 'lease:\n  starts_at: "%s"\n' "$$(date -u +%Y-%m-%dT%H:00:00Z)"; } > $(SHOT_HOME)/manifests/pilote.yaml
+	cd $(SHOT_HOME) && export PREFLIGHT_HOME="$$PWD" && \
+	  ../$(BIN)/preflight run manifests/pilote.yaml </dev/null >/dev/null; \
+	  run=$$(../$(BIN)/preflight runs --json | ../$(BIN)/python -c "import json,sys; print(json.load(sys.stdin)[0]['id'])") && \
+	  ../$(BIN)/preflight decide $$run approve --reason "11 accepted, doc-07 refused as expected" --by alice >/dev/null && \
+	  ../$(BIN)/preflight report $$run | head -1 > report-path
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --force-device-scale-factor=1 \
+	  --window-size=1000,1900 --screenshot=$(CURDIR)/$(SHOT_HOME)/full.png "file://$$(cat $(SHOT_HOME)/report-path)" 2>/dev/null
+	$(BIN)/python -c "from PIL import Image; Image.open('$(SHOT_HOME)/full.png').convert('RGB').quantize(64).save('$(SHOT_PNG)', optimize=True)"
+	@ls -l $(SHOT_PNG)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache
