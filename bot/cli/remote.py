@@ -93,7 +93,7 @@ def lease_set(
     from bot.cli.common import build_service
     from bot.messages.model import NullNotifier
 
-    service = build_service(Settings.from_env(), NullNotifier())
+    service = build_service(Settings.from_env(), NullNotifier(), create=True)
     try:
         lease = service.change_lease(node, state, by, origin="cli", note=note,
                                      starts_at=starts_at, days=days)

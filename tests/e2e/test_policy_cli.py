@@ -36,6 +36,7 @@ def test_the_two_person_gate_on_a_lease_from_the_terminal(tmp_path: Path) -> Non
 
 def test_a_broken_policy_file_stops_a_command(tmp_path: Path) -> None:
     (tmp_path / "policy.yaml").write_text("nodes: [local]\nspending:\n  max_lots: many\n")
-    done = preflight(tmp_path, "runs")
+    done = preflight(tmp_path, "lease", "set", "gpu-1.example", "ordered", "--by", "alice")
     assert done.returncode == 2
+    assert not (tmp_path / "state").exists()  # nothing recorded on a broken policy
     assert "spending.max_lots (line 3" in done.stderr and "Traceback" not in done.stderr
