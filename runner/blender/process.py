@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence
@@ -30,6 +31,8 @@ _NOT_ERROR = re.compile(r"^\s*Error: Not freed memory blocks")
 _DEVICE_MEM = re.compile(r"\|\s*Mem:\s*([\d.]+)([KMG])\s*,\s*Peak:\s*([\d.]+)([KMG])")
 _HOST_PEAK = re.compile(r"^Fra:\s*-?\d+\s+Mem:\s*[\d.]+[KMG]\s*\(Peak\s+([\d.]+)([KMG])\)")
 _SAVED = re.compile(r"^Saved: '(.+)'\s*$")
+# The summary after a frame: " Time: 00:01.51 (Saving: 00:01.12)" (hours when long).
+_TIME = re.compile(r"^\s*Time: ((?:\d+:)?\d+:[\d.]+) \(Saving: ((?:\d+:)?\d+:[\d.]+)\)")
 _UNIT = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}
 
 
@@ -81,18 +84,28 @@ def run_blender(argv: Sequence[str], log_path: str, timeout: float,
                                     preexec_fn=_pdeathsig(), close_fds=True)
         except OSError as exc:
             raise BlenderNotFound(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
-        try:
-            code: Optional[int] = proc.wait(timeout=timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
+        # A timer kills Blender at the deadline while this thread blocks in wait(): the
+        # end of a frame is seen at once (Popen.wait(timeout) polls, up to 50 ms late).
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
             proc.kill()
-            proc.wait()
-            code, timed_out = None, True
+
+        timer = threading.Timer(timeout, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            code: Optional[int] = proc.wait()
         except BaseException:
             proc.kill()  # the runner is being stopped: never leave a render behind
             proc.wait()
             raise
-    return Outcome(code, timed_out, time.monotonic() - t0, log_path)
+        finally:
+            timer.cancel()
+    if expired.is_set():
+        code = None
+    return Outcome(code, expired.is_set(), time.monotonic() - t0, log_path)
 
 
 def first_error(log: str) -> Optional[str]:
@@ -135,6 +148,24 @@ def saved_paths(log: str) -> List[str]:
         if m:
             out.append(m.group(1))
     return out
+
+
+def render_seconds(log: str) -> Optional[float]:
+    """Blender's own time for the last frame of the log, without saving the image:
+    the render itself, free of process start and scene loading."""
+    found = None
+    for line in log.splitlines():
+        m = _TIME.match(line)
+        if m:
+            found = _clock(m.group(1)) - _clock(m.group(2))
+    return round(max(found, 0.0), 3) if found is not None else None
+
+
+def _clock(text: str) -> float:
+    seconds = 0.0
+    for part in text.split(":"):
+        seconds = seconds * 60 + float(part)
+    return seconds
 
 
 def tail(log: str, chars: int = LOG_TAIL) -> str:

@@ -144,7 +144,7 @@ def judge(outcome: Outcome, frame: int, out_dir: str, allow_uniform: bool) -> Fr
 
 def _refusal(outcome: Outcome, log: str, image: str, allow_uniform: bool) -> Optional[str]:
     if outcome.timed_out:
-        return f"timed out after {outcome.seconds:.0f} s (blender.frame_timeout_s)"
+        return f"timed out after {outcome.seconds:.1f} s (blender.frame_timeout_s)"
     error = first_error(log)
     if error:
         return error

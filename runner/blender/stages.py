@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from runner.blender import checks
 from runner.blender.cycles import NoDevice, ProbeError, choose_device, parse_probe
-from runner.blender.process import BlenderNotFound, first_error, host_peak_mib
+from runner.blender.process import BlenderNotFound, first_error, host_peak_mib, render_seconds
 from runner.blender.render import FrameResult, RenderSetup, render_frame
 from runner.blender.scene import scene_script
 from runner.stages import StageContext, StageFailure, StageSkipped
@@ -168,6 +168,7 @@ def compute(ctx: StageContext) -> Dict[str, Any]:
                                       f"{COMPUTE_SAMPLES} samples", "cycles_device": setup.kind}
     result = _bench(ctx, setup, setup.kind.lower())
     facts["seconds"] = result.seconds
+    facts["render_seconds"] = _render_seconds(result)
     if result.status != "accepted":
         raise StageFailure("compute", f"the benchmark render on {setup.kind} failed: "
                            f"{result.reason}", facts=facts, error_type="RenderFailed",
@@ -183,12 +184,25 @@ def compute(ctx: StageContext) -> Dict[str, Any]:
     cpu_setup = RenderSetup(**{**setup.__dict__, "kind": "CPU",
                                "timeout_s": max(30.0, min(300.0, 20 * result.seconds))})
     cpu = _bench(ctx, cpu_setup, "cpu")
+    cpu_render = _render_seconds(cpu) if cpu.status == "accepted" else None
     facts["cpu_seconds"] = cpu.seconds if cpu.status == "accepted" else None
-    facts["cpu_ratio"] = round(cpu.seconds / result.seconds, 2) \
-        if cpu.status == "accepted" and result.seconds > 0 else None
+    facts["cpu_render_seconds"] = cpu_render
+    device_render = facts["render_seconds"]
+    facts["cpu_ratio"] = round(cpu_render / device_render, 2) \
+        if cpu_render is not None and device_render else None
     if cpu.status != "accepted":
         facts["note"] = f"CPU reference not measured: {cpu.reason}"
     return facts
+
+
+def _render_seconds(result: FrameResult) -> Optional[float]:
+    """Blender's own render time (its " Time:" line less saving), else the wall time."""
+    try:
+        with open(result.log_path, encoding="utf-8", errors="replace") as fh:
+            seconds = render_seconds(fh.read())
+    except OSError:
+        seconds = None
+    return seconds if seconds is not None else result.seconds
 
 
 def memory(ctx: StageContext) -> Dict[str, Any]:
@@ -210,7 +224,8 @@ def memory(ctx: StageContext) -> Dict[str, Any]:
                               base, os.path.join(base, "memory.log"))
     except BlenderNotFound as exc:
         raise StageFailure("memory", str(exc), error_type="BlenderNotFound") from exc
-    log = open(result.log_path, encoding="utf-8", errors="replace").read()
+    with open(result.log_path, encoding="utf-8", errors="replace") as fh:
+        log = fh.read()
     facts: Dict[str, Any] = {"frame": item.id, "peak_device_mib": result.peak_device_mib,
                              "host_peak_mib": host_peak_mib(log), "seconds": result.seconds,
                              "frame_status": result.status}

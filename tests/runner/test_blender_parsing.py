@@ -6,13 +6,20 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runner.blender.cycles import NoDevice, ProbeError, choose_device, parse_probe
 from runner.blender.frames import FramesError, frame_id, parse_frames, split_frame_id
 from runner.blender.png import ImageError, check_image, read_png
-from runner.blender.process import first_error, host_peak_mib, peak_memory_mib, saved_paths
+from runner.blender.process import (
+    first_error,
+    host_peak_mib,
+    peak_memory_mib,
+    render_seconds,
+    saved_paths,
+)
 from runner.inputs import InputsError, list_frames
 
 OUTPUTS = Path(__file__).parent / "blender_outputs"
@@ -188,7 +195,10 @@ Saved: '/runs/r1/outputs/frames/shot01.blend/0003.png'
 """
 
 
-def test_log_peak_memory_saved_image_and_no_error() -> None:
+def test_log_peak_memory_saved_image_render_time_and_no_error() -> None:
+    assert render_seconds(RENDER_LOG) == 1.07
+    assert render_seconds(" Time: 1:02:03.50 (Saving: 00:01.50)\n") == 3722.0
+    assert render_seconds("Blender quit\n") is None
     assert peak_memory_mib(RENDER_LOG) == 3328.0
     assert host_peak_mib(RENDER_LOG) == 1536.0
     assert saved_paths(RENDER_LOG) == ["/runs/r1/outputs/frames/shot01.blend/0003.png"]
@@ -220,3 +230,60 @@ def test_first_error_is_blenders_own_line(log: str, error: str) -> None:
 def test_unfreed_memory_report_at_quit_is_not_an_error() -> None:
     log = RENDER_LOG + "Error: Not freed memory blocks: 2, total unfreed memory 0.0 MB\n"
     assert first_error(log) is None
+
+
+# ------------------------------------------------------------------ supervision
+
+def fake_blender(tmp_path: Path, body: str) -> str:
+    """An executable standing in for Blender: the supervision does not care what runs."""
+    exe = tmp_path / "fake-blender"
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def render_with(exe: str, tmp_path: Path, timeout: float = 30.0) -> Any:
+    from runner.blender.render import RenderSetup, render_frame
+
+    return render_frame(RenderSetup(executable=exe, timeout_s=timeout),
+                        str(tmp_path / "shot.blend"), 7, str(tmp_path / "out"),
+                        str(tmp_path / "logs" / "shot.log"))
+
+
+def test_a_frame_past_its_timeout_is_killed_and_refused(tmp_path: Path) -> None:
+    exe = fake_blender(tmp_path, "echo rendering; exec sleep 30")
+    result = render_with(exe, tmp_path, timeout=0.5)
+    assert result.status == "refused"
+    assert result.reason.startswith("timed out after 0.")
+    assert result.reason.endswith(" s (blender.frame_timeout_s)")
+    assert result.seconds < 10
+    assert "rendering" in Path(result.log_path).read_text()
+
+
+def test_exit_code_error_line_and_missing_image_are_refusals(tmp_path: Path) -> None:
+    crashed = render_with(fake_blender(tmp_path, "exit 139"), tmp_path)
+    assert crashed.reason == "blender exited with code 139"
+    errored = render_with(fake_blender(
+        tmp_path, "echo 'Fra:7 Mem:9M (Peak 9M) | Mem:1.00G, Peak:7.50G | Scene | Sample 1'; "
+                  "echo 'Error: Out of memory in cuMemAlloc(&device_pointer, size)'"), tmp_path)
+    assert errored.reason == "Error: Out of memory in cuMemAlloc(&device_pointer, size)"
+    assert errored.peak_device_mib == 7680.0
+    nothing = render_with(fake_blender(tmp_path, "exit 0"), tmp_path)
+    assert nothing.reason == f"no image at {tmp_path / 'out' / '0007.png'}"
+
+
+def test_an_image_of_the_asked_size_is_accepted(tmp_path: Path) -> None:
+    image = tmp_path / "made.png"
+    image.write_bytes(png(2, 2, [b"\x01\x02\x03\x04\x05\x06", b"\x09" * 6]))
+    exe = fake_blender(tmp_path, "echo 'PREFLIGHT_RENDER {\"width\": 2, \"height\": 2}'; "
+                                 f"echo \"Saved: '{image}'\"")
+    result = render_with(exe, tmp_path)
+    assert (result.status, result.image, result.reason) == ("accepted", str(image), None)
+    assert result.to_result("shot.blend#0007") == {
+        "id": "shot.blend#0007", "status": "accepted", "category": "rendered",
+        "output": str(image)}
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    exe = fake_blender(wrong, "echo 'PREFLIGHT_RENDER {\"width\": 64, \"height\": 64}'; "
+                              f"echo \"Saved: '{image}'\"")
+    assert render_with(exe, tmp_path).reason == "image is 2x2, the render asked for 64x64"

@@ -135,7 +135,9 @@ def test_render_pilot_refuses_a_frame_with_blenders_message_and_resumes_after_si
     assert stage(evs, "torch")["type"] == "stage.skipped"
     dev = stage(evs, "device")["facts"]
     assert dev["cycles_device"] == "CPU" and dev["probe_seconds"] > 0
-    assert stage(evs, "compute")["facts"]["seconds"] > 0
+    compute = stage(evs, "compute")["facts"]
+    assert compute["seconds"] > 0 and compute["render_seconds"] is not None
+    assert compute["cpu_ratio"] is None  # the chosen device is the CPU itself
     assert stage(evs, "memory")["facts"]["peak_device_mib"] > 0
     pilot = stage(evs, "pilot")["facts"]
     assert pilot["already_done"] == len(done_before)
