@@ -404,6 +404,20 @@ class PilotService:
             log.exception("forecast of run %s failed", run["id"])
             return None
 
+    def refresh_forecast(self, run_id: str) -> dict[str, Any] | None:
+        """The pilot's forecast again, from now (an approval may come days after the
+        pilot): stored when it changed; a volume run's check is left as it is."""
+        run = self.store.get_run(run_id)
+        old: dict[str, Any] | None = run.get("forecast")
+        if run.get("kind", "pilot") != "pilot" or run["status"] != "awaiting_decision" \
+                or not old:
+            return old
+        new = self._forecast(run, self.store.stages(run_id))
+        if new is not None and new != old:
+            self.store.update_run(run_id, forecast=new)
+            return new
+        return old
+
     def write_report(self, run_id: str, *, strict: bool = False) -> ReportFiles | None:
         """(Re)write the run's report.html and picture; a failure is logged, never fatal
         to the run (``strict`` raises it instead, for `preflight report`)."""
@@ -478,6 +492,8 @@ class PilotService:
         )
 
         run = self._with_decision(self.store.find_run(run_id))
+        if decision == "approve":  # the lease gate judges the finish from now, not from then
+            run["forecast"] = self.refresh_forecast(run["id"])
         reason = (reason or "").strip()
         origin: Origin = "slack" if source == "slack" else "cli"
         refusal, is_override = check_decision(run, decision, reason, by, override=override,

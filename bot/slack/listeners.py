@@ -263,7 +263,7 @@ def _on_button(h: Handlers) -> Callable[..., None]:
         if not ok:
             h.ephemeral(channel, user, thread_ts, f":information_source: {escape(why)}")
             return
-        forecast = h.service.show(run_id).get("forecast") if decision == "approve" else None
+        forecast = h.service.refresh_forecast(run_id) if decision == "approve" else None
         client.views_open(trigger_id=body["trigger_id"],
                           view=decide_modal(run_id, decision, channel, thread_ts, forecast))
     return on_button

@@ -101,3 +101,14 @@ def test_after_the_volume_its_actual_time_is_set_beside_the_forecast(tmp_path: P
     assert check["error_pct"] == round((check["actual_s"] - 3.0) / 3.0 * 100, 1)
     shown = texts(notifier.latest[(volume_id, "forecast")])
     assert "Actual wall time" in shown and "Error against the p50" in shown
+
+
+def test_the_forecast_is_judged_again_at_approval_time(tmp_path: Path) -> None:
+    """A pilot that fitted when it ended may no longer fit days later: the approval
+    recomputes the finish from now."""
+    service, _, run_id = finished_pilot(tmp_path, datetime(2020, 1, 1, tzinfo=timezone.utc))
+    stale = {**service.store.get_run(run_id)["forecast"], "fits": True, "margin_s": 3600.0}
+    service.store.update_run(run_id, forecast=stale)
+    with pytest.raises(DecisionRefused, match="after the lease ends"):
+        service.decide(run_id, "approve", "it fitted yesterday", "alice")
+    assert service.store.get_run(run_id)["forecast"]["fits"] is False
