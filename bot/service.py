@@ -386,7 +386,6 @@ class PilotService:
                                  verdict=verdict, balance=balance, evidence=evidence,
                                  environment=environment, forecast=self._forecast(run, stages),
                                  finished_at=_now(), exit_code=finished.data.get("exit_code")):
-            self.write_report(run_id)
             self._publish_outcome(run_id)
             self._progress.pop(run_id, None)
 
@@ -641,6 +640,7 @@ class PilotService:
             self._publish_status(run_id)
 
     def _publish_outcome(self, run_id: str) -> None:
+        self.write_report(run_id)  # every run that ended has one, whichever way it ended
         for message in self.thread_messages(run_id)[1:]:
             self._publish(message)
 

@@ -124,3 +124,16 @@ def test_report_text_is_escaped() -> None:
            "run_dir": "/n", "plan": {"formula": "<b>"}}
     text = render_report(ReportData(run=run, stages=[], decisions=[], generated_at="now"))
     assert "<script>" not in text and "&lt;script&gt;" in text
+
+
+def test_a_run_whose_runner_died_still_gets_its_report(tmp_path: Path) -> None:
+    from tests.bot.fakes import pilot_script
+    from tests.bot.test_service import IDS, make, submit
+
+    service, _ = make(tmp_path, lambda run: pilot_script(IDS, finish=False), exit_code=-9)
+    run = service.follow(submit(service, tmp_path), timeout=30)
+    text = (Path(run["run_dir"]) / "report.html").read_text(encoding="utf-8")
+    page = parse(text)
+    assert "FAILED" in page.sections["verdict"] and "RunnerExited" in page.sections["verdict"]
+    assert "No volume section" in page.sections["forecast"]
+    assert_offline(text, page)
