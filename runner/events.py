@@ -26,6 +26,13 @@ PROGRESS = "progress"
 BALANCE = "balance"
 EVIDENCE = "evidence"
 RUN_FINISHED = "run.finished"
+# The volume's engine (runner.volume): what happened to its workers and batches.
+VOLUME_WORKERS = "volume.workers"          # the workers started: worker, node, cards
+VOLUME_WORKER_LOST = "volume.worker_lost"  # a worker died; its batch is re-queued
+VOLUME_NODE_LOST = "volume.node_lost"      # a node left the cluster with its workers
+VOLUME_REQUEUED = "volume.requeued"        # a batch handed out again, and why
+VOLUME_CARD_EXCLUDED = "volume.card_excluded"  # a worker gets no more batches, and why
+VOLUME_LATE = "volume.late_result"         # a re-queued batch's first result came back
 
 STAGES: Tuple[str, ...] = (
     "prepare",

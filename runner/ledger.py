@@ -136,6 +136,46 @@ class Ledger:
                     "INSERT INTO anomalies(kind, id, detail, attempt) VALUES (?, ?, ?, ?)",
                     [(a.kind, a.id, a.detail, self.attempt) for a in anomalies])
 
+    def record_first_wins(self, rows: Sequence[Row],
+                          anomalies: Sequence[Anomaly] = ()) -> List[str]:
+        """Record the rows whose id is not in the ledger yet, in one transaction.
+
+        The first result of an id wins; a later one (an item executed twice, e.g. by a
+        worker whose batch was re-queued) is not written and is counted in ``re_executed``.
+        Returns the ids that were already recorded.
+        """
+        again: List[str] = []
+        with self._tx():
+            for r in rows:
+                cur = self._conn.execute(
+                    "INSERT OR IGNORE INTO items(id, status, category, reason, output, attempt) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (r.id, r.status, r.category, r.reason, r.output, self.attempt))
+                if cur.rowcount == 0:
+                    again.append(r.id)
+            if again:
+                self._conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('re_executed', ?) ON CONFLICT(key) "
+                    "DO UPDATE SET value = CAST(value AS INTEGER) + ?", (len(again), len(again)))
+            if anomalies:
+                self._conn.executemany(
+                    "INSERT INTO anomalies(kind, id, detail, attempt) VALUES (?, ?, ?, ?)",
+                    [(a.kind, a.id, a.detail, self.attempt) for a in anomalies])
+        return again
+
+    def count_re_executed(self, n: int) -> None:
+        """Count ``n`` results of items already recorded (never written as rows)."""
+        if n:
+            with self._tx():
+                self._conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('re_executed', ?) ON CONFLICT(key) "
+                    "DO UPDATE SET value = CAST(value AS INTEGER) + ?", (n, n))
+
+    def re_executed(self) -> int:
+        """Results that arrived for items already recorded, over every attempt."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key='re_executed'").fetchone()
+        return int(row[0]) if row else 0
+
     def _first_existing(self, ids: Sequence[str]) -> Optional[str]:
         """The id that broke uniqueness: repeated in the batch or already committed."""
         seen: Set[str] = set()

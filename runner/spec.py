@@ -114,6 +114,27 @@ class TrainingSpec:
 
 
 @dataclass(frozen=True)
+class VolumeSpec:
+    """How the volume's driver runs the task on Ray (present only in a volume's spec).
+
+    ``address``: the Ray cluster to join (the dispatcher started it); None starts a local
+    Ray on this machine. ``workers``: 0 = one per ``cards_per_worker`` cards offered (CPU
+    workers: one per core, at most 4). ``batch_size``: 0 = ``task.batch_size``.
+    ``gpus``: workers ask Ray for cards. ``batch_timeout_s``: a batch out longer than this
+    is handed to another worker (0 = ten times the slowest batch seen, at least 60 s).
+    ``cards``: the healthy cards this node offers (local Ray only; None: all it sees).
+    """
+
+    address: Optional[str] = None
+    workers: int = 0
+    cards_per_worker: int = 1
+    batch_size: int = 0
+    gpus: bool = False
+    batch_timeout_s: float = 0.0
+    cards: Optional[List[int]] = None
+
+
+@dataclass(frozen=True)
 class RunSpec:
     run_id: str
     name: str
@@ -130,6 +151,7 @@ class RunSpec:
     training: TrainingSpec = field(default_factory=TrainingSpec)
     preparation: str = "pytorch"
     blender: BlenderSpec = field(default_factory=BlenderSpec)
+    volume: Optional[VolumeSpec] = None
     version: int = SPEC_VERSION
 
     def to_dict(self) -> Dict[str, Any]:
@@ -159,6 +181,8 @@ class RunSpec:
                 training=_sub(TrainingSpec, raw, "training"),
                 preparation=_opt(raw, "preparation", "pytorch"),
                 blender=_sub(BlenderSpec, raw, "blender"),
+                volume=_sub(VolumeSpec, raw, "volume") if raw.get("volume") is not None
+                else None,
                 version=_opt(raw, "version", SPEC_VERSION),
             )
         except TypeError as exc:

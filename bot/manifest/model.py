@@ -195,7 +195,14 @@ class VolumeInputs(Section):
 
 class Volume(Section):
     inputs: VolumeInputs
-    nodes: Int = Field(default=1, ge=1)
+    nodes: list[Node] | None = Field(
+        default=None, min_length=1,
+        description="the nodes of the volume, each like `node`; null: the pilot's node alone")
+    cards_per_worker: Int = Field(default=1, ge=1, le=16,
+                                  description="cards one worker (one Ray actor) owns")
+    batch_size: Int | None = Field(default=None, ge=1,
+                                   description="items per batch handed to a worker "
+                                               "(null: task.batch_size)")
 
 
 class BlenderLicense(Section):

@@ -30,6 +30,7 @@ from bot.manifest.model import (
     VolumeInputs,
 )
 from bot.manifest.secrets import find_secrets
+from bot.manifest.volume_rules import check_volume
 from bot.manifest.source import FieldPath, SourceMap, format_loc
 from runner.inputs import InputsError, list_dir, list_frames
 
@@ -122,10 +123,8 @@ def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
     if project_dir is not None and parts.volume is not None:
         check_input_files(parts.volume.inputs, project_dir, ("volume", "inputs"), report,
                           required=False)
-    if parts.volume is not None and parts.volume.nodes > 1:
-        report.warn(("volume", "nodes"), f"{parts.volume.nodes} nodes asked: the volume runs "
-                    "on the pilot's node, one runner (the multi-node engine is not built yet); "
-                    "the number is recorded")
+    if parts.volume is not None:
+        check_volume(parts.volume, gpu, parts.hardware, report)
     for finding in find_secrets(data):
         report.problem(finding.path, finding.message)
 

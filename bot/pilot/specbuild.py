@@ -19,6 +19,7 @@ from runner.spec import (
     SuccessSpec,
     TaskSpec,
     TrainingSpec,
+    VolumeSpec,
 )
 
 
@@ -74,6 +75,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                               tolerance=task.tolerance, seed=task.seed),
         preparation=m.preparation,
         blender=_blender(m.blender),
+        volume=_volume(loaded, plan) if kind == "volume" else None,
     )
 
 
@@ -89,6 +91,17 @@ def _blender(section: Any) -> BlenderSpec:
     data["licenses"] = [{k: v for k, v in lic.items() if v is not None}
                         for lic in data["licenses"]]
     return BlenderSpec(**data)
+
+
+def _volume(loaded: LoadedManifest, plan: Plan) -> VolumeSpec | None:
+    """The engine settings of a volume run: Ray workers on the healthy cards (a local Ray
+    with CPU workers on the embedded default)."""
+    volume = loaded.manifest.volume
+    if volume is None:
+        return None
+    return VolumeSpec(cards_per_worker=volume.cards_per_worker,
+                      batch_size=volume.batch_size or 0,
+                      gpus=loaded.manifest.backend in ("cuda", "rocm") and plan.vendor != "none")
 
 
 def runs_dir_for(loaded: LoadedManifest, default: Path) -> Path:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Iterable, List, Optional, Set
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from runner.files import is_temp_name
 from runner.inputs import InputsError, Item, list_inputs
@@ -57,6 +57,35 @@ class Recorder:
             self.ctx.emit("item.done", **row.to_result(), **timing)
         self.ctx.emit("progress", done=len(self.recorded), total=self.total)
         return len(rows)
+
+    def record_first_wins(self, asked: Iterable[str], results: Any,
+                          elapsed_s: Optional[float] = None) -> Tuple[int, int]:
+        """Record a batch whose items may already be recorded (the volume's re-queued
+        batches): the first result of an id wins, a later one counts as re-executed.
+        Returns (items recorded now, items re-executed)."""
+        asked_set = set(asked)
+        again = 0
+        fresh: Any = results
+        if isinstance(results, (list, tuple)):
+            fresh = []
+            for res in results:
+                iid = res.get("id") if isinstance(res, dict) else None
+                if iid in asked_set and iid in self.recorded:
+                    again += 1
+                else:
+                    fresh.append(res)
+        rows, anomalies = self.audit(asked_set, fresh)
+        already = set(self.ledger.record_first_wins(rows, anomalies))
+        self.ledger.count_re_executed(again)
+        share = elapsed_s / len(asked_set) if elapsed_s is not None and asked_set else None
+        new = [row for row in rows if row.id not in already]
+        for row in new:
+            self.recorded.add(row.id)
+            timing: Dict[str, Any] = {"input_bytes": self.sizes.get(row.id)}
+            if share is not None:
+                timing["elapsed_s"] = round(share, 6)
+            self.ctx.emit("item.done", **row.to_result(), **timing)
+        return len(new), again + len(already)
 
     def audit(self, asked: Set[str], results: Any) -> tuple[List[Row], List[Anomaly]]:
         rows: List[Row] = []
@@ -156,6 +185,11 @@ def pilot(ctx: StageContext) -> Dict[str, Any]:
             from runner.workloads.train import train_pilot
 
             facts.update(train_pilot(ctx, remaining, recorder))
+        elif spec.volume is not None and not spec.task.command:
+            from runner.volume import run_volume
+
+            facts.update(run_volume(ctx, remaining, recorder))
+            facts["re_executed_total"] = ledger.re_executed()
         elif spec.task.command:
             from runner.command import run_command
 

@@ -45,7 +45,7 @@ def test_several_factors_warn_but_price_and_approvers_do_not_count() -> None:
 
 def test_added_and_removed_keys() -> None:
     data = new()
-    data["volume"] = {"nodes": 2}
+    data["volume"] = {"cards_per_worker": 2}
     del data["backend"]
     changes = {c.path: c for c in diff_manifests(OLD, data)}
     assert changes["volume"].kind == ADDED and changes["backend"].kind == REMOVED

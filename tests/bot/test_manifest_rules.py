@@ -9,6 +9,11 @@ import pytest
 
 from tests.bot.manifest_helpers import dump, load, locs, make_project, merged
 
+_VI = {"dir": "data/pilote", "pattern": "doc-*.txt", "expected_count": 12}
+_SSH_A = {"kind": "ssh", "host": "gpu-a.example", "workdir": "/srv/p"}
+_SSH_A2 = {"kind": "ssh", "host": "GPU-A.example", "port": 22, "workdir": "/srv/q"}
+_SSH_B = {"kind": "ssh", "host": "gpu-b.example", "workdir": "/srv/p"}
+
 REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
     ("days 5", {"hardware": {"days": 5}}, "hardware.days", "3, 7 or 30"),
     ("lots 11", {"hardware": {"lots": 11}}, "hardware.lots", "10"),
@@ -83,7 +88,29 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
      "project.params.key", "PEM"),
     ("volume count", {"volume": {"inputs": {"dir": "data/pilote", "expected_count": 3}}},
      "volume.inputs.expected_count", "found 12"),
-    ("volume without inputs", {"volume": {"nodes": 2}}, "volume.inputs", "missing"),
+    ("volume without inputs", {"volume": {"cards_per_worker": 1}}, "volume.inputs",
+     "missing"),
+    ("volume node twice", {"hardware": {"lots": 2},
+                           "volume": {"inputs": _VI, "nodes": [_SSH_A, _SSH_B, _SSH_A2]}},
+     "volume.nodes[2]", "listed twice"),
+    ("volume ssh node without host", {"volume": {"inputs": _VI, "nodes": [{"kind": "ssh"}]}},
+     "volume.nodes[0].host", "needs a host"),
+    ("volume local and ssh", {"hardware": {"lots": 2},
+                              "volume": {"inputs": _VI, "nodes": [_SSH_A, {"kind": "local"}]}},
+     "volume.nodes[1].kind", "not both"),
+    ("volume more nodes than cards", {"volume": {"inputs": _VI, "nodes": [_SSH_A, _SSH_B]}},
+     "volume.nodes", "at least one card"),
+    ("volume worker larger than a node", {"hardware": {"gpu": "B200", "lots": 2},
+                                          "volume": {"inputs": _VI, "cards_per_worker": 3,
+                                                     "nodes": [_SSH_A, _SSH_B]}},
+     "volume.cards_per_worker", "no worker could start"),
+    ("volume nodes not a list", {"volume": {"inputs": _VI, "nodes": 2}}, "volume.nodes",
+     "valid list"),
+    ("volume batch 0", {"volume": {"inputs": _VI, "batch_size": 0}}, "volume.batch_size",
+     "greater than or equal to 1"),
+    ("volume node unknown key", {"volume": {"inputs": _VI, "nodes": [{"kind": "ssh",
+                                                                       "hots": "a"}]}},
+     "volume.nodes[0].hots", "unknown key"),
     ("lots yes", {"hardware": {"lots": True}}, "hardware.lots", "found True"),
     ("lots quoted", {"hardware": {"lots": "3"}}, "hardware.lots", "valid integer"),
     ("lots 2.5", {"hardware": {"lots": 2.5}}, "hardware.lots", "valid integer"),
@@ -125,7 +152,13 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
     ("password from the environment", {"task": {"params": {"password": "${DB_PASSWORD}"}}}),
     ("two_person with approvers", {"approvals": {"approvers": ["a", "b"], "two_person": True}}),
     ("volume dir elsewhere", {"volume": {"inputs": {"dir": "corpus", "expected_count": 9000},
-                                         "nodes": 2}}),
+                                         "batch_size": 64}}),
+    ("volume on two B200 nodes", {"hardware": {"gpu": "B200", "lots": 2},
+                                  "volume": {"inputs": _VI, "cards_per_worker": 2,
+                                             "nodes": [_SSH_A, _SSH_B]}}),
+    ("same host, two ports", {"hardware": {"lots": 2},
+                              "volume": {"inputs": _VI,
+                                         "nodes": [_SSH_A, {**_SSH_A, "port": 2222}]}}),
     ("aware lease start", {"lease": {"starts_at": "2030-01-01T00:00:00+02:00"}}),
     ("timeouts of known stages", {"diagnostics": {"timeouts": {"pilot": 60, "torch": 5}}}),
     ("integer estimate", {"hardware": {"memory_estimate_gib": 40}}),
@@ -175,12 +208,22 @@ def test_volume_dir_missing_is_only_a_warning(tmp_path: Path) -> None:
     assert "volume.inputs.dir" in {w.loc for w in loaded.warnings}
 
 
-def test_a_multi_node_volume_is_a_warning_saying_it_runs_on_one_node(tmp_path: Path) -> None:
+def test_volume_defaults_to_the_pilot_node_and_cpu_ignores_cards_per_worker(
+        tmp_path: Path) -> None:
     make_project(tmp_path)
-    volume = {"inputs": {"dir": "data/pilote", "pattern": "doc-*.txt", "expected_count": 12},
-              "nodes": 4}
-    loaded = load(tmp_path, dump(merged(volume=volume)))
-    warning = {w.loc: w for w in loaded.warnings}["volume.nodes"]
-    assert "4 nodes" in warning.message and "one runner" in warning.message
-    single = load(tmp_path, dump(merged(volume={**volume, "nodes": 1})))
-    assert "volume.nodes" not in {w.loc for w in single.warnings}
+    loaded = load(tmp_path, dump(merged(volume={"inputs": _VI})))
+    volume = loaded.manifest.volume
+    assert volume is not None and volume.nodes is None and volume.cards_per_worker == 1
+    assert volume.batch_size is None
+    cpu = load(tmp_path, dump(merged(hardware={"gpu": "cpu", "lot_price_usd_per_day": 0},
+                                     backend="cpu",
+                                     volume={"inputs": _VI, "cards_per_worker": 2})))
+    assert "ignored" in {w.loc: w for w in cpu.warnings}["volume.cards_per_worker"].message
+
+
+def test_every_volume_problem_is_named_at_once(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    found = locs(tmp_path, dump(merged(hardware={"lots": 3}, volume={
+        "inputs": _VI, "nodes": [_SSH_A, {"kind": "ssh"}, _SSH_A2]})))
+    assert {"volume.nodes[1].host", "volume.nodes[2]"} <= set(found)
+    assert found["volume.nodes[2]"].line is not None

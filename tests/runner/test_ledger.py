@@ -46,3 +46,21 @@ def test_a_status_outside_the_two_is_refused_by_the_schema(tmp_path: Path) -> No
 def test_unopenable_path_is_a_ledger_error(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match="cannot open"):
         Ledger.open(str(tmp_path / "no" / "such" / "dir" / "l.sqlite"))
+
+
+def test_first_result_wins_and_a_second_one_is_counted_not_recorded(tmp_path: Path) -> None:
+    path = str(tmp_path / "l.sqlite")
+    with Ledger.open(path, new_attempt=True) as led:
+        assert led.record_first_wins([Row("a", "accepted", category="x"),
+                                      Row("b", "refused", reason="r")]) == []
+        again = led.record_first_wins([Row("a", "refused", reason="late and different"),
+                                       Row("c", "accepted", category="y")])
+        assert again == ["a"]
+        led.count_re_executed(2)
+        assert led.re_executed() == 3
+    with Ledger.open(path, new_attempt=True) as led:  # the count survives a new attempt
+        assert led.re_executed() == 3
+        assert [r.to_result() for r in led.rows()] == [
+            {"id": "a", "status": "accepted", "category": "x"},
+            {"id": "b", "status": "refused", "reason": "r"},
+            {"id": "c", "status": "accepted", "category": "y"}]

@@ -1,0 +1,79 @@
+"""The rules of the ``volume`` section: its nodes and how its workers share the cards.
+
+Pure: every finding goes into the caller's ``Report`` with its field path, so the user
+sees a node listed twice or a worker larger than a node as one located problem each.
+Whether each SSH node's lease is known is the service's check at approval (it needs the
+store); see ``bot.pilot.volume``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from bot.manifest.catalog import GpuModel
+from bot.manifest.model import Hardware, Node, Volume
+
+
+class Report(Protocol):
+    """The part of ``bot.manifest.rules.Report`` these rules use."""
+
+    def problem(self, loc: tuple[Any, ...], message: str, *, severity: str = ...) -> None: ...
+
+    def warn(self, loc: tuple[Any, ...], message: str) -> None: ...
+
+
+def node_identity(node: Node) -> str:
+    """What makes two nodes the same machine: ``local``, or ``ssh://host:port``."""
+    if node.kind == "local":
+        return "local"
+    return f"ssh://{(node.host or '').strip().lower()}:{node.port}"
+
+
+def check_volume(volume: Volume, gpu: GpuModel | None, hardware: Hardware | None,
+                 report: Report) -> None:
+    nodes = volume.nodes or []
+    _check_nodes(nodes, report)
+    if gpu is None or hardware is None:
+        return
+    if gpu.is_cpu:
+        if volume.cards_per_worker > 1:
+            report.warn(("volume", "cards_per_worker"), "hardware.gpu is cpu: the volume runs "
+                        "on CPU workers and cards_per_worker is ignored")
+        return
+    cards = hardware.lots * gpu.cards_per_lot
+    count = max(1, len(nodes))
+    if count > cards:
+        report.problem(("volume", "nodes"), f"{count} nodes but only {cards} {gpu.key} card(s) "
+                       f"rented ({hardware.lots} lot(s) x {gpu.cards_per_lot}): every node "
+                       "needs at least one card")
+        return
+    per_node = cards // count
+    if volume.cards_per_worker > per_node:
+        report.problem(("volume", "cards_per_worker"),
+                       f"{volume.cards_per_worker} cards per worker, but a node has "
+                       f"{per_node} ({cards} rented card(s) over {count} node(s)): no worker "
+                       "could start; a worker's cards are on one node")
+    elif per_node % volume.cards_per_worker:
+        report.warn(("volume", "cards_per_worker"),
+                    f"{per_node} cards per node do not divide by {volume.cards_per_worker}: "
+                    f"{per_node % volume.cards_per_worker} card(s) per node stay idle")
+
+
+def _check_nodes(nodes: list[Node], report: Report) -> None:
+    first: dict[str, int] = {}
+    kinds = {n.kind for n in nodes}
+    for index, node in enumerate(nodes):
+        loc = ("volume", "nodes", index)
+        if node.kind == "ssh" and node.host is None:
+            report.problem((*loc, "host"), "an ssh node needs a host (the machine's address)")
+            continue
+        if node.kind == "local" and len(kinds) > 1:
+            report.problem((*loc, "kind"), "a volume runs on this machine alone (one local "
+                           "node) or on SSH nodes, not both: the bot's host never joins "
+                           "a rented cluster")
+        key = node_identity(node)
+        if key in first:
+            report.problem(loc, f"node {key} is listed twice (also volume.nodes[{first[key]}]); "
+                           "each machine runs one Ray node: list it once")
+        else:
+            first[key] = index

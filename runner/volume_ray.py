@@ -1,0 +1,221 @@
+"""Ray for the volume: joining or starting the cluster, the worker actor, leftovers.
+
+Imported only by the volume's driver; ``ray`` itself is imported inside the functions
+(the runner's core stays standard library). No Ray retries anywhere: actors have
+``max_restarts=0`` and ``max_task_retries=0``; the driver re-queues what a lost worker held.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple, Type
+
+from runner.raypin import RAY_VERSION, install_command
+from runner.stages import StageFailure
+
+SESSION_FILE = "ray_session.json"
+
+
+def prepare_env(vspec: Any) -> None:
+    """Ray reads these when it is imported: usage stats off; a local Ray gets token
+    authentication with a token made here for this run (never written down). Joining a
+    cluster, the dispatcher hands the driver the cluster's token in its environment."""
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    if not vspec.address:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+
+
+def import_ray(stage: str = "pilot") -> Any:
+    """The ``ray`` module, or a stage failure saying how to install the pinned version.
+
+    Call :func:`prepare_env` first: Ray reads its settings at import."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise StageFailure(stage, f"cannot import ray: {exc}",
+                           hint=f"install the pinned Ray on every node: "
+                                f"{install_command(sys.executable)}") from exc
+    return ray
+
+
+def start(ray: Any, vspec: Any, run_dir: str, cpu_workers: int) -> Dict[str, Any]:
+    """Join ``vspec.address`` or start a local Ray; record its session for cleanup.
+
+    A local Ray has no dashboard. Returns facts (version, address, session).
+    """
+    quiet = {"logging_level": "WARNING", "log_to_driver": False, "configure_logging": True}
+    if vspec.address:
+        ray.init(address=vspec.address, **quiet)
+    else:
+        gpus = len(vspec.cards) if vspec.gpus and vspec.cards is not None else None
+        if vspec.gpus and vspec.cards is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(c) for c in vspec.cards)
+        ray.init(num_cpus=max(1, cpu_workers), num_gpus=gpus if vspec.gpus else 0,
+                 include_dashboard=False, **quiet)
+    session = _session_dir(ray)
+    if session and not vspec.address:
+        _write_json(os.path.join(run_dir, SESSION_FILE), {"session_dir": session,
+                                                          "driver_pid": os.getpid()})
+    return {"ray_version": ray.__version__, "ray_pinned": RAY_VERSION,
+            "address": vspec.address or "local", "session": os.path.basename(session or "")}
+
+
+def _session_dir(ray: Any) -> Optional[str]:
+    node = getattr(getattr(ray, "_private", None), "worker", None)
+    node = getattr(getattr(node, "global_worker", None), "node", None)
+    path = getattr(node, "get_session_dir_path", None)
+    return str(path()) if callable(path) else None
+
+
+def stop(ray: Any, actors: List[Any], run_dir: str) -> None:
+    """Kill our actors, leave Ray, and end what a local Ray of this run left behind."""
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # already dead, or the cluster is gone
+            pass
+    try:
+        ray.shutdown()
+    finally:
+        clean_local_session(run_dir)
+
+
+def clean_local_session(run_dir: str, grace_s: float = 3.0) -> List[int]:
+    """End every process of the local Ray session this run recorded; returns their pids.
+
+    A driver killed with SIGKILL takes its GCS and raylet along but leaves Ray's agents
+    behind; resume and the end of a run call this so nothing of ours stays running.
+    """
+    path = os.path.join(run_dir, SESSION_FILE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            session = str(json.load(fh).get("session_dir") or "")
+    except (OSError, ValueError, AttributeError):
+        return []
+    pids = session_pids(session) if session else []
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    _signal_all([p for p in pids if _alive(p)], signal.SIGKILL)
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+    return pids
+
+
+def session_pids(session_dir: str) -> List[int]:
+    """Live processes of this user whose command line names the session directory."""
+    needle = session_dir.encode()
+    found: List[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != os.getuid():
+                continue
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                if needle in fh.read():
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().split(b") ", 1)[-1][:1] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
+def _signal_all(pids: List[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def _write_json(path: str, data: Dict[str, Any]) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+class _Worker:
+    """One Ray actor: the handler loaded once, then called batch after batch.
+
+    Defined at module level but made remote by :func:`worker_class`, so importing this
+    module never imports Ray. Errors come back as values, never as Ray retries.
+    """
+
+    def __init__(self, spec: Dict[str, Any], outputs_dir: str, sys_path: List[str],
+                 device: str) -> None:
+        for entry in reversed(sys_path):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        self.error: Optional[str] = None
+        self.handler: Any = None
+        try:
+            from runner.spec import RunSpec
+            from runner.workloads import load_handler, make_context
+
+            run_spec = RunSpec.from_dict(spec)
+            self.handler = load_handler(run_spec)
+            self.ctx = make_context(run_spec, outputs_dir)
+            self.ctx.device = device
+        except Exception as exc:  # reported by where(), the driver's first call
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def where(self) -> Dict[str, Any]:
+        import socket
+
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"node": ctx.get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
+                "cards": [str(c) for c in ray.get_gpu_ids()], "error": self.error}
+
+    def run(self, batch: List[List[Any]]) -> Dict[str, Any]:
+        from runner.inputs import Item
+
+        items = [Item(str(i), str(p), int(s)) for i, p, s in batch]
+        t0 = time.perf_counter()
+        try:
+            results = self.handler(items, self.ctx)
+            return {"results": results, "seconds": time.perf_counter() - t0}
+        except Exception as exc:
+            return {"error": f"task.handler raised {type(exc).__name__}: {exc}"}
+
+
+def worker_class(ray: Any, cards_per_worker: int, gpus: bool) -> Any:
+    """The remote actor class: no restarts, no task retries, cards only when asked."""
+    options: Dict[str, Any] = {"max_restarts": 0, "max_task_retries": 0}
+    if gpus:
+        options.update(num_gpus=cards_per_worker, num_cpus=0)
+    else:
+        options.update(num_cpus=1)
+    return ray.remote(**options)(_Worker)
+
+
+def lost_errors(ray: Any) -> Tuple[Type[BaseException], ...]:
+    """The Ray exceptions that mean a worker (or its node) is gone."""
+    exc = ray.exceptions
+    names = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError",
+             "NodeDiedError", "ObjectLostError", "OwnerDiedError", "ActorUnschedulableError")
+    found = [getattr(exc, n, None) for n in names]
+    return tuple(t for t in found if isinstance(t, type) and issubclass(t, BaseException))
