@@ -1,0 +1,149 @@
+"""The volume's engine on a real Ray cluster of three simulated nodes with fake cards.
+
+One cluster (ray.cluster_utils.Cluster: a head and two more raylets on this machine, one
+fake GPU each) serves every test of the module; the driver is the real runner
+(``python -m runner`` with a volume spec joining the cluster). Each id must end up exactly
+once in the ledger and the balance whatever is lost, killed or late.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.processes import wait_until
+from tests.runner.test_stages_kit import runner_env
+from tests.volume.kit import (
+    cluster_env,
+    events,
+    executed,
+    kill_group,
+    ledger_ids,
+    make_volume,
+    our_actor_pids,
+    progress_done,
+    set_params,
+    start_runner,
+)
+
+COUNT = 3000
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Any, dict[str, str]]]:
+    env = cluster_env()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "num_gpus": 1, "include_dashboard": False})
+    for _ in range(2):
+        c.add_node(num_cpus=1, num_gpus=1)
+    c.wait_for_nodes()
+    try:
+        yield c, env
+    finally:
+        c.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _balance(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "balance.json").read_text())
+
+
+def _exactly_once(run_dir: Path, ids: list[str]) -> dict[str, Any]:
+    in_ledger = ledger_ids(run_dir)
+    assert sorted(in_ledger) == ids  # every id, none twice (the ledger's key), none invented
+    balance = _balance(run_dir)
+    assert balance["ok"], balance["problems"][:5]
+    assert balance["total"] == len(ids) and balance["accepted"] + balance["refused"] == len(ids)
+    rows = (run_dir / "balance.csv").read_text().splitlines()[1:]
+    assert Counter(r.split(",")[0] for r in rows) == Counter(ids)
+    return balance
+
+
+def _pilot_facts(run_dir: Path) -> dict[str, Any]:
+    passed = [e for e in events(run_dir) if e.type == "stage.passed"
+              and e.data["stage"] == "pilot"]
+    assert passed, [e.data for e in events(run_dir) if e.type == "stage.failed"]
+    return dict(passed[-1].data["facts"])
+
+
+def test_a_node_lost_mid_run_has_its_batches_requeued(cluster: Any, tmp_path: Path) -> None:
+    c, env = cluster
+    spec, ids = make_volume(tmp_path, COUNT, address=c.address, gpus=True,
+                            batch_timeout_s=120)
+    set_params(spec, delay_s=0.004)
+    run_dir = tmp_path / "run"
+    proc = start_runner(spec, run_dir, env=runner_env(**env))
+    try:
+        wait_until(lambda: progress_done(run_dir) >= 400, "the volume to get going", 240)
+        victim = list(c.worker_nodes)[-1]
+        c.remove_node(victim)
+        assert proc.wait(timeout=240) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    finally:
+        kill_group(proc)
+        c.add_node(num_cpus=1, num_gpus=1)  # the next test gets three nodes again
+        c.wait_for_nodes()
+    _exactly_once(run_dir, ids)
+    types = Counter(e.type for e in events(run_dir))
+    assert types["volume.node_lost"] == 1 and types["volume.worker_lost"] == 1
+    assert types["volume.requeued"] >= 1
+    facts = _pilot_facts(run_dir)
+    assert facts["workers"] == 3 and facts["nodes_lost"] == 1
+    assert facts["engine"] == "ray" and facts["ray_version"] == facts["ray_pinned"]
+    workers = [e for e in events(run_dir) if e.type == "volume.workers"][0].data["workers"]
+    assert len({w["node"] for w in workers}) == 3  # one worker per node, its one card each
+    assert all(len(w["cards"]) == 1 for w in workers)
+    wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)
+
+
+def test_killed_driver_resumes_exactly_the_missing_ids_and_late_results_count_once(
+        cluster: Any, tmp_path: Path) -> None:
+    c, env = cluster
+    spec, ids = make_volume(tmp_path, COUNT, address=c.address, gpus=True,
+                            batch_timeout_s=1.5)
+    set_params(spec, delay_s=0.01, slow_id="item-00030",
+               slow_marker=str(tmp_path / "slow.marker"), slow_s=5)
+    run_dir = tmp_path / "run"
+    proc = start_runner(spec, run_dir, env=runner_env(**env))
+    try:
+        wait_until(lambda: any(e.type == "volume.late_result" for e in events(run_dir)),
+                   "the late result of the re-queued batch", 240)
+        wait_until(lambda: progress_done(run_dir) >= 900, "more progress", 240)
+    finally:
+        kill_group(proc)  # SIGKILL: the driver (and its worker process) die at once
+    at_kill = set(ledger_ids(run_dir))
+    assert 0 < len(at_kill) < COUNT
+    late = [e for e in events(run_dir) if e.type == "volume.late_result"][0].data
+    assert late["re_executed"] == 25 and late["recorded"] == 0  # its batch was done again
+    assert [e for e in events(run_dir) if e.type == "volume.card_excluded"]
+    wait_until(lambda: not our_actor_pids(), "the dead driver's actors to end", 60)
+
+    set_params(spec, tag="resume")
+    resumed = start_runner(spec, run_dir, "--resume", env=runner_env(**env))
+    try:
+        assert resumed.wait(timeout=300) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    finally:
+        kill_group(resumed)
+    # Exactly the missing ids, once each (the memory stage's trial batch aside: it runs
+    # the handler in the runner's own worker, outside the volume, and records nothing).
+    trial = [e for e in events(run_dir) if e.type == "stage.passed"
+             and e.data["stage"] == "memory"][-1].data["facts"]["batch_ids"]
+    assert Counter(executed(tmp_path, "resume")) == Counter(set(ids) - at_kill) + Counter(trial)
+    balance = _exactly_once(run_dir, ids)
+    assert balance["accepted"] == COUNT - len([i for i in ids if int(i[5:]) % 97 == 0])
+    facts = _pilot_facts(run_dir)
+    assert facts["remaining"] == COUNT - len(at_kill) and facts["re_executed_total"] == 25
+    wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)

@@ -1,0 +1,59 @@
+"""The embedded default: the volume on a local Ray with CPU workers, the same engine.
+
+The driver starts Ray itself (token authentication with a token of its own, no
+dashboard); killed with SIGKILL, it leaves Ray's agents behind, which the resumed driver
+ends before it starts a fresh Ray. Afterwards no process of either Ray session is left.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from runner.volume_ray import session_pids
+from tests.processes import wait_until
+from tests.volume.kit import (
+    events,
+    kill_group,
+    ledger_ids,
+    make_volume,
+    progress_done,
+    set_params,
+    start_runner,
+)
+
+
+def _sessions(run_dir: Path) -> list[str]:
+    return [e.data["facts"]["session"] for e in events(run_dir)
+            if e.type == "stage.passed" and e.data["stage"] == "pilot"]
+
+
+def test_local_volume_survives_a_killed_driver_and_leaves_nothing_running(
+        tmp_path: Path) -> None:
+    spec, ids = make_volume(tmp_path, 600, workers=2)
+    set_params(spec, delay_s=0.02)
+    run_dir = tmp_path / "run"
+    proc = start_runner(spec, run_dir)
+    try:
+        wait_until(lambda: progress_done(run_dir) >= 100, "the local volume to get going", 240)
+    finally:
+        kill_group(proc)
+    first = json.loads((run_dir / "ray_session.json").read_text())["session_dir"]
+    assert session_pids(first)  # Ray's agents outlive a killed driver ...
+    assert not (Path.home() / ".ray" / "auth_token").exists()  # the token stays in memory
+    set_params(spec, delay_s=0)
+    resumed = start_runner(spec, run_dir, "--resume")
+    try:
+        assert resumed.wait(timeout=300) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    finally:
+        kill_group(resumed)
+    assert sorted(ledger_ids(run_dir)) == ids
+    balance = json.loads((run_dir / "balance.json").read_text())
+    assert balance["ok"] and balance["total"] == 600
+    assert [e.data["workers"] for e in events(run_dir) if e.type == "volume.workers"][-1][0][
+        "cards"] == []
+    assert not session_pids(first)  # ... and the resumed driver ended them
+    second = _sessions(run_dir)[-1]
+    assert second and second not in first
+    wait_until(lambda: not session_pids(f"/tmp/ray/{second}"), "the local Ray to stop", 60)
+    assert not (run_dir / "ray_session.json").exists()
