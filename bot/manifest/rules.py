@@ -30,8 +30,8 @@ from bot.manifest.model import (
     VolumeInputs,
 )
 from bot.manifest.secrets import find_secrets
-from bot.manifest.volume_rules import check_volume
 from bot.manifest.source import FieldPath, SourceMap, format_loc
+from bot.manifest.volume_rules import check_volume
 from runner.inputs import InputsError, list_dir, list_frames
 
 CUDA_FIRST_EXTENSIONS = frozenset({"flash_attn", "xformers", "bitsandbytes", "apex"})
