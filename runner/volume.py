@@ -218,6 +218,8 @@ def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[
     from runner import volume_ray
 
     vspec = ctx.spec.volume
+    if vspec is None:
+        raise StageFailure("pilot", "the spec has no volume section")
     volume_ray.clean_local_session(ctx.run_dir)  # a killed driver's leftovers, if any
     volume_ray.prepare_env(vspec)
     ray = volume_ray.import_ray()

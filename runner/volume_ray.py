@@ -60,8 +60,8 @@ def start(ray: Any, vspec: Any, run_dir: str, cpu_workers: int) -> Dict[str, Any
                  include_dashboard=False, **quiet)
     session = _session_dir(ray)
     if session and not vspec.address:
-        _write_json(os.path.join(run_dir, SESSION_FILE), {"session_dir": session,
-                                                          "driver_pid": os.getpid()})
+        _write_json(os.path.join(run_dir, SESSION_FILE), {
+            "session_dir": session, "driver_pid": os.getpid(), "pgid": os.getpgid(0)})
     return {"ray_version": ray.__version__, "ray_pinned": RAY_VERSION,
             "address": vspec.address or "local", "session": os.path.basename(session or "")}
 
@@ -95,10 +95,12 @@ def clean_local_session(run_dir: str, grace_s: float = 3.0) -> List[int]:
     path = os.path.join(run_dir, SESSION_FILE)
     try:
         with open(path, encoding="utf-8") as fh:
-            session = str(json.load(fh).get("session_dir") or "")
+            record = json.load(fh)
+        session = str(record.get("session_dir") or "")
+        pgid = record.get("pgid")
     except (OSError, ValueError, AttributeError):
         return []
-    pids = session_pids(session) if session else []
+    pids = session_pids(session, pgid if isinstance(pgid, int) else None) if session else []
     _signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
@@ -111,8 +113,10 @@ def clean_local_session(run_dir: str, grace_s: float = 3.0) -> List[int]:
     return pids
 
 
-def session_pids(session_dir: str) -> List[int]:
-    """Live processes of this user whose command line names the session directory."""
+def session_pids(session_dir: str, pgid: Optional[int] = None) -> List[int]:
+    """Live processes of this user that belong to a local Ray session: their command line
+    names the session directory, or (Ray's agents rename themselves ``ray::...``) they are
+    Ray processes in the process group of the driver that started the session."""
     needle = session_dir.encode()
     found: List[int] = []
     try:
@@ -126,11 +130,21 @@ def session_pids(session_dir: str) -> List[int]:
             if os.stat(f"/proc/{name}").st_uid != os.getuid():
                 continue
             with open(f"/proc/{name}/cmdline", "rb") as fh:
-                if needle in fh.read():
+                cmd = fh.read()
+            if needle in cmd or (pgid is not None and b"ray" in cmd
+                                 and _pgid(int(name)) == pgid):
+                if _alive(int(name)):
                     found.append(int(name))
         except OSError:
             continue
     return found
+
+
+def _pgid(pid: int) -> Optional[int]:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def _alive(pid: int) -> bool:

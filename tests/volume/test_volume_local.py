@@ -38,8 +38,10 @@ def test_local_volume_survives_a_killed_driver_and_leaves_nothing_running(
         wait_until(lambda: progress_done(run_dir) >= 100, "the local volume to get going", 240)
     finally:
         kill_group(proc)
-    first = json.loads((run_dir / "ray_session.json").read_text())["session_dir"]
-    assert session_pids(first)  # Ray's agents outlive a killed driver ...
+    record = json.loads((run_dir / "ray_session.json").read_text())
+    first, pgid = record["session_dir"], record["pgid"]
+    wait_until(lambda: session_pids(first, pgid) and not session_pids(first),
+               "Ray's agents, renamed ray::..., to outlive the killed driver", 60)
     assert not (Path.home() / ".ray" / "auth_token").exists()  # the token stays in memory
     set_params(spec, delay_s=0)
     resumed = start_runner(spec, run_dir, "--resume")
@@ -52,7 +54,7 @@ def test_local_volume_survives_a_killed_driver_and_leaves_nothing_running(
     assert balance["ok"] and balance["total"] == 600
     assert [e.data["workers"] for e in events(run_dir) if e.type == "volume.workers"][-1][0][
         "cards"] == []
-    assert not session_pids(first)  # ... and the resumed driver ended them
+    assert not session_pids(first, pgid)  # ... and the resumed driver ended them
     second = _sessions(run_dir)[-1]
     assert second and second not in first
     wait_until(lambda: not session_pids(f"/tmp/ray/{second}"), "the local Ray to stop", 60)
