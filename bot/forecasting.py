@@ -49,7 +49,7 @@ def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]], items: list[
         now=now, task_kind=str(task.get("kind") or "classify"), command=bool(task.get("command")),
         healthy_cards=healthy_cards(stages),
         cards_per_worker=int(volume.get("cards_per_worker") or 1),
-        nodes=int(volume.get("nodes") or 1),
+        nodes=_node_count(volume.get("nodes")),
         peak_memory_gib=_peak_memory(stages), card_memory_gib=plan.get("memory_per_card_gib"),
         lease_starts_at=datetime.fromisoformat(starts) if starts else None)
     return forecast(inputs).to_dict()
@@ -144,3 +144,10 @@ def work_seconds(stages: list[dict[str, Any]]) -> float | None:
             ended = datetime.fromisoformat(str(stage["ended_at"]).replace("Z", "+00:00"))
             return (ended - began).total_seconds()
     return None
+
+
+def _node_count(nodes: Any) -> int:
+    """volume.nodes: a list of nodes, or (the older form) a count; absent: the pilot's."""
+    if isinstance(nodes, list):
+        return max(1, len(nodes))
+    return int(nodes) if isinstance(nodes, int) and nodes > 0 else 1

@@ -32,7 +32,9 @@ from bot.manifest.load import LoadedManifest, load_manifest
 from bot.messages import views
 from bot.messages.cards import cards_message
 from bot.messages.forecast_view import forecast_message
-from bot.messages.model import Attachment, Message, Notifier
+from bot.messages.model import Attachment, Message, Notifier, Progress
+from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
+from bot.messages.volume_view import progress_of, volume_message
 from bot.pilot.cards import CARD_STAGES, healthy_cards
 from bot.pilot.decisions import end_state
 from bot.pilot.plan import make_plan
@@ -79,7 +81,7 @@ class PilotService:
         self.notifier = notifier
         self.lease_guard = lease_guard
         self.progress_interval = progress_interval
-        self._progress: dict[str, tuple[int, int]] = {}
+        self._progress: dict[str, Progress] = {}
         self._last_progress_post: dict[str, float] = {}
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
@@ -270,8 +272,9 @@ class PilotService:
         stage_changed = any(e.type in STAGE_EVENT_TYPES for e in fresh)
         for event in fresh:
             if event.type == PROGRESS:
-                self._progress[run_id] = (int(event.data.get("done", 0)),
-                                          int(event.data.get("total", 0)))
+                self._progress[run_id] = progress_of(event.data)
+        if any(e.type in VOLUME_NOTES for e in fresh):
+            self._publish_volume(run_id)
         if stage_changed:
             self._publish_status(run_id)
         if any(e.type in STAGE_EVENT_TYPES and e.stage in CARD_STAGES for e in fresh):
@@ -589,7 +592,8 @@ class PilotService:
         """Every message of the run's thread as it stands now (for re-rendering)."""
         run = self.store.get_run(run_id)
         out: list[Message | None] = [views.plan_message(run), self._status(run_id),
-                                     cards_message(run, self.store.stages(run_id))]
+                                     cards_message(run, self.store.stages(run_id)),
+                                     self._volume_notes(run)]
         if run["status"] == S.DISPATCH_FAILED:
             out.append(views.first_error_message(run))
         if run["status"] in ENDED:
@@ -632,6 +636,15 @@ class PilotService:
 
     def _publish_cards(self, run_id: str) -> None:
         message = cards_message(self.store.get_run(run_id), self.store.stages(run_id))
+        if message is not None:
+            self._publish(message)
+
+    def _volume_notes(self, run: dict[str, Any]) -> Message | None:
+        return volume_message(run, [e for etype in VOLUME_NOTES
+                                    for e in self.store.events_of_type(run["id"], etype)])
+
+    def _publish_volume(self, run_id: str) -> None:
+        message = self._volume_notes(self.store.get_run(run_id))
         if message is not None:
             self._publish(message)
 

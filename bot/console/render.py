@@ -78,7 +78,8 @@ def _block_rich(block: Block) -> RenderableType:
         return table
     if isinstance(block, Progress):
         return Group(RichText(f"items {block.done}/{block.total}"),
-                     ProgressBar(total=max(block.total, 1), completed=block.done, width=40))
+                     ProgressBar(total=max(block.total, 1), completed=block.done, width=40),
+                     *([RichText(block.pace, style="dim")] if block.pace else []))
     if isinstance(block, Actions):
         labels = "  ".join(f"[{b.action}] {b.label}" for b in block.buttons)
         return RichText(labels, style="magenta")
@@ -106,7 +107,8 @@ def to_text(message: Message) -> str:
             if block.total_rows and block.total_rows > len(block.rows):
                 out.append(f"({len(block.rows)} of {block.total_rows} rows shown)")
         elif isinstance(block, Progress):
-            out.append(f"items {block.done}/{block.total}")
+            out.append(f"items {block.done}/{block.total}"
+                       + (f" ({block.pace})" if block.pace else ""))
         elif isinstance(block, Actions):
             out.append("  ".join(f"[{b.action}] {b.label}" for b in block.buttons))
         elif isinstance(block, Attachment):

@@ -195,9 +195,10 @@ class VolumeInputs(Section):
 
 class Volume(Section):
     inputs: VolumeInputs
-    nodes: list[Node] | None = Field(
-        default=None, min_length=1,
-        description="the nodes of the volume, each like `node`; null: the pilot's node alone")
+    nodes: list[Node] | Int | None = Field(
+        default=None,
+        description="the nodes of the volume, each like `node`; null: the pilot's node alone "
+                    "(a count, the older form, is accepted for 1 only)")
     cards_per_worker: Int = Field(default=1, ge=1, le=16,
                                   description="cards one worker (one Ray actor) owns")
     batch_size: Int | None = Field(default=None, ge=1,

@@ -31,8 +31,15 @@ def node_identity(node: Node) -> str:
 
 def check_volume(volume: Volume, gpu: GpuModel | None, hardware: Hardware | None,
                  report: Report) -> None:
-    nodes = volume.nodes or []
-    _check_nodes(nodes, report)
+    if isinstance(volume.nodes, int):
+        _check_count(volume.nodes, report)
+        nodes: list[Node] = []
+    else:
+        nodes = volume.nodes or []
+        if volume.nodes is not None and not nodes:
+            report.problem(("volume", "nodes"), "an empty list: list the nodes, or leave "
+                           "volume.nodes out to run on the pilot's node")
+        _check_nodes(nodes, report)
     if gpu is None or hardware is None:
         return
     if gpu.is_cpu:
@@ -57,6 +64,16 @@ def check_volume(volume: Volume, gpu: GpuModel | None, hardware: Hardware | None
         report.warn(("volume", "cards_per_worker"),
                     f"{per_node} cards per node do not divide by {volume.cards_per_worker}: "
                     f"{per_node % volume.cards_per_worker} card(s) per node stay idle")
+
+
+def _check_count(count: int, report: Report) -> None:
+    if count == 1:
+        report.warn(("volume", "nodes"), "a count of nodes is the older form: 1 means the "
+                    "pilot's node (leave volume.nodes out, or list the nodes, each like node)")
+    else:
+        report.problem(("volume", "nodes"), f"{count} nodes: list them, each like node "
+                       "(kind: ssh, host, port, user, workdir); a count says nothing about "
+                       "which machines")
 
 
 def _check_nodes(nodes: list[Node], report: Report) -> None:

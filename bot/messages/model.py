@@ -61,6 +61,7 @@ class Actions:
 class Progress:
     done: int
     total: int
+    pace: str = ""  # items/s, ETA, per-worker rates, when the runner measured them
 
 
 @dataclass(frozen=True)

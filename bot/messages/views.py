@@ -79,7 +79,7 @@ def plan_message(run: dict[str, Any]) -> Message:
 
 
 def status_message(run: dict[str, Any], stages: list[dict[str, Any]],
-                   progress: tuple[int, int] | None = None) -> Message:
+                   progress: Progress | None = None) -> Message:
     by_name = {s["stage"]: s for s in stages}
     title = "Diagnostics and pilot" if run.get("kind", "pilot") == "pilot" else "Volume run"
     lines: list[Any] = [Heading(f"{title} — {run['name']} ({_state_word(run)})")]
@@ -89,8 +89,8 @@ def status_message(run: dict[str, Any], stages: list[dict[str, Any]],
             lines.append(StageLine(name, "pending"))
             continue
         lines.append(StageLine(name, row["state"], stage_detail(row)))
-    if progress is not None and progress[1]:
-        lines.append(Progress(*progress))
+    if progress is not None and progress.total:
+        lines.append(progress)
     if run.get("status") == S.RUNNING:
         lines.append(Actions((Button("stop", "Stop the run", run["id"], "danger"),)))
     return Message(run["id"], "status", tuple(lines),

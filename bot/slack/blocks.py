@@ -166,7 +166,8 @@ def progress_text(progress: Progress, width: int = 20) -> str:
     total = max(progress.total, 1)
     filled = min(width, round(width * progress.done / total))
     pct = 100 * progress.done / total
-    return f"`{'█' * filled}{'░' * (width - filled)}` {progress.done}/{progress.total} ({pct:.0f}%)"
+    bar = f"`{'█' * filled}{'░' * (width - filled)}` {progress.done}/{progress.total} ({pct:.0f}%)"
+    return f"{bar}\n{escape(progress.pace)}" if progress.pace else bar
 
 
 def actions(block: Actions) -> SlackBlock:

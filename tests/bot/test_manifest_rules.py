@@ -104,8 +104,10 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
                                           "volume": {"inputs": _VI, "cards_per_worker": 3,
                                                      "nodes": [_SSH_A, _SSH_B]}},
      "volume.cards_per_worker", "no worker could start"),
-    ("volume nodes not a list", {"volume": {"inputs": _VI, "nodes": 2}}, "volume.nodes",
-     "valid list"),
+    ("volume nodes as a count above 1", {"volume": {"inputs": _VI, "nodes": 2}},
+     "volume.nodes", "list them"),
+    ("volume nodes empty", {"volume": {"inputs": _VI, "nodes": []}}, "volume.nodes",
+     "empty list"),
     ("volume batch 0", {"volume": {"inputs": _VI, "batch_size": 0}}, "volume.batch_size",
      "greater than or equal to 1"),
     ("volume node unknown key", {"volume": {"inputs": _VI, "nodes": [{"kind": "ssh",
@@ -219,6 +221,8 @@ def test_volume_defaults_to_the_pilot_node_and_cpu_ignores_cards_per_worker(
                                      backend="cpu",
                                      volume={"inputs": _VI, "cards_per_worker": 2})))
     assert "ignored" in {w.loc: w for w in cpu.warnings}["volume.cards_per_worker"].message
+    older = load(tmp_path, dump(merged(volume={"inputs": _VI, "nodes": 1})))
+    assert "older form" in {w.loc: w for w in older.warnings}["volume.nodes"].message
 
 
 def test_every_volume_problem_is_named_at_once(tmp_path: Path) -> None:

@@ -1,0 +1,91 @@
+"""What the user sees of a volume on Ray: its pace and what happened to its workers.
+
+Built from the runner's ``progress`` events (``done``, ``total`` and, from the volume's
+driver, ``items_per_s``, ``eta_s``, ``per_card``) and its ``volume.*`` events (a worker or
+node lost, a batch re-queued, a card excluded, a late result counted once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.messages.model import Heading, Message, Progress, Text
+from runner.events import (
+    VOLUME_CARD_EXCLUDED,
+    VOLUME_LATE,
+    VOLUME_NODE_LOST,
+    VOLUME_REQUEUED,
+    VOLUME_WORKER_LOST,
+    VOLUME_WORKERS,
+    Event,
+)
+
+NOTE_TYPES = (VOLUME_WORKERS, VOLUME_WORKER_LOST, VOLUME_NODE_LOST, VOLUME_REQUEUED,
+              VOLUME_CARD_EXCLUDED, VOLUME_LATE)
+NOTES_SHOWN = 12
+
+
+def progress_of(data: dict[str, Any]) -> Progress:
+    """A progress block from a ``progress`` event's fields (pace only when the runner
+    measured it)."""
+    return Progress(int(data.get("done", 0)), int(data.get("total", 0)), pace(data))
+
+
+def pace(data: dict[str, Any]) -> str:
+    rate = data.get("items_per_s")
+    if not isinstance(rate, (int, float)):
+        return ""
+    parts = [f"{rate:.1f} items/s"]
+    eta = data.get("eta_s")
+    if isinstance(eta, (int, float)):
+        parts.append(f"ETA {_duration(float(eta))}")
+    cards = data.get("per_card")
+    if isinstance(cards, dict) and cards:
+        rates = ", ".join(f"{k} {v:.1f}" for k, v in sorted(cards.items())[:16])
+        parts.append(f"{len(cards)} worker(s): {rates}")
+    return " · ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def note(event: Event) -> Text | None:
+    d = event.data
+    if event.type == VOLUME_WORKERS:
+        workers = d.get("workers") or []
+        nodes = len({w.get("node") for w in workers})
+        return Text(f"{len(workers)} worker(s) started on {nodes} node(s)", "muted")
+    if event.type == VOLUME_WORKER_LOST:
+        return Text(f"worker {d.get('worker')} lost ({d.get('reason')}); its batch is "
+                    "handed to another worker", "warn")
+    if event.type == VOLUME_NODE_LOST:
+        return Text(f"node {str(d.get('node'))[:12]} lost with {len(d.get('workers') or [])} "
+                    f"worker(s) and card(s) {', '.join(d.get('cards') or []) or '-'}", "error")
+    if event.type == VOLUME_REQUEUED:
+        return Text(f"batch {d.get('batch')} ({d.get('items')} items) re-queued: "
+                    f"{d.get('reason')}", "warn")
+    if event.type == VOLUME_CARD_EXCLUDED:
+        return Text(f"worker {d.get('worker')} excluded: {d.get('reason')}", "warn")
+    if event.type == VOLUME_LATE:
+        return Text(f"late result of batch {d.get('batch')}: {d.get('recorded')} recorded, "
+                    f"{d.get('re_executed')} already recorded (counted as re-executed, "
+                    "never twice)", "muted")
+    return None
+
+
+def volume_message(run: dict[str, Any], events: list[Event]) -> Message | None:
+    """The volume's engine notes, updated in place; None before any."""
+    notes = [n for n in (note(e) for e in sorted(events, key=lambda e: e.seq)) if n]
+    if not notes:
+        return None
+    shown = notes[-NOTES_SHOWN:]
+    blocks: list[Any] = [Heading(f"Volume engine — {run['name']}"), *shown]
+    if len(notes) > len(shown):
+        blocks.insert(1, Text(f"{len(notes) - len(shown)} earlier note(s) in events.jsonl",
+                              "muted"))
+    return Message(run["id"], "volume", tuple(blocks), summary=shown[-1].text)
