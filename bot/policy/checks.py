@@ -141,11 +141,16 @@ def _check_node(policy: Policy, data: dict[str, Any], marks: SourceMap) -> list[
                                "use from Slack", policy.where("nodes")))
     if _section(data, "task", "command") is not None:
         out += _check_command(policy, kind, listed, marks)
+    executable = _section(data, "blender", "executable")
+    if isinstance(executable, str) and executable != "blender":
+        # A program the manifest names, run on the node: the same gate as task.command.
+        out += _check_command(policy, kind, listed, marks, ("blender", "executable"))
     return out
 
 
-def _check_command(policy: Policy, kind: Any, listed: bool, marks: SourceMap) -> list[Refusal]:
-    at = _at(marks, ("task", "command"))
+def _check_command(policy: Policy, kind: Any, listed: bool, marks: SourceMap,
+                   loc: tuple[str, ...] = ("task", "command")) -> list[Refusal]:
+    at = _at(marks, loc)
     if kind == "local" and not policy.file.task_command.local:
         return [Refusal("task_command.local", f"{at}: an external command on the bot host "
                         "is not allowed from Slack", policy.where("task_command.local"))]

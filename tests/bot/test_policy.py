@@ -104,6 +104,20 @@ def test_ssh_nodes_and_their_commands(tmp_path: Path) -> None:
     assert [r.rule for r in submission(unset, data, base)] == ["task_command.ssh"]
 
 
+def test_a_blender_executable_named_from_slack_is_an_external_command(tmp_path: Path) -> None:
+    base, _ = slack_project(tmp_path)
+    allowed = policy(tmp_path, "nodes: [local]\n")
+    on_path = merged(project={"dir": "team"}, preparation="blender",
+                     blender={"executable": "blender"})
+    assert submission(allowed, on_path, base) == []
+    named = merged(project={"dir": "team"}, preparation="blender",
+                   blender={"executable": "/tmp/x/blender"})
+    refusals = submission(allowed, named, base)
+    assert [r.rule for r in refusals] == ["task_command.local"]
+    assert "blender.executable (line" in refusals[0].message
+    assert submission(allowed, named, base, origin="cli") == []
+
+
 def test_manifest_approvers_only_narrow_the_policy(tmp_path: Path) -> None:
     base, _ = slack_project(tmp_path)
     p = policy(tmp_path, "nodes: [local]\nroles: {approvers: [U0LEAD], admins: [U0ADMIN]}\n")
