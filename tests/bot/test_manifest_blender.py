@@ -58,6 +58,23 @@ def test_a_render_manifest_expects_one_id_per_frame_and_builds_the_spec(tmp_path
                                      {"tcp": "licenses.studio.lan:5053"}]
 
 
+def test_the_volume_renders_its_own_frames_through_the_same_spec(tmp_path: Path) -> None:
+    from bot.pilot.prechecks import expected_inputs
+
+    volume = {"inputs": {"dir": "shots", "pattern": "*.blend", "frames": "1-24",
+                         "expected_count": 48}}
+    loaded = load(project(tmp_path), render(volume=volume))
+    assert loaded.manifest.volume is not None
+    vol_inputs = loaded.manifest.volume.inputs
+    ids = expected_inputs(loaded, vol_inputs)
+    assert len(ids) == 48 and ids[-1] == "shot02.blend#0024"
+    spec = build_spec(loaded, make_plan(loaded), "v1", inputs=vol_inputs, kind="volume")
+    assert (spec.inputs.frames, spec.inputs.expected_count) == ("1-24", 48)
+    assert spec.preparation == "blender" and spec.task.categories == ["rendered"]
+    missing = locs(tmp_path, render(volume={"inputs": {"dir": "shots", "expected_count": 2}}))
+    assert "give the volume's frames too" in missing["volume.inputs.frames"].message
+
+
 REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
     ("frames missing", {"inputs": {"frames": None}}, "inputs.frames", "give inputs.frames"),
     ("frames backwards", {"inputs": {"frames": "9-1"}}, "inputs.frames",

@@ -62,7 +62,7 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("shots")
     (base / "frames").mkdir()
     assert BLENDER is not None
-    make_blend(BLENDER, str(base / "frames" / "shot01.blend"), frames=4, samples=2,
+    make_blend(BLENDER, str(base / "frames" / "shot01.blend"), frames=3, samples=2,
                extra=FAILING_HANDLER)
     make_blend(BLENDER, str(base / "missing.blend"), frames=2, samples=2,
                extra=MISSING_TEXTURE)
@@ -72,8 +72,8 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spec_dict(shots: Path, run_id: str, **blender: Any) -> dict[str, Any]:
     return {"run_id": run_id, "name": "render-test", "backend": "cpu",
             "preparation": "blender", "project": {"dir": str(shots)},
-            "inputs": {"dir": str(shots / "frames"), "pattern": "*.blend", "frames": "1-4",
-                       "expected_count": 4, "expected_refusals": ["shot01.blend#0003"]},
+            "inputs": {"dir": str(shots / "frames"), "pattern": "*.blend", "frames": "1-3",
+                       "expected_count": 3, "expected_refusals": ["shot01.blend#0003"]},
             "task": {"categories": ["rendered"]},
             "diagnostics": {"min_free_disk_gib": 0},
             "blender": {"autoexec": True, "samples": 2, **blender}}
@@ -125,7 +125,7 @@ def test_render_pilot_refuses_a_frame_with_blenders_message_and_resumes_after_si
     wait_until(lambda: not [p for p in blender_children(run) if alive(p)],
                "the killed runner's Blender to end", 30)
     done_before = {e["id"] for e in events(run) if e["type"] == "item.done"}
-    assert 1 <= len(done_before) < 4
+    assert 1 <= len(done_before) < 3
 
     second = runner(spec, run, "--resume")
     _out, err = second.communicate(timeout=180)
@@ -141,16 +141,16 @@ def test_render_pilot_refuses_a_frame_with_blenders_message_and_resumes_after_si
     assert stage(evs, "memory")["facts"]["peak_device_mib"] > 0
     pilot = stage(evs, "pilot")["facts"]
     assert pilot["already_done"] == len(done_before)
-    assert pilot["rendered"] == 4 - len(done_before)  # only what was missing
+    assert pilot["rendered"] == 3 - len(done_before)  # only what was missing
     done = [e for e in evs if e["type"] == "item.done" and not e.get("replayed")]
-    assert sorted(e["id"] for e in done) == [f"shot01.blend#000{n}" for n in range(1, 5)]
+    assert sorted(e["id"] for e in done) == [f"shot01.blend#000{n}" for n in range(1, 4)]
     refused = [e for e in done if e["status"] == "refused"]
     assert [(e["id"], e["reason"]) for e in refused] == [
         ("shot01.blend#0003", "RuntimeError: cache for frame 3 is missing: "
                               "sim/cache_0003.bphys")]
     balance = json.loads((run / "balance.json").read_text())
     assert (balance["accepted"], balance["refused"], balance["total"], balance["ok"]) == \
-        (3, 1, 4, True)
+        (2, 1, 3, True)
     for row in balance["rows"]:
         if row["status"] == "accepted":
             assert row["category"] == "rendered"
