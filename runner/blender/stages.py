@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Any, Dict, List, Optional
 
 from runner.blender import checks
 from runner.blender.cycles import NoDevice, ProbeError, choose_device, parse_probe
+from runner.blender.handler import setup_for
 from runner.blender.process import BlenderNotFound, first_error, host_peak_mib, render_seconds
 from runner.blender.render import FrameResult, RenderSetup, render_frame
 from runner.blender.scene import scene_script
@@ -139,14 +141,8 @@ def _exe(ctx: StageContext, stage: str) -> str:
 
 def render_setup(ctx: StageContext, stage: str, kind: Optional[str] = None) -> RenderSetup:
     """How this run renders: the device stage's choice and the manifest's settings."""
-    cfg = ctx.spec.blender
     chosen = kind or ctx.facts.get("device", {}).get("cycles_device") or "CPU"
-    res = (int(cfg.resolution[0]), int(cfg.resolution[1])) if cfg.resolution else None
-    return RenderSetup(executable=_exe(ctx, stage), kind=str(chosen),
-                       addons=tuple(cfg.addons), resolution=res,
-                       samples=cfg.samples, autoexec=bool(getattr(cfg, "autoexec", False)),
-                       timeout_s=float(cfg.frame_timeout_s),
-                       allow_uniform=bool(cfg.allow_uniform_frames))
+    return replace(setup_for(ctx.spec, str(chosen)), executable=_exe(ctx, stage))
 
 
 def _bench(ctx: StageContext, setup: RenderSetup, tag: str) -> FrameResult:
@@ -161,9 +157,8 @@ def _bench(ctx: StageContext, setup: RenderSetup, tag: str) -> FrameResult:
 
 def compute(ctx: StageContext) -> Dict[str, Any]:
     """The shipped scene rendered on the chosen device, and on the CPU for the ratio."""
-    setup = render_setup(ctx, "compute")
-    setup = RenderSetup(**{**setup.__dict__, "resolution": None, "samples": None,
-                           "addons": (), "autoexec": False, "allow_uniform": False})
+    setup = replace(render_setup(ctx, "compute"), resolution=None, samples=None, addons=(),
+                    autoexec=False, allow_uniform=False)
     facts: Dict[str, Any] = {"scene": f"shipped cube, {COMPUTE_SIZE}x{COMPUTE_SIZE}, "
                                       f"{COMPUTE_SAMPLES} samples", "cycles_device": setup.kind}
     result = _bench(ctx, setup, setup.kind.lower())
@@ -181,8 +176,8 @@ def compute(ctx: StageContext) -> Dict[str, Any]:
         facts["cpu_ratio"] = None
         facts["note"] = "blender.compute_cpu_reference is off"
         return facts
-    cpu_setup = RenderSetup(**{**setup.__dict__, "kind": "CPU",
-                               "timeout_s": max(30.0, min(300.0, 20 * result.seconds))})
+    cpu_setup = replace(setup, kind="CPU",
+                        timeout_s=max(30.0, min(300.0, 20 * result.seconds)))
     cpu = _bench(ctx, cpu_setup, "cpu")
     cpu_render = _render_seconds(cpu) if cpu.status == "accepted" else None
     facts["cpu_seconds"] = cpu.seconds if cpu.status == "accepted" else None

@@ -177,7 +177,7 @@ def pilot(ctx: StageContext) -> Dict[str, Any]:
             facts["note"] = f"nothing to do: all {len(done)} items were already done"
             return facts
         recorder = Recorder(ctx, ledger, items, done)
-        if spec.preparation == "blender":
+        if spec.preparation == "blender" and spec.volume is None:
             from runner.blender.stages import render_pilot
 
             facts.update(render_pilot(ctx, remaining, recorder))

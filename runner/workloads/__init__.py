@@ -65,8 +65,13 @@ def load_handler(spec: RunSpec) -> Handler:
     """Resolve ``spec.task.handler`` ("module:function") to a callable.
 
     ``project.dir`` is put on ``sys.path`` first, so a project's own ``src`` package or
-    top-level module resolves the way it does on the user's machine.
+    top-level module resolves the way it does on the user's machine. With ``preparation:
+    blender`` the handler is the render (runner.blender.handler), whatever task.handler says.
     """
+    if spec.preparation == "blender":  # the volume's workers render frames
+        from runner.blender.handler import render
+
+        return render
     ref = spec.task.handler
     if not isinstance(ref, str) or ref.count(":") != 1:
         raise HandlerError(f"task.handler: expected 'module:function', got {ref!r}")

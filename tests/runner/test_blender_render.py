@@ -168,6 +168,23 @@ def test_missing_texture_is_refused_with_blenders_missing_file_report(shots: Pat
     assert not (tmp_path / "out" / "0001.png").exists()  # stopped before rendering
 
 
+def test_the_volume_workers_render_through_the_same_judgement(shots: Path,
+                                                              tmp_path: Path) -> None:
+    from runner.blender.handler import render
+    from runner.inputs import list_inputs
+    from runner.workloads import load_handler, make_context
+
+    spec = RunSpec.from_dict(spec_dict(shots, "v-stage"))
+    assert load_handler(spec) is render
+    wctx = make_context(spec, str(tmp_path / "outputs"))
+    wctx.device = "cpu"
+    frame2 = [it for it in list_inputs(spec) if it.id == "shot01.blend#0002"]
+    [result] = render(frame2, wctx)
+    assert (result["id"], result["status"], result["category"]) == (
+        "shot01.blend#0002", "accepted", "rendered")
+    assert Path(result["output"]).is_file() and result["elapsed_s"] > 0
+
+
 def ctx_for(shots: Path, tmp_path: Path, **changes: Any) -> StageContext:
     raw = spec_dict(shots, "r-stage")
     blender = {**raw["blender"], **changes.pop("blender", {})}
