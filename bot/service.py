@@ -36,6 +36,7 @@ from bot.messages.model import Attachment, Message, Notifier, Progress
 from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
 from bot.messages.volume_view import progress_of, volume_message
 from bot.pilot.cards import CARD_STAGES, healthy_cards
+from bot.pilot.death import runner_death
 from bot.pilot.decisions import end_state
 from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec, runs_dir_for
@@ -374,7 +375,9 @@ class PilotService:
             balance = self._recheck_balance(run, balance)
         handle = self._handle(run)
         try:
-            self._dispatcher(run).fetch_results(handle)
+            local = self._dispatcher(run).fetch_results(handle)
+            if local is not None and evidence:  # the copy the team controls, verified here
+                evidence = {**evidence, "dest": str(local), "node_dest": evidence.get("dest")}
         except PreflightError as exc:
             # The copy the team controls is what counts: a fetch that fails, or a fetched
             # copy that does not verify, overrides the node's own "verified".
@@ -437,12 +440,10 @@ class PilotService:
         run = self.store.get_run(run_id)
         handle = self._handle(run)
         code = self._dispatcher(run).exit_code(handle)
-        tail = _log_tail(Path(run["run_dir"]) / "runner.log")
-        error = {"stage": run.get("stage_reached") or "prepare", "type": "RunnerExited",
-                 "message": f"the runner ended (exit code {code}) without reporting the end of "
-                            f"the run" + (f"; its last output: {tail}" if tail else ""),
-                 "hint": "look at runner.log in the run directory; `preflight resume RUN` "
-                         "continues from the ledger"}
+        events = self.store.events(run_id, after_seq=max(0, int(run["last_seq"]) - 1))
+        error = runner_death(run.get("stage_reached"), code, events[-1] if events else None,
+                             _log_text(Path(run["run_dir"]) / "runner.log"))
+        self.store.interrupt_stages(run_id)  # the stage that ran did not pass or fail
         verdict = {"passed": False, "checks": [{"ok": False, "text": error["message"]}]}
         if self.store.transition(run_id, (S.RUNNING,), end_state(run), outcome="failed",
                                  first_error=run.get("first_error") or error, verdict=verdict,
@@ -716,10 +717,11 @@ def _csv(run: dict[str, Any]) -> str | None:
     return str(path) if path.exists() else None
 
 
-def _log_tail(path: Path, limit: int = 400) -> str:
+def _log_text(path: Path, limit: int = 64 * 1024) -> str:
+    """The end of the runner's log (its last ``limit`` bytes)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - limit))
+            return fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("{")]
-    return " | ".join(lines[-3:])[-limit:]

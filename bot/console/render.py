@@ -21,9 +21,10 @@ from bot.messages.model import (
     Text,
 )
 
-STATE_MARK = {"pending": "·", "running": "…", "passed": "✓", "failed": "✗", "skipped": "–"}
+STATE_MARK = {"pending": "·", "running": "…", "passed": "✓", "failed": "✗", "skipped": "–",
+              "interrupted": "!"}
 STATE_STYLE = {"pending": "dim", "running": "yellow", "passed": "green", "failed": "bold red",
-               "skipped": "dim"}
+               "skipped": "dim", "interrupted": "bold red"}
 TEXT_STYLE = {"plain": "", "ok": "green", "warn": "yellow", "error": "red", "muted": "dim"}
 
 

@@ -38,8 +38,9 @@ class Dispatcher(Protocol):
     def exit_code(self, handle: RunHandle) -> int | None:
         """The runner's exit status once it has ended and it is known, else None."""
 
-    def fetch_results(self, handle: RunHandle) -> None:
-        """Bring the run directory's results back to the bot host (no-op when local)."""
+    def fetch_results(self, handle: RunHandle) -> Path | None:
+        """Bring the run directory's results back to the bot host (no-op when local);
+        return the evidence copy on the bot host when one was fetched and verified."""
 
     def stop(self, handle: RunHandle) -> None:
         """Stop the runner (used on shutdown of tests, never on a bot restart)."""

@@ -27,9 +27,10 @@ LOCAL_ERRORS = (PermissionError, FileNotFoundError, NotADirectoryError, IsADirec
 
 
 async def fetch_results(dispatcher: SSHDispatcher, handle: RunHandle, node: SSHNode,
-                        layout: dict[str, Any]) -> None:
+                        layout: dict[str, Any]) -> Path | None:
     """Copy the run directory (and the evidence copy) back; raise ``NodeUnreachable`` when
-    every try was cut off, ``DispatchError`` when the node answered but the copy failed."""
+    every try was cut off, ``DispatchError`` when the node answered but the copy failed.
+    Returns the verified evidence copy on the bot host, when there is one."""
     evidence = layout.get("evidence") or {}
     for attempt in range(dispatcher.attempts):
         try:
@@ -45,7 +46,10 @@ async def fetch_results(dispatcher: SSHDispatcher, handle: RunHandle, node: SSHN
             if evidence.get("local"):
                 _remove(Path(evidence["local"]) / f".fetch-{handle.run_id}")
     if evidence.get("local"):
-        verify_fetched(handle, Path(evidence["local"]) / handle.run_id)
+        copy = Path(evidence["local"]) / handle.run_id
+        verify_fetched(handle, copy)
+        return copy
+    return None
 
 
 async def _copy(dispatcher: SSHDispatcher, conn: Any, handle: RunHandle,

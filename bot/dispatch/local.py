@@ -88,8 +88,8 @@ class LocalDispatcher:
         proc = self._procs.get(handle.run_id)
         return proc.poll() if proc is not None else None
 
-    def fetch_results(self, handle: RunHandle) -> None:
-        return None
+    def fetch_results(self, handle: RunHandle) -> Path | None:
+        return None  # the runner's own copy is already on this host
 
     def stop(self, handle: RunHandle, grace_s: float = 10.0) -> None:
         """SIGTERM to the runner's process group (it writes run.finished and exits), then

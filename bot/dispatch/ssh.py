@@ -123,8 +123,8 @@ class SSHDispatcher:
             return None
         return int(raw) if raw.strip().isdigit() else None
 
-    def fetch_results(self, handle: RunHandle) -> None:
-        self._call(fetch_results(self, handle, *locate(handle)), timeout=900)
+    def fetch_results(self, handle: RunHandle) -> Path | None:
+        return self._call(fetch_results(self, handle, *locate(handle)), timeout=900)
 
     def stop(self, handle: RunHandle) -> None:
         """Raises ``NodeUnreachable`` when the node cannot be reached: nothing was stopped."""

@@ -33,7 +33,7 @@ class Fields:
 @dataclass(frozen=True)
 class StageLine:
     stage: str
-    state: Literal["pending", "running", "passed", "failed", "skipped"]
+    state: Literal["pending", "running", "passed", "failed", "skipped", "interrupted"]
     detail: str = ""
 
 

@@ -102,6 +102,8 @@ def stage_detail(row: dict[str, Any]) -> str:
         return error_text(row["error"])
     if row["state"] == "skipped":
         return str(row.get("reason") or "")
+    if row["state"] == "interrupted":
+        return "the runner died during this stage (see the first error)"
     facts = row.get("facts") or {}
     keys = KEY_FACTS.get(row["stage"], ())
     parts = [f"{k}={_fmt(facts[k])}" for k in keys if k in facts and facts[k] not in (None, [], {})]
@@ -182,9 +184,11 @@ def evidence_message(run: dict[str, Any]) -> Message | None:
     if not ev:
         return None
     verified = bool(ev.get("verified"))
-    pairs = (("Copied to", str(ev.get("dest"))), ("Files", str(ev.get("files"))),
-             ("Bytes", str(ev.get("bytes", "?"))), ("Verified", "yes" if verified else "NO"))
-    return Message(run["id"], "evidence", (Heading("Evidence copy"), Fields(pairs)),
+    pairs = [("Copied to", str(ev.get("dest"))), ("Files", str(ev.get("files"))),
+             ("Bytes", str(ev.get("bytes", "?"))), ("Verified", "yes" if verified else "NO")]
+    if ev.get("node_dest"):
+        pairs.insert(1, ("Node's copy", str(ev["node_dest"])))
+    return Message(run["id"], "evidence", (Heading("Evidence copy"), Fields(tuple(pairs))),
                    summary=f"Evidence {'verified' if verified else 'NOT verified'} "
                            f"at {ev.get('dest')}")
 

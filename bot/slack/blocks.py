@@ -32,7 +32,8 @@ MAX_FIELD_TEXT = 2000
 MAX_FALLBACK_TEXT = 3000
 
 STAGE_MARK = {"pending": ":white_circle:", "running": ":hourglass_flowing_sand:",
-              "passed": ":white_check_mark:", "failed": ":x:", "skipped": ":fast_forward:"}
+              "passed": ":white_check_mark:", "failed": ":x:", "skipped": ":fast_forward:",
+              "interrupted": ":octagonal_sign:"}
 STYLE_MARK = {"plain": "", "ok": ":white_check_mark: ", "warn": ":warning: ",
               "error": ":x: ", "muted": ""}
 

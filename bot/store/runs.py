@@ -229,6 +229,12 @@ class RunsMixin(StoreBase):
         return [Event(seq=r["seq"], type=r["type"], run=r["run"], ts=r["ts"],
                       data=json.loads(r["data"])) for r in rows]
 
+    def interrupt_stages(self, run_id: str) -> None:
+        """A runner that died: its stage still ``running`` is ``interrupted``."""
+        with self.transaction() as db:
+            db.execute("UPDATE stages SET state = 'interrupted', ended_at = ? "
+                       "WHERE run = ? AND state = 'running'", [utc_now(), run_id])
+
     def stages(self, run_id: str) -> list[dict[str, Any]]:
         return [_decode(r) for r in self.db.query(
             "SELECT * FROM stages WHERE run = ? ORDER BY rowid", [run_id])]

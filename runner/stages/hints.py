@@ -82,14 +82,18 @@ def where_of(exc: BaseException) -> Optional[str]:
     """The most relevant traceback line, "file:line in func".
 
     The deepest frame in user code when there is one (where the user's code raised or
-    called into a library), else the deepest frame overall.
+    called into a library), else the deepest library frame; never a frame of the runner
+    itself (Preflight's own code is not where a user's problem is): None then.
     """
     frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
-    if not frames:
-        return None
     user = [f for f in frames if is_user_file(f.filename)]
-    frame = user[-1] if user else frames[-1]
-    return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    other = [f for f in frames if not _is_ours(f.filename)]
+    frame = user[-1] if user else (other[-1] if other else None)
+    return None if frame is None else f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def _is_ours(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_RUNNER_DIR + os.sep)
 
 
 def describe_error(exc: BaseException) -> Dict[str, Any]:

@@ -197,6 +197,13 @@ def pilot(ctx: StageContext) -> Dict[str, Any]:
         else:
             facts.update(_run_handler(ctx, remaining, recorder))
         facts["done"] = len(recorder.recorded)
+        if len(recorder.recorded) == len(set(done) & recorder.all_ids):
+            raise StageFailure(
+                "pilot", f"the task returned no usable result for any of the {len(remaining)} "
+                "items it was given (a handler that returns None or an empty list, or "
+                "results without the items' ids)", facts=facts, error_type="NoResults",
+                hint="return one {\"id\", \"status\", ...} dict per item of the batch; "
+                     "balance.json lists what came back")
         return facts
     except LedgerError as exc:
         raise StageFailure("pilot", str(exc), hint="check the run directory's disk") from exc

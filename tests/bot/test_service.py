@@ -63,7 +63,10 @@ def test_runner_dying_without_finishing_is_a_failed_run_with_the_stage(tmp_path:
     assert run["outcome"] == "failed"
     assert run["first_error"]["type"] == "RunnerExited"
     assert run["first_error"]["stage"] == "balance"  # the last stage that started
-    assert "exit code -9" in run["first_error"]["message"]
+    message = run["first_error"]["message"]
+    assert "killed by signal 9 (SIGKILL) during stage balance" in message
+    assert "None" not in message
+    assert "running" not in {s["state"] for s in service.store.stages(run["id"])}
     assert ("first_error" in [m.key for m in notifier.history])
 
 
@@ -188,7 +191,7 @@ def test_reap_closes_a_run_whose_runner_ended_unseen(tmp_path: Path) -> None:
     assert service.reap(run_id) is True
     run = service.store.get_run(run_id)
     assert (run["status"], run["outcome"]) == ("awaiting_decision", "failed")
-    assert "exit code 137" in run["first_error"]["message"]
+    assert "status 137 (128 + signal 9, SIGKILL)" in run["first_error"]["message"]
     assert service.reap(run_id) is False
 
 
@@ -318,3 +321,16 @@ def test_a_runner_that_sees_more_problems_than_the_events_is_not_called_a_liar(
     kinds = [p["kind"] for p in run["balance"]["problems"]]
     assert kinds == ["invented"] and run["balance"]["ok"] is False
     assert run["outcome"] == "failed"
+
+
+def test_a_dead_runner_is_described_without_none_or_library_warnings() -> None:
+    from bot.pilot.death import last_output, runner_death
+
+    log = ('{"seq": 1, "type": "run.started"}\n'
+           "/venv/torch/_subclasses/functional_tensor.py:368: UserWarning: Failed to init\n"
+           "  cpu = _conversion_method_template(device=torch.device('cpu'))\n"
+           "loading model weights from /data/w.bin\n")
+    assert last_output(log) == "loading model weights from /data/w.bin"
+    error = runner_death(None, None, None, "")
+    assert "None" not in error["message"] and "not known here" in error["message"]
+    assert error["stage"] == "prepare"

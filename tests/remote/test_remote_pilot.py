@@ -42,6 +42,12 @@ def test_pilote_dispatched_over_ssh_evidence_fetched_and_verified(tmp_path: Path
         # the copy came back to the bot host and verifies there, away from the node
         report = verify_evidence(str(evidence / run_id))
         assert report.ok, report.problems
+        # "Copied to" names that verified copy on the bot's side, the node's path beside it
+        assert run["evidence"]["dest"] == str(evidence / run_id)
+        assert run["evidence"]["node_dest"] != run["evidence"]["dest"]
+        panel = {m.key: m for m in bot.service.thread_messages(run_id)}["evidence"]
+        fields = dict(next(b for b in panel.blocks if hasattr(b, "pairs")).pairs)
+        assert fields["Copied to"] == str(evidence / run_id)
         assert (Path(run["run_dir"]) / "balance.csv").exists()
         uploaded = {p.name for p in (workdir / "projects").iterdir()}
         assert len(uploaded) == 1

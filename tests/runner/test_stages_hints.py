@@ -112,3 +112,18 @@ def test_device_warnings_for_model_and_arch() -> None:
     assert any("sm_90" in w and "no kernel image" in w for w in warns)
     amd = [{"index": 0, "name": "AMD Instinct MI300X", "gfx_arch": "gfx942:sramecc+:xnack-"}]
     assert device_warnings("MI300X", amd, ["gfx942"]) == []
+
+
+
+def test_where_is_never_a_frame_of_the_runner_itself(tmp_path: Path) -> None:
+    from runner.spec import RunSpec
+    from runner.stages import StageContext
+    from runner.watchdog import run_stage_here
+
+    spec = RunSpec.from_dict({"run_id": "r", "name": "n", "project": {"dir": str(tmp_path)},
+                              "inputs": {"dir": str(tmp_path / "missing"), "pattern": "*"},
+                              "task": {"handler": "x:y"}})
+    result = run_stage_here("pilot", StageContext(spec=spec, run_dir=str(tmp_path)))
+    assert result["status"] == "failed" and "missing" in result["error"]["message"]
+    # Every frame is Preflight's own (the stage, runner/inputs.py): no "where" to offer.
+    assert result["error"]["where"] is None

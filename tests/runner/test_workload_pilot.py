@@ -161,3 +161,18 @@ def test_a_bad_handler_reference_fails_the_pilot_with_the_field(tmp_path: Path) 
     h = Harness(tmp_path, "nope")
     with pytest.raises(StageFailure, match="task.handler hmod_l:nope"):
         h.run(pilot_stage.pilot)
+
+
+def test_a_handler_that_returns_nothing_fails_the_pilot_with_that_cause(tmp_path: Path) -> None:
+    (tmp_path / "hmod_none.py").write_text("def handle(items, ctx):\n    return None\n")
+    h = Harness(tmp_path, "ok")
+    h.spec = RunSpec.from_dict({**h.spec.to_dict(), "task": {
+        **h.spec.to_dict()["task"], "handler": "hmod_none:handle"}})
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(StageFailure, match="no usable result for any of the 5 items") as err:
+            h.run(pilot_stage.pilot)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("hmod_none", None)
+    assert err.value.error_type == "NoResults" and err.value.facts["done"] == 0
