@@ -7,7 +7,6 @@ from collections.abc import Callable
 from bot.dispatch.base import Dispatcher
 from bot.dispatch.local import LocalDispatcher
 from bot.dispatch.ssh import SSHDispatcher
-from bot.manifest.load import LoadedManifest
 from bot.manifest.project_check import precheck_manifest
 from bot.messages.model import Notifier
 from bot.pilot import leases
@@ -38,10 +37,6 @@ def make_service(settings: Settings, notifier: Notifier | Callable[[Store], Noti
     if not hasattr(notifier, "publish"):
         notifier = notifier(store)
     return PilotService(settings, store, make_dispatchers(settings), notifier,
-                        lease_guard=leases.lease_guard_for(store), policy=policy)
-
-
-def precheck(loaded: LoadedManifest) -> None:
-    """The manifest and project checks that stop a run before dispatch."""
-    precheck_manifest(loaded)
+                        lease_guard=leases.lease_guard_for(store), policy=policy,
+                        precheck=precheck_manifest)
 

@@ -35,7 +35,7 @@ from bot.messages.forecast_view import forecast_message
 from bot.messages.model import Attachment, Message, Notifier, Progress
 from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
 from bot.messages.volume_view import progress_of, volume_message
-from bot.pilot.cards import CARD_STAGES, healthy_cards
+from bot.pilot.cards import CARD_STAGES
 from bot.pilot.death import runner_death
 from bot.pilot.decisions import end_state
 from bot.pilot.plan import make_plan
@@ -44,6 +44,7 @@ from bot.pilot.states import ENDED, RESUMABLE, S
 from bot.pilot.verdict import judge
 from bot.policy import Policy, default_policy
 from bot.policy.model import Origin
+from bot.records import Records
 from bot.reporting import ReportFiles
 from bot.settings import Settings
 from bot.store import Store
@@ -61,6 +62,8 @@ log = logging.getLogger(__name__)
 
 DISPATCH_GRACE_S = 120  # a start that takes longer than this was interrupted
 LeaseGuard = Callable[[dict[str, Any]], None]
+# The manifest and project checks that stop a pilot before it is planned (ProjectCheckError).
+Precheck = Callable[[LoadedManifest], object]
 
 
 @dataclass(frozen=True)
@@ -70,10 +73,11 @@ class Submission:
     loaded: LoadedManifest
 
 
-class PilotService:
+class PilotService(Records):
     def __init__(self, settings: Settings, store: Store, dispatchers: Mapping[str, Dispatcher],
                  notifier: Notifier, *, lease_guard: LeaseGuard | None = None,
-                 progress_interval: float = 0.2, policy: Policy | None = None) -> None:
+                 precheck: Precheck | None = None, progress_interval: float = 0.2,
+                 policy: Policy | None = None) -> None:
         self.settings = settings
         self.store = store
         self.guard = PolicyGuard(policy or default_policy(settings.home, settings.policy_path,
@@ -81,6 +85,7 @@ class PilotService:
         self.dispatchers = dict(dispatchers)
         self.notifier = notifier
         self.lease_guard = lease_guard
+        self.precheck = precheck
         self.progress_interval = progress_interval
         self._progress: dict[str, Progress] = {}
         self._last_progress_post: dict[str, float] = {}
@@ -115,6 +120,8 @@ class PilotService:
 
         approvers, two_person = self.guard.admit(loaded, user=submitter, origin=origin,
                                                  inputs=inputs)
+        if self.precheck is not None and kind == "pilot":  # a volume was checked as its pilot
+            self.precheck(loaded)
         m = loaded.manifest
         plan = make_plan(loaded)
         ids = expected_inputs(loaded, inputs)
@@ -138,7 +145,8 @@ class PilotService:
             self._create_run(run_dir, {
                 "id": run_id, "name": m.name, "attempt": attempt, "kind": kind,
                 "parent_run": parent, "plan": plan.to_dict(),
-                "changes": previous_changes(self.store, m.name, run_id, manifest_json)
+                "changes": previous_changes(self.store.previous_attempt(m.name, run_id),
+                                            manifest_json)
                 if kind == "pilot" else [],
                 "manifest_text": loaded.text, "manifest_json": manifest_json,
                 "spec_path": str(spec_path), "run_dir": str(run_dir),
@@ -560,35 +568,7 @@ class PilotService:
         self.start(sub.run_id)
         return sub.run_id
 
-    # -- leases -------------------------------------------------------------------
-    def change_lease(self, node: str, state: str, user: str, *, origin: Origin,
-                     note: str | None = None, starts_at: str | None = None,
-                     days: int | None = None) -> dict[str, Any]:
-        """One lease state change, refused by the policy (PolicyRefused, recorded) unless
-        ``user`` may make it; recorded with who (``<@id>`` from Slack)."""
-        from bot.pilot import leases as lease_rules
-
-        self.guard.lease_change(lease_rules.normalize_node(node), state, user, origin)
-        by = f"<@{user}>" if origin == "slack" else user
-        return lease_rules.set_state(self.store, node, state, by, note=note,
-                                     starts_at=starts_at, days=days)
-
-    # -- read ---------------------------------------------------------------------
-    def show(self, run_id: str) -> dict[str, Any]:
-        run = self.store.find_run(run_id)
-        return {**run, "stages": self.store.stages(run["id"]),
-                "decisions": self.store.decisions(run["id"]),
-                "volume_run": self.store.volume_of(run["id"]),
-                "healthy_cards": healthy_cards(self.store.stages(run["id"]))}
-
-    def healthy_cards(self, run_id: str) -> list[int] | None:
-        """The cards the run proved healthy (bot.pilot.cards): the ones a volume may use.
-        None when no card stage reported (a run that stopped before ``device``)."""
-        return healthy_cards(self.store.stages(self.store.find_run(run_id)["id"]))
-
-    def runs(self, limit: int = 50) -> list[dict[str, Any]]:
-        return self.store.list_runs(limit=limit)
-
+    # -- read (the rest is in bot.records) ------------------------------------------
     def thread_messages(self, run_id: str) -> list[Message]:
         """Every message of the run's thread as it stands now (for re-rendering)."""
         run = self.store.get_run(run_id)

@@ -84,9 +84,6 @@ def run(
     service = None
     try:
         loaded = load_manifest_file(manifest)
-        from bot.compose import precheck
-
-        precheck(loaded)
         service = build_service(settings, notifier, create=True)
         sub = service.submit(loaded, submitter=user)
         service.start(sub.run_id)
@@ -184,7 +181,7 @@ def _follow_command(run_id: str, *, resume: bool) -> None:
     notifier = ConsoleNotifier(console)
     service = build_service(settings, notifier)
     try:
-        run_row = service.store.find_run(run_id)
+        run_row = service.find(run_id)
         if resume:
             service.resume(run_row["id"])
         else:
@@ -230,7 +227,7 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
     from bot.console.runs import runs_lines
 
     service = build_service(Settings.from_env(), NullNotifier())
-    for row in service.store.active_runs():
+    for row in service.active_runs():
         service.reap(row["id"])  # record what runners wrote since; close runs that died
     rows = service.runs(limit)
     if as_json:
@@ -250,7 +247,7 @@ def show(run_id: str = typer.Argument(..., help="the run id (or its unique prefi
     """One run: stages with facts, first error, balance, verdict, decisions."""
     service = build_service(Settings.from_env(), NullNotifier())
     try:
-        service.reap(service.store.find_run(run_id)["id"])  # bring a running run up to date
+        service.reap(service.find(run_id)["id"])  # bring a running run up to date
         data = service.show(run_id)
     except PreflightError as exc:
         raise _fail(str(exc), 2) from exc
@@ -273,7 +270,7 @@ def diff(run_a: str = typer.Argument(..., help="the earlier run"),
 
     service = build_service(Settings.from_env(), NullNotifier())
     try:
-        a, b = service.store.find_run(run_a), service.store.find_run(run_b)
+        a, b = service.find(run_a), service.find(run_b)
     except PreflightError as exc:
         raise _fail(str(exc), 2) from exc
     manifest = diff_manifests(a.get("manifest_json") or {}, b.get("manifest_json") or {})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Optional
 
 import typer
@@ -12,6 +14,7 @@ from rich.table import Table
 
 from bot.errors import PreflightError
 from bot.pilot import leases as lease_rules
+from bot.service import PilotService
 from bot.settings import Settings
 
 console = Console()
@@ -28,10 +31,17 @@ def register(app: typer.Typer) -> None:
     app.command("watch")(watch)
 
 
-def _store(settings: Settings) -> Any:
-    from bot.store import Store
+@contextmanager
+def _service() -> Iterator[PilotService]:
+    """The service on the state directory (leases go through it), closed afterwards."""
+    from bot.compose import make_service
+    from bot.messages.model import NullNotifier
 
-    return Store(settings.db_path)
+    service = make_service(Settings.from_env(), NullNotifier())
+    try:
+        yield service
+    finally:
+        service.close()
 
 
 def _fail(exc: PreflightError) -> typer.Exit:
@@ -42,7 +52,8 @@ def _fail(exc: PreflightError) -> typer.Exit:
 def lease_list() -> None:
     """The current lease of every node."""
     try:
-        rows = _store(Settings.from_env()).leases()
+        with _service() as service:
+            rows = service.leases()
     except PreflightError as exc:
         raise _fail(exc) from exc
     table = Table("node", "state", "starts at", "days", "ends at", "updated")
@@ -60,12 +71,12 @@ NODE_HELP = "the node: HOST, or HOST:PORT when its SSH port is not 22"
 def lease_show(node: str = typer.Argument(..., help=NODE_HELP)) -> None:
     """A node's current lease and every change, with who and when."""
     try:
-        store = _store(Settings.from_env())
         node = lease_rules.normalize_node(node)
-        lease = store.current_lease(node)
-        if lease is None:
-            raise PreflightError(f"no lease recorded for {node}")
-        changes = store.lease_changes(int(lease["id"]))
+        with _service() as service:
+            lease = service.lease_of(node)
+            if lease is None:
+                raise PreflightError(f"no lease recorded for {node}")
+            changes = service.lease_changes(int(lease["id"]))
     except PreflightError as exc:
         raise _fail(exc) from exc
     end = lease_rules.lease_end(lease)

@@ -6,7 +6,6 @@ from typing import Any
 
 from bot.manifest.load import LoadedManifest
 from bot.manifest.rules import list_inputs
-from bot.store import Store
 
 
 def expected_inputs(loaded: LoadedManifest, inputs: Any | None = None) -> list[str]:
@@ -17,10 +16,9 @@ def expected_inputs(loaded: LoadedManifest, inputs: Any | None = None) -> list[s
                                       getattr(inputs, "frames", None))]
 
 
-def previous_changes(store: Store, name: str, run_id: str,
+def previous_changes(previous: dict[str, Any] | None,
                      manifest_json: dict[str, Any]) -> list[dict[str, Any]]:
-    """Field-by-field changes against the previous attempt of the same pilot."""
-    previous = store.previous_attempt(name, run_id)
+    """Field-by-field changes against ``previous``, the previous attempt of the pilot."""
     if previous is None or not previous.get("manifest_json"):
         return []
     from bot.pilot.attempts import diff_manifests, factors

@@ -21,7 +21,7 @@ from bot.service import PilotService
 from bot.settings import Settings
 from bot.slack.directory import SlackDirectory
 from bot.slack.followers import Followers
-from bot.slack.handlers import Handlers, Precheck
+from bot.slack.handlers import Handlers
 from bot.slack.listeners import register
 from bot.slack.notifier import SlackNotifier
 
@@ -102,7 +102,7 @@ class SlackBot:
     """One running bot. ``service.notifier`` is replaced by the Slack notifier."""
 
     def __init__(self, settings: Settings, service: PilotService, *,
-                 client: WebClient | None = None, precheck: Precheck | None = None,
+                 client: WebClient | None = None,
                  socket_mode: bool = False, min_interval: float = 1.0,
                  token_verification: bool = True, workers: int = 8) -> None:
         self.settings = settings
@@ -121,8 +121,7 @@ class SlackBot:
                        listener_executor=ThreadPoolExecutor(max_workers=workers,
                                                             thread_name_prefix="slack-listener"),
                        logger=bolt_log)
-        self.handlers = Handlers(settings, service, self.client, self.followers,
-                                 precheck=precheck)
+        self.handlers = Handlers(settings, service, self.client, self.followers)
         register(self.app, self.handlers)
 
     def resume(self) -> list[str]:

@@ -8,7 +8,6 @@ logged with its traceback and the user gets a short line naming the run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,17 +33,13 @@ from bot.slack.surfaces import home_view, problems_blocks
 
 log = logging.getLogger(__name__)
 
-Precheck = Callable[[Any], Any]
-
-
 class Handlers:
     def __init__(self, settings: Settings, service: PilotService, client: WebClient,
-                 followers: Followers, *, precheck: Precheck | None = None) -> None:
+                 followers: Followers) -> None:
         self.settings = settings
         self.service = service
         self.client = client
         self.followers = followers
-        self.precheck = precheck
         api = urlsplit(settings.slack_api_url or "https://slack.com/api/")
         self.file_hosts = frozenset({(api.hostname or "slack.com").lower()})
 
@@ -77,8 +72,6 @@ class Handlers:
         try:
             loaded = self.service.load(text, source=source, base_dir=self._base_dir(),
                                        user=user, origin="slack")
-            if self.precheck is not None:
-                self.precheck(loaded)
             sub = self.service.submit(loaded, submitter=user, channel=channel,
                                       thread_ts=thread_ts, origin="slack")
         except PolicyRefused as exc:
@@ -110,7 +103,7 @@ class Handlers:
         """A start refused before the runner was tried (a lease, a missing dispatcher) is
         said in the thread; a failed dispatch (``dispatch_failed``) the service posted."""
         try:
-            status = self.service.store.get_run(run_id)["status"]
+            status = self.service.run(run_id)["status"]
         except PreflightError:
             status = None
         if status == S.DISPATCH_FAILED:
@@ -134,7 +127,7 @@ class Handlers:
                            f":no_entry: Decision refused (and recorded): {escape(str(exc))}")
             return None
         except PreflightError as exc:
-            if decision == "approve" and self.service.store.get_run(run_id)["status"] == S.DECIDED:
+            if decision == "approve" and self.service.run(run_id)["status"] == S.DECIDED:
                 # Recorded, then the full-volume run could not start: the thread must know.
                 self.post(channel, thread_ts, ":x: The decision is recorded, but the "
                           f"full-volume run was not started: {escape(str(exc))}")
@@ -172,7 +165,7 @@ class Handlers:
         this very channel (and thread, when known) counts, never a prefix of another one.
         """
         try:
-            run = self.service.store.get_run(run_id)
+            run = self.service.run(run_id)
         except PreflightError:
             return f"there is no run {run_id}"
         if run.get("channel") != channel or (thread_ts and run.get("thread_ts") not in
@@ -185,7 +178,7 @@ class Handlers:
         why = self.not_here(run_id, channel, thread_ts)
         if why is not None:
             return False, why
-        status = self.service.store.get_run(run_id)["status"]
+        status = self.service.run(run_id)["status"]
         if status == S.RUNNING:
             return True, ""
         return False, f"run {run_id} is {status}: only a running run can be stopped"
@@ -215,7 +208,7 @@ class Handlers:
     def publish_home(self, user: str) -> None:
         runs = self.service.runs(limit=100)
         active = [r for r in runs if r["status"] in OPEN]
-        decisions = self.service.store.decisions(limit=20)
+        decisions = self.service.decisions(limit=20)
         self.client.views_publish(user_id=user, view=home_view(active, decisions))
 
     # -- replies ------------------------------------------------------------------

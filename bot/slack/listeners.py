@@ -51,7 +51,7 @@ def first_delivery(h: Handlers, body: dict[str, Any]) -> bool:
     the acknowledgement path, and the unique key makes concurrent deliveries harmless.
     """
     event_id = body.get("event_id")
-    return not isinstance(event_id, str) or h.service.store.claim_slack_event(event_id)
+    return not isinstance(event_id, str) or h.service.claim_event(event_id)
 
 
 def _on_mention(h: Handlers) -> Callable[..., None]:
@@ -79,7 +79,7 @@ def _mention(h: Handlers, event: dict[str, Any], channel: str, user: str, thread
     text = str(event.get("text") or "")
     decision = parse_decision(text)
     if decision is not None:
-        run_id = h.service.store.run_for_thread(channel, thread) if in_thread else None
+        run_id = h.service.run_for_thread(channel, thread) if in_thread else None
         if run_id is None:
             h.ephemeral(channel, user, thread, "Type decisions in the thread of the pilot "
                         "they are about (or use its buttons).")
@@ -169,16 +169,14 @@ def _lease(h: Handlers, args: list[str], user: str, channel: str) -> str:
     """The lease commands, recorded with the Slack user as who (changes: the policy's
     lease operators only; a refusal is answered privately and said in the channel)."""
     from bot.errors import PolicyRefused
-    from bot.pilot import leases as lease_rules
 
-    store = h.service.store
     try:
         if not args:
-            rows = store.leases(include_ended=False)
+            rows = h.service.leases(include_ended=False)
             return "\n".join(f"• `{escape(str(r['node']))}`: {r['state']}" for r in rows) \
                 or "No open lease. " + LEASE_USAGE
         if len(args) == 1:
-            lease = store.current_lease(lease_rules.normalize_node(args[0]))
+            lease = h.service.lease_of(args[0])
             return (f"`{escape(args[0])}` has no lease. " + LEASE_USAGE) if lease is None \
                 else f"`{escape(args[0])}`: {lease['state']}"
         lease = h.service.change_lease(args[0], args[1], user, origin="slack",
@@ -199,7 +197,7 @@ def _stop(h: Handlers, ack: Ack, args: list[str], channel: str, user: str) -> No
         ack(text="Usage: `/preflight stop RUN reason…` (the reason is recorded)")
         return
     try:
-        run_id = h.service.store.find_run(args[0])["id"]
+        run_id = h.service.find(args[0])["id"]
     except PreflightError as exc:
         ack(text=escape(str(exc)))
         return

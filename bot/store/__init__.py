@@ -20,11 +20,12 @@ from bot.store.leases import LeasesMixin, migrate_leases
 from bot.store.refusals import RefusalsMixin, migrate_refusals
 from bot.store.runs import RunsMixin, migrate_runs
 from bot.store.slack import SlackMixin, migrate_slack
+from bot.store.watch import WatchMixin, migrate_watch
 
 __all__ = ["Store"]
 
 
-class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin):
+class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin):
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         try:
@@ -38,6 +39,7 @@ class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin):
             migrate_slack(db)
             migrate_leases(db)
             migrate_refusals(db)
+            migrate_watch(db)
 
     @property
     def db(self) -> sqlite_utils.Database:

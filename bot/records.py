@@ -1,0 +1,84 @@
+"""What the transports read, and the lease records they change: through the service.
+
+``PilotService`` inherits these so that Slack, the console and the CLI never reach into the
+store: they ask the service for a run, the runs, the decisions, a thread's run, or record a
+lease change (whose rules are ``bot.pilot.leases``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.guard import PolicyGuard
+from bot.pilot import leases as lease_rules
+from bot.pilot.cards import healthy_cards
+from bot.policy.model import Origin
+from bot.store import Store
+
+
+class Records:
+    """Read access and lease records; the host class provides ``store``."""
+
+    store: Store
+    guard: PolicyGuard
+
+    # -- runs -----------------------------------------------------------------------
+    def run(self, run_id: str) -> dict[str, Any]:
+        """The run with exactly this id (RunNotFound otherwise)."""
+        return self.store.get_run(run_id)
+
+    def find(self, run_id: str) -> dict[str, Any]:
+        """The run with this id or unique id prefix, as a person types it."""
+        return self.store.find_run(run_id)
+
+    def runs(self, limit: int = 50) -> list[dict[str, Any]]:
+        return self.store.list_runs(limit=limit)
+
+    def active_runs(self) -> list[dict[str, Any]]:
+        """The runs whose runner is running (what a restarted follower picks up)."""
+        return self.store.active_runs()
+
+    def show(self, run_id: str) -> dict[str, Any]:
+        run = self.store.find_run(run_id)
+        return {**run, "stages": self.store.stages(run["id"]),
+                "decisions": self.store.decisions(run["id"]),
+                "volume_run": self.store.volume_of(run["id"]),
+                "healthy_cards": healthy_cards(self.store.stages(run["id"]))}
+
+    def healthy_cards(self, run_id: str) -> list[int] | None:
+        """The cards the run proved healthy (bot.pilot.cards): the ones a volume may use.
+        None when no card stage reported (a run that stopped before ``device``)."""
+        return healthy_cards(self.store.stages(self.store.find_run(run_id)["id"]))
+
+    def decisions(self, run_id: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
+        return self.store.decisions(run_id, limit=limit)
+
+    def run_for_thread(self, channel: str, thread_ts: str) -> str | None:
+        """The run a chat thread belongs to, if any."""
+        return self.store.run_for_thread(channel, thread_ts)
+
+    def claim_event(self, event_id: str) -> bool:
+        """True the first time a transport's event id is seen (a retried delivery: False)."""
+        return self.store.claim_slack_event(event_id)
+
+    # -- leases ---------------------------------------------------------------------
+    def leases(self, *, include_ended: bool = True) -> list[dict[str, Any]]:
+        return self.store.leases(include_ended=include_ended)
+
+    def lease_of(self, node: str) -> dict[str, Any] | None:
+        """The current lease of a node (``host`` or ``host:port``), if any."""
+        return self.store.current_lease(lease_rules.normalize_node(node))
+
+    def lease_changes(self, lease_id: int) -> list[dict[str, Any]]:
+        return self.store.lease_changes(lease_id)
+
+    def change_lease(self, node: str, state: str, user: str, *, origin: Origin,
+                     note: str | None = None, starts_at: str | None = None,
+                     days: int | None = None) -> dict[str, Any]:
+        """One lease state change, refused by the policy (PolicyRefused, recorded) unless
+        ``user`` may make it; recorded with who (``<@id>`` from Slack). LeaseError when the
+        lease rules refuse it."""
+        self.guard.lease_change(lease_rules.normalize_node(node), state, user, origin)
+        by = f"<@{user}>" if origin == "slack" else user
+        return lease_rules.set_state(self.store, node, state, by, note=note,
+                                     starts_at=starts_at, days=days)
