@@ -94,6 +94,11 @@ def torch_not_used(ctx: StageContext) -> Dict[str, Any]:
                        "torch is not used")
 
 
+def interconnect_not_used(ctx: StageContext) -> Dict[str, Any]:
+    raise StageSkipped("preparation blender: Cycles shares a frame between its devices "
+                       "itself; there is no collective to measure")
+
+
 def extensions_not_used(ctx: StageContext) -> Dict[str, Any]:
     raise StageSkipped("preparation blender: add-ons are checked by the environment stage")
 

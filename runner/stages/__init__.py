@@ -126,6 +126,7 @@ PREPARATION_TARGETS: Dict[str, Dict[str, str]] = {
         "torch": "runner.blender.stages:torch_not_used",
         "device": "runner.blender.stages:device",
         "compute": "runner.blender.stages:compute",
+        "interconnect": "runner.blender.stages:interconnect_not_used",
         "extensions": "runner.blender.stages:extensions_not_used",
         "memory": "runner.blender.stages:memory",
     },
