@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -48,35 +49,7 @@ def main() -> int:
         print(f"runner_frame_overhead: n/a (target {TARGET:.2f}) MISS")
         return 1
     with tempfile.TemporaryDirectory() as tmp:
-        blend = os.path.join(tmp, "shot01.blend")
-        make_blend(exe, blend, frames=frames, samples=4)
-        setup = RenderSetup(executable=exe)
-        items = [Item(frame_id("shot01.blend", n), blend, os.path.getsize(blend))
-                 for n in range(1, frames + 1)]
-        run_dir = os.path.join(tmp, "run")
-        os.makedirs(os.path.join(run_dir, "outputs"))
-        writer = EventWriter(os.path.join(run_dir, "events.jsonl"), "bench")
-        ctx = StageContext(spec=None, run_dir=run_dir,  # type: ignore[arg-type]
-                           emit=lambda t, **d: writer.emit(t, **d) and None)
-        ledger = Ledger.open(ledger_path(run_dir), new_attempt=True)
-        recorder = Recorder(ctx, ledger, items, set())
-        bare_s = runner_s = inside_s = 0.0
-        ratios = []
-        for n, item in enumerate(items, 1):
-            if n % 2:
-                bare = bare_frame(setup, blend, n, os.path.join(tmp, "bare"))
-            t0 = time.perf_counter()
-            facts = render_items(setup, run_dir, [item], recorder)
-            ours = time.perf_counter() - t0
-            if not n % 2:
-                bare = bare_frame(setup, blend, n, os.path.join(tmp, "bare"))
-            bare_s, runner_s = bare_s + bare, runner_s + ours
-            inside_s += facts["frame_seconds_max"]
-            ratios.append(ours / bare - 1)
-            assert facts["refused_frames"] == 0, first_error(open(
-                frame_paths(run_dir, item.id)[3], encoding="utf-8").read())
-        ledger.close()
-        writer.close()
+        bare_s, runner_s, inside_s, ratios = measure(exe, frames, tmp)
     overhead = statistics.median(ratios)
     own_ms = (runner_s - inside_s) / frames * 1000
     print(f"bare loop: {frames} frames in {bare_s:.2f} s ({bare_s / frames:.2f} s/frame)")
@@ -88,6 +61,40 @@ def main() -> int:
     print(f"runner_frame_overhead: {overhead:.3f} (target {TARGET:.2f}) "
           f"{'PASS' if overhead <= TARGET else 'MISS'}")
     return 0
+
+
+def measure(exe: str, frames: int, tmp: str) -> Tuple[float, float, float, List[float]]:
+    """Render every frame both ways, ABBA; (bare s, runner s, runner's Blender s, ratios)."""
+    blend = os.path.join(tmp, "shot01.blend")
+    make_blend(exe, blend, frames=frames, samples=4)
+    setup = RenderSetup(executable=exe)
+    items = [Item(frame_id("shot01.blend", n), blend, os.path.getsize(blend))
+             for n in range(1, frames + 1)]
+    run_dir = os.path.join(tmp, "run")
+    os.makedirs(os.path.join(run_dir, "outputs"))
+    writer = EventWriter(os.path.join(run_dir, "events.jsonl"), "bench")
+    ctx = StageContext(spec=None, run_dir=run_dir,  # type: ignore[arg-type]
+                       emit=lambda t, **d: writer.emit(t, **d) and None)
+    ledger = Ledger.open(ledger_path(run_dir), new_attempt=True)
+    recorder = Recorder(ctx, ledger, items, set())
+    bare_s = runner_s = inside_s = 0.0
+    ratios: List[float] = []
+    for n, item in enumerate(items, 1):
+        if n % 2:
+            bare = bare_frame(setup, blend, n, os.path.join(tmp, "bare"))
+        t0 = time.perf_counter()
+        facts = render_items(setup, run_dir, [item], recorder)
+        ours = time.perf_counter() - t0
+        if not n % 2:
+            bare = bare_frame(setup, blend, n, os.path.join(tmp, "bare"))
+        assert facts["refused_frames"] == 0, first_error(open(
+            frame_paths(run_dir, item.id)[3], encoding="utf-8").read())
+        bare_s, runner_s = bare_s + bare, runner_s + ours
+        inside_s += facts["frame_seconds_max"]
+        ratios.append(ours / bare - 1)
+    ledger.close()
+    writer.close()
+    return bare_s, runner_s, inside_s, ratios
 
 
 def bare_frame(setup: RenderSetup, blend: str, frame: int, out_dir: str) -> float:

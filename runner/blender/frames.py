@@ -9,7 +9,7 @@ and the zero padding makes ids sort in frame order. Part of the bot/runner contr
 from __future__ import annotations
 
 import re
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Tuple
 
 CATEGORY = "rendered"  # the category of every accepted frame
 MAX_FRAME = 1_048_574  # Blender's MAXFRAME
@@ -97,7 +97,3 @@ def split_frame_id(iid: str) -> Tuple[str, int]:
         raise ValueError(f"{iid!r} is not a frame id (<file>.blend#<frame>)")
     return name, int(number)
 
-
-def frame_ids(blend_names: Sequence[str], frames: Sequence[int]) -> List[str]:
-    """Every id of ``frames`` in each file, in the order the ledger sorts them."""
-    return sorted(frame_id(name, f) for name in blend_names for f in frames)

@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence
 
-LOG_TAIL = 4000
 # Blender's own error lines; "Warning: Path '...' not found" is its missing-file report
 # (the render setup stops on it). The unfreed-memory report at quit is not an error.
 _ERROR = re.compile(r"^\s*(?:Error|ERROR|Fatal error|CUDA error|OptiX error|HIP error|"
@@ -167,6 +166,3 @@ def _clock(text: str) -> float:
         seconds = seconds * 60 + float(part)
     return seconds
 
-
-def tail(log: str, chars: int = LOG_TAIL) -> str:
-    return log[-chars:]

@@ -177,8 +177,8 @@ def frame_paths(run_dir: str, iid: str) -> Tuple[str, int, str, str]:
     return name, frame, base, log
 
 
-def render_items(setup: RenderSetup, run_dir: str, items: Sequence[Any], recorder: Any,
-                 on_frame: Any = None) -> Dict[str, Any]:
+def render_items(setup: RenderSetup, run_dir: str, items: Sequence[Any],
+                 recorder: Any) -> Dict[str, Any]:
     """Render each item (a frame of a .blend) and record it before the next starts, so a
     killed runner loses at most the frame in progress. Returns the pilot's facts."""
     seconds: List[float] = []
@@ -195,8 +195,6 @@ def render_items(setup: RenderSetup, run_dir: str, items: Sequence[Any], recorde
         if result.peak_device_mib is not None:
             peaks.append(result.peak_device_mib)
         refused += result.status == "refused"
-        if on_frame is not None:
-            on_frame(item.id, result)
     return {"rendered": len(seconds), "refused_frames": refused,
             "frame_seconds_max": max(seconds) if seconds else None,
             "frame_seconds_mean": round(sum(seconds) / len(seconds), 3) if seconds else None,

@@ -27,10 +27,15 @@ COMPUTE_SIZE, COMPUTE_SAMPLES = 128, 16
 
 
 def environment(ctx: StageContext) -> Dict[str, Any]:
-    """Blender is found, at a good version, with its add-ons and licences."""
+    """Blender is found, at a good version, with its add-ons and licences; the project's
+    requirements file, when the manifest names one, is checked as for any pilot."""
+    from runner.stages.environment import environment as requirements_check
+
     cfg = ctx.spec.blender
     exe = checks.find_executable(cfg.executable)
     facts: Dict[str, Any] = {"executable": cfg.executable, "path": exe}
+    if ctx.spec.project.requirements:
+        facts["requirements"] = requirements_check(ctx)
     if exe is None:
         raise StageFailure("environment", f"Blender executable {cfg.executable!r} not found"
                            + (" on PATH" if os.sep not in cfg.executable else ""),

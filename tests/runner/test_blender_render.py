@@ -208,6 +208,14 @@ def test_environment_version_and_addons_are_checked(shots: Path, tmp_path: Path)
         environment(ctx_for(shots, tmp_path, blender={"executable": "no-blender-here"}))
 
 
+def test_the_projects_requirements_are_checked_before_blender_starts(
+        shots: Path, tmp_path: Path) -> None:
+    (shots / "requirements.txt").write_text("no-such-package-for-preflight==1.0\n")
+    with pytest.raises(StageFailure, match="missing: no-such-package-for-preflight"):
+        environment(ctx_for(shots, tmp_path, project={"dir": str(shots),
+                                                      "requirements": "requirements.txt"}))
+
+
 def test_licences_are_checked_without_their_values(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RENDER_LICENSE_KEY", "s3cr3t-value")
