@@ -12,11 +12,12 @@ ids that are not in the ledger.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Set
+from typing import Any, Deque, Dict, List, Optional, Set
 
 from runner import events as ev
 from runner.inputs import Item
@@ -220,6 +221,8 @@ def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[
     vspec = ctx.spec.volume
     if vspec is None:
         raise StageFailure("pilot", "the spec has no volume section")
+    if vspec.gpus and not vspec.address and vspec.cards is None:
+        vspec = dataclasses.replace(vspec, cards=healthy_cards(ctx.facts))
     volume_ray.clean_local_session(ctx.run_dir)  # a killed driver's leftovers, if any
     volume_ray.prepare_env(vspec)
     ray = volume_ray.import_ray()
@@ -237,6 +240,15 @@ def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[
         return facts
     finally:
         volume_ray.stop(ray, actors, ctx.run_dir)
+
+
+def healthy_cards(facts: Dict[str, Dict[str, Any]]) -> Optional[List[int]]:
+    """The cards this run's own card stages proved healthy (the latest stage that said)."""
+    for stage in ("interconnect", "compute", "device"):
+        cards = (facts.get(stage) or {}).get("healthy_cards")
+        if isinstance(cards, list) and all(isinstance(c, int) for c in cards):
+            return sorted(cards)
+    return None
 
 
 def _start_workers(ctx: StageContext, ray: Any, vspec: Any, cpu_workers: int) -> List[Worker]:

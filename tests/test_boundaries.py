@@ -10,7 +10,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACT = {"runner", "runner.spec", "runner.events", "runner.balance", "runner.evidence",
-            "runner.inputs", "runner.errors", "runner.files", "runner.blender.frames"}
+            "runner.inputs", "runner.errors", "runner.files", "runner.blender.frames",
+            "runner.raypin"}
 
 
 def modules(package: str) -> list[Path]:

@@ -135,6 +135,19 @@ class SSHDispatcher:
             raise NodeUnreachable(f"cannot stop run {handle.run_id}: {exc}; its runner may "
                                   "still be running, try again") from exc
 
+    def run(self, node: SSHNode, command: str, stdin: str = "",
+            timeout: float = 120) -> tuple[int, str, str]:
+        """Run one command on the node (``stdin`` fed to it, e.g. a secret that must not
+        appear on a command line); returns (exit status, stdout, stderr)."""
+        async def work(conn: Any) -> Any:
+            result = await conn.run(command, input=stdin or None, check=False)
+            if result.exit_status is None:
+                raise ConnectionResetError("the command ended with no exit status")
+            return result
+
+        result = self._call(self.guarded(node, work), timeout)
+        return int(result.exit_status), str(result.stdout or ""), str(result.stderr or "")
+
     def _may_try(self, node: SSHNode) -> None:
         wait = self.backoff.wait_s(conn_key(node))
         if wait > 0:

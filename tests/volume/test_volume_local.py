@@ -8,6 +8,8 @@ ends before it starts a fresh Ray. Afterwards no process of either Ray session i
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 from runner.volume_ray import session_pids
@@ -17,6 +19,7 @@ from tests.volume.kit import (
     kill_group,
     ledger_ids,
     make_volume,
+    our_actor_pids,
     progress_done,
     set_params,
     start_runner,
@@ -59,3 +62,27 @@ def test_local_volume_survives_a_killed_driver_and_leaves_nothing_running(
     assert second and second not in first
     wait_until(lambda: not session_pids(f"/tmp/ray/{second}"), "the local Ray to stop", 60)
     assert not (run_dir / "ray_session.json").exists()
+
+
+def test_stopping_a_volume_ends_the_driver_its_actors_and_its_ray(tmp_path: Path) -> None:
+    """What `preflight stop RUN` does to a local runner: SIGTERM to its process group."""
+    spec, ids = make_volume(tmp_path, 400, workers=2)
+    set_params(spec, delay_s=0.05)
+    run_dir = tmp_path / "run"
+    proc = start_runner(spec, run_dir)
+    try:
+        wait_until(lambda: progress_done(run_dir) >= 50, "the local volume to get going", 240)
+        record = json.loads((run_dir / "ray_session.json").read_text())
+        assert our_actor_pids()
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 1
+    finally:
+        kill_group(proc)
+    failed = [e for e in events(run_dir) if e.type == "stage.failed"]
+    assert failed and failed[0].data["stage"] == "pilot"
+    assert failed[0].data["error"]["type"] == "Interrupted"
+    assert events(run_dir)[-1].type == "run.finished"
+    assert 0 < len(ledger_ids(run_dir)) < len(ids)  # what finished is kept for resume
+    wait_until(lambda: not session_pids(record["session_dir"], record["pgid"]),
+               "every process of the run's Ray to end", 60)
+    wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)

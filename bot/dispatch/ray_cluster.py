@@ -1,0 +1,199 @@
+"""The volume's Ray cluster over the SSH connections the dispatcher already has.
+
+Not Ray's cluster launcher: ``ray start --head`` on the first node and ``ray start
+--address`` on the others, each with every port pinned (``RayPorts``), no dashboard, no
+usage stats, and token authentication with a token made for the run. The token travels on
+the command's standard input (never on a command line, in a file, a log, an event or
+Slack). Each node offers only its healthy cards (``CUDA_VISIBLE_DEVICES`` and
+``--num-gpus``). Before anything starts, every node's Ray and Python versions are compared;
+a node without Ray is refused with the command that installs the pinned version.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from bot.errors import DispatchError
+from runner.raypin import RAY_VERSION, install_command
+
+PROBE = ("import sys, json\ntry:\n    import ray\n    v = ray.__version__\nexcept Exception:\n"
+         "    v = None\nprint(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], "
+         "'ray': v}))")
+
+
+@dataclass(frozen=True)
+class RayPorts:
+    """Every port a Ray node listens on; open these between the nodes (docs/volume.md)."""
+
+    gcs: int = 6380
+    node_manager: int = 6381
+    object_manager: int = 6382
+    runtime_env_agent: int = 6383
+    dashboard_agent_grpc: int = 6384
+    dashboard_agent_http: int = 6385
+    metrics_export: int = 6386
+    min_worker: int = 11000
+    max_worker: int = 11063
+
+    def shifted(self, by: int) -> RayPorts:
+        """The same layout ``by`` higher (two nodes on one host: tests only)."""
+        return RayPorts(**{k: v + by for k, v in self.__dict__.items()})
+
+    def flags(self) -> list[str]:
+        return ["--node-manager-port", str(self.node_manager),
+                "--object-manager-port", str(self.object_manager),
+                "--runtime-env-agent-port", str(self.runtime_env_agent),
+                "--dashboard-agent-grpc-port", str(self.dashboard_agent_grpc),
+                "--dashboard-agent-listen-port", str(self.dashboard_agent_http),
+                "--metrics-export-port", str(self.metrics_export),
+                "--min-worker-port", str(self.min_worker),
+                "--max-worker-port", str(self.max_worker)]
+
+
+@dataclass(frozen=True)
+class RayNode:
+    """One node of the cluster: where to reach it, its interpreter, its healthy cards."""
+
+    where: str  # user@host:port, for messages
+    address: str  # the address the other nodes reach it at
+    python: str = "python3"
+    cards: tuple[int, ...] | None = None  # None: a CPU node
+    ports: RayPorts = field(default_factory=RayPorts)
+    temp_dir: str = "/tmp/ray"
+
+
+class Shell(Protocol):
+    """Runs a command on a node (the SSH dispatcher's connection), ``stdin`` fed to it."""
+
+    def __call__(self, node: RayNode, command: str, stdin: str = "") -> tuple[int, str, str]:
+        ...
+
+
+def probe_command(python: str) -> str:
+    return f"{shlex.quote(python)} -c {shlex.quote(PROBE)}"
+
+
+def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> None:
+    """Refuse, in one message, a node without Ray or whose Ray or Python differs.
+
+    Ray refuses to join nodes of different versions, even a patch apart; the head (the
+    first node) must run the pinned version.
+    """
+    found = []
+    for node, out in zip(nodes, outputs):
+        try:
+            facts = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise DispatchError(f"{node.where}: cannot read its Ray and Python versions "
+                                f"(`{node.python}` printed {out[-200:]!r})") from exc
+        if not facts.get("ray"):
+            raise DispatchError(f"{node.where}: Ray is not installed for {node.python}; "
+                                f"install the pinned version: {install_command(node.python)}")
+        found.append((node, str(facts["ray"]), str(facts["python"])))
+    head, head_ray, head_py = found[0]
+    if head_ray != RAY_VERSION:
+        raise DispatchError(f"{head.where}: Ray {head_ray}, but the volume needs Ray "
+                            f"{RAY_VERSION}: {install_command(head.python)}")
+    for node, ray, py in found[1:]:
+        if ray != head_ray:
+            raise DispatchError(f"{node.where}: Ray {ray}, but the head {head.where} has Ray "
+                                f"{head_ray}: every node needs the same version "
+                                f"({install_command(node.python)})")
+        if py.split(".")[:2] != head_py.split(".")[:2]:
+            raise DispatchError(f"{node.where}: Python {py}, but the head {head.where} has "
+                                f"Python {head_py}: Ray needs the same Python on every node")
+
+
+def start_command(node: RayNode, head: str | None) -> str:
+    """``ray start`` for one node (``head`` None: this is the head). The token is read from
+    standard input so no command line or file holds it."""
+    cards = node.cards if node.cards is not None else ()
+    env = ["RAY_AUTH_MODE=token", "RAY_USAGE_STATS_ENABLED=0",
+           f"CUDA_VISIBLE_DEVICES={','.join(str(c) for c in cards)}"]
+    args = [node.python, "-m", "ray.scripts.scripts", "start", "--disable-usage-stats",
+            "--node-ip-address", node.address, "--num-gpus", str(len(cards)),
+            "--temp-dir", node.temp_dir, *node.ports.flags()]
+    if head is None:
+        args += ["--head", "--port", str(node.ports.gcs), "--include-dashboard=false"]
+    else:
+        args += ["--address", head]
+    return ("IFS= read -r RAY_AUTH_TOKEN && export RAY_AUTH_TOKEN " + " ".join(env)
+            + " && exec " + " ".join(shlex.quote(a) for a in args))
+
+
+def stop_command(node: RayNode) -> str:
+    """End every Ray process of this user on the node (``ray stop --force``)."""
+    return (f"RAY_USAGE_STATS_ENABLED=0 {shlex.quote(node.python)} -m ray.scripts.scripts "
+            "stop --force")
+
+
+@dataclass
+class RayCluster:
+    """A started cluster: its head's address and the token the driver needs."""
+
+    nodes: list[RayNode]
+    token: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
+
+    @property
+    def address(self) -> str:
+        head = self.nodes[0]
+        return f"{head.address}:{head.ports.gcs}"
+
+    def driver_env(self) -> dict[str, str]:
+        """What the driver's environment needs to join (hand it over, never write it)."""
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token,
+                "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def start_cluster(shell: Shell, nodes: Sequence[RayNode]) -> RayCluster:
+    """Compare versions, then start the head and the other nodes; stop all on failure."""
+    if not nodes:
+        raise DispatchError("a volume needs at least one node")
+    outputs = []
+    for node in nodes:
+        code, out, err = shell(node, probe_command(node.python))
+        if code != 0:
+            raise DispatchError(f"{node.where}: `{node.python}` cannot run: {err[-300:]}")
+        outputs.append(out)
+    check_versions(nodes, outputs)
+    cluster = RayCluster(list(nodes))
+    try:
+        for i, node in enumerate(nodes):
+            code, out, err = shell(node, start_command(node, None if i == 0 else
+                                                       cluster.address), cluster.token + "\n")
+            if code != 0:
+                raise DispatchError(f"{node.where}: ray start failed (exit {code}): "
+                                    f"{_tail(err or out)}")
+    except BaseException:
+        stop_cluster(shell, nodes)
+        raise
+    return cluster
+
+
+def stop_cluster(shell: Shell, nodes: Sequence[RayNode]) -> list[str]:
+    """``ray stop --force`` on every node, the head last; returns the problems met."""
+    problems = []
+    for node in reversed(list(nodes)):
+        try:
+            code, _out, err = shell(node, stop_command(node))
+        except DispatchError as exc:
+            problems.append(str(exc))
+            continue
+        if code != 0:
+            problems.append(f"{node.where}: ray stop failed (exit {code}): {_tail(err)}")
+    return problems
+
+
+def with_cards(node: RayNode, cards: Sequence[int] | None) -> RayNode:
+    return replace(node, cards=tuple(cards) if cards is not None else None)
+
+
+def _tail(text: str) -> str:
+    return " | ".join(ln for ln in str(text).strip().splitlines()[-3:])[-400:]
+
+

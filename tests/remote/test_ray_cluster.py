@@ -1,0 +1,150 @@
+"""The volume's Ray cluster started by the dispatcher over SSH (a real loopback sshd).
+
+Two Ray nodes on one host need distinct ports and temp dirs: the second node's ports are
+the first's shifted. Versions are compared before anything starts. Afterwards no Ray
+process is left on the "nodes" (the process table is read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from bot.dispatch.ray_cluster import (
+    RayNode,
+    RayPorts,
+    check_versions,
+    start_cluster,
+    start_command,
+    stop_cluster,
+)
+from bot.dispatch.upload import SSHNode
+from bot.errors import DispatchError
+from runner.raypin import RAY_VERSION
+from tests.processes import wait_until
+from tests.remote.conftest import BARE_PYTHON, Sshd
+from tests.runner.test_stages_kit import runner_env
+from tests.volume.kit import events, make_volume, start_runner
+
+
+def _free_layout() -> RayPorts:
+    """A port layout whose every port is free now (two layouts 100 apart)."""
+    for _ in range(50):
+        base = RayPorts().shifted(random.randrange(1000, 20000))
+        ports = [p for layout in (base, base.shifted(100)) for k, p in layout.__dict__.items()
+                 if k not in ("min_worker", "max_worker")]
+        if all(_free(p) for p in ports):
+            return base
+    raise AssertionError("no free port layout")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _shell(sshd: Sshd, workdir: Path):  # type: ignore[no-untyped-def]
+    dispatcher = sshd.dispatcher()
+    ssh = SSHNode(host="127.0.0.1", workdir=str(workdir), port=sshd.port, user=sshd.user)
+
+    def shell(node: RayNode, command: str, stdin: str = "") -> tuple[int, str, str]:
+        return dispatcher.run(ssh, command, stdin, timeout=180)
+
+    return dispatcher, shell
+
+
+def _ray_pids(temp_dirs: list[str]) -> list[int]:
+    """Processes whose command line names one of the run's Ray temp dirs, or a Ray agent."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{name}/cmdline").read_bytes()
+            state = Path(f"/proc/{name}/stat").read_bytes().split(b") ", 1)[-1][:1]
+        except OSError:
+            continue
+        if state in (b"Z", b"X"):
+            continue
+        if any(t.encode() in cmd for t in temp_dirs) or cmd.startswith(b"ray::"):
+            found.append(int(name))
+    return found
+
+
+def test_two_nodes_over_ssh_run_a_volume_and_stop_leaving_nothing(
+        sshd: Sshd, tmp_path: Path) -> None:
+    ports = _free_layout()
+    temps = [tempfile.mkdtemp(prefix="rn", dir="/tmp") for _ in range(2)]
+    nodes = [RayNode(f"node{i}", "127.0.0.1", sys.executable, (0,), ports.shifted(100 * i),
+                     temps[i]) for i in range(2)]
+    dispatcher, shell = _shell(sshd, tmp_path)
+    try:
+        cluster = start_cluster(shell, nodes)
+        assert cluster.token not in start_command(nodes[0], None)  # read from stdin
+        spec, ids = make_volume(tmp_path, 200, address=cluster.address, gpus=True)
+        run_dir = tmp_path / "run"
+        proc = start_runner(spec, run_dir, env=runner_env(**cluster.driver_env()))
+        assert proc.wait(timeout=300) == 0, (tmp_path / "run.log").read_text()[-3000:]
+        workers = [e for e in events(run_dir) if e.type == "volume.workers"][0].data["workers"]
+        assert len({w["node"] for w in workers}) == 2  # one worker on each node's card
+        assert cluster.token not in (run_dir / "events.jsonl").read_text()
+    finally:
+        problems = stop_cluster(shell, nodes)
+        dispatcher.close()
+    assert problems == []
+    wait_until(lambda: not _ray_pids(temps), "no Ray process left on the nodes", 60)
+    for temp in temps:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_node_without_ray_or_with_another_version_is_refused_before_anything_starts(
+        sshd: Sshd, tmp_path: Path) -> None:
+    dispatcher, ssh_shell = _shell(sshd, tmp_path)
+    ran: list[str] = []
+
+    def shell(node: RayNode, command: str, stdin: str = "") -> tuple[int, str, str]:
+        ran.append(command)
+        return ssh_shell(node, command, stdin)
+
+    try:
+        bare = [RayNode("head", "127.0.0.1", sys.executable), RayNode("n2", "127.0.0.1",
+                                                                       BARE_PYTHON)]
+        with pytest.raises(DispatchError, match=f"n2: Ray is not installed for {BARE_PYTHON}"
+                                                f".*pip install 'ray=={RAY_VERSION}'"):
+            start_cluster(shell, bare)
+        older = tmp_path / "older-python"
+        older.write_text('#!/bin/sh\necho \'{"python": "3.11.2", "ray": "2.59.0"}\'\n')
+        older.chmod(0o755)
+        mixed = [bare[0], RayNode("n3", "127.0.0.1", str(older))]
+        with pytest.raises(DispatchError, match=f"n3: Ray 2.59.0, but the head head has Ray "
+                                                f"{RAY_VERSION}"):
+            start_cluster(shell, mixed)
+    finally:
+        dispatcher.close()
+    assert ran and not [c for c in ran if " start " in c]  # refused before any ray start
+
+
+def _probe(python: str) -> str:
+    return json.dumps({"python": python, "ray": RAY_VERSION})
+
+
+def test_python_minor_mismatch_is_named_with_both_versions() -> None:
+    nodes = [RayNode("a", "h1"), RayNode("b", "h2")]
+    with pytest.raises(DispatchError, match=r"b: Python 3.10.4, but the head a has Python "
+                                            r"3.11.9"):
+        check_versions(nodes, [_probe("3.11.9"),
+                               _probe("3.10.4")])
+    check_versions(nodes, [_probe("3.11.9"),
+                           _probe("3.11.2")])
