@@ -28,15 +28,28 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable result")] = False,
 ) -> None:
     """Check a manifest: every problem with its field path, line and column."""
+    loaded, warnings = _load_checked(file, as_json)
+    _report(as_json, True, [], warnings, f"{file}: valid")
+
+
+def _load_checked(file: Path, as_json: bool) -> tuple[Any, list[Problem]]:
+    """The manifest with every check `preflight run` makes before the runner starts
+    (the manifest's rules, then its machine-specific paths, escapes and secrets)."""
+    from bot.errors import ProjectCheckError
     from bot.manifest.load import load_manifest_file
+    from bot.manifest.project_check import precheck_manifest
 
     try:
         loaded = load_manifest_file(file)
+        warnings = list(loaded.warnings) + precheck_manifest(loaded)
     except ManifestError as exc:
         code = 2 if isinstance(exc, ManifestUnreadable) else 1
         _report(as_json, False, exc.problems, exc.warnings, f"{exc.source}: not valid")
         raise typer.Exit(code) from exc
-    _report(as_json, True, [], loaded.warnings, f"{file}: valid")
+    except ProjectCheckError as exc:
+        _report(as_json, False, exc.problems, [], f"{file}: not valid")
+        raise typer.Exit(1) from exc
+    return loaded, warnings
 
 
 def schema() -> None:
@@ -51,15 +64,14 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable plan")] = False,
 ) -> None:
     """Print the order summary: model, days, lots, cards, preparation, total USD."""
-    from bot.manifest.load import load_manifest_file
     from bot.pilot.plan import describe_lots, describe_price, make_plan, plural
 
+    loaded, _ = _load_checked(file, as_json)
     try:
-        result = make_plan(load_manifest_file(file))
+        result = make_plan(loaded)
     except ManifestError as exc:
-        code = 2 if isinstance(exc, ManifestUnreadable) else 1
         _report(as_json, False, exc.problems, exc.warnings, f"{exc.source}: not valid")
-        raise typer.Exit(code) from exc
+        raise typer.Exit(1) from exc
     data = result.to_dict()
     if as_json:
         typer.echo(json.dumps(data, indent=2, ensure_ascii=False))

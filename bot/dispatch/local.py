@@ -9,6 +9,7 @@ session, output to ``runner.log``), so stopping the bot does not stop the pilot.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -36,8 +37,22 @@ class LocalDispatcher:
         self.env = env
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
+    def python_for(self, handle: RunHandle) -> str:
+        """The interpreter the manifest names (node.python), found on PATH; Preflight's own
+        (``self.python``) only when the manifest names none, which the plan says."""
+        named = (handle.node or {}).get("python")
+        if not named:
+            return self.python
+        found = shutil.which(str(named))
+        if found is None:
+            raise DispatchError(f"node.python {named!r}: no such interpreter on this host "
+                                "(not an executable path, not found on PATH); name the "
+                                "interpreter your project runs with")
+        return found
+
     def start(self, handle: RunHandle) -> int | None:
-        argv = [self.python, "-m", "runner", str(handle.spec_path),
+        python = self.python_for(handle)
+        argv = [python, "-m", "runner", str(handle.spec_path),
                 "--run-dir", str(handle.run_dir)]
         if handle.resume:
             argv.append("--resume")
@@ -56,7 +71,7 @@ class LocalDispatcher:
                                     start_new_session=True)
         except OSError as exc:
             raise DispatchError(
-                f"cannot start the runner with {self.python!r}: {exc.strerror or exc}; "
+                f"cannot start the runner with {python!r}: {exc.strerror or exc}; "
                 "set PREFLIGHT_RUNNER_PYTHON or node.python to a working interpreter") from exc
         finally:
             log.close()

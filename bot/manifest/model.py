@@ -75,7 +75,10 @@ class Node(Section):
     port: Int = Field(default=22, ge=1, le=65535)
     user: NonEmpty | None = None
     workdir: NonEmpty | None = None
-    python: NonEmpty = Field(default="python3", description="the node's interpreter")
+    python: NonEmpty | None = Field(
+        default=None, description="the node's interpreter, the one the project runs with "
+        "(ssh: python3 when unset; local: Preflight's own interpreter when unset, said in "
+        "the plan)")
     host_key_fingerprint: str | None = Field(
         default=None, pattern=r"^SHA256:[A-Za-z0-9+/]{43}=?$",
         description='pinned host key, "SHA256:..." as printed by ssh-keygen -lf')

@@ -118,6 +118,12 @@ def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
     _check_success(parts, report)
     check_blender(parts, isinstance(data, dict) and "blender" in data, report)
     project_dir = _check_project(parts, base_dir, report)
+    if project_dir is not None and parts.task is not None:
+        from bot.manifest.entry_points import check_entry_points
+
+        for loc, message in check_entry_points(parts.task, project_dir):
+            report.problem(loc, message)
+    _check_evidence(parts, data, report)
     if project_dir is not None and parts.inputs is not None:
         check_input_files(parts.inputs, project_dir, ("inputs",), report, required=True)
     if project_dir is not None and parts.volume is not None:
@@ -191,9 +197,13 @@ def _check_task(parts: Parts, report: Report) -> None:
         return
     if task.handler is not None and task.command is not None:
         report.problem(("task", "command"), "give task.handler or task.command, not both")
-    elif task.handler is None and task.command is None and parts.preparation != "blender":
+    elif task.handler is None and task.command is None and parts.preparation != "blender" \
+            and task.kind != "train":
         report.problem(("task", "handler"), 'give task.handler ("module:function") or '
                        "task.command (the program to run)")
+    if task.kind == "train" and task.handler is not None:
+        report.warn(("task", "handler"), "kind: train runs the trainer (task.trainer, or the "
+                    "built-in example): task.handler is not used and can be left out")
     if task.kind != "train" and not task.categories and parts.preparation != "blender":
         report.problem(("task", "categories"), "list the allowed categories (at least one): "
                        "every accepted result must carry one of them")
@@ -262,6 +272,14 @@ def _check_success(parts: Parts, report: Report) -> None:
                        "expected refusal(s): the pilot could never pass")
     if maximum is not None and maximum > expected:
         report.warn(("success", "max_refused"), f"{maximum} is more than the {expected} inputs")
+
+
+def _check_evidence(parts: Parts, data: Any, report: Report) -> None:
+    results = data.get("results") if isinstance(data, dict) else None
+    copy_to = results.get("copy_to") if isinstance(results, dict) else None
+    if parts.success is not None and parts.success.require_evidence and not copy_to:
+        report.problem(("success", "require_evidence"), "require_evidence needs "
+                       "results.copy_to: the place the evidence is copied to and verified")
 
 
 def _check_project(parts: Parts, base_dir: Path, report: Report) -> Path | None:

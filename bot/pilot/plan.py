@@ -133,6 +133,11 @@ def _notes(loaded: LoadedManifest, gpu: str, cards_per_lot: int, memory: float |
                      "pool their memory; the task declares no distribution "
                      "(task.distributed: false), so it uses one card unless the program "
                      "distributes itself")
+    node = loaded.manifest.node
+    if node.kind == "local" and not node.python:
+        notes.append("node.python is not set: the local runner uses Preflight's own interpreter "
+                      "(PREFLIGHT_RUNNER_PYTHON, else the one running preflight); set "
+                      "node.python to check the interpreter your project runs with")
     notes.append("'I have paid' records a notification: it confirms neither receipt of funds "
                  "nor that the machine is available; follow the access details actually sent")
     return notes

@@ -31,8 +31,10 @@ def environment(ctx: StageContext) -> Dict[str, Any]:
     if not report.ok:
         raise StageFailure("environment", _describe_problems(report.to_dict()), facts=facts,
                            error_type="RequirementsNotMet",
-                           hint="install the listed packages into this interpreter, e.g. "
-                                f"`{sys.executable} -m pip install -r {path}`")
+                           hint="install the listed packages into the interpreter your "
+                                "project runs with (node.python; this run used "
+                                f"{sys.executable}), e.g. `<node.python> -m pip install -r "
+                                f"{path}`; never into Preflight's own environment")
     return facts
 
 

@@ -40,9 +40,9 @@ HINTS: Tuple[Tuple[str, str], ...] = (
      "torch cannot see a GPU: check nvidia-smi, CUDA_VISIBLE_DEVICES and that the installed "
      "torch is a CUDA build"),
     (r"modulenotfounderror|no module named",
-     "install the missing module into the interpreter the runner uses (see the interpreter "
-     "stage's executable), e.g. `<executable> -m pip install NAME`; check the interpreter "
-     "before reinstalling"),
+     "install the missing module into the interpreter your project runs with (node.python; "
+     "the interpreter stage shows the executable this run used), e.g. `<node.python> -m pip "
+     "install NAME`, not into Preflight's own environment; check that interpreter first"),
     (r"importerror",
      "the module is installed but failed to import; check its version against torch and "
      "the interpreter (see the environment stage)"),

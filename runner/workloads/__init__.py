@@ -66,12 +66,18 @@ def load_handler(spec: RunSpec) -> Handler:
 
     ``project.dir`` is put on ``sys.path`` first, so a project's own ``src`` package or
     top-level module resolves the way it does on the user's machine. With ``preparation:
-    blender`` the handler is the render (runner.blender.handler), whatever task.handler says.
+    blender`` the handler is the render (runner.blender.handler), and with ``task.kind:
+    train`` one step of the trainer (runner.workloads.train.handle), whatever task.handler
+    says.
     """
     if spec.preparation == "blender":  # the volume's workers render frames
         from runner.blender.handler import render
 
         return render
+    if spec.task.kind == "train":  # the trainer's one-step form, whatever task.handler says
+        from runner.workloads.train import handle
+
+        return handle
     ref = spec.task.handler
     if not isinstance(ref, str) or ref.count(":") != 1:
         raise HandlerError(f"task.handler: expected 'module:function', got {ref!r}")

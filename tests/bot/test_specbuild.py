@@ -38,6 +38,8 @@ def test_spec_carries_the_trainer_and_older_specs_still_load(tmp_path: Path) -> 
     text = path.read_text().replace("purpose: inference", "purpose: training").replace(
         "task: {kind: classify,", 'task: {kind: train, trainer: "team.train:Trainer",')
     path.write_text(text)
+    (tmp_path / "team").mkdir()
+    (tmp_path / "team" / "train.py").write_text("class Trainer:\n    pass\n")
     loaded = load_manifest_file(path)
     spec = build_spec(loaded, make_plan(loaded), "r1")
     assert spec.task.kind == "train" and spec.task.trainer == "team.train:Trainer"
