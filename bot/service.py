@@ -42,6 +42,7 @@ from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec, runs_dir_for
 from bot.pilot.states import ENDED, RESUMABLE, S
 from bot.pilot.verdict import judge
+from bot.pilot.volume_nodes import volume_node
 from bot.policy import Policy, default_policy
 from bot.policy.model import Origin
 from bot.records import Records
@@ -151,7 +152,8 @@ class PilotService(Records):
                 "manifest_text": loaded.text, "manifest_json": manifest_json,
                 "spec_path": str(spec_path), "run_dir": str(run_dir),
                 "base_dir": str(loaded.base_dir), "project_dir": str(loaded.project_dir),
-                "node": m.node.model_dump(mode="json"), "submitter": submitter,
+                "node": (volume_node(m) if kind == "volume" else m.node).model_dump(
+                    mode="json"), "submitter": submitter,
                 "channel": channel, "thread_ts": thread_ts, "expected_ids": ids,
                 "expected_refusals": list(spec.inputs.expected_refusals),
                 # The runner's rule: a training task without categories accepts "train".

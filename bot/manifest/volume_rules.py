@@ -40,6 +40,11 @@ def check_volume(volume: Volume, gpu: GpuModel | None, hardware: Hardware | None
             report.problem(("volume", "nodes"), "an empty list: list the nodes, or leave "
                            "volume.nodes out to run on the pilot's node")
         _check_nodes(nodes, report)
+        if len(nodes) > 1:
+            report.warn(("volume", "nodes"), f"{len(nodes)} nodes listed: the volume runs on "
+                        "volume.nodes[0] only for now (starting the Ray cluster across the "
+                        "nodes is not wired into the launch yet); every node's lease is "
+                        "still checked")
     if gpu is None or hardware is None:
         return
     if gpu.is_cpu:

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from bot.errors import LeaseError
+from bot.manifest.source import SourceError, parse_text
 from bot.pilot.states import S
 
 STATES = ("ordered", "payment-notified", "funds-confirmed", "provisioned", "ended")
@@ -130,6 +131,7 @@ def lease_guard_for(store: LeaseStore) -> Any:
 
     def guard(run: dict[str, Any]) -> None:
         check_dispatch(store, run)
+        check_volume_leases(store, run)
 
     return guard
 
@@ -239,3 +241,37 @@ def unsecured(runs: list[dict[str, Any]]) -> list[str]:
         if run.get("status") == S.AWAITING_DECISION:
             out.append(f"{run['id']}: decision not taken")
     return out
+
+
+def check_volume_leases(store: LeaseStore, run: dict[str, Any]) -> None:
+    """Refuse a volume run while one of its other SSH nodes has no provisioned lease."""
+    if run.get("kind") != "volume":
+        return
+    nodes = ((run.get("manifest_json") or {}).get("volume") or {}).get("nodes")
+    if not isinstance(nodes, list):
+        return
+    problems = []
+    for index, node in enumerate(nodes[1:], start=1):
+        key = node_key(node if isinstance(node, dict) else None)
+        if key is None:
+            continue
+        lease = store.current_lease(key)
+        where = f"volume.nodes[{index}]{_volume_line(run, index)}"
+        if lease is None or lease["state"] == "ended":
+            problems.append(f"{where}: node {key} has no lease: record it first "
+                            f"(`preflight lease set {key} ordered --by you`, then up to "
+                            "provisioned)")
+        elif lease["state"] != "provisioned":
+            problems.append(f"{where}: node {key} is not provisioned (its lease is "
+                            f"{lease['state']!r}); nothing runs on it until it is")
+    if problems:
+        raise LeaseError(f"run {run.get('id')}: " + "; ".join(problems))
+
+
+def _volume_line(run: dict[str, Any], index: int) -> str:
+    try:
+        _data, source = parse_text(str(run.get("manifest_text") or ""))
+    except SourceError:
+        return ""
+    line, _col = source.locate(("volume", "nodes", index))
+    return f" (line {line})" if line else ""

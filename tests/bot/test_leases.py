@@ -156,3 +156,34 @@ def test_a_bad_port_in_a_node_is_refused_naming_it(store: Store, text: str) -> N
     with pytest.raises(LeaseError, match=r"port after ':' must be a number"):
         set_state(store, text, "ordered", "alice")
     assert store.leases() == []
+
+
+def test_a_volume_s_other_nodes_need_a_provisioned_lease_named_with_their_line(
+        store: Store) -> None:
+    from bot.pilot.leases import lease_guard_for
+
+    text = ("volume:\n  inputs: {dir: c, expected_count: 3}\n  nodes:\n"
+            "    - {kind: ssh, host: gpu-1.example.net}\n"
+            "    - {kind: ssh, host: gpu-2.example.net}\n"
+            "    - {kind: ssh, host: gpu-3.example.net, port: 2222}\n")
+    nodes = [{"kind": "ssh", "host": "gpu-1.example.net"},
+             {"kind": "ssh", "host": "gpu-2.example.net"},
+             {"kind": "ssh", "host": "gpu-3.example.net", "port": 2222}]
+    run = {**_run(nodes[0], volume={"nodes": nodes}), "kind": "volume", "manifest_text": text}
+    for state in STATES[:4]:
+        set_state(store, NODE, state, "alice")
+    set_state(store, "gpu-3.example.net:2222", "ordered", "bob")
+    guard = lease_guard_for(store)
+    with pytest.raises(LeaseError) as refused:
+        guard(run)
+    message = str(refused.value)
+    assert "volume.nodes[1] (line 5): node gpu-2.example.net has no lease" in message
+    assert "volume.nodes[2] (line 6): node gpu-3.example.net:2222 is not provisioned " \
+           "(its lease is 'ordered')" in message
+    assert store.current_lease("gpu-2.example.net") is None  # nothing recorded for it
+    for state in STATES[:4]:
+        set_state(store, "gpu-2.example.net", state, "alice")
+    for state in STATES[1:4]:
+        set_state(store, "gpu-3.example.net:2222", state, "bob")
+    guard(run)
+    guard({**run, "kind": "pilot", "manifest_json": {"volume": {"nodes": nodes[:1] + [{}]}}})
