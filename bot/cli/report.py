@@ -6,7 +6,7 @@ import webbrowser
 
 import typer
 
-from bot.cli.common import build_service, console, fail
+from bot.cli.common import build_service, fail
 from bot.errors import PreflightError, RunNotFound
 from bot.messages.model import NullNotifier
 from bot.settings import Settings
@@ -34,11 +34,11 @@ def register(app: typer.Typer) -> None:
         assert files is not None
         typer.echo(str(files.html))
         if files.evidence_copy:
-            console.print(f"also in the evidence copy: {files.evidence_copy} "
-                          "(added to its SHA256SUMS)", highlight=False)
+            typer.echo(f"also in the evidence copy: {files.evidence_copy} "
+                       "(added to its SHA256SUMS)")
         elif files.note:
-            console.print(f"evidence copy not updated: {files.note}", highlight=False)
+            typer.echo(f"evidence copy not updated: {files.note}")
         if files.picture:
-            console.print(f"picture: {files.picture}", highlight=False)
+            typer.echo(f"picture: {files.picture}")
         if open_it:
             webbrowser.open(files.html.resolve().as_uri())

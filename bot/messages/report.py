@@ -139,9 +139,14 @@ def _forecast(data: ReportData) -> str:
                                          f"{duration(float(fc['forecast_high_s']))}"),
                 ("Error against the p50", "—" if error is None else f"{error:+.1f}%"),
                 ("Within the range", "yes" if fc.get("within_range") else "no")]
-        return _section("forecast", "Forecast against the actual",
-                        _table(("figure", "value"), rows)
-                        + f'<p class="formula">{escape(str(fc.get("formula") or ""))}</p>')
+        body = (_table(("figure", "value"), rows)
+                + f'<p class="formula">{escape(str(fc.get("formula") or ""))}</p>')
+        parent = data.parent_forecast or {}
+        if parent.get("figures"):
+            body += "<p><b>The pilot's forecast</b>, as the approver saw it</p>" + _table(
+                ("figure", "value", "formula"),
+                [(f["label"], f["value"], f["formula"]) for f in parent["figures"]])
+        return _section("forecast", "Forecast against the actual", body)
     if not fc.get("possible"):
         return _section("forecast", "Forecast of the volume",
                         f'<p class="note">No forecast: {escape(str(fc.get("reason")))}</p>')

@@ -52,5 +52,6 @@ def test_a_volume_past_the_lease_in_the_terminal(tmp_path: Path) -> None:
     assert (evidence / "report.html").read_text(encoding="utf-8") == text
     assert preflight(root, "verify", str(evidence)).returncode == 0
     volume_report = Path(volume["run_dir"]) / "report.html"
-    assert "Forecast against the actual" in volume_report.read_text(encoding="utf-8")
+    volume_text = volume_report.read_text(encoding="utf-8")
+    assert "Forecast against the actual" in volume_text and "The pilot's forecast" in volume_text
     assert preflight(root, "report", "no-such-run").returncode == 2
