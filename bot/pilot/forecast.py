@@ -130,8 +130,8 @@ def _refusal(inp: ForecastInputs) -> str | None:
     if not inp.samples:
         return "the pilot recorded no per-item time: no forecast rather than a guess"
     if len(inp.samples) < MIN_SAMPLES:
-        return (f"only {plural(len(inp.samples), 'accepted item')} with a measured time: a "
-                f"forecast needs at least {MIN_SAMPLES}")
+        return (f"only {plural(len(inp.samples), 'accepted item')} with a measured time (of "
+                f"{inp.accepted} accepted): a forecast needs at least {MIN_SAMPLES}")
     if inp.volume_count < 1:
         return f"the volume lists no inputs{_where(inp)}: nothing to forecast"
     return None
