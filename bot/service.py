@@ -452,7 +452,7 @@ class PilotService(Records):
         code = self._dispatcher(run).exit_code(handle)
         events = self.store.events(run_id, after_seq=max(0, int(run["last_seq"]) - 1))
         error = runner_death(run.get("stage_reached"), code, events[-1] if events else None,
-                             _log_text(Path(run["run_dir"]) / "runner.log"))
+                             self._dispatcher(run).log_tail(handle))
         self.store.interrupt_stages(run_id)  # the stage that ran did not pass or fail
         verdict = {"passed": False, "checks": [{"ok": False, "text": error["message"]}]}
         if self.store.transition(run_id, (S.RUNNING,), end_state(run), outcome="failed",
@@ -590,9 +590,7 @@ class PilotService(Records):
     def close(self) -> None:
         """Close what the dispatchers hold open (SSH sessions and their event loop)."""
         for dispatcher in self.dispatchers.values():
-            close = getattr(dispatcher, "close", None)
-            if callable(close):
-                close()
+            dispatcher.close()
 
     # -- helpers ------------------------------------------------------------------
     def _dispatcher(self, run: dict[str, Any]) -> Dispatcher:
@@ -699,11 +697,3 @@ def _csv(run: dict[str, Any]) -> str | None:
     return str(path) if path.exists() else None
 
 
-def _log_text(path: Path, limit: int = 64 * 1024) -> str:
-    """The end of the runner's log (its last ``limit`` bytes)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, path.stat().st_size - limit))
-            return fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""

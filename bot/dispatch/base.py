@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 from runner.events import Event
 
+LOG_TAIL_BYTES = 64 * 1024  # of the runner's output kept to describe a runner that died
+
 
 @dataclass(frozen=True)
 class RunHandle:
@@ -44,3 +46,22 @@ class Dispatcher(Protocol):
 
     def stop(self, handle: RunHandle) -> None:
         """Stop the runner (used on shutdown of tests, never on a bot restart)."""
+
+    def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
+        """The end of the runner's own output (``runner.log`` where the runner ran: this
+        host, or the node); "" when there is none or it cannot be read now."""
+
+    def close(self) -> None:
+        """Release what the dispatcher holds open (connections, an event loop); a later
+        call opens them again."""
+
+
+
+def read_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of a local file as text ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - limit))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import runner
-from bot.dispatch.base import RunHandle
+from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, read_tail
 from bot.errors import DispatchError
 from runner.events import Event, read_events
 
@@ -105,6 +105,12 @@ class LocalDispatcher:
 
     def fetch_results(self, handle: RunHandle) -> Path | None:
         return None  # the runner's own copy is already on this host
+
+    def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
+        return read_tail(handle.run_dir / "runner.log", limit)
+
+    def close(self) -> None:
+        """Nothing is held open: each runner is its own detached process."""
 
     def stop(self, handle: RunHandle, grace_s: float = 10.0) -> None:
         """SIGTERM to the runner's process group (it writes run.finished and exits), then

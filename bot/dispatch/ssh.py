@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import asyncssh
 
-from bot.dispatch.base import RunHandle
+from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle
 from bot.dispatch.fetch import fetch_results
 from bot.dispatch.node_scripts import probe_command, stop_command
 from bot.dispatch.upload import (
@@ -125,6 +125,15 @@ class SSHDispatcher:
 
     def fetch_results(self, handle: RunHandle) -> Path | None:
         return self._call(fetch_results(self, handle, *locate(handle)), timeout=900)
+
+    def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
+        """The end of ``runner.log`` on the node ("" while the node cannot be reached)."""
+        node, layout = locate(handle)
+        try:
+            data = self._call(self._read_tail(node, layout["run_dir"] + "/runner.log", limit), 60)
+        except NodeUnreachable:
+            return ""
+        return data.decode("utf-8", errors="replace")
 
     def stop(self, handle: RunHandle) -> None:
         """Raises ``NodeUnreachable`` when the node cannot be reached: nothing was stopped."""
@@ -291,6 +300,19 @@ class SSHDispatcher:
                 async with sftp.open(path, "rb") as fh:
                     await fh.seek(offset)
                     return bytes(await fh.read(READ_LIMIT))
+            except asyncssh.SFTPNoSuchFile:
+                return b""
+
+        return await self.guarded(node, work)
+
+    async def _read_tail(self, node: SSHNode, path: str, limit: int) -> bytes:
+        async def work(conn: Any) -> bytes:
+            sftp = await self.sftp_of(conn)
+            try:
+                size = (await sftp.stat(path)).size or 0
+                async with sftp.open(path, "rb") as fh:
+                    await fh.seek(max(0, size - limit))
+                    return bytes(await fh.read(limit))
             except asyncssh.SFTPNoSuchFile:
                 return b""
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.base import RunHandle
+from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, read_tail
 from runner.events import Event, read_events, utc_now
 
 
@@ -55,6 +55,12 @@ class ScriptedDispatcher:
         return None if self.is_alive(handle) else self.exit_code_value
 
     def fetch_results(self, handle: RunHandle) -> None:
+        return None
+
+    def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
+        return read_tail(handle.run_dir / "runner.log", limit)
+
+    def close(self) -> None:
         return None
 
     def stop(self, handle: RunHandle) -> None:

@@ -21,7 +21,7 @@ from runner.events import Event
 
 def write_project(root: Path, node: dict[str, Any], *, count: int = 4,
                   gate_after: int | None = None, name: str = "remote-demo",
-                  copy_to: str | None = None) -> Path:
+                  copy_to: str | None = None, die_after: int | None = None) -> Path:
     """A project with ``count`` documents and a manifest whose node is ``node``."""
     docs = root / "data" / "pilote"
     docs.mkdir(parents=True, exist_ok=True)
@@ -30,6 +30,8 @@ def write_project(root: Path, node: dict[str, Any], *, count: int = 4,
     (root / "src").mkdir(exist_ok=True)
     (root / "src" / "app.py").write_text("VALUE = 1\n")
     params = {"gate_after": gate_after} if gate_after is not None else {}
+    if die_after is not None:
+        params["die_after"] = die_after
     manifest = {
         "apiVersion": "preflight/v1", "name": name, "purpose": "inference",
         "hardware": {"gpu": "cpu", "lots": 1, "days": 3, "lot_price_usd_per_day": "0"},

@@ -209,3 +209,25 @@ def test_dispatch_to_a_lease_not_provisioned_is_refused(tmp_path: Path, sshd: Ss
         assert not (tmp_path / "node").exists()
     finally:
         bot.close()
+
+
+def test_a_runner_that_died_on_the_node_is_quoted_from_the_nodes_log(tmp_path: Path,
+                                                                      sshd: Sshd) -> None:
+    workdir = tmp_path / "node"
+    manifest = write_project(tmp_path / "project", sshd.node(workdir), die_after=2)
+    bot = make_bot(tmp_path / "home", sshd.dispatcher())
+    try:
+        provision(bot.store, sshd.lease_key)
+        run_id = submit(bot, manifest)
+        bot.service.start(run_id)
+        run = bot.service.follow(run_id, timeout=60)
+        assert run["outcome"] == "failed" and run["first_error"]["type"] == "RunnerExited"
+        # runner.log exists on the node only: the dispatcher read its tail over SSH
+        assert not (Path(run["run_dir"]) / "runner.log").exists()
+        assert "out of patience at item 2" in run["first_error"]["message"]
+        handle = RunHandle(run_id, Path(run["run_dir"]), Path(run["spec_path"]),
+                           Path(run["run_dir"]), node=run["node"])
+        assert bot.dispatcher.log_tail(handle).endswith("out of patience at item 2\n")
+        assert bot.dispatcher.log_tail(handle, limit=10) == "at item 2\n"
+    finally:
+        bot.close()

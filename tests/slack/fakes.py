@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.base import RunHandle
+from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, read_tail
 from runner.events import STAGES, Event, read_events, utc_now
 
 CATEGORIES = ("invoice", "contract", "support", "research")
@@ -175,6 +175,12 @@ class ReplayDispatcher:
         return None if self.is_alive(handle) else 0
 
     def fetch_results(self, handle: RunHandle) -> None:
+        return None
+
+    def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
+        return read_tail(handle.run_dir / "runner.log", limit)
+
+    def close(self) -> None:
         return None
 
     def stop(self, handle: RunHandle) -> None:

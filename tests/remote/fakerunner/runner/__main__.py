@@ -2,7 +2,9 @@
 
 It lists the inputs named by the spec (so the test sees the paths were rewritten for the
 node), emits one ``item.done`` per input and, when ``task.params.gate_after`` is set,
-waits after that many items until a file ``go`` appears in the run directory.
+waits after that many items until a file ``go`` appears in the run directory; with
+``task.params.die_after`` it says why on stderr after that many items and dies (exit 9)
+without ``run.finished``, like a runner the kernel killed.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ def main() -> int:
     emit("stage.started", stage="pilot")
     gate = params.get("gate_after")
     for n, item in enumerate(inputs):
+        if params.get("die_after") == n:
+            sys.stderr.write(f"fake runner: out of patience at item {n}\n")
+            sys.stderr.flush()
+            os._exit(9)
         if gate is not None and n == gate:
             deadline = time.monotonic() + 120
             while not os.path.exists(os.path.join(run_dir, "go")):
