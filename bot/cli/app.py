@@ -116,11 +116,23 @@ def _follow(service: Any, run_id: str) -> dict[str, Any]:
         raise typer.Exit(130) from None
 
 
+def ask_decision(ask: Any, say: Any) -> str | None:
+    """Ask until the answer is a decision or empty (decide later): a typo is asked again,
+    never recorded as a refused decision."""
+    while True:
+        answer = str(ask()).strip().lower()
+        if not answer or answer in DECISIONS:
+            return answer or None
+        say(f"{answer!r} is not a decision: type one of {', '.join(DECISIONS)}, or nothing "
+            "to decide later", highlight=False, markup=False)
+
+
 def _after_run(service: Any, run: dict[str, Any], decide: str | None, reason: str | None,
                user: str, override: bool) -> None:
     if decide is None and sys.stdin.isatty():
-        decide = typer.prompt(f"Decision ({' / '.join(DECISIONS)}, empty to decide later)",
-                              default="", show_default=False).strip() or None
+        decide = ask_decision(lambda: typer.prompt(
+            f"Decision ({' / '.join(DECISIONS)}, empty to decide later)", default="",
+            show_default=False), err_console.print)
         if decide is not None:
             reason = typer.prompt("Reason")
             user = typer.prompt("Decided by", default=user)

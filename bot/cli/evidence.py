@@ -19,6 +19,12 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
     ) -> None:
         """Check every SHA256SUMS entry and the files needed to understand the result."""
+        from pathlib import Path
+
+        if "://" not in path and not Path(path).is_dir():  # an unusable path: exit 2
+            typer.echo(f"error: {path}: " + ("not a directory" if Path(path).exists() else
+                                             "no such directory"), err=True)
+            raise typer.Exit(2)
         try:
             report = verify_evidence(path)
         except RunnerError as exc:  # the runner's errors end here, as a message

@@ -27,7 +27,16 @@ _VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("an API secret key (sk-...)", re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{32,}")),
     ("a PEM block (key material)", re.compile(r"-----BEGIN [A-Z0-9 ]+-----")),
     ("a URL with a user and password", re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")),
+    ("a bearer token", re.compile(r"\bBearer\s+[A-Za-z0-9._~+/-]{20,}=*", re.IGNORECASE)),
+    ("a JSON Web Token",
+     re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+")),
+    ("a Weights & Biases API key",
+     re.compile(r"(?i)\b(?:wandb|wb)[\w-]{0,20}\s*[:=]\s*['\"]?[0-9a-f]{40}\b")),
 )
+# A bare 40-hex value is a git commit as often as a W&B key: a credential under a key that
+# says wandb (``wandb_key: 0123…``), a commit elsewhere.
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_WANDB_KEY = re.compile(r"(?i)wandb|^wb_|_wb$|^wb$")
 
 _SECRET_KEYS = frozenset({"password", "passwd", "pwd", "passphrase", "secret", "token",
                           "api_key", "apikey", "access_key", "secret_key", "private_key",
@@ -86,6 +95,10 @@ def _walk(data: Any, path: Path, seen: set[int]) -> Iterator[SecretFinding]:
             sub = (*path, str(key))
             if isinstance(key, str) and is_secret_key(key) and _has_value(value):
                 yield SecretFinding(sub, f"a credential (key {key!r} with a value)")
+                continue
+            if isinstance(key, str) and _WANDB_KEY.search(key) and isinstance(value, str) \
+                    and _HEX40.match(value.strip()):
+                yield SecretFinding(sub, "a Weights & Biases API key (40 hex characters)")
                 continue
             yield from _walk(value, sub, seen)
     elif isinstance(data, list):

@@ -226,7 +226,8 @@ def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Me
         if run.get("volume_run"):
             pairs.append(("Volume run", str(run["volume_run"])))
         return Message(run["id"], "decision",
-                       (Heading(f"Decision: {label}{over}"), Fields(tuple(pairs))),
+                       (Heading(f"Decision: {label}{over}"), Fields(tuple(pairs)),
+                        *_refused(decisions)),
                        summary=f"{run['name']}: {label} by {d['by']}")
     buttons = (Button("approve", "Approve scale-up", run["id"], "primary"),
                Button("fix-env", "Fix environment", run["id"], "danger"),
@@ -234,8 +235,19 @@ def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Me
     return Message(run["id"], "decision",
                    (Heading("Decision"), Text("Launch the volume, fix the environment, or revise "
                                               "the configuration. A reason is required."),
-                    Actions(buttons)),
+                    *_refused(decisions), Actions(buttons)),
                    summary=f"{run['name']}: awaiting a decision")
+
+
+def _refused(decisions: list[dict[str, Any]], shown: int = 10) -> tuple[Any, ...]:
+    """The refused attempts (recorded with why), newest last: the thread shows them too."""
+    refused = [d for d in decisions if not d.get("accepted")]
+    if not refused:
+        return ()
+    rows = tuple((str(d.get("decision")), str(d.get("by")), str(d.get("at")),
+                  _short(d.get("refusal"), 120)) for d in refused[-shown:])
+    return (Text(f"{len(refused)} refused attempt(s):", style="warn"),
+            Table(("decision", "by", "when", "refused because"), rows, len(refused)))
 
 
 def _volume_decision(run: dict[str, Any]) -> Message:

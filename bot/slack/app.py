@@ -141,18 +141,24 @@ def install_log_redaction(logger: logging.Logger | None = None) -> None:
 
 
 def describe_token_problem(settings: Settings, *, http: bool) -> str | None:
-    """One line naming what is missing or malformed, or None when the tokens look right."""
+    """Every token that is missing or malformed, one per line; None when they look right."""
+    problems = []
     token = settings.slack_bot_token
     if not token:
-        return "SLACK_BOT_TOKEN is not set: copy the Bot User OAuth Token (xoxb-…) of the app"
-    if not token.startswith("xoxb-"):
-        return "SLACK_BOT_TOKEN must be a bot token starting with xoxb-"
+        problems.append("SLACK_BOT_TOKEN is not set: copy the Bot User OAuth Token (xoxb-…) "
+                        "of the app")
+    elif not token.startswith("xoxb-"):
+        problems.append("SLACK_BOT_TOKEN must be a bot token starting with xoxb-")
     if http and not settings.slack_signing_secret:
-        return "SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request with it"
+        problems.append("SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request "
+                        "with it")
     app_token = settings.slack_app_token
-    if not http and app_token is not None and not app_token.startswith("xapp-"):
-        return "SLACK_APP_TOKEN must be an app-level token starting with xapp-"
-    return None
+    if not http and not app_token:
+        problems.append("SLACK_APP_TOKEN is not set: set it (xapp-…) for Socket Mode, or run "
+                        "`preflight serve --http --port N` behind a public URL")
+    elif not http and app_token is not None and not app_token.startswith("xapp-"):
+        problems.append("SLACK_APP_TOKEN must be an app-level token starting with xapp-")
+    return "\n".join(problems) or None
 
 
 def bolt_problem(exc: Any) -> str:

@@ -33,10 +33,7 @@ def serve(
         policy = policy_for(settings)  # a broken policy file: the bot does not start
     except PolicyError as exc:
         _die(f"{exc}\nfix the policy file (docs/security.md lists every key) and start again")
-    if not http and not settings.slack_app_token:
-        _die("SLACK_APP_TOKEN is not set: set it (xapp-…) for Socket Mode, "
-             "or run `preflight serve --http --port N` behind a public URL")
-    problem = describe_token_problem(settings, http=http)
+    problem = describe_token_problem(settings, http=http)  # every missing token at once
     if problem:
         _die(problem)
     logging.basicConfig(level=logging.INFO,
@@ -128,5 +125,6 @@ def _serve_socket_mode(app: Any, settings: Settings, bot_user: str, said: str) -
 
 
 def _die(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    for line in message.splitlines():
+        typer.echo(f"error: {line}", err=True)
     raise typer.Exit(2)

@@ -58,3 +58,16 @@ def test_recursive_structures_are_safe() -> None:
 def test_text_lines() -> None:
     text = "torch==2.1\n--extra-index-url https://u:p@pypi.example.net/simple\n"
     assert find_secrets_in_text(text) == [(2, "a URL with a user and password")]
+
+
+def test_wandb_keys_and_bearer_jwts_are_found_but_a_commit_is_not() -> None:
+    from bot.manifest.secrets import classify_value, find_secrets
+
+    key = "0123456789abcdef0123456789abcdef01234567"
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9P"
+    found = find_secrets({"params": {"wandb_key": key, "revision": key,
+                                     "headers": [f"Authorization: Bearer {jwt}"]}})
+    assert {f.path for f in found} == {("params", "wandb_key"), ("params", "headers", 0)}
+    assert classify_value(f"WANDB_API_KEY={key}") == "a Weights & Biases API key"
+    assert classify_value(jwt) == "a JSON Web Token"
+    assert classify_value(f"pinned at commit {key}") is None

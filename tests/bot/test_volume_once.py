@@ -90,3 +90,14 @@ def test_the_store_refuses_a_second_volume_of_one_pilot(tmp_path: Path) -> None:
     with pytest.raises(VolumeExists):
         service._launch_volume(pilot)
     assert {p.name for p in Path(row["run_dir"]).parent.iterdir()} == before
+
+
+def test_refused_decisions_are_shown_in_the_thread(tmp_path: Path) -> None:
+    from bot.console.render import to_text
+
+    service, pilot, _ = approved(tmp_path, approvers="[alice, carol]")
+    with pytest.raises(DecisionRefused):
+        service.decide(pilot, "revise", "too late", "carol")
+    text = to_text({m.key: m for m in service.thread_messages(pilot)}["decision"])
+    assert "1 refused attempt(s):" in text and "carol" in text
+    assert "already decided" in text

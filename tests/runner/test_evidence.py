@@ -125,6 +125,10 @@ def test_preflight_verify_command(tmp_path: Path) -> None:
     bad = cli.invoke(app, ["verify", str(tmp_path / "d"), "--json"])
     assert bad.exit_code == 1
     assert json.loads(bad.output)["problems"] == ["spec.json: checksum mismatch (content changed)"]
+    # an unusable path is a bad invocation (exit 2), not an evidence folder that failed
+    missing = cli.invoke(app, ["verify", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2 and "no such directory" in missing.output
+    assert cli.invoke(app, ["verify", str(tmp_path / "d" / "spec.json")]).exit_code == 2
 
 
 def copy_with(tmp: Path, name: str, text: str) -> list[str]:

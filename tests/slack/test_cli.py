@@ -30,12 +30,15 @@ def serve(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProce
                           timeout=60)
 
 
-def test_missing_tokens_give_one_clear_line(tmp_path: Path) -> None:
+def test_missing_tokens_give_one_clear_line_each(tmp_path: Path) -> None:
     done = serve(tmp_path)
     assert done.returncode == 2
-    assert done.stderr.strip().count("\n") == 0 and "SLACK_APP_TOKEN" in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 2, lines  # every missing token at once, not only the first
+    assert "SLACK_BOT_TOKEN is not set" in lines[0] and "SLACK_APP_TOKEN is not set" in lines[1]
     done = serve(tmp_path, "--http")
     assert done.returncode == 2 and "SLACK_BOT_TOKEN is not set" in done.stderr
+    assert "SLACK_SIGNING_SECRET is not set" in done.stderr
     done = serve(tmp_path, "--http", SLACK_BOT_TOKEN=TOKEN)
     assert done.returncode == 2 and "SLACK_SIGNING_SECRET" in done.stderr
 
