@@ -286,7 +286,8 @@ def diff(run_a: str = typer.Argument(..., help="the earlier run"),
     except PreflightError as exc:
         raise _fail(str(exc), 2) from exc
     manifest = diff_manifests(a.get("manifest_json") or {}, b.get("manifest_json") or {})
-    facts = diff_facts(a.get("environment") or {}, b.get("environment") or {})
+    facts = diff_facts(a.get("environment") or {}, b.get("environment") or {},
+                       (str(a["id"]), str(b["id"])))
     warning = one_factor_warning(manifest)
     if as_json:
         typer.echo(json.dumps({"a": a["id"], "b": b["id"],

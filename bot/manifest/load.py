@@ -87,7 +87,7 @@ def load_manifest(text: str, *, source: str, base_dir: Path,
                   catalog: Catalog | None = None) -> LoadedManifest:
     """Parse and check ``text``; raise ManifestError listing every problem found."""
     try:
-        data, source_map = parse_text(text)
+        data, source_map = parse_text(text, keep_duplicates=True)
     except SourceError as exc:
         raise ManifestUnreadable(exc.problems, source=source) from exc
     if not isinstance(data, dict):
@@ -96,6 +96,7 @@ def load_manifest(text: str, *, source: str, base_dir: Path,
                                      f"name, hardware, ...), found {_kind(data)}", line,
                                      column)], source=source)
     report = Report(source_map)
+    report.errors += source_map.duplicates  # reported beside every other problem
     manifest, parts = _validate(data, report)
     check_rules(parts, data, base_dir=Path(base_dir), catalog=catalog or default_catalog(),
                 report=report)

@@ -44,6 +44,7 @@ class SourceMap:
 
     marks: dict[FieldPath, tuple[int, int]] = field(default_factory=dict)
     kinds: dict[FieldPath, str] = field(default_factory=dict)
+    duplicates: list[Problem] = field(default_factory=list)
 
     def resolve(self, loc: Sequence[Any]) -> tuple[FieldPath, FieldPath]:
         """Split ``loc`` into the deepest existing path and the remaining elements.
@@ -88,8 +89,13 @@ def _is_tag(element: Any) -> bool:
     return isinstance(element, str) and any(c in element for c in "[]()")
 
 
-def parse_text(text: str) -> tuple[Any, SourceMap]:
-    """Data and source map of ``text``; SourceError with located problems when unparsable."""
+def parse_text(text: str, *, keep_duplicates: bool = False) -> tuple[Any, SourceMap]:
+    """Data and source map of ``text``; SourceError with located problems when unparsable.
+
+    A repeated key raises too, unless ``keep_duplicates``: then each one is listed in
+    ``SourceMap.duplicates`` (the last value is kept) so the caller reports it beside every
+    other problem of the document instead of hiding them.
+    """
     text = text.lstrip("\ufeff")
     if text.lstrip().startswith("{"):
         # JSON is YAML, except that YAML refuses tabs as indentation; JSON strings cannot
@@ -104,8 +110,9 @@ def parse_text(text: str) -> tuple[Any, SourceMap]:
         _check_size(node)
         duplicates: list[Problem] = []
         _index(node, (), source, set(), duplicates)
-        if duplicates:
+        if duplicates and not keep_duplicates:
             raise SourceError(duplicates)
+        source.duplicates = duplicates
         data = _construct(loader, node)
         _keep_price_text(node, data)
     except yaml.YAMLError as exc:
@@ -121,12 +128,12 @@ def _construct(loader: Any, root: yaml.Node) -> Any:
     """Build the data; a scalar its tag cannot hold (``!!int abc``) is located, not raised."""
     try:
         return loader.construct_document(root)
-    except (ValueError, TypeError, OverflowError, ArithmeticError) as exc:
+    except (ValueError, TypeError, OverflowError, ArithmeticError, LookupError) as exc:
         for node in _scalars(root, set()):
             loader.constructed_objects, loader.recursive_objects = {}, {}
             try:
                 loader.construct_object(node, deep=True)
-            except (ValueError, TypeError, OverflowError, ArithmeticError):
+            except (ValueError, TypeError, OverflowError, ArithmeticError, LookupError):
                 line, column = _mark(node)
                 raise SourceError([Problem(DOCUMENT, f"{node.value!r} cannot be read as "
                                            f"{node.tag.rsplit(':', 1)[-1]}", line, column)]

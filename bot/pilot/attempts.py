@@ -16,6 +16,9 @@ from typing import Any
 ADDED = "added"
 REMOVED = "removed"
 CHANGED = "changed"
+SET = "set"  # a set of plain values: ``old`` what disappeared, ``new`` what appeared
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+                        r"(?:Z|[+-]\d{2}:?\d{2})?")
 
 # Fields that do not change what the pilot does: a new price or approver is not a factor.
 NOT_A_FACTOR = ("approvals", "lease", "hardware.days", "hardware.lots",
@@ -40,6 +43,10 @@ class Change:
             return f"{self.path}: added {_show(self.new)}"
         if self.kind == REMOVED:
             return f"{self.path}: removed (was {_show(self.old)})"
+        if self.kind == SET:
+            parts = ([f"removed {', '.join(map(str, self.old))}"] if self.old else []) + \
+                    ([f"added {', '.join(map(str, self.new))}"] if self.new else [])
+            return f"{self.path}: {'; '.join(parts)}"
         return f"{self.path}: {_show(self.old)} -> {_show(self.new)}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,14 +62,29 @@ def diff_manifests(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     return sorted(_diff(old, new, "", sets=False, ignore=None), key=lambda c: c.path)
 
 
-def diff_facts(old_env: dict[str, Any], new_env: dict[str, Any]) -> list[Change]:
-    """Changes between two runs' environment facts, leaving out per-run noise.
+def diff_facts(old_env: dict[str, Any], new_env: dict[str, Any],
+               run_ids: tuple[str, str] = ("", "")) -> list[Change]:
+    """Changes between two runs' environment facts, leaving out per-run noise: keys that
+    change every run, and values that differ only by the run's own id or a timestamp.
 
-    Lists of plain values (installed packages) are compared as sets: ``old`` holds what
-    disappeared and ``new`` what appeared.
+    Lists of plain values (installed packages) are compared as sets (kind ``set``):
+    ``old`` holds what disappeared and ``new`` what appeared.
     """
+    old_env, new_env = _quiet(old_env, run_ids[0]), _quiet(new_env, run_ids[1])
     return sorted(_diff(old_env, new_env, "", sets=True, ignore=_VOLATILE),
                   key=lambda c: c.path)
+
+
+def _quiet(value: Any, run_id: str) -> Any:
+    """``value`` with its run's id and every timestamp replaced by placeholders."""
+    if isinstance(value, dict):
+        return {k: _quiet(v, run_id) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_quiet(v, run_id) for v in value]
+    if isinstance(value, str):
+        text = value.replace(run_id, "<run>") if run_id else value
+        return _TIMESTAMP.sub("<time>", text)
+    return value
 
 
 def factors(changes: list[Change]) -> list[str]:
@@ -102,7 +124,7 @@ def _diff(old: Any, new: Any, path: str, *, sets: bool,
     if sets and isinstance(old, list) and isinstance(new, list) and _plain(old) and _plain(new):
         gone = sorted(set(old) - set(new), key=str)
         came = sorted(set(new) - set(old), key=str)
-        return [Change(path, gone, came)] if gone or came else []
+        return [Change(path, gone, came, SET)] if gone or came else []
     return [] if _same(old, new) else [Change(path, old, new)]
 
 

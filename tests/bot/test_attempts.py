@@ -66,3 +66,15 @@ def test_facts_ignore_noise_and_compare_package_sets() -> None:
     assert changes["torch.version"].new == "2.4.0"
     assert changes["environment.packages"].old == ["torch==2.3.0"]
     assert changes["environment.packages"].new == ["torch==2.4.0"]
+
+
+def test_a_set_change_says_removed_and_added_and_run_noise_is_left_out() -> None:
+    old = {"environment": {"packages": ["numpy==1.26", "torch==2.3"],
+                           "log": "/runs/20261202T1-a1/runner.log",
+                           "checked": "2026-12-02T10:00:01+00:00"}}
+    new = {"environment": {"packages": ["numpy==2.0", "torch==2.3"],
+                           "log": "/runs/20261203T9-a2/runner.log",
+                           "checked": "2026-12-03T11:12:13+00:00"}}
+    changes = diff_facts(old, new, ("20261202T1-a1", "20261203T9-a2"))
+    assert [str(c) for c in changes] == [
+        "environment.packages: removed numpy==1.26; added numpy==2.0"]

@@ -71,3 +71,15 @@ def test_a_params_path_outside_the_project_fails_validate_and_plan(tmp_path: Pat
         assert code == 1, (command, out)
         errors = json.loads(out)["errors"]
         assert any(e["loc"] == "project.params.config" and e["line"] for e in errors), errors
+
+
+def test_a_duplicate_key_does_not_hide_the_other_errors(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    text = dump(merged(hardware={"lots": 0}, bogus=1)).replace(
+        "name: pilot-test\n", "name: pilot-test\nname: again\n")
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    code, out = invoke("validate", str(path), "--json")
+    assert code == 1
+    found = {e["loc"] for e in json.loads(out)["errors"]}
+    assert {"name", "hardware.lots", "bogus"} <= found, found
