@@ -133,7 +133,7 @@ def _check_node(policy: Policy, data: dict[str, Any], marks: SourceMap) -> list[
     elif isinstance(node.get("host"), str):
         port = node.get("port", 22)
         key = lease_key(node["host"], port if isinstance(port, int) else 22)
-        user = node.get("user")
+        user = node.get("user") if isinstance(node.get("user"), str) else None
         listed = allowed is not None and any(k == key and u in (None, user) for u, k in allowed)
         if allowed is not None and not listed:
             out.append(Refusal("nodes", f"{_at(marks, ('node', 'host'))}: node "
@@ -179,9 +179,13 @@ def _check_paths(policy: Policy, data: dict[str, Any], marks: SourceMap, *, orig
                  base_dir: Path) -> list[Refusal]:
     project = _section(data, "project", "dir")
     project_dir = _resolve(base_dir, project if isinstance(project, str) else ".")
+    if project_dir is None:
+        project_dir = Path("/nonexistent/unresolvable")  # its own refusal below says why
     if origin == "slack":
         roots, where = policy.roots, policy.where("project_roots")
-        wanted: list[tuple[tuple[str, ...], Path]] = [(("project", "dir"), project_dir)]
+        wanted: list[tuple[tuple[str, ...], Path | None]] = [
+            (("project", "dir"), _resolve(base_dir, project if isinstance(project, str)
+                                          else "."))]
     else:  # the terminal: the manifest's directory tree and the project it names
         roots, where = (base_dir.resolve(), project_dir), "the CLI's rule (no policy key)"
         wanted = []
@@ -194,9 +198,10 @@ def _check_paths(policy: Policy, data: dict[str, Any], marks: SourceMap, *, orig
         wanted.append((loc, _resolve(project_dir, value.removeprefix("file://"))))
     # The message says what was written, never where a link leads (that would tell a
     # Slack member about the bot host's files).
-    return [Refusal("project_roots", f"{_at(marks, loc)}: {_written(data, loc)} resolves "
-                    f"outside the project roots ({', '.join(map(str, roots))})", where)
-            for loc, path in wanted if not inside(path, roots)]
+    return [Refusal("project_roots", f"{_at(marks, loc)}: {_written(data, loc)} "
+                    + ("resolves outside" if path is not None else "cannot be resolved within")
+                    + f" the project roots ({', '.join(map(str, roots))})", where)
+            for loc, path in wanted if path is None or not inside(path, roots)]
 
 
 def _written(data: dict[str, Any], loc: tuple[str, ...]) -> str:
@@ -209,8 +214,11 @@ def check_files(policy: Policy, files: Iterable[Path], what: str) -> list[Refusa
     roots is refused like a path written outside them."""
     roots = policy.roots
     for file in files:
-        target = Path(file).resolve()
-        if not inside(target, roots):
+        try:
+            target: Path | None = Path(file).resolve()
+        except (OSError, RuntimeError, ValueError):  # a link loop
+            target = None
+        if target is None or not inside(target, roots):
             return [Refusal("project_roots", f"{what} {Path(file).name!r} is a link leading "
                             f"outside the project roots ({', '.join(map(str, roots))})",
                             policy.where("project_roots"))]
@@ -221,9 +229,14 @@ def inside(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == root or path.is_relative_to(root) for root in roots)
 
 
-def _resolve(base: Path, value: str) -> Path:
-    return Path(os.path.join(base, os.path.expanduser(value) if value.startswith("~") else value)
-                ).resolve()
+def _resolve(base: Path, value: str) -> Path | None:
+    """``value`` from ``base``, ``..`` and symlinks resolved; None when it cannot be (a NUL
+    byte, a link loop): such a path is refused, never guessed."""
+    try:
+        return Path(os.path.join(base, os.path.expanduser(value) if value.startswith("~")
+                                 else value)).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
 
 
 # -- approve --------------------------------------------------------------------------

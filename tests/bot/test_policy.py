@@ -220,3 +220,18 @@ def test_a_config_link_out_of_the_roots_is_refused_before_it_is_read(tmp_path: P
         guard.check_files(loaded, user="U0MEMBER", origin="slack")
     guard.check_files(loaded, user="U0MEMBER", origin="cli")  # the terminal: not checked
     assert [r["rule"] for r in guard.store.refusals()] == ["project_roots"]  # type: ignore[attr-defined]
+
+
+def test_odd_values_are_refused_not_crashed_on(tmp_path: Path) -> None:
+    base, _ = slack_project(tmp_path)
+    (base / "team" / "loop").symlink_to(base / "team" / "loop")
+    p = policy(tmp_path, "nodes: [gpu-1.example]\n")
+    for section in ({"inputs": {"dir": "data\x00/pilote"}}, {"inputs": {"dir": "loop/x"}}):
+        data = merged(project={"dir": "team"}, **section)
+        refusals = submission(p, data, base)
+        assert [r.rule for r in refusals] == ["nodes", "project_roots"], section
+        assert "cannot be resolved" in refusals[1].message
+    odd = merged(project={"dir": "team"}, node={"kind": "ssh", "host": "gpu-1.example",
+                                                "user": 5, "port": "x"})
+    assert submission(p, odd, base) == []  # the manifest's own validation refuses it
+    assert checks.check_files(p, [base / "team" / "loop"], "file")
