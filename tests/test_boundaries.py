@@ -76,3 +76,124 @@ def test_only_settings_reads_the_environment() -> None:
                     and isinstance(node.value, ast.Name) and node.value.id == "os":
                 bad.append(where(path, node.lineno))
     assert bad == []
+
+
+# -- layers by folder ---------------------------------------------------------------
+
+def _importer(path: Path) -> str:
+    return str(path.relative_to(REPO))
+
+
+def _bot_imports() -> list[tuple[Path, str, int]]:
+    return [(p, m, n) for p in modules("bot") for m, n in imports(p)]
+
+
+def test_only_the_store_talks_sql() -> None:
+    bad = [f"{where(p, n)} imports {m}" for p, m, n in _bot_imports()
+           if m.split(".")[0] in ("sqlite3", "sqlite_utils")
+           and not _importer(p).startswith("bot/store/")]
+    assert bad == []
+
+
+PURE = ("bot/manifest/", "bot/pilot/")
+NOT_FROM_PURE = ("bot.store", "bot.dispatch", "bot.slack", "bot.cli", "bot.console",
+                 "bot.service", "bot.compose", "bot.schedule", "bot.records")
+
+
+def test_manifest_and_pilot_import_no_store_dispatch_transport_or_service() -> None:
+    bad = [f"{where(p, n)} imports {m}" for p, m, n in _bot_imports()
+           if _importer(p).startswith(PURE)
+           and any(m == f or m.startswith(f + ".") for f in NOT_FROM_PURE)]
+    assert bad == []
+
+
+TRANSPORTS = ("bot.slack", "bot.console", "bot.cli")
+# The entry point: `preflight` (bot/cli, also `python -m bot`) composes the terminal
+# transport's rendering (bot/console) and starts the Slack transport (`serve`).
+ENTRY = ("bot/cli/", "bot/__main__.py")
+
+
+def test_nothing_imports_a_transport_but_the_entry_point() -> None:
+    bad = []
+    for path, module, line in _bot_imports():
+        here = _importer(path)
+        for transport in TRANSPORTS:
+            own = here.startswith(transport.replace(".", "/") + "/")
+            if (module == transport or module.startswith(transport + ".")) and not own \
+                    and not here.startswith(ENTRY):
+                bad.append(f"{where(path, line)} imports {module}")
+    assert bad == []
+
+
+# -- no import cycle, not even inside a function ----------------------------------------
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module of bot/ and runner/ -> the modules of ours it imports, anywhere in it
+    (module level and inside functions); ``from pkg import mod`` counts as ``pkg.mod``."""
+    paths = modules("bot") + modules("runner")
+    known = {_module_name(p) for p in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        name = _module_name(path)
+        edges: set[str] = set()
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module is not None:
+                base = node.module
+                if node.level:
+                    package = name.split(".")[: -node.level or None]
+                    if path.name == "__init__.py":
+                        package = name.split(".")[: len(name.split(".")) - node.level + 1]
+                    base = ".".join([*package, node.module])
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                           for a in node.names]
+            edges |= {t for t in targets if t in known and t != name}
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_in_bot_or_runner() -> None:
+    graph = import_graph()
+    assert "bot.service" in graph and "bot.records" in graph["bot.service"]
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])

@@ -13,15 +13,27 @@ import asyncio
 import errno
 import os
 import shutil
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.upload import SSHNode, verify_fetched
+from bot.dispatch.upload import Backoff, SSHNode, verify_fetched
 from bot.errors import DispatchError, NodeUnreachable
 
-if TYPE_CHECKING:
-    from bot.dispatch.ssh import SSHDispatcher
+T = TypeVar("T")
+
+
+class SSHDispatcher(Protocol):
+    """What a fetch needs of ``bot.dispatch.ssh.SSHDispatcher`` (no import back to it)."""
+
+    attempts: int
+    backoff: Backoff
+
+    async def guarded(self, node: SSHNode,
+                      work: Callable[[Any], Coroutine[Any, Any, T]]) -> T: ...
+
+    async def sftp_of(self, conn: Any) -> Any: ...
 
 LOCAL_ERRORS = (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
 

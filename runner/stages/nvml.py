@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from runner.stages.smi import card_row, throttle_names
+from runner.stages.cardrow import card_row, throttle_names
 
 
 def nvml_cards() -> Tuple[Optional[List[Dict[str, Any]]], Optional[str]]:

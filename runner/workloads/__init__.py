@@ -8,16 +8,15 @@ never trusts that list: it audits ids, duplicates and categories before recordin
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Type
+from typing import Any, Callable, Dict, List
 
 from runner.errors import RunnerError
 from runner.files import write_bytes_atomic
 from runner.inputs import Item
 from runner.spec import RunSpec
+from runner.workloads.project import import_project_module
 
 Handler = Callable[[List[Item], "WorkloadContext"], List[Dict[str, Any]]]
 
@@ -40,25 +39,6 @@ class WorkloadContext:
     device: str = "cpu"
     params: Dict[str, Any] = field(default_factory=dict)
     outputs_dir: str = "outputs"
-
-
-def import_project_module(module_name: str, project_dir: Optional[str], what: str,
-                          error: Type[Exception]) -> Any:
-    """Import a user's module with ``project_dir`` first on ``sys.path``.
-
-    A module that is missing or raises while importing becomes ``error`` naming ``what``.
-    """
-    if project_dir and os.path.isdir(project_dir):
-        absdir = os.path.abspath(project_dir)
-        if absdir not in sys.path:
-            sys.path.insert(0, absdir)
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        raise error(f"{what}: cannot import module {module_name!r}: {exc}") from exc
-    except Exception as exc:
-        raise error(f"{what}: importing module {module_name!r} raised "
-                    f"{type(exc).__name__}: {exc}") from exc
 
 
 def load_handler(spec: RunSpec) -> Handler:

@@ -34,7 +34,7 @@ from runner.errors import RunnerError
 from runner.evidence import file_sha256
 from runner.files import atomic_open, write_json_atomic
 from runner.inputs import Item
-from runner.workloads import import_project_module
+from runner.workloads.project import import_project_module
 
 BUILTIN = "runner.workloads.train"
 DEFAULT_BATCH = 16
