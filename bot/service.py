@@ -29,6 +29,7 @@ from bot.errors import (
 )
 from bot.guard import PolicyGuard
 from bot.manifest.load import LoadedManifest, load_manifest
+from bot.manifest.project_check import git_commit
 from bot.messages import views
 from bot.messages.cards import cards_message
 from bot.messages.forecast_view import forecast_message
@@ -139,6 +140,8 @@ class PilotService(Records):
             except OSError as exc:
                 raise DispatchError(f"cannot create run directory {run_dir}: {exc}") from exc
             spec = build_spec(loaded, plan, run_id, inputs=inputs, kind=kind)
+            spec = replace(spec, project=replace(  # what exactly ran: its git commit
+                spec.project, commit=git_commit(Path(loaded.project_dir))))
             (run_dir / "manifest.yaml").write_text(loaded.text, encoding="utf-8")
             spec_path = run_dir / "spec.json"
             spec_path.write_text(spec.to_json(), encoding="utf-8")

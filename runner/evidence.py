@@ -28,6 +28,7 @@ SUMS = "SHA256SUMS"
 REQUIRED = ("manifest.yaml", "spec.json", "environment.json", "events.jsonl",
             "balance.json", "balance.csv")
 TREES = ("outputs",)
+OPTIONAL = ("provenance.json",)  # copied (and checksummed) when the run wrote it
 # The columns balance.csv must have, and the spec fields that carry the run's parameters.
 BALANCE_COLUMNS = ("id", "status", "category", "reason")
 SPEC_FIELDS = ("run_id", "inputs.dir", "inputs.expected_count", "project.params", "task.params",
@@ -158,6 +159,10 @@ def collect(run_dir: str) -> Tuple[List[Tuple[str, str]], List[str]]:
             missing.append(rel)
             continue
         files.append((rel, path))
+    for rel in OPTIONAL:
+        path = os.path.join(run_dir, rel)
+        if os.path.isfile(path):
+            files.append((rel, path))
     for tree in TREES:
         top = os.path.join(run_dir, tree)
         for base, dirs, names in os.walk(top):
@@ -212,7 +217,7 @@ def copy_evidence(run_dir: str, dest: str) -> EvidenceReport:
         store.write(SUMS, "".join(sums).encode("utf-8"))
     except OSError as exc:
         raise EvidenceError(f"results.copy_to {dest}: cannot write: {exc}") from exc
-    report.files = len(sums) + 1
+    report.files = len(sums)  # the files listed in SHA256SUMS, as `preflight verify` counts
     check = verify_evidence(dest)
     report.problems.extend(check.problems)
     report.verified = check.ok and not missing and not report.problems

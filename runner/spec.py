@@ -39,6 +39,7 @@ class ProjectSpec:
     dir: str = "."
     requirements: Optional[str] = None
     params: Dict[str, Any] = field(default_factory=dict)
+    commit: Optional[str] = None  # the project's git commit, taken by the bot at submit
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,17 @@ from typing import Any, Dict
 from runner.stages import StageContext, StageFailure, StageSkipped
 
 
+def _write_provenance(ctx: StageContext) -> None:
+    import json
+    import os
+
+    from runner.files import write_text_atomic
+    from runner.provenance import NAME, provenance
+
+    write_text_atomic(os.path.join(ctx.run_dir, NAME),
+                      json.dumps(provenance(ctx.spec), indent=2, sort_keys=True) + "\n")
+
+
 def evidence(ctx: StageContext) -> Dict[str, Any]:
     """Copy the evidence to results.copy_to/<run_id>/, then read it back and verify."""
     from runner.evidence import EvidenceError, copy_evidence, join_dest
@@ -18,8 +29,9 @@ def evidence(ctx: StageContext) -> Dict[str, Any]:
         raise StageSkipped("no copy_to in the manifest")
     target = join_dest(dest, ctx.spec.run_id)
     try:
+        _write_provenance(ctx)
         report = copy_evidence(ctx.run_dir, target)
-    except EvidenceError as exc:
+    except (EvidenceError, OSError) as exc:
         raise StageFailure("evidence", str(exc),
                            hint="check results.copy_to is writable from this node") from exc
     ctx.emit("evidence", dest=target, files=report.files, bytes=report.bytes,

@@ -98,3 +98,18 @@ def test_precheck_passes_the_demo_and_stops_a_home_path(tmp_path: Path) -> None:
     with pytest.raises(ProjectCheckError) as info:
         precheck_manifest(load_manifest_file(path))
     assert info.value.problems[0].loc == "task.params.weights"
+
+
+def test_git_commit_is_read_from_the_checkout_without_git(tmp_path: Path) -> None:
+    from bot.manifest.project_check import git_commit
+
+    assert git_commit(tmp_path) is None  # not a git checkout
+    git = tmp_path / ".git"
+    (git / "refs" / "heads").mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "refs" / "heads" / "main").write_text("a" * 40 + "\n")
+    (tmp_path / "src").mkdir()
+    assert git_commit(tmp_path / "src") == "a" * 40  # found from a folder inside
+    (git / "refs" / "heads" / "main").unlink()
+    (git / "packed-refs").write_text(f"# pack-refs\n{'b' * 40} refs/heads/main\n")
+    assert git_commit(tmp_path) == "b" * 40

@@ -81,6 +81,15 @@ def test_demo_pilot_passes_with_the_expected_balance(demo: Demo) -> None:
     assert (status, outcome) == ("decided", "passed")
     decision = db.execute("SELECT decision, by, accepted FROM decisions").fetchall()
     assert decision == [("approve", "alice", 1)]
+    # what exactly ran travels with the evidence: commit, handler file hash, input checksums
+    prov = json.loads((run_dir / "provenance.json").read_text())
+    assert prov["project"]["git_commit"] == "not a git checkout"
+    [code] = prov["code"]
+    assert code["ref"] == "runner.workloads.classify:handle" and len(code["sha256"]) == 64
+    assert [i["id"] for i in prov["inputs"]] == IDS
+    assert all(len(i["sha256"]) == 64 for i in prov["inputs"])
+    sums = next((root / "evidence").rglob("SHA256SUMS")).read_text()
+    assert "  provenance.json\n" in sums
 
 
 def test_runs_and_show(demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:

@@ -157,3 +157,11 @@ def test_a_balance_of_another_run_or_without_its_columns_does_not_verify(
     assert copy_with(tmp_path / "b", "balance.csv", "id,status\na,accepted\n") == [
         "balance.csv: no column category, reason (expected at least id,status,category,"
         "reason)"]
+
+
+def test_the_copy_counts_the_files_that_verify_counts(tmp_path: Path) -> None:
+    copied = copy_evidence(str(make_run(tmp_path)), str(tmp_path / "d"))
+    checked = verify_evidence(str(tmp_path / "d"))
+    assert copied.verified and checked.ok
+    assert copied.files == checked.files  # the panel and `preflight verify` say the same
+    assert copied.bytes == checked.bytes
