@@ -33,7 +33,8 @@ from bot.manifest.project_check import git_commit
 from bot.messages import views
 from bot.messages.cards import cards_message
 from bot.messages.forecast_view import forecast_message
-from bot.messages.model import Attachment, Message, Notifier, Progress
+from bot.messages.model import Attachment, Message, Notifier
+from bot.messages.progress import ProgressMeter
 from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
 from bot.messages.volume_view import progress_of, volume_message
 from bot.pilot.cards import CARD_STAGES
@@ -62,6 +63,7 @@ from runner.events import (
 
 log = logging.getLogger(__name__)
 
+BACKLOG = 2000  # a follower that read this many events at once reads on without waiting
 DISPATCH_GRACE_S = 120  # a start that takes longer than this was interrupted
 LeaseGuard = Callable[[dict[str, Any]], None]
 # The manifest and project checks that stop a pilot before it is planned (ProjectCheckError).
@@ -89,7 +91,9 @@ class PilotService(Records):
         self.lease_guard = lease_guard
         self.precheck = precheck
         self.progress_interval = progress_interval
-        self._progress: dict[str, Progress] = {}
+        self._progress: dict[str, ProgressMeter] = {}
+        self._status_base: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        self._finish_checked: set[str] = set()
         self._last_progress_post: dict[str, float] = {}
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
@@ -267,16 +271,16 @@ class PilotService(Records):
                 stop.wait(poll)
                 continue
             contact.back()
-            run = self.store.get_run(run_id)
+            run = self.store.run_head(run_id)  # every poll: no decoding of the big columns
             if run["status"] != S.RUNNING:
-                return run
+                return self.store.get_run(run_id)
             if not fresh and not self._dispatcher(run).is_alive(self._handle(run)):
                 if not self.pump(run_id):  # the last lines may have landed as it exited
                     self._runner_died(run_id)
                     return self.store.get_run(run_id)
             if deadline is not None and time.monotonic() > deadline:
                 raise DispatchError(f"run {run_id} still running after {timeout} s")
-            if not fresh:
+            if len(fresh) < BACKLOG:  # a steady stream is read once per poll, in chunks
                 stop.wait(poll)
         return self.store.get_run(run_id)
 
@@ -284,9 +288,11 @@ class PilotService(Records):
         """Read, record, then publish whatever the runner appended since last time."""
         fresh = self._ingest(run_id)
         stage_changed = any(e.type in STAGE_EVENT_TYPES for e in fresh)
-        for event in fresh:
-            if event.type == PROGRESS:
-                self._progress[run_id] = progress_of(event.data)
+        progress = [e for e in fresh if e.type == PROGRESS]
+        if progress:  # only the latest counts: nothing per item here
+            meter = self._progress.setdefault(run_id, ProgressMeter())
+            reported = progress_of(progress[-1].data)
+            meter.update(reported.done, reported.total, time.monotonic(), reported.pace)
         if any(e.type in VOLUME_NOTES for e in fresh):
             self._publish_volume(run_id)
         if stage_changed:
@@ -295,13 +301,17 @@ class PilotService(Records):
             self._publish_cards(run_id)
         elif any(e.type == PROGRESS for e in fresh):
             self._maybe_publish_progress(run_id)
-        if self._since_resume(run_id, RUN_FINISHED):
+        # run.finished is looked for when it arrives, and once per run in this process (a
+        # run whose run.finished was recorded by a bot that stopped before finishing it).
+        if (any(e.type == RUN_FINISHED for e in fresh) or run_id not in self._finish_checked) \
+                and self._since_resume(run_id, RUN_FINISHED):
             self._finish(run_id)
+        self._finish_checked.add(run_id)
         return fresh
 
     def _ingest(self, run_id: str) -> list[Event]:
         """Read and record (nothing published) what the runner appended since last time."""
-        run = self.store.get_run(run_id)
+        run = self.store.run_head(run_id)
         if run["status"] != S.RUNNING:
             return []
         handle = self._handle(run)
@@ -407,6 +417,7 @@ class PilotService(Records):
                                  finished_at=_now(), exit_code=finished.data.get("exit_code")):
             self._publish_outcome(run_id)
             self._progress.pop(run_id, None)
+            self._status_base.pop(run_id, None)
 
     def _forecast(self, run: dict[str, Any], stages: list[dict[str, Any]]
                   ) -> dict[str, Any] | None:
@@ -494,7 +505,7 @@ class PilotService(Records):
 
     def _since_resume(self, run_id: str, etype: str) -> list[Event]:
         """Events of a type written by the current runner (after the last resume)."""
-        after = int(self.store.get_run(run_id).get("resume_seq") or 0)
+        after = int(self.store.run_head(run_id).get("resume_seq") or 0)
         return self.store.events_of_type(run_id, etype, after_seq=after)
 
     # -- decide -------------------------------------------------------------------
@@ -610,9 +621,15 @@ class PilotService(Records):
                          project_dir=Path(_project_dir(run)), pid=run.get("pid"), resume=resume,
                          node=run.get("node"))
 
-    def _status(self, run_id: str) -> Message:
-        return views.status_message(self.store.get_run(run_id), self.store.stages(run_id),
-                                    self._progress.get(run_id))
+    def _status(self, run_id: str, *, cached: bool = False) -> Message:
+        """The status message; ``cached``: the run and stages as last read (a progress
+        update changes only the counts, so it reads nothing from the store)."""
+        base = self._status_base.get(run_id) if cached else None
+        if base is None:
+            base = self._status_base[run_id] = (self.store.get_run(run_id),
+                                                self.store.stages(run_id))
+        meter = self._progress.get(run_id)
+        return views.status_message(*base, meter.block() if meter else None)
 
     def _publish_status(self, run_id: str) -> None:
         self._last_progress_post[run_id] = time.monotonic()
@@ -634,7 +651,8 @@ class PilotService(Records):
 
     def _maybe_publish_progress(self, run_id: str) -> None:
         if time.monotonic() - self._last_progress_post.get(run_id, 0.0) >= self.progress_interval:
-            self._publish_status(run_id)
+            self._last_progress_post[run_id] = time.monotonic()
+            self._publish(self._status(run_id, cached=True))
 
     def _publish_outcome(self, run_id: str) -> None:
         self.write_report(run_id)  # every run that ended has one, whichever way it ended

@@ -78,6 +78,7 @@ class TaskSpec:
     params: Dict[str, Any] = field(default_factory=dict)
     trainer: Optional[str] = None
     item_timeout_s: float = 300.0
+    torch_threads: Optional[int] = None  # None: the cores the worker owns (runner/threads.py)
 
 
 @dataclass(frozen=True)

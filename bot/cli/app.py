@@ -30,6 +30,7 @@ from bot.settings import Settings
 from bot.slack import serve as slack_serve
 
 log = logging.getLogger("preflight")
+FOLLOW_POLL_S = 0.25  # the terminal reads new events this often (drawn on its own timer)
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Prove a rented GPU machine on a small pilot before the full job.")
 
@@ -108,7 +109,7 @@ def run(
 def _follow(service: Any, run_id: str) -> dict[str, Any]:
     """Follow a run; Ctrl-C stops following, never the runner (it runs detached)."""
     try:
-        return dict(service.follow(run_id))
+        return dict(service.follow(run_id, poll=FOLLOW_POLL_S))
     except KeyboardInterrupt:
         service.notifier.close_live()
         err_console.print(f"stopped following {run_id}; the runner keeps going. Follow it "
@@ -168,7 +169,7 @@ def decide(
     try:
         record = service.decide(run_id, decision, reason, by or settings.user, override=override)
         if record.get("volume_run") and follow:
-            service.follow(record["volume_run"])
+            service.follow(record["volume_run"], poll=FOLLOW_POLL_S)
     except PreflightError as exc:
         raise _fail(str(exc), 1 if isinstance(exc, DecisionRefused) else exc.exit_code) from exc
     finally:

@@ -1,41 +1,103 @@
 """The terminal transport: the pilot thread as the chat would get it, live.
 
-The status message is one rich Live display updated in place as stages pass (with the
-items' progress bar); every other message is printed once, in thread order.
+The status message is drawn on a timer, never per event: ``publish`` only keeps the latest
+state (cheap, whatever the rate of events), and a timer thread draws it. On a terminal,
+one rich Live display is redrawn when the state changed (at most every ``tick_s``) and once
+a second for the running stage's clock. Off a terminal (a log, a pipe, CI), plain lines: one
+per stage that ends, with its elapsed time, and every ``plain_every_s`` one line for the
+running stage (its time so far; the pilot's done/total, items per second and ETA), so a
+long stage is never silent. Every other message is printed once, in thread order, and the
+status as it ended is printed before it.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+
 from rich.console import Console
 from rich.live import Live
 
-from bot.console.render import to_rich
+from bot.console.render import stage_changes, status_line, to_rich
 from bot.messages.model import Message
+
+CLOCK_S = 1.0  # a terminal's unchanged status is redrawn this often (the running clock)
 
 
 class ConsoleNotifier:
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, *, tick_s: float = 0.25,
+                 plain_every_s: float = 2.0) -> None:
         self.console = console or Console()
-        self._live: Live | None = None
+        self.tick_s = tick_s
+        self.plain_every_s = plain_every_s
         self.messages: list[Message] = []
+        self._live: Live | None = None
+        self._status: Message | None = None  # the latest status published
+        self._shown: Message | None = None  # the status last drawn (or printed from)
+        self._drawn_at = self._plain_at = 0.0
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
 
     def publish(self, message: Message) -> None:
         self.messages.append(message)
         if message.key == "status":
-            renderable = to_rich(message)
-            if self._live is None:
-                self._live = Live(renderable, console=self.console, refresh_per_second=8,
-                                  transient=False, auto_refresh=self.console.is_terminal)
-                self._live.start()
-            else:
-                self._live.update(renderable, refresh=True)
+            with self._lock:
+                self._status = message
+                if self._timer is None:
+                    self._stop.clear()
+                    self._timer = threading.Thread(target=self._tick, name="console-status",
+                                                   daemon=True)
+                    self._timer.start()
             return
         self.close_live()
         self.console.print(to_rich(message))
 
     def close_live(self) -> None:
-        if self._live is not None:
-            self._live.stop()
+        """Stop the timer and leave the status as it ended on screen."""
+        with self._lock:
+            timer, self._timer = self._timer, None
+            self._stop.set()
+        if timer is not None and timer is not threading.current_thread():
+            timer.join()
+        with self._lock:
+            status = self._status
+            if status is not None:
+                if self._live is not None:
+                    self._live.update(to_rich(status, time.time()), refresh=True)
+                    self._live.stop()
+                else:
+                    for line in stage_changes(self._shown, status):
+                        self._plain(line)
+                    self.console.print(to_rich(status, time.time()))
             self._live = None
-            if not self.console.is_terminal:
-                self.console.line()  # off a terminal, Live leaves its last frame unterminated
+            self._status = self._shown = None
+
+    # -- the timer -------------------------------------------------------------------
+    def _tick(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            with self._lock:
+                if self._status is not None and not self._stop.is_set():
+                    self._draw(self._status, time.monotonic())
+
+    def _draw(self, status: Message, now: float) -> None:
+        if self.console.is_terminal:
+            if status is self._shown and now - self._drawn_at < CLOCK_S:
+                return
+            if self._live is None:
+                self._live = Live(console=self.console, auto_refresh=False, transient=False)
+                self._live.start()
+            self._live.update(to_rich(status, time.time()), refresh=True)
+            self._drawn_at = now
+        else:
+            for line in stage_changes(self._shown, status):
+                self._plain(line)
+            if now - self._plain_at >= self.plain_every_s:
+                running = status_line(status, time.time())
+                if running is not None:
+                    self._plain(running)
+                self._plain_at = now
+        self._shown = status
+
+    def _plain(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
@@ -20,6 +22,7 @@ from bot.messages.model import (
     Table,
     Text,
 )
+from bot.messages.progress import duration, progress_words
 
 STATE_MARK = {"pending": "·", "running": "…", "passed": "✓", "failed": "✗", "skipped": "–",
               "interrupted": "!"}
@@ -28,7 +31,8 @@ STATE_STYLE = {"pending": "dim", "running": "yellow", "passed": "green", "failed
 TEXT_STYLE = {"plain": "", "ok": "green", "warn": "yellow", "error": "red", "muted": "dim"}
 
 
-def to_rich(message: Message) -> RenderableType:
+def to_rich(message: Message, now: float | None = None) -> RenderableType:
+    """``now`` (epoch seconds) gives a running stage its elapsed time so far."""
     title = None
     parts: list[RenderableType] = []
     stage_rows: list[StageLine] = []
@@ -40,22 +44,33 @@ def to_rich(message: Message) -> RenderableType:
         else:
             parts.append(_block_rich(block))
     if stage_rows:
-        parts.insert(0, _stages_table(stage_rows))
+        parts.insert(0, _stages_table(stage_rows, now))
     border = {"first_error": "red", "verdict": "green" if "PASSED" in (title or "") else "red",
               "plan": "blue", "decision": "magenta"}.get(message.key, "white")
     return Panel(Group(*parts), title=title, title_align="left", border_style=border)
 
 
-def _stages_table(rows: list[StageLine]) -> RichTable:
+def _stages_table(rows: list[StageLine], now: float | None) -> RichTable:
     table = RichTable.grid(padding=(0, 1))
     table.add_column(width=1)
     table.add_column(min_width=12)
+    table.add_column(justify="right", min_width=8)
     table.add_column(overflow="fold")
     for row in rows:
         style = STATE_STYLE[row.state]
+        elapsed = stage_elapsed(row, now)
         table.add_row(RichText(STATE_MARK[row.state], style=style),
-                      RichText(row.stage, style=style), RichText(row.detail))
+                      RichText(row.stage, style=style),
+                      RichText(duration(elapsed) if elapsed is not None else "", style="dim"),
+                      RichText(row.detail))
     return table
+
+
+def stage_elapsed(row: StageLine, now: float | None) -> float | None:
+    """A finished stage's duration; a running one's time so far (given ``now``)."""
+    if row.state == "running" and row.started is not None:
+        return max(0.0, (now if now is not None else time.time()) - row.started)
+    return row.elapsed_s
 
 
 def _block_rich(block: Block) -> RenderableType:
@@ -78,9 +93,8 @@ def _block_rich(block: Block) -> RenderableType:
             table.caption = f"{len(block.rows)} of {block.total_rows} rows shown"
         return table
     if isinstance(block, Progress):
-        return Group(RichText(f"items {block.done}/{block.total}"),
-                     ProgressBar(total=max(block.total, 1), completed=block.done, width=40),
-                     *([RichText(block.pace, style="dim")] if block.pace else []))
+        return Group(RichText(progress_words(block)),
+                     ProgressBar(total=max(block.total, 1), completed=block.done, width=40))
     if isinstance(block, Actions):
         labels = "  ".join(f"[{b.action}] {b.label}" for b in block.buttons)
         return RichText(labels, style="magenta")
@@ -89,7 +103,7 @@ def _block_rich(block: Block) -> RenderableType:
     raise TypeError(f"unknown block {block!r}")
 
 
-def to_text(message: Message) -> str:
+def to_text(message: Message, now: float | None = None) -> str:
     """Plain text, one block after another: logs, tests, `--plain` output."""
     out: list[str] = []
     for block in message.blocks:
@@ -101,17 +115,50 @@ def to_text(message: Message) -> str:
             out.extend(f"{label}: {value}" for label, value in block.pairs)
         elif isinstance(block, StageLine):
             mark = STATE_MARK[block.state]
-            out.append(f"{mark} {block.stage:<12} {block.state:<7} {block.detail}".rstrip())
+            elapsed = stage_elapsed(block, now)
+            took = duration(elapsed) if elapsed is not None else ""
+            out.append(f"{mark} {block.stage:<12} {block.state:<7} {took:>8} "
+                       f"{block.detail}".rstrip())
         elif isinstance(block, Table):
             out.append(" | ".join(block.columns))
             out.extend(" | ".join(row) for row in block.rows)
             if block.total_rows and block.total_rows > len(block.rows):
                 out.append(f"({len(block.rows)} of {block.total_rows} rows shown)")
         elif isinstance(block, Progress):
-            out.append(f"items {block.done}/{block.total}"
-                       + (f" ({block.pace})" if block.pace else ""))
+            out.append(progress_words(block))
         elif isinstance(block, Actions):
             out.append("  ".join(f"[{b.action}] {b.label}" for b in block.buttons))
         elif isinstance(block, Attachment):
             out.append(f"attached: {block.title} ({block.path})")
     return "\n".join(out)
+
+
+def status_line(message: Message, now: float) -> str | None:
+    """One plain line for the running stage of a status message (off a terminal):
+    ``… pilot running 12 s: 5000/20000 items (25%), 812 items/s, ETA 18 s``."""
+    running = [b for b in message.blocks if isinstance(b, StageLine) and b.state == "running"]
+    if not running:
+        return None
+    row = running[-1]
+    elapsed = stage_elapsed(row, now)
+    line = f"{STATE_MARK['running']} {row.stage} running"
+    if elapsed is not None:
+        line += f" {duration(elapsed)}"
+    progress = [b for b in message.blocks if isinstance(b, Progress)]
+    if progress and row.stage == "pilot":
+        line += ": " + progress_words(progress[-1])
+    return line
+
+
+def stage_changes(before: Message | None, after: Message) -> list[str]:
+    """Plain lines for the stages whose state changed between two status messages."""
+    old = {b.stage: b.state for b in (before.blocks if before else ())
+           if isinstance(b, StageLine)}
+    out = []
+    for block in after.blocks:
+        if isinstance(block, StageLine) and block.state not in ("pending", "running") \
+                and old.get(block.stage) != block.state:
+            took = f" ({duration(block.elapsed_s)})" if block.elapsed_s is not None else ""
+            detail = f": {block.detail}" if block.detail else ""
+            out.append(f"{STATE_MARK[block.state]} {block.stage} {block.state}{took}{detail}")
+    return out

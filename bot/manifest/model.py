@@ -118,6 +118,9 @@ class Task(Section):
     item_timeout_s: Number = Field(
         default=300, ge=0, description="seconds an item may take in the handler (a batch gets "
         "this per item); an item past it is refused naming the timeout; 0 turns it off")
+    torch_threads: Int | None = Field(
+        default=None, ge=1, description="torch's intra-op threads in the pilot (null: the "
+        "cores the worker owns, from its affinity mask and CPU quota)")
     params: dict[str, Any] = Field(default_factory=dict)
     steps: Int = Field(default=1, ge=1, description="training: optimizer updates in the pilot")
     resume_steps: Int = Field(default=1, ge=1, description="training: steps after the resume")

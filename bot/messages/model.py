@@ -35,6 +35,8 @@ class StageLine:
     stage: str
     state: Literal["pending", "running", "passed", "failed", "skipped", "interrupted"]
     detail: str = ""
+    elapsed_s: float | None = None  # a finished stage: its duration; running: so far
+    started: float | None = None  # a running stage: its start (epoch s), for a live clock
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class Progress:
     done: int
     total: int
     pace: str = ""  # items/s, ETA, per-worker rates, when the runner measured them
+    per_s: float | None = None  # items per second, measured while following
+    eta_s: float | None = None  # seconds left at that rate
 
 
 @dataclass(frozen=True)

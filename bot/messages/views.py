@@ -20,6 +20,7 @@ from bot.messages.model import (
     Table,
     Text,
 )
+from bot.messages.progress import epoch, seconds_between
 from bot.pilot.plan import describe_lots, describe_price, plural
 from bot.pilot.states import ENDED, S
 from runner.events import STAGES
@@ -79,7 +80,7 @@ def plan_message(run: dict[str, Any]) -> Message:
 
 
 def status_message(run: dict[str, Any], stages: list[dict[str, Any]],
-                   progress: Progress | None = None) -> Message:
+                   progress: tuple[int, int] | Progress | None = None) -> Message:
     by_name = {s["stage"]: s for s in stages}
     title = "Diagnostics and pilot" if run.get("kind", "pilot") == "pilot" else "Volume run"
     lines: list[Any] = [Heading(f"{title} — {run['name']} ({_state_word(run)})")]
@@ -88,13 +89,24 @@ def status_message(run: dict[str, Any], stages: list[dict[str, Any]],
         if row is None:
             lines.append(StageLine(name, "pending"))
             continue
-        lines.append(StageLine(name, row["state"], stage_detail(row)))
+        lines.append(_stage_line(row))
+    if isinstance(progress, tuple):
+        progress = Progress(*progress)
     if progress is not None and progress.total:
         lines.append(progress)
     if run.get("status") == S.RUNNING:
         lines.append(Actions((Button("stop", "Stop the run", run["id"], "danger"),)))
     return Message(run["id"], "status", tuple(lines),
                    summary=f"{run['name']}: {_state_word(run)}")
+
+
+def _stage_line(row: dict[str, Any]) -> StageLine:
+    """A stage with its elapsed time: finished ones their duration, a running one its start."""
+    started, ended = row.get("started_at"), row.get("ended_at")
+    if row["state"] == "running":
+        return StageLine(row["stage"], "running", stage_detail(row), started=epoch(started))
+    return StageLine(row["stage"], row["state"], stage_detail(row),
+                     elapsed_s=seconds_between(started, ended))
 
 
 def stage_detail(row: dict[str, Any]) -> str:

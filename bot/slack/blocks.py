@@ -23,6 +23,7 @@ from bot.messages.model import (
     Table,
     Text,
 )
+from bot.messages.progress import duration, progress_words
 
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
@@ -129,6 +130,8 @@ def stage_section(stages: list[StageLine]) -> SlackBlock:
     lines = []
     for s in stages:
         line = f"{STAGE_MARK.get(s.state, '')} *{escape(s.stage)}* {s.state}"
+        if s.elapsed_s is not None:
+            line += f" ({duration(s.elapsed_s)})"
         if s.detail:
             line += " — " + escape(s.detail)
         lines.append(clip(line, budget))
@@ -166,9 +169,8 @@ def table_text(table: Table, limit: int = MAX_SECTION_TEXT) -> str:
 def progress_text(progress: Progress, width: int = 20) -> str:
     total = max(progress.total, 1)
     filled = min(width, round(width * progress.done / total))
-    pct = 100 * progress.done / total
-    bar = f"`{'█' * filled}{'░' * (width - filled)}` {progress.done}/{progress.total} ({pct:.0f}%)"
-    return f"{bar}\n{escape(progress.pace)}" if progress.pace else bar
+    bar = f"`{'█' * filled}{'░' * (width - filled)}`"
+    return f"{bar} {escape(progress_words(progress))}"
 
 
 def actions(block: Actions) -> SlackBlock:

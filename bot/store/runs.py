@@ -114,6 +114,16 @@ class RunsMixin(StoreBase):
             raise RunNotFound(run_id)
         return _decode(rows[0])
 
+    def run_head(self, run_id: str) -> dict[str, Any]:
+        """What a follower needs on every poll (state, position, where the runner is),
+        without decoding the large JSON columns (the expected ids of a 20,000-item run)."""
+        rows = list(self.db.query(
+            "SELECT id, kind, status, node, run_dir, spec_path, project_dir, pid, "
+            "events_offset, last_seq, resume_seq FROM runs WHERE id = ?", [run_id]))
+        if not rows:
+            raise RunNotFound(run_id)
+        return _decode(rows[0])
+
     def find_run(self, prefix: str) -> dict[str, Any]:
         """A run by what a person types: its id or a unique id prefix, ``latest`` (the
         newest run), or a pilot's name (its newest run). Unknown: did-you-mean."""
@@ -197,18 +207,36 @@ class RunsMixin(StoreBase):
 
     # -- events -------------------------------------------------------------------
     def record_events(self, run_id: str, events: list[Event], offset: int) -> list[Event]:
-        """Record events and the follower position atomically; return the new ones."""
+        """Record events and the follower position atomically; return the new ones.
+
+        One transaction and a few statements per chunk, whatever its size: the seqs already
+        recorded are looked up at once and the rest inserted with ``executemany``.
+        """
         fresh: list[Event] = []
         with self.transaction() as db:
-            for event in events:
-                cur = db.execute(
-                    "INSERT OR IGNORE INTO events (run, seq, type, ts, stage, data) "
+            if events:
+                seqs = [e.seq for e in events]
+                known = {row[0] for row in db.execute(
+                    "SELECT seq FROM events WHERE run = ? AND seq BETWEEN ? AND ?",
+                    [run_id, min(seqs), max(seqs)])}
+                for event in events:
+                    if event.seq not in known:
+                        known.add(event.seq)
+                        fresh.append(event)
+                db.conn.executemany(
+                    "INSERT INTO events (run, seq, type, ts, stage, data) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
-                    [run_id, event.seq, event.type, event.ts, event.stage,
-                     json.dumps(event.data, sort_keys=True)])
-                if cur.rowcount == 1:
-                    fresh.append(event)
-                    _apply_event(db, run_id, event)
+                    [(run_id, e.seq, e.type, e.ts, e.stage, json.dumps(e.data, sort_keys=True))
+                     for e in fresh])
+                for event in fresh:
+                    if event.type != ITEM_DONE:
+                        _apply_event(db, run_id, event)
+                db.conn.executemany(
+                    "INSERT INTO items (run, seq, item_id, status, category, reason) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    [(run_id, e.seq, str(e.data.get("id")), e.data.get("status"),
+                      e.data.get("category"), e.data.get("reason"))
+                     for e in fresh if e.type == ITEM_DONE])
             last = max([e.seq for e in events], default=0)
             db.execute(
                 "UPDATE runs SET last_seq = MAX(last_seq, ?),"

@@ -177,6 +177,10 @@ def pilot(ctx: StageContext) -> Dict[str, Any]:
             facts["note"] = f"nothing to do: all {len(done)} items were already done"
             return facts
         recorder = Recorder(ctx, ledger, items, done)
+        if not spec.task.command and spec.preparation != "blender" and spec.volume is None:
+            from runner.threads import set_torch_threads  # the handler's or trainer's torch
+
+            facts.update(set_torch_threads(spec.task.torch_threads))
         if spec.preparation == "blender" and spec.volume is None:
             from runner.blender.stages import render_pilot
 
