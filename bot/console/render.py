@@ -135,7 +135,7 @@ def to_text(message: Message, now: float | None = None) -> str:
 
 def status_line(message: Message, now: float) -> str | None:
     """One plain line for the running stage of a status message (off a terminal):
-    ``… pilot running 12 s: 5000/20000 items (25%), 812 items/s, ETA 18 s``."""
+    ``… pilot running 12 s: 5000/20000 (25%), 812 items/s, ETA 18 s``."""
     running = [b for b in message.blocks if isinstance(b, StageLine) and b.state == "running"]
     if not running:
         return None

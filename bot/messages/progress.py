@@ -49,9 +49,9 @@ def duration(seconds: float) -> str:
 
 
 def progress_words(p: Progress) -> str:
-    """``5000/20000 items (25%), 812 items/s, ETA 18 s``."""
+    """``5000/20000 (25%), 812 items/s, ETA 18 s``."""
     pct = 100 * p.done / max(p.total, 1)
-    out = f"{p.done}/{p.total} items ({pct:.0f}%)"
+    out = f"{p.done}/{p.total} ({pct:.0f}%)"
     if p.pace:  # the runner's own measure wins over the follower's
         return f"{out}, {p.pace}"
     if p.per_s:
