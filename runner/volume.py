@@ -91,7 +91,7 @@ class Driver:
     def run(self) -> Dict[str, Any]:
         while self.queue or any(not o.late for o in self.out.values()):
             self._hand_out()
-            if not self.out:
+            if self.queue and not any(not (w.lost or w.excluded) for w in self.workers):
                 raise StageFailure("pilot", "every worker of the volume was lost or excluded "
                                    f"with {len(self.queue)} batch(es) left",
                                    hint="the items recorded so far are kept; `preflight "
