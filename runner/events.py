@@ -50,6 +50,9 @@ STAGES: Tuple[str, ...] = (
 )
 
 STAGE_EVENT_TYPES = (STAGE_STARTED, STAGE_PASSED, STAGE_FAILED, STAGE_SKIPPED)
+# Stages that run even after a failure (the evidence of a failed run is copied too): they
+# do not move a failed run's "stage reached".
+AFTER_FAILURE_STAGES = ("evidence",)
 COMMON_FIELDS = ("seq", "type", "run", "ts")
 
 

@@ -18,7 +18,7 @@ import sqlite_utils
 from bot.errors import RunNotFound, StoreError, VolumeExists
 from bot.pilot.states import RunStatus, allowed_sources
 from bot.store.base import StoreBase
-from runner.events import ITEM_DONE, STAGE_EVENT_TYPES, Event, utc_now
+from runner.events import AFTER_FAILURE_STAGES, ITEM_DONE, STAGE_EVENT_TYPES, Event, utc_now
 
 JSON_COLUMNS = frozenset({
     "first_error", "verdict", "balance", "evidence", "environment", "plan", "manifest_json",
@@ -344,7 +344,9 @@ def _apply_stage(db: sqlite_utils.Database, run_id: str, event: Event) -> None:
          json.dumps(data["error"], sort_keys=True) if data.get("error") is not None else None,
          data.get("reason"), started, ended])
     if event.type == "stage.started":
-        db.execute("UPDATE runs SET stage_reached = ? WHERE id = ?", [event.stage, run_id])
+        db.execute("UPDATE runs SET stage_reached = ? WHERE id = ? AND NOT "
+                   "(? AND first_error IS NOT NULL)",
+                   [event.stage, run_id, event.stage in AFTER_FAILURE_STAGES])
     if event.type == "stage.failed":
         error = {"stage": event.stage, **(data.get("error") or {})}
         db.execute("UPDATE runs SET first_error = COALESCE(first_error, ?) WHERE id = ?",

@@ -96,6 +96,9 @@ class StageDef:
     deps: Tuple[str, ...] = ()
     in_worker: bool = False
     timeout_s: float = 300.0
+    # Runs even when its dependencies failed (the evidence of a failed pilot is the most
+    # useful kind); it then works with what the run produced.
+    after_failure: bool = False
 
 
 STAGE_TABLE: Tuple[StageDef, ...] = (
@@ -113,7 +116,8 @@ STAGE_TABLE: Tuple[StageDef, ...] = (
     StageDef("pilot", "runner.stages.pilot:pilot",
              ("environment", "compute", "extensions", "memory"), True, 3600),
     StageDef("balance", "runner.stages.balance:balance", ("pilot",), False, 600),
-    StageDef("evidence", "runner.stages.evidence:evidence", ("balance",), False, 600),
+    StageDef("evidence", "runner.stages.evidence:evidence", ("balance",), False, 600,
+             after_failure=True),
 )
 
 STAGES_BY_NAME: Dict[str, StageDef] = {s.name: s for s in STAGE_TABLE}

@@ -9,6 +9,13 @@ from typing import Any, Dict
 from runner.stages import StageContext, StageFailure, StageSkipped
 
 
+def _not_produced(run_dir: str) -> list[str]:
+    import os
+
+    return [n for n in ("balance.json", "balance.csv")
+            if not os.path.isfile(os.path.join(run_dir, n))]
+
+
 def _write_provenance(ctx: StageContext) -> None:
     import json
     import os
@@ -38,6 +45,12 @@ def evidence(ctx: StageContext) -> Dict[str, Any]:
              verified=report.verified, problems=report.problems)
     facts = {"dest": target, "files": report.files, "bytes": report.bytes,
              "verified": report.verified}
+    unmade = _not_produced(ctx.run_dir)
+    if unmade:  # an earlier stage failed: what it made is copied, the rest named
+        facts["partial"] = f"the run failed before producing {', '.join(unmade)}"
+        others = [p for p in report.problems if not any(p.startswith(f"{u}:") for u in unmade)]
+        if not others:
+            return facts
     if not report.verified:
         raise StageFailure("evidence", "the copy does not verify: " + "; ".join(report.problems),
                            facts=facts, hint="re-run the copy; check the destination's disk")

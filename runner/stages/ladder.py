@@ -142,7 +142,7 @@ class Ladder:
     # -------------------------------------------------------------- one stage
 
     def _run_one(self, stage: StageDef) -> None:
-        reason = self._blocked_reason(stage)
+        reason = None if stage.after_failure else self._blocked_reason(stage)
         if reason is None:
             exists, module = resolve_stage(stage_target(stage, self.spec))
             if not exists:
@@ -151,7 +151,8 @@ class Ladder:
             self._finish(stage.name, {"status": "skipped", "reason": reason, "facts": {},
                                       "blocking": True}, None, started=False)
             return
-        self.stage_reached = stage.name
+        if not (stage.after_failure and self.first_error):  # the stage a failure reached
+            self.stage_reached = stage.name
         self._current, self._t0 = stage.name, time.monotonic()
         self._emit(ev.STAGE_STARTED, stage=stage.name)
         timeout = stage_timeout(stage, self.spec)

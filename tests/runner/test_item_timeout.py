@@ -73,3 +73,21 @@ def test_the_clock_is_off_outside_the_main_thread_and_says_so() -> None:
     assert seen == ["the handler does not run in the main thread of its process"]
     assert ItemClock(0).why_off == "task.item_timeout_s is 0"
     assert DEFAULT_ITEM_TIMEOUT_S == 300
+
+
+def test_a_failed_pilot_still_copies_its_evidence(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, task={"handler": "tinycheck:crash"},
+                      results={"copy_to": str(tmp_path / "evidence")})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "manifest.yaml").write_text("name: tiny\n")  # the bot writes it there
+    run_runner(spec, run_dir, env=runner_env(tmp_path / "project"), timeout=120)
+    events = events_of(run_dir)
+    stages = outcomes(events)
+    assert stages["pilot"].type != "stage.passed" and events[-1].data["first_error"]
+    assert stages["evidence"].type == "stage.passed"  # the most useful evidence: copied
+    assert "the run failed before producing balance.json" in \
+        stages["evidence"].data["facts"]["partial"]
+    copy = tmp_path / "evidence" / "r-test"
+    assert (copy / "events.jsonl").is_file() and (copy / "SHA256SUMS").is_file()
+    assert events[-1].data["stage_reached"] != "evidence"  # not moved by the evidence stage

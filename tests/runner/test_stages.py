@@ -20,8 +20,7 @@ from tests.runner.test_stages_kit import (
     write_spec,
 )
 
-AFTER_TORCH = ["device", "compute", "interconnect", "extensions", "memory", "pilot", "balance",
-               "evidence"]
+AFTER_TORCH = ["device", "compute", "interconnect", "extensions", "memory", "pilot", "balance"]
 
 
 def skipped_reasons(events: list) -> dict[str, str]:
@@ -85,7 +84,7 @@ def test_requirements_missing_and_wrong_version(tmp_path: Path) -> None:
     reasons = skipped_reasons(events)
     assert reasons["pilot"] == "environment failed"
     assert reasons["balance"] == "environment failed"
-    assert reasons["evidence"] == "environment failed"
+    assert reasons["evidence"] == "no copy_to in the manifest"  # runs after a failure too
     assert finished(events)["first_error"]["stage"] == "environment"
 
 
@@ -126,7 +125,7 @@ def test_user_extension_check_that_raises(tmp_path: Path) -> None:
     assert results["tinycheck:boom"]["ok"] is False
     reasons = skipped_reasons(events)
     assert reasons["pilot"] == "extensions failed"
-    assert reasons["evidence"] == "extensions failed"
+    assert reasons["evidence"] == "no copy_to in the manifest"
 
 
 def test_stage_that_hangs_past_its_timeout(tmp_path: Path) -> None:
@@ -195,5 +194,5 @@ def test_wrong_interpreter_version(tmp_path: Path) -> None:
     reasons = skipped_reasons(events)
     assert reasons["environment"] == "interpreter failed"
     assert reasons["torch"] == "interpreter failed"
-    assert reasons["evidence"] == "interpreter failed"
+    assert reasons["evidence"] == "no copy_to in the manifest"
     assert finished(events)["stage_reached"] == "interpreter"
