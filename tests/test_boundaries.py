@@ -194,6 +194,6 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_no_import_cycle_in_bot_or_runner() -> None:
     graph = import_graph()
-    assert "bot.service" in graph and "bot.records" in graph["bot.service"]
+    assert "bot.service" in graph and "bot.following" in graph["bot.service"]
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])

@@ -1,0 +1,322 @@
+"""Following a run: its events recorded then published, a runner that died or a start
+that was interrupted settled, and a finished run judged (balance re-checked against the
+recorded item events, results fetched once, verdict, forecast, report)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from bot.errors import (
+    ContactLost,
+    DispatchError,
+    NodeUnreachable,
+    PreflightError,
+)
+from bot.messages.progress import ProgressMeter
+from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
+from bot.messages.volume_view import progress_of
+from bot.pilot.cards import CARD_STAGES
+from bot.pilot.death import runner_death
+from bot.pilot.decisions import end_state
+from bot.pilot.states import S
+from bot.pilot.verdict import judge
+from bot.publishing import Publishing, now_utc
+from bot.reporting import ReportFiles
+from runner.events import (
+    BALANCE,
+    EVIDENCE,
+    ITEM_DONE,
+    PROGRESS,
+    RUN_FINISHED,
+    STAGE_EVENT_TYPES,
+    Event,
+)
+
+log = logging.getLogger(__name__)
+
+BACKLOG = 2000  # a follower that read this many events at once reads on without waiting
+DISPATCH_GRACE_S = 120  # a start that takes longer than this was interrupted
+
+
+class Following(Publishing):
+    """The follow, watch and finish half of ``PilotService``."""
+
+    def follow(self, run_id: str, *, stop: threading.Event | None = None,
+               poll: float = 0.1, timeout: float | None = None) -> dict[str, Any]:
+        """Consume the run's events until it finishes (or ``stop`` is set).
+
+        While the node cannot be reached the follower keeps trying (the dispatcher paces the
+        reconnects); after ``settings.contact_give_up_s`` without contact it raises
+        ``ContactLost``: the runner may still be running, nothing is judged.
+        """
+        stop = stop or threading.Event()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        contact = _Contact(run_id, self.settings.contact_give_up_s)
+        while not stop.is_set():
+            try:
+                fresh = self.pump(run_id)
+            except NodeUnreachable as exc:
+                contact.lost(exc)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+                stop.wait(poll)
+                continue
+            contact.back()
+            run = self.store.run_head(run_id)  # every poll: no decoding of the big columns
+            if run["status"] != S.RUNNING:
+                return self.store.get_run(run_id)
+            if not fresh and not self._dispatcher(run).is_alive(self._handle(run)):
+                if not self.pump(run_id):  # the last lines may have landed as it exited
+                    self._runner_died(run_id)
+                    return self.store.get_run(run_id)
+            if deadline is not None and time.monotonic() > deadline:
+                raise DispatchError(f"run {run_id} still running after {timeout} s")
+            if len(fresh) < BACKLOG:  # a steady stream is read once per poll, in chunks
+                stop.wait(poll)
+        return self.store.get_run(run_id)
+
+    def pump(self, run_id: str) -> list[Event]:
+        """Read, record, then publish whatever the runner appended since last time."""
+        fresh = self._ingest(run_id)
+        stage_changed = any(e.type in STAGE_EVENT_TYPES for e in fresh)
+        progress = [e for e in fresh if e.type == PROGRESS]
+        if progress:  # only the latest counts: nothing per item here
+            meter = self._progress.setdefault(run_id, ProgressMeter())
+            reported = progress_of(progress[-1].data)
+            meter.update(reported.done, reported.total, time.monotonic(), reported.pace)
+        if any(e.type in VOLUME_NOTES for e in fresh):
+            self._publish_volume(run_id)
+        if stage_changed:
+            self._publish_status(run_id)
+        if any(e.type in STAGE_EVENT_TYPES and e.stage in CARD_STAGES for e in fresh):
+            self._publish_cards(run_id)
+        elif any(e.type == PROGRESS for e in fresh):
+            self._maybe_publish_progress(run_id)
+        # run.finished is looked for when it arrives, and once per run in this process (a
+        # run whose run.finished was recorded by a bot that stopped before finishing it).
+        if (any(e.type == RUN_FINISHED for e in fresh) or run_id not in self._finish_checked) \
+                and self._since_resume(run_id, RUN_FINISHED):
+            self._finish(run_id)
+        self._finish_checked.add(run_id)
+        return fresh
+
+    def _ingest(self, run_id: str) -> list[Event]:
+        """Read and record (nothing published) what the runner appended since last time."""
+        run = self.store.run_head(run_id)
+        if run["status"] != S.RUNNING:
+            return []
+        handle = self._handle(run)
+        events, offset = self._dispatcher(run).read_events(handle, int(run["events_offset"]))
+        return self.store.record_events(run_id, events, offset) if events else []
+
+    def catch_up(self, run_ids: list[str]) -> list[str]:
+        """A restarted bot: record what each runner wrote while nobody followed, then finish
+        the runs that ended, in the order their runners finished, so each thread gets its
+        outcome once and the threads in finish order. Returns the ids finished."""
+        ended: list[tuple[str, str]] = []
+        for run_id in run_ids:
+            try:
+                self._ingest(run_id)
+            except PreflightError as exc:  # an unreachable node: its follower will retry
+                log.warning("catching up with %s: %s", run_id, exc)
+                continue
+            finished = self._since_resume(run_id, RUN_FINISHED)
+            if finished and self.store.get_run(run_id)["status"] == S.RUNNING:
+                ended.append((finished[-1].ts, run_id))
+        for _, run_id in sorted(ended):
+            self._finish(run_id)
+        return [run_id for _, run_id in sorted(ended)]
+
+    def reap(self, run_id: str, *, now: datetime | None = None) -> bool:
+        """Close a running run whose runner ended while nobody followed it; True if closed.
+
+        A run left ``dispatching`` by a bot that stopped mid-start is settled too, once
+        ``DISPATCH_GRACE_S`` have passed: ``running`` if its runner did start, else
+        ``dispatch_failed`` (then `preflight resume` starts it again).
+        """
+        run = self.store.get_run(run_id)
+        if run["status"] == S.DISPATCHING:
+            return self._settle_dispatch(run, now or datetime.now(timezone.utc))
+        if run["status"] != S.RUNNING or self.pump(run_id):
+            return False
+        run = self.store.get_run(run_id)
+        if run["status"] != S.RUNNING or self._dispatcher(run).is_alive(self._handle(run)):
+            return False
+        self._runner_died(run_id)
+        return True
+
+    def _settle_dispatch(self, run: dict[str, Any], now: datetime) -> bool:
+        started_at = datetime.fromisoformat(run.get("started_at") or run["created_at"])
+        if (now - started_at).total_seconds() < DISPATCH_GRACE_S:
+            return False  # maybe still being started, by this bot or another
+        dispatcher, handle = self._dispatcher(run), self._handle(run)
+        try:
+            events, _ = dispatcher.read_events(handle, 0)
+            started = bool(events) or dispatcher.is_alive(handle)
+        except NodeUnreachable:
+            return False  # the node did not answer: nothing is known, decide later
+        except PreflightError:
+            started = False  # nothing on the node to follow
+        if started:
+            self.store.transition(run["id"], (S.DISPATCHING,), S.RUNNING)
+            return False
+        error = {"stage": "dispatch", "type": "DispatchInterrupted",
+                 "message": "the bot stopped while starting the runner, and no runner "
+                            "started", "hint": f"`preflight resume {run['id']}` starts it"}
+        if not self.store.transition(run["id"], (S.DISPATCHING,), S.DISPATCH_FAILED,
+                                     first_error=error):
+            return False
+        self._publish_outcome(run["id"])
+        return True
+
+    def _finish(self, run_id: str) -> None:
+        # A Slack follower and the watch job may both see run.finished: one finishes it
+        # (fetching results once); the other finds it no longer running.
+        with self._run_lock(run_id):
+            if self.store.get_run(run_id)["status"] == S.RUNNING:
+                self._finish_locked(run_id)
+
+    def _finish_locked(self, run_id: str) -> None:
+        run = self.store.get_run(run_id)
+        finished = self._since_resume(run_id, RUN_FINISHED)[-1]
+        balance = self._recorded(run_id, BALANCE)
+        evidence = self._recorded(run_id, EVIDENCE)
+        if balance is not None:
+            balance = self._recheck_balance(run, balance)
+        handle = self._handle(run)
+        try:
+            local = self._dispatcher(run).fetch_results(handle)
+            if local is not None and evidence:  # the copy the team controls, verified here
+                evidence = {**evidence, "dest": str(local), "node_dest": evidence.get("dest")}
+        except PreflightError as exc:
+            # The copy the team controls is what counts: a fetch that fails, or a fetched
+            # copy that does not verify, overrides the node's own "verified".
+            log.warning("could not fetch results of %s: %s", run_id, exc)
+            evidence = {**(evidence or {}), "verified": False, "fetch_error": str(exc)}
+        run = {**run, "balance": balance, "evidence": evidence}
+        stages = self.store.stages(run_id)
+        environment = {s["stage"]: s["facts"] for s in stages if s.get("facts")}
+        verdict = judge(run, stages, finished.data)
+        outcome = "passed" if verdict["passed"] else "failed"
+        if self.store.transition(run_id, (S.RUNNING,), end_state(run), outcome=outcome,
+                                 verdict=verdict, balance=balance, evidence=evidence,
+                                 environment=environment, forecast=self._forecast(run, stages),
+                                 finished_at=now_utc(), exit_code=finished.data.get("exit_code")):
+            self._publish_outcome(run_id)
+            self._progress.pop(run_id, None)
+            self._status_base.pop(run_id, None)
+
+    def _forecast(self, run: dict[str, Any], stages: list[dict[str, Any]]
+                  ) -> dict[str, Any] | None:
+        """A pilot's forecast of its volume; a volume's actual time against that forecast."""
+        from bot.forecasting import check_volume, forecast_for
+
+        try:
+            if run.get("kind") == "volume":
+                parent = self.store.get_run(run["parent_run"]) if run.get("parent_run") else {}
+                return check_volume(run, stages, parent.get("forecast"))
+            return forecast_for(run, stages, self.store.events_of_type(run["id"], ITEM_DONE))
+        except Exception:  # a forecast must never cost the run its verdict
+            log.exception("forecast of run %s failed", run["id"])
+            return None
+
+    def refresh_forecast(self, run_id: str) -> dict[str, Any] | None:
+        """The pilot's forecast again, from now (an approval may come days after the
+        pilot): stored when it changed; a volume run's check is left as it is."""
+        run = self.store.get_run(run_id)
+        old: dict[str, Any] | None = run.get("forecast")
+        if run.get("kind", "pilot") != "pilot" or run["status"] != "awaiting_decision" \
+                or not old:
+            return old
+        new = self._forecast(run, self.store.stages(run_id))
+        if new is not None and new != old:
+            self.store.update_run(run_id, forecast=new)
+            return new
+        return old
+
+    def write_report(self, run_id: str, *, strict: bool = False) -> ReportFiles | None:
+        """(Re)write the run's report.html and picture; a failure is logged, never fatal
+        to the run (``strict`` raises it instead, for `preflight report`)."""
+        from bot.reporting import write_report
+
+        try:
+            return write_report(self.store, run_id)
+        except Exception:
+            if strict:
+                raise
+            log.exception("writing the report of run %s failed", run_id)
+            return None
+
+    def _runner_died(self, run_id: str) -> None:
+        run = self.store.get_run(run_id)
+        handle = self._handle(run)
+        code = self._dispatcher(run).exit_code(handle)
+        events = self.store.events(run_id, after_seq=max(0, int(run["last_seq"]) - 1))
+        error = runner_death(run.get("stage_reached"), code, events[-1] if events else None,
+                             self._dispatcher(run).log_tail(handle))
+        self.store.interrupt_stages(run_id)  # the stage that ran did not pass or fail
+        verdict = {"passed": False, "checks": [{"ok": False, "text": error["message"]}]}
+        if self.store.transition(run_id, (S.RUNNING,), end_state(run), outcome="failed",
+                                 first_error=run.get("first_error") or error, verdict=verdict,
+                                 finished_at=now_utc(), exit_code=code):
+            self._publish_outcome(run_id)
+
+    def _recheck_balance(self, run: dict[str, Any], balance: dict[str, Any]) -> dict[str, Any]:
+        """Apply the balance rules again to the item events the bot itself recorded."""
+        from runner.balance import compute_balance
+
+        items = self.store.items(run["id"])
+        ours = compute_balance(run.get("expected_ids") or [], run.get("expected_refusals") or [],
+                               run.get("categories") or [], items).to_dict()
+        merged = {**balance, "items": [{k: i[k] for k in ("id", "status", "category", "reason")}
+                                       for i in items]}
+        disagreements = [k for k in ("accepted", "refused", "total")
+                         if ours.get(k) != balance.get(k)]
+        # The runner sees more than the events show (ids a handler invented or returned
+        # twice stay in its ledger): only its claiming "ok" against the events is a lie.
+        if balance.get("ok") and not ours.get("ok"):
+            disagreements.append("ok")
+        if disagreements:
+            merged["ok"] = False
+            merged["problems"] = list(balance.get("problems") or []) + [
+                {"kind": "recheck", "id": "", "detail":
+                 f"the runner's balance and the recorded item events disagree on "
+                 f"{', '.join(disagreements)} (runner: {[balance.get(k) for k in disagreements]}, "
+                 f"recorded: {[ours.get(k) for k in disagreements]})"}]
+        merged["recheck"] = {k: ours.get(k) for k in ("accepted", "refused", "total", "ok")}
+        return merged
+
+    def _publish_outcome(self, run_id: str) -> None:
+        self.write_report(run_id)  # every run that ended has one, whichever way it ended
+        for message in self.thread_messages(run_id)[1:]:
+            self._publish(message)
+
+    def _recorded(self, run_id: str, etype: str) -> dict[str, Any] | None:
+        events = self._since_resume(run_id, etype)
+        return dict(events[-1].data) if events else None
+
+    def _since_resume(self, run_id: str, etype: str) -> list[Event]:
+        """Events of a type written by the current runner (after the last resume)."""
+        after = int(self.store.run_head(run_id).get("resume_seq") or 0)
+        return self.store.events_of_type(run_id, etype, after_seq=after)
+
+
+class _Contact:
+    """How long a follower has been without contact with a run's node."""
+
+    def __init__(self, run_id: str, give_up_s: float) -> None:
+        self.run_id, self.give_up_s = run_id, give_up_s
+        self.since: float | None = None
+
+    def lost(self, exc: NodeUnreachable) -> None:
+        now = time.monotonic()
+        self.since = self.since if self.since is not None else now
+        if now - self.since >= self.give_up_s:
+            raise ContactLost(self.run_id, now - self.since, str(exc)) from exc
+
+    def back(self) -> None:
+        self.since = None
