@@ -109,17 +109,7 @@ class PilotService(Following):
         plan = make_plan(loaded)
         ids = expected_inputs(loaded, inputs)
         with self._lock:
-            attempt = self.store.next_attempt(m.name, kind)
-            run_id = new_run_id(m.name, attempt, kind)
-            run_dir = runs_dir_for(loaded, self.settings.runs_dir) / run_id
-            try:
-                run_dir.parent.mkdir(parents=True, exist_ok=True)
-                run_dir.mkdir(exist_ok=False)  # a run directory is never reused
-            except FileExistsError as exc:
-                raise DispatchError(f"run directory {run_dir} already exists: "
-                                    "refusing to reuse it") from exc
-            except OSError as exc:
-                raise DispatchError(f"cannot create run directory {run_dir}: {exc}") from exc
+            attempt, run_id, run_dir = self._new_run_dir(loaded, kind)
             spec = build_spec(loaded, plan, run_id, inputs=inputs, kind=kind)
             spec = replace(spec, project=replace(  # what exactly ran: its git commit
                 spec.project, commit=git_commit(Path(loaded.project_dir))))
@@ -149,6 +139,22 @@ class PilotService(Following):
         if kind == "pilot":
             self._publish(views.plan_message(self.store.get_run(run_id)))
         return Submission(run_id, run_dir, loaded)
+
+    def _new_run_dir(self, loaded: LoadedManifest, kind: str) -> tuple[int, str, Path]:
+        """The next attempt's number, run id and its own new directory (never reused)."""
+        name = loaded.manifest.name
+        attempt = self.store.next_attempt(name, kind)
+        run_id = new_run_id(name, attempt, kind)
+        run_dir = runs_dir_for(loaded, self.settings.runs_dir) / run_id
+        try:
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            run_dir.mkdir(exist_ok=False)
+        except FileExistsError as exc:
+            raise DispatchError(f"run directory {run_dir} already exists: "
+                                "refusing to reuse it") from exc
+        except OSError as exc:
+            raise DispatchError(f"cannot create run directory {run_dir}: {exc}") from exc
+        return attempt, run_id, run_dir
 
     def _create_run(self, run_dir: Path, record: dict[str, Any]) -> None:
         try:
@@ -229,12 +235,7 @@ class PilotService(Following):
     # -- decide -------------------------------------------------------------------
     def decide(self, run_id: str, decision: str, reason: str, by: str, *,
                override: bool = False, source: str = "cli") -> dict[str, Any]:
-        from bot.pilot.decisions import (
-            already_decided,
-            check_decision,
-            not_decidable,
-            override_needs,
-        )
+        from bot.pilot.decisions import check_decision, override_needs
 
         run = self._with_decision(self.store.find_run(run_id))
         if decision == "approve":  # the lease gate judges the finish from now, not from then
@@ -255,24 +256,31 @@ class PilotService(Following):
             self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
             self.write_report(run["id"])  # the report lists refused attempts too
             raise DecisionRefused(refusal)
+        return self._accept_decision(run["id"], base)
+
+    def _accept_decision(self, run_id: str, base: dict[str, Any]) -> dict[str, Any]:
+        """Record an allowed decision (unless another won the race), publish it, and launch
+        the volume of an approval."""
+        from bot.pilot.decisions import already_decided, not_decidable
+
         # Under the run's lock: the outcome (with the buttons) is always published before the
         # decision replaces it, even when a click races the follower that finished the run.
-        with self._run_lock(run["id"]):
-            record = self.store.decide_run(run["id"], base)
+        with self._run_lock(run_id):
+            record = self.store.decide_run(run_id, base)
             if record is None:  # another decision won the race
-                current = self._with_decision(self.store.get_run(run["id"]))
+                current = self._with_decision(self.store.get_run(run_id))
                 refusal = not_decidable(current) or already_decided(current)
                 self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
                 raise DecisionRefused(refusal)
-            self._publish(views.decision_message(self.store.get_run(run["id"]),
-                                                 self.store.decisions(run["id"])))
-        self.write_report(run["id"])
-        if decision == "approve":
-            record["volume_run"] = self._launch_volume(run["id"])
+            self._publish(views.decision_message(self.store.get_run(run_id),
+                                                 self.store.decisions(run_id)))
+        self.write_report(run_id)
+        if base["decision"] == "approve":
+            record["volume_run"] = self._launch_volume(run_id)
             if record["volume_run"]:  # the decision message names the volume it launched
                 self._publish(views.decision_message(
-                    {**self.store.get_run(run["id"]), "volume_run": record["volume_run"]},
-                    self.store.decisions(run["id"])))
+                    {**self.store.get_run(run_id), "volume_run": record["volume_run"]},
+                    self.store.decisions(run_id)))
         return record
 
     def decision_refusal(self, run_id: str, *,

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.manifest.load import LoadedManifest
+from bot.manifest.model import Manifest
 from bot.pilot.plan import Plan
 from runner.blender.frames import CATEGORY
 from runner.spec import (
@@ -30,21 +31,13 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
     project_dir = loaded.project_dir
     src = inputs if inputs is not None else m.inputs
     task = m.task
-    command = task.command
-    if isinstance(command, str):
-        command = [command]
     return RunSpec(
         run_id=run_id,
         name=m.name,
         purpose=m.purpose,
         backend=m.backend,
         python=m.project.python,
-        hardware=HardwareSpec(
-            gpu=plan.gpu, vendor=plan.vendor, cards_per_lot=plan.cards_per_lot,
-            memory_gib=plan.memory_per_card_gib,
-            bf16_tflops=plan.bf16_tflops, fp32_tflops=plan.fp32_tflops, lots=plan.lots,
-            bf16_floor_tflops=plan.bf16_floor_tflops,
-            allreduce_busbw_gbps={str(k): v for k, v in plan.allreduce_busbw_gbps.items()}),
+        hardware=_hardware(plan),
         project=ProjectSpec(dir=str(project_dir),
                             requirements=_under(project_dir, m.project.requirements),
                             params=dict(m.project.params)),
@@ -52,19 +45,8 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                           expected_count=src.expected_count,
                           expected_refusals=list(src.expected_refusals),
                           frames=_frames(getattr(src, "frames", None))),
-        task=TaskSpec(kind=task.kind, handler=task.handler, command=command,
-                      categories=list(task.categories) or (
-                          [CATEGORY] if m.preparation == "blender" else []),
-                      batch_size=task.batch_size,
-                      params=dict(task.params), trainer=task.trainer,
-                      item_timeout_s=float(task.item_timeout_s),
-                      torch_threads=task.torch_threads),
-        diagnostics=DiagnosticsSpec(
-            extensions=list(m.diagnostics.extensions), checks=list(m.diagnostics.checks),
-            timeouts=dict(m.diagnostics.timeouts),
-            min_free_disk_gib=m.diagnostics.min_free_disk_gib,
-            memory_budget_gib=m.diagnostics.memory_budget_gib,
-            slow_card=m.diagnostics.slow_card),
+        task=_task(m),
+        diagnostics=_diagnostics(m),
         success=SuccessSpec(min_accepted=m.success.min_accepted if kind == "pilot" else None,
                             max_refused=m.success.max_refused if kind == "pilot" else None,
                             balance_ok=m.success.balance_ok,
@@ -78,6 +60,35 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
         blender=_blender(m.blender),
         volume=_volume(loaded, plan) if kind == "volume" else None,
     )
+
+
+def _hardware(plan: Plan) -> HardwareSpec:
+    """The cards as the catalog knows them: count, memory and the per-card peaks."""
+    return HardwareSpec(
+        gpu=plan.gpu, vendor=plan.vendor, cards_per_lot=plan.cards_per_lot,
+        memory_gib=plan.memory_per_card_gib,
+        bf16_tflops=plan.bf16_tflops, fp32_tflops=plan.fp32_tflops, lots=plan.lots,
+        bf16_floor_tflops=plan.bf16_floor_tflops,
+        allreduce_busbw_gbps={str(k): v for k, v in plan.allreduce_busbw_gbps.items()})
+
+
+def _task(m: Manifest) -> TaskSpec:
+    task = m.task
+    command = [task.command] if isinstance(task.command, str) else task.command
+    return TaskSpec(kind=task.kind, handler=task.handler, command=command,
+                    categories=list(task.categories) or (
+                        [CATEGORY] if m.preparation == "blender" else []),
+                    batch_size=task.batch_size,
+                    params=dict(task.params), trainer=task.trainer,
+                    item_timeout_s=float(task.item_timeout_s),
+                    torch_threads=task.torch_threads)
+
+
+def _diagnostics(m: Manifest) -> DiagnosticsSpec:
+    d = m.diagnostics
+    return DiagnosticsSpec(extensions=list(d.extensions), checks=list(d.checks),
+                           timeouts=dict(d.timeouts), min_free_disk_gib=d.min_free_disk_gib,
+                           memory_budget_gib=d.memory_budget_gib, slow_card=d.slow_card)
 
 
 def _frames(frames: Any) -> Any:

@@ -177,29 +177,7 @@ def pilot(ctx: StageContext) -> Dict[str, Any]:
             facts["note"] = f"nothing to do: all {len(done)} items were already done"
             return facts
         recorder = Recorder(ctx, ledger, items, done)
-        if not spec.task.command and spec.preparation != "blender" and spec.volume is None:
-            from runner.threads import set_torch_threads  # the handler's or trainer's torch
-
-            facts.update(set_torch_threads(spec.task.torch_threads))
-        if spec.preparation == "blender" and spec.volume is None:
-            from runner.blender.stages import render_pilot
-
-            facts.update(render_pilot(ctx, remaining, recorder))
-        elif spec.task.kind == "train":
-            from runner.workloads.train import train_pilot
-
-            facts.update(train_pilot(ctx, remaining, recorder))
-        elif spec.volume is not None and not spec.task.command:
-            from runner.volume import run_volume
-
-            facts.update(run_volume(ctx, remaining, recorder))
-            facts["re_executed_total"] = ledger.re_executed()
-        elif spec.task.command:
-            from runner.command import run_command
-
-            facts.update(run_command(ctx, remaining, recorder))
-        else:
-            facts.update(_run_handler(ctx, remaining, recorder))
+        facts.update(_run_task(ctx, remaining, recorder))
         facts["done"] = len(recorder.recorded)
         if len(recorder.recorded) == len(set(done) & recorder.all_ids):
             raise StageFailure(
@@ -213,6 +191,37 @@ def pilot(ctx: StageContext) -> Dict[str, Any]:
         raise StageFailure("pilot", str(exc), hint="check the run directory's disk") from exc
     finally:
         ledger.close()
+
+
+def _run_task(ctx: StageContext, remaining: List[Item], recorder: Recorder) -> Dict[str, Any]:
+    """The pilot's work, by what the spec asks: a Blender render, a training pilot, the
+    volume on Ray, an external command, or the in-process handler; returns its facts."""
+    spec = ctx.spec
+    facts: Dict[str, Any] = {}
+    if not spec.task.command and spec.preparation != "blender" and spec.volume is None:
+        from runner.threads import set_torch_threads  # the handler's or trainer's torch
+
+        facts.update(set_torch_threads(spec.task.torch_threads))
+    if spec.preparation == "blender" and spec.volume is None:
+        from runner.blender.stages import render_pilot
+
+        facts.update(render_pilot(ctx, remaining, recorder))
+    elif spec.task.kind == "train":
+        from runner.workloads.train import train_pilot
+
+        facts.update(train_pilot(ctx, remaining, recorder))
+    elif spec.volume is not None and not spec.task.command:
+        from runner.volume import run_volume
+
+        facts.update(run_volume(ctx, remaining, recorder))
+        facts["re_executed_total"] = recorder.ledger.re_executed()
+    elif spec.task.command:
+        from runner.command import run_command
+
+        facts.update(run_command(ctx, remaining, recorder))
+    else:
+        facts.update(_run_handler(ctx, remaining, recorder))
+    return facts
 
 
 def _run_handler(ctx: StageContext, remaining: List[Item],
