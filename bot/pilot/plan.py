@@ -118,7 +118,10 @@ def _notes(loaded: LoadedManifest, gpu: str, cards_per_lot: int, memory: float |
     manifest = loaded.manifest
     estimate = manifest.hardware.memory_estimate_gib
     notes: list[str] = []
-    if memory is None:
+    if memory is None and manifest.preparation == "blender":
+        notes.append("no accelerator: the memory stage reads the first frame's peak from "
+                     "Cycles' log, rendered on the CPU")
+    elif memory is None:
         notes.append("no accelerator: the memory stage measures the process peak on the CPU")
     else:
         declared = (f"declared estimate {estimate:g} GiB per card" if estimate is not None

@@ -136,3 +136,4 @@ def test_the_shipped_example_is_valid() -> None:
     loaded = load_manifest_file(repo / "manifests" / "blender-pilote.yaml")
     assert [f.id for f in loaded.input_files()][0] == "shot01.blend#0001"
     assert loaded.warnings == []
+    assert "peak from Cycles' log" in " ".join(make_plan(loaded).notes)
