@@ -109,15 +109,31 @@ def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> None:
                                 f"Python {head_py}: Ray needs the same Python on every node")
 
 
+# Runs on the node: ``ray start`` in a process group of its own, whose id is written to
+# ``<temp dir>/preflight.pgid``; every Ray process it starts stays in that group (the
+# actors take their own, and die with their raylet), so stopping ends exactly this run's
+# Ray, not another Ray of the same user.
+GROUP_START = ("import os, sys\npid = os.fork()\nif pid:\n    sys.exit(os.waitstatus_to_exitcode("
+               "os.waitpid(pid, 0)[1]))\nos.setsid()\nos.makedirs(sys.argv[1], exist_ok=True)\n"
+               "with open(os.path.join(sys.argv[1], 'preflight.pgid'), 'w') as fh:\n"
+               "    fh.write(str(os.getpgid(0)))\nos.execv(sys.executable, [sys.executable] + "
+               "sys.argv[2:])")
+GROUP_STOP = ("import os, signal, sys, time\npath = os.path.join(sys.argv[1], 'preflight.pgid')\n"
+              "try:\n    group = int(open(path).read())\nexcept (OSError, ValueError):\n"
+              "    sys.exit(0)\nfor sig in (signal.SIGTERM, signal.SIGKILL):\n    try:\n"
+              "        os.killpg(group, sig)\n    except ProcessLookupError:\n        break\n"
+              "    time.sleep(2)\nos.remove(path)")
+
+
 def start_command(node: RayNode, head: str | None) -> str:
-    """``ray start`` for one node (``head`` None: this is the head). The token is read from
-    standard input so no command line or file holds it."""
+    """``ray start`` for one node (``head`` None: this is the head), in a process group of
+    its own. The token is read from standard input so no command line or file holds it."""
     cards = node.cards if node.cards is not None else ()
     env = ["RAY_AUTH_MODE=token", "RAY_USAGE_STATS_ENABLED=0",
            f"CUDA_VISIBLE_DEVICES={','.join(str(c) for c in cards)}"]
-    args = [node.python, "-m", "ray.scripts.scripts", "start", "--disable-usage-stats",
-            "--node-ip-address", node.address, "--num-gpus", str(len(cards)),
-            "--temp-dir", node.temp_dir, *node.ports.flags()]
+    args = [node.python, "-c", GROUP_START, node.temp_dir, "-m", "ray.scripts.scripts",
+            "start", "--disable-usage-stats", "--node-ip-address", node.address,
+            "--num-gpus", str(len(cards)), "--temp-dir", node.temp_dir, *node.ports.flags()]
     if head is None:
         args += ["--head", "--port", str(node.ports.gcs), "--include-dashboard=false"]
     else:
@@ -127,9 +143,8 @@ def start_command(node: RayNode, head: str | None) -> str:
 
 
 def stop_command(node: RayNode) -> str:
-    """End every Ray process of this user on the node (``ray stop --force``)."""
-    return (f"RAY_USAGE_STATS_ENABLED=0 {shlex.quote(node.python)} -m ray.scripts.scripts "
-            "stop --force")
+    """End this run's Ray on the node: its process group (SIGTERM, then SIGKILL)."""
+    return " ".join(shlex.quote(a) for a in (node.python, "-c", GROUP_STOP, node.temp_dir))
 
 
 @dataclass
@@ -176,7 +191,7 @@ def start_cluster(shell: Shell, nodes: Sequence[RayNode]) -> RayCluster:
 
 
 def stop_cluster(shell: Shell, nodes: Sequence[RayNode]) -> list[str]:
-    """``ray stop --force`` on every node, the head last; returns the problems met."""
+    """End this run's Ray on every node, the head last; returns the problems met."""
     problems = []
     for node in reversed(list(nodes)):
         try:
@@ -185,7 +200,7 @@ def stop_cluster(shell: Shell, nodes: Sequence[RayNode]) -> list[str]:
             problems.append(str(exc))
             continue
         if code != 0:
-            problems.append(f"{node.where}: ray stop failed (exit {code}): {_tail(err)}")
+            problems.append(f"{node.where}: stopping Ray failed (exit {code}): {_tail(err)}")
     return problems
 
 

@@ -65,8 +65,10 @@ def _shell(sshd: Sshd, workdir: Path):  # type: ignore[no-untyped-def]
     return dispatcher, shell
 
 
-def _ray_pids(temp_dirs: list[str]) -> list[int]:
-    """Processes whose command line names one of the run's Ray temp dirs, or a Ray agent."""
+def _ray_pids(temp_dirs: list[str], groups: list[int]) -> list[int]:
+    """Live processes whose command line names one of the run's Ray temp dirs, or that
+    belong to the process group a node's ``ray start`` ran in (Ray's agents rename
+    themselves ``ray::...``)."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -74,11 +76,12 @@ def _ray_pids(temp_dirs: list[str]) -> list[int]:
         try:
             cmd = Path(f"/proc/{name}/cmdline").read_bytes()
             state = Path(f"/proc/{name}/stat").read_bytes().split(b") ", 1)[-1][:1]
+            group = os.getpgid(int(name))
         except OSError:
             continue
         if state in (b"Z", b"X"):
             continue
-        if any(t.encode() in cmd for t in temp_dirs) or cmd.startswith(b"ray::"):
+        if any(t.encode() in cmd for t in temp_dirs) or group in groups:
             found.append(int(name))
     return found
 
@@ -101,10 +104,12 @@ def test_two_nodes_over_ssh_run_a_volume_and_stop_leaving_nothing(
         assert len({w["node"] for w in workers}) == 2  # one worker on each node's card
         assert cluster.token not in (run_dir / "events.jsonl").read_text()
     finally:
+        groups = [int(Path(t, "preflight.pgid").read_text()) for t in temps
+                  if Path(t, "preflight.pgid").exists()]
         problems = stop_cluster(shell, nodes)
         dispatcher.close()
-    assert problems == []
-    wait_until(lambda: not _ray_pids(temps), "no Ray process left on the nodes", 60)
+    assert problems == [] and len(groups) == 2
+    wait_until(lambda: not _ray_pids(temps, groups), "no Ray process left on the nodes", 60)
     for temp in temps:
         shutil.rmtree(temp, ignore_errors=True)
 
