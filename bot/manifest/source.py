@@ -81,7 +81,8 @@ def format_loc(loc: Sequence[Any]) -> str:
         if isinstance(element, int):
             out += f"[{element}]"
         elif not _is_tag(element):
-            out += ("." if out else "") + str(element)
+            # An empty key is still a place: shown as '' so the path never reads as nothing.
+            out += ("." if out else "") + (str(element) or "''")
     return out
 
 

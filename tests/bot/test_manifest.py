@@ -124,6 +124,15 @@ def test_every_duplicate_key_is_reported_with_the_first_line(tmp_path: Path) -> 
     assert len(info.value.problems) > 2
 
 
+def test_a_repeated_empty_key_still_has_a_field_path(tmp_path: Path) -> None:
+    # Found by the property test: anchors glued to keys leave two empty keys at the top.
+    text = "&aapiVersion: preflight/v1\nname: pilot-test\n&ahardware:\n  gpu: H100\n"
+    with pytest.raises(ManifestError) as info:
+        load_manifest(text, source="t", base_dir=tmp_path)
+    found = [(p.loc, p.line) for p in info.value.problems if "duplicate key" in p.message]
+    assert found == [("''", 3)]
+
+
 def test_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
