@@ -51,7 +51,7 @@ def start(ray: Any, vspec: Any, run_dir: str, cpu_workers: int) -> Dict[str, Any
     """
     quiet = {"logging_level": "WARNING", "log_to_driver": False, "configure_logging": True}
     if vspec.address:
-        ray.init(address=vspec.address, **quiet)
+        _join(ray, vspec.address, quiet)
     else:
         gpus = len(vspec.cards) if vspec.gpus and vspec.cards is not None else None
         if vspec.gpus and vspec.cards is not None:
@@ -64,6 +64,22 @@ def start(ray: Any, vspec: Any, run_dir: str, cpu_workers: int) -> Dict[str, Any
             "session_dir": session, "driver_pid": os.getpid(), "pgid": os.getpgid(0)})
     return {"ray_version": ray.__version__, "ray_pinned": RAY_VERSION,
             "address": vspec.address or "local", "session": os.path.basename(session or "")}
+
+
+def _join(ray: Any, address: str, options: Dict[str, Any], tries: int = 3) -> None:
+    """Join the cluster; a busy head may miss one connection deadline, so try again."""
+    for attempt in range(1, tries + 1):
+        try:
+            ray.init(address=address, **options)
+            return
+        except ConnectionError as exc:
+            if attempt == tries:
+                raise StageFailure("pilot", f"cannot join the Ray cluster at {address} "
+                                   f"after {tries} tries: {exc}",
+                                   hint="check the head node is up and its GCS port open "
+                                        "(docs/volume.md, ports)") from exc
+            ray.shutdown()
+            time.sleep(2.0 * attempt)
 
 
 def _session_dir(ray: Any) -> Optional[str]:
