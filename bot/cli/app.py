@@ -26,6 +26,7 @@ from bot.errors import DecisionRefused, ManifestError, PreflightError
 from bot.messages.model import NullNotifier
 from bot.pilot.decisions import DECISIONS
 from bot.pilot.states import S
+from bot.service import PilotService
 from bot.settings import Settings
 from bot.slack import serve as slack_serve
 
@@ -88,7 +89,7 @@ def run(
         service = build_service(settings, notifier, create=True)
         sub = service.submit(loaded, submitter=user)
         service.start(sub.run_id)
-        final = _follow(service, sub.run_id)
+        final = _follow(service, sub.run_id, notifier)
     except ManifestError as exc:
         _print_manifest_error(exc)
         raise typer.Exit(2) from exc
@@ -106,12 +107,12 @@ def run(
     raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
 
 
-def _follow(service: Any, run_id: str) -> dict[str, Any]:
+def _follow(service: PilotService, run_id: str, notifier: ConsoleNotifier) -> dict[str, Any]:
     """Follow a run; Ctrl-C stops following, never the runner (it runs detached)."""
     try:
         return dict(service.follow(run_id, poll=FOLLOW_POLL_S))
     except KeyboardInterrupt:
-        service.notifier.close_live()
+        notifier.close_live()
         err_console.print(f"stopped following {run_id}; the runner keeps going. Follow it "
                           f"again: preflight follow {run_id}", highlight=False)
         raise typer.Exit(130) from None
@@ -128,7 +129,7 @@ def ask_decision(ask: Any, say: Any) -> str | None:
             "to decide later", highlight=False, markup=False)
 
 
-def _after_run(service: Any, run: dict[str, Any], decide: str | None, reason: str | None,
+def _after_run(service: PilotService, run: dict[str, Any], decide: str | None, reason: str | None,
                user: str, override: bool) -> None:
     if decide is None and sys.stdin.isatty():
         decide = ask_decision(lambda: typer.prompt(
@@ -201,7 +202,7 @@ def _follow_command(run_id: str, *, resume: bool) -> None:
             for message in service.thread_messages(run_row["id"]):
                 if message.key == "plan":
                     notifier.publish(message)
-        final = _follow(service, run_row["id"])
+        final = _follow(service, run_row["id"], notifier)
     except PreflightError as exc:
         raise _fail(str(exc), exc.exit_code) from exc
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -141,7 +141,7 @@ def watch(once: bool = typer.Option(False, help="run each job once now and exit"
         close_dispatchers(service)
 
 
-def _watch_forever(settings: Settings, service: Any) -> None:
+def _watch_forever(settings: Settings, service: PilotService) -> None:
     from bot import schedule
 
     scheduler = schedule.BotScheduler(settings, service)
@@ -155,6 +155,6 @@ def _watch_forever(settings: Settings, service: Any) -> None:
         scheduler.shutdown()
 
 
-def close_dispatchers(service: Any) -> None:
+def close_dispatchers(service: PilotService) -> None:
     """Close the dispatchers that hold connections (the SSH one: its sessions and loop)."""
     service.close()
