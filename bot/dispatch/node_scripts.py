@@ -41,7 +41,8 @@ sys.stdout.write(json.dumps(out))
 """
 
 # Runs on the node: takes the workdir's lock, then, on "launch" from the bot, starts the
-# runner detached (its own session, output to runner.log, exit status to exit_code). The
+# runner detached (its own session, output to runner.log, exit status to exit_code); a
+# JSON object after "launch" on the same line is added to the runner's environment. The
 # lock (``dispatch.lock``: run, pid, process start time) names a live process for as long
 # as the workdir is in use: this process while the bot uploads, then the runner's
 # supervisor; it is dropped when the runner ends or when the bot goes away before the
@@ -110,7 +111,8 @@ sys.stdout.write(json.dumps({"held": held} if held else {"locked": run}) + "\n")
 sys.stdout.flush()
 if held:
     sys.exit(3)
-if sys.stdin.readline().strip() != "launch":
+word, _, extra = sys.stdin.readline().strip().partition(" ")
+if word != "launch":
     locked(release)
     sys.exit(0)
 pid = os.fork()
@@ -127,8 +129,9 @@ os.dup2(log, 2)
 with open(os.path.join(run_dir, "runner.pid"), "w") as fh:
     fh.write("%d\n" % os.getpid())
 env = dict(os.environ)
-extra = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
-env["PYTHONPATH"] = os.pathsep.join([pkg, cwd] + extra)
+env.update(json.loads(extra) if extra else {})  # e.g. the volume's Ray token: never on disk
+paths = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
+env["PYTHONPATH"] = os.pathsep.join([pkg, cwd] + paths)
 env["PYTHONUNBUFFERED"] = "1"
 try:
     code = subprocess.call(argv, cwd=cwd, env=env)

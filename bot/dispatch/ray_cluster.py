@@ -62,7 +62,7 @@ class RayNode:
     where: str  # user@host:port, for messages
     address: str  # the address the other nodes reach it at
     python: str = "python3"
-    cards: tuple[int, ...] | None = None  # None: a CPU node
+    cards: tuple[int, ...] | None = None  # None: every card it sees; (): a CPU node
     ports: RayPorts = field(default_factory=RayPorts)
     temp_dir: str = "/tmp/ray"
 
@@ -128,12 +128,14 @@ GROUP_STOP = ("import os, signal, sys, time\npath = os.path.join(sys.argv[1], 'p
 def start_command(node: RayNode, head: str | None) -> str:
     """``ray start`` for one node (``head`` None: this is the head), in a process group of
     its own. The token is read from standard input so no command line or file holds it."""
-    cards = node.cards if node.cards is not None else ()
-    env = ["RAY_AUTH_MODE=token", "RAY_USAGE_STATS_ENABLED=0",
-           f"CUDA_VISIBLE_DEVICES={','.join(str(c) for c in cards)}"]
+    env = ["RAY_AUTH_MODE=token", "RAY_USAGE_STATS_ENABLED=0"]
+    gpus: list[str] = []
+    if node.cards is not None:  # None: Ray counts the cards the node sees
+        env.append(f"CUDA_VISIBLE_DEVICES={','.join(str(c) for c in node.cards)}")
+        gpus = ["--num-gpus", str(len(node.cards))]
     args = [node.python, "-c", GROUP_START, node.temp_dir, "-m", "ray.scripts.scripts",
             "start", "--disable-usage-stats", "--node-ip-address", node.address,
-            "--num-gpus", str(len(cards)), "--temp-dir", node.temp_dir, *node.ports.flags()]
+            *gpus, "--temp-dir", node.temp_dir, *node.ports.flags()]
     if head is None:
         args += ["--head", "--port", str(node.ports.gcs), "--include-dashboard=false"]
     else:

@@ -24,6 +24,8 @@ are ``bot/dispatch_ssh_plan.py``'s.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import posixpath
 import threading
 from collections.abc import Callable, Coroutine, Sequence
@@ -52,10 +54,17 @@ from bot.dispatch.upload import (
     parse_hashes,
     write_layout,
 )
+from bot.dispatch.volume_cluster import (
+    RayNodeOf,
+    default_ray_node,
+    start_volume_cluster,
+    stop_volume_cluster,
+)
 from bot.errors import DispatchError, NodeUnreachable
 from runner.events import Event, parse_chunk
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 READ_LIMIT = 4 << 20
 
 
@@ -76,7 +85,8 @@ class SSHDispatcher:
                  ssh_config: Path | str | None = None, use_agent: bool = True,
                  runner_package: Path | None = None, connect_timeout: float = 15.0,
                  backoff: tuple[float, float] = (0.25, 30.0), attempts: int = 4,
-                 node_of: Callable[[RunHandle], dict[str, Any]] | None = None) -> None:
+                 node_of: Callable[[RunHandle], dict[str, Any]] | None = None,
+                 ray_node: RayNodeOf = default_ray_node) -> None:
         self.known_hosts = str(known_hosts) if known_hosts else None
         self.client_keys = [str(k) for k in client_keys] if client_keys else None
         self.ssh_config = str(ssh_config) if ssh_config else None
@@ -86,6 +96,7 @@ class SSHDispatcher:
         self.backoff = Backoff(*backoff)
         self.attempts = attempts  # tries of a dispatch and of a results fetch
         self.node_of = node_of or node_section
+        self.ray_node = ray_node  # a several-node volume's Ray layout (volume_cluster.py)
         self.uploaded: dict[str, dict[str, int]] = {}  # run id -> bytes by kind
         self.uploaded_files: dict[str, list[str]] = {}  # run id -> remote paths written
         self._conns: dict[ConnKey, Any] = {}
@@ -98,7 +109,15 @@ class SSHDispatcher:
 
     # -- the Dispatcher protocol -----------------------------------------------------
     def start(self, handle: RunHandle) -> int | None:
-        return self._call(self._start(handle), timeout=600)
+        """A several-node volume first starts Ray on its nodes; the token reaches the
+        driver through the launcher's standard input only. A failed dispatch stops it."""
+        cluster = start_volume_cluster(self, handle, self.ray_node)
+        env = cluster.driver_env() if cluster is not None else {}
+        try:
+            return self._call(self._start(handle, env), timeout=600)
+        except BaseException:
+            stop_volume_cluster(self, handle)
+            raise
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
         """Raises ``NodeUnreachable`` while the node cannot be reached (also while the
@@ -112,8 +131,18 @@ class SSHDispatcher:
         return events, new_offset
 
     def is_alive(self, handle: RunHandle) -> bool:
+        """A runner found ended (done, or dead) takes its volume's Ray cluster with it."""
         state = self._probe(handle)
-        return state != "dead" and state != "done"
+        if state in ("dead", "done"):
+            try:
+                problems = stop_volume_cluster(self, handle)
+            except DispatchError as exc:
+                problems = [str(exc)]
+            if problems:  # the record stays: the next look tries again
+                log.warning("run %s: Ray not stopped on every node: %s", handle.run_id,
+                            "; ".join(problems))
+            return False
+        return True
 
     def exit_code(self, handle: RunHandle) -> int | None:
         node, layout = locate(handle)
@@ -124,6 +153,8 @@ class SSHDispatcher:
         return int(raw) if raw.strip().isdigit() else None
 
     def fetch_results(self, handle: RunHandle) -> Path | None:
+        """The run has ended: its volume's Ray (if any) is stopped on every node first."""
+        self._stop_cluster(handle)
         return self._call(fetch_results(self, handle, *locate(handle)), timeout=900)
 
     def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
@@ -143,6 +174,13 @@ class SSHDispatcher:
         except NodeUnreachable as exc:
             raise NodeUnreachable(f"cannot stop run {handle.run_id}: {exc}; its runner may "
                                   "still be running, try again") from exc
+        self._stop_cluster(handle)
+
+    def _stop_cluster(self, handle: RunHandle) -> None:
+        problems = stop_volume_cluster(self, handle)
+        if problems:
+            raise DispatchError(f"run {handle.run_id}: Ray not stopped on every node: "
+                                + "; ".join(problems))
 
     def run(self, node: SSHNode, command: str, stdin: str = "",
             timeout: float = 120) -> tuple[int, str, str]:
@@ -319,12 +357,12 @@ class SSHDispatcher:
         return await self.guarded(node, work)
 
     # -- start -------------------------------------------------------------------------
-    async def _start(self, handle: RunHandle) -> int | None:
+    async def _start(self, handle: RunHandle, env: dict[str, str]) -> int | None:
         """Dispatch; a drop before the launch redoes it (only what differs is sent again)."""
         node = SSHNode.from_dict(self.node_of(handle))
         for attempt in range(self.attempts):
             try:
-                return await self._dispatch(handle, node)
+                return await self._dispatch(handle, node, env)
             except NodeUnreachable as exc:
                 if attempt + 1 == self.attempts:
                     raise NodeUnreachable(f"cannot dispatch run {handle.run_id} after "
@@ -332,7 +370,8 @@ class SSHDispatcher:
                 await asyncio.sleep(self.backoff.delay(attempt))
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def _dispatch(self, handle: RunHandle, node: SSHNode) -> int | None:
+    async def _dispatch(self, handle: RunHandle, node: SSHNode,
+                        env: dict[str, str]) -> int | None:
         spec = load_spec(handle.spec_path)
         plan = UploadPlan(await self._workdir(node), handle, self.runner_package, spec)
         # The workdir's lock first: nothing is hashed, sent or removed under a live runner.
@@ -351,7 +390,7 @@ class SSHDispatcher:
             await _release(launcher)
             raise
         try:
-            pid = await self._launch(node, launcher)
+            pid = await self._launch(node, launcher, env)
         except NodeUnreachable:
             # Cut off around "launch": the runner may have started. No pid in remote.json:
             # the probe then reads the node's runner.pid (docs/remote.md, "starting").
@@ -376,9 +415,9 @@ class SSHDispatcher:
             raise
         return launcher
 
-    async def _launch(self, node: SSHNode, launcher: Any) -> int:
+    async def _launch(self, node: SSHNode, launcher: Any, env: dict[str, str]) -> int:
         async def work(conn: Any) -> str:
-            launcher.stdin.write("launch\n")
+            launcher.stdin.write(f"launch {json.dumps(env)}\n" if env else "launch\n")
             out = str(await launcher.stdout.read())
             if not out.strip():
                 await _cut_off(launcher, "before the launcher printed the runner's pid")

@@ -41,10 +41,10 @@ def check_volume(volume: Volume, gpu: GpuModel | None, hardware: Hardware | None
                            "volume.nodes out to run on the pilot's node")
         _check_nodes(nodes, report)
         if len(nodes) > 1:
-            report.warn(("volume", "nodes"), f"{len(nodes)} nodes listed: the volume runs on "
-                        "volume.nodes[0] only for now (starting the Ray cluster across the "
-                        "nodes is not wired into the launch yet); every node's lease is "
-                        "still checked")
+            report.warn(("volume", "nodes"), f"{len(nodes)} nodes listed: Ray is started on "
+                        "each (the driver on volume.nodes[0]) and each offers every card it "
+                        "sees: the pilot's healthy-card choice applies to a one-node volume "
+                        "only")
     if gpu is None or hardware is None:
         return
     if gpu.is_cpu:

@@ -147,9 +147,9 @@ class _DiesAtLaunch(SSHDispatcher):
 
     after = True
 
-    async def _launch(self, node: SSHNode, launcher: Any) -> int:
+    async def _launch(self, node: SSHNode, launcher: Any, env: dict[str, str]) -> int:
         if self.after:
-            await super()._launch(node, launcher)
+            await super()._launch(node, launcher, env)
         raise _Crash("the bot died during the launch")
 
 

@@ -1,0 +1,123 @@
+"""A volume's Ray cluster around an SSH dispatch: started before the driver, stopped after.
+
+When a volume run's manifest lists more than one node in ``volume.nodes`` (all ``ssh``),
+the SSH dispatcher starts Ray on every one of them (``bot/dispatch/ray_cluster.py``: the
+head on ``volume.nodes[0]``, where the driver runs), writes the head's address into the
+run's spec (``volume.address``) and hands the run's token to the launcher on its standard
+input, which puts it in the driver's environment only. Which nodes run Ray (never the
+token) is kept in the run directory's ``ray_cluster.json`` so a stop, the end of the run,
+or a restarted bot ends Ray on every node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from bot.dispatch.base import RunHandle
+from bot.dispatch.ray_cluster import RayCluster, RayNode, RayPorts, start_cluster, stop_cluster
+from bot.dispatch.upload import SSHNode, load_spec
+from bot.errors import DispatchError
+
+CLUSTER_FILE = "ray_cluster.json"
+RayNodeOf = Callable[[int, SSHNode, str, bool], RayNode]
+
+
+class Runs(Protocol):
+    """What is needed of the dispatcher: one command on a node, ``stdin`` fed to it."""
+
+    def run(self, node: SSHNode, command: str, stdin: str = "",
+            timeout: float = 120) -> tuple[int, str, str]:
+        ...
+
+
+def default_ray_node(index: int, node: SSHNode, run_id: str, gpus: bool) -> RayNode:
+    """Node ``index`` of the cluster: the pinned ports, a temp dir of the run's own (short:
+    Ray's sockets live there), every card the node sees (``gpus``) or none."""
+    tag = hashlib.sha256(run_id.encode()).hexdigest()[:8]
+    return RayNode(node.where, node.host, node.python, None if gpus else (), RayPorts(),
+                   f"/tmp/pf-ray-{tag}-{index}")
+
+
+def volume_nodes(handle: RunHandle) -> list[SSHNode]:
+    """The SSH nodes of a volume run that lists several in ``volume.nodes`` ([] for any
+    other run: one node's volume starts a local Ray on that node)."""
+    spec = load_spec(handle.spec_path)
+    if not spec.get("volume"):
+        return []
+    path = handle.run_dir / "manifest.yaml"
+    try:
+        manifest = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise DispatchError(f"{path}: cannot read volume.nodes: {exc}") from exc
+    volume = manifest.get("volume") if isinstance(manifest, dict) else None
+    nodes = volume.get("nodes") if isinstance(volume, dict) else None
+    if not isinstance(nodes, list) or len(nodes) < 2:
+        return []
+    if not all(isinstance(n, dict) and n.get("kind") == "ssh" for n in nodes):
+        raise DispatchError(f"{path}: volume.nodes: several nodes must all be kind ssh")
+    return [SSHNode.from_dict(n) for n in nodes]
+
+
+def start_volume_cluster(runs: Runs, handle: RunHandle,
+                         ray_node: RayNodeOf = default_ray_node) -> RayCluster | None:
+    """Start Ray on every node of a several-node volume and point the spec at its head;
+    None for any other run. The nodes are recorded before anything starts."""
+    nodes = volume_nodes(handle)
+    if not nodes:
+        return None
+    spec = load_spec(handle.spec_path)
+    gpus = bool(spec["volume"].get("gpus"))
+    pairs = [(n, ray_node(i, n, handle.run_id, gpus)) for i, n in enumerate(nodes)]
+    _write(handle.run_dir / CLUSTER_FILE,
+           {"nodes": [{"ssh": asdict(s), "ray": asdict(r)} for s, r in pairs]})
+    cluster = start_cluster(_shell(runs, pairs), [r for _, r in pairs])
+    spec["volume"] = {**spec["volume"], "address": cluster.address}
+    _write(handle.spec_path, spec)
+    return cluster
+
+
+def stop_volume_cluster(runs: Runs, handle: RunHandle) -> list[str]:
+    """End this run's Ray on every node it was started on (nothing when there is none);
+    returns the problems met. The record is removed once every node is stopped."""
+    path = handle.run_dir / CLUSTER_FILE
+    if not path.exists():
+        return []
+    pairs = _read(path)
+    problems = stop_cluster(_shell(runs, pairs), [r for _, r in pairs])
+    if not problems:
+        path.unlink(missing_ok=True)
+    return problems
+
+
+def _shell(runs: Runs, pairs: list[tuple[SSHNode, RayNode]]) -> Any:
+    by_id = {id(r): s for s, r in pairs}
+
+    def shell(node: RayNode, command: str, stdin: str = "") -> tuple[int, str, str]:
+        return runs.run(by_id[id(node)], command, stdin, timeout=180)
+
+    return shell
+
+
+def _read(path: Path) -> list[tuple[SSHNode, RayNode]]:
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))["nodes"]
+        return [(SSHNode(**row["ssh"]),
+                 RayNode(**{**row["ray"], "ports": RayPorts(**row["ray"]["ports"]),
+                            "cards": None if row["ray"]["cards"] is None
+                            else tuple(row["ray"]["cards"])})) for row in rows]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DispatchError(f"{path}: cannot read which nodes run this volume's Ray: "
+                            f"{exc}") from exc
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    tmp.replace(path)
