@@ -120,9 +120,11 @@ GROUP_START = ("import os, sys\npid = os.fork()\nif pid:\n    sys.exit(os.waitst
                "sys.argv[2:])")
 GROUP_STOP = ("import os, signal, sys, time\npath = os.path.join(sys.argv[1], 'preflight.pgid')\n"
               "try:\n    group = int(open(path).read())\nexcept (OSError, ValueError):\n"
-              "    sys.exit(0)\nfor sig in (signal.SIGTERM, signal.SIGKILL):\n    try:\n"
-              "        os.killpg(group, sig)\n    except ProcessLookupError:\n        break\n"
-              "    time.sleep(2)\nos.remove(path)")
+              "    sys.exit(0)\ndef gone(sig):\n    try:\n        os.killpg(group, sig)\n"
+              "    except ProcessLookupError:\n        return True\n    return False\n"
+              "for sig in (signal.SIGTERM, signal.SIGKILL):\n    if gone(sig):\n        break\n"
+              "    for _ in range(40):\n        time.sleep(0.05)\n        if gone(0):\n"
+              "            break\n    else:\n        continue\n    break\nos.remove(path)")
 
 
 def start_command(node: RayNode, head: str | None) -> str:
