@@ -72,6 +72,10 @@ def start_volume_cluster(runs: Runs, handle: RunHandle,
     nodes = volume_nodes(handle)
     if not nodes:
         return None
+    left = stop_volume_cluster(runs, handle)  # an earlier attempt's (a resume): ended first
+    if left:
+        raise DispatchError(f"run {handle.run_id}: the Ray of its earlier attempt could not "
+                            "be stopped: " + "; ".join(left))
     spec = load_spec(handle.spec_path)
     gpus = bool(spec["volume"].get("gpus"))
     pairs = [(n, ray_node(i, n, handle.run_id, gpus)) for i, n in enumerate(nodes)]

@@ -1,0 +1,66 @@
+"""The record of a volume's Ray nodes (``ray_cluster.json``): an earlier attempt's cluster
+is stopped before a resume starts a new one, and a cluster that cannot be stopped refuses
+the new start, naming why. A small fake of the dispatcher's ``run`` (no SSH)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bot.dispatch.base import RunHandle
+from bot.dispatch.upload import SSHNode
+from bot.dispatch.volume_cluster import CLUSTER_FILE, start_volume_cluster
+from bot.errors import DispatchError
+from runner.raypin import RAY_VERSION
+
+
+class _Node:
+    """Answers like a node with the pinned Ray; records every command."""
+
+    def __init__(self, stop_fails: bool = False) -> None:
+        self.ran: list[tuple[str, str]] = []
+        self.stop_fails = stop_fails
+
+    def run(self, node: SSHNode, command: str, stdin: str = "",
+            timeout: float = 120) -> tuple[int, str, str]:
+        kind = "stop" if "signal.SIGKILL" in command else (
+            "start" if " start " in command else "probe")
+        self.ran.append((kind, node.host))
+        if kind == "stop" and self.stop_fails:
+            return 1, "", "permission denied"
+        return 0, json.dumps({"python": "3.11.9", "ray": RAY_VERSION}), ""
+
+
+def _handle(tmp_path: Path) -> RunHandle:
+    nodes = [{"kind": "ssh", "host": h, "workdir": "/w"} for h in ("gpu-a", "gpu-b")]
+    (tmp_path / "manifest.yaml").write_text(yaml.safe_dump({"volume": {"nodes": nodes}}))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"volume": {"gpus": False}}))
+    return RunHandle("r-1", tmp_path, spec, tmp_path, node=nodes[0])
+
+
+def test_a_resume_stops_the_earlier_attempts_ray_before_starting_anew(tmp_path: Path) -> None:
+    handle = _handle(tmp_path)
+    node = _Node()
+    first = start_volume_cluster(node, handle)
+    assert first is not None and [k for k, _ in node.ran] == ["probe"] * 2 + ["start"] * 2
+    record = (tmp_path / CLUSTER_FILE).read_text()
+    assert first.token not in record and "gpu-b" in record
+    node.ran.clear()
+    second = start_volume_cluster(node, handle)  # the resume
+    assert second is not None and second.token != first.token
+    assert node.ran[:2] == [("stop", "gpu-b"), ("stop", "gpu-a")]  # the head last
+    assert json.loads(handle.spec_path.read_text())["volume"]["address"] == "gpu-a:6380"
+
+
+def test_an_earlier_ray_that_cannot_be_stopped_refuses_the_new_start(tmp_path: Path) -> None:
+    handle = _handle(tmp_path)
+    assert start_volume_cluster(_Node(), handle) is not None
+    stuck = _Node(stop_fails=True)
+    with pytest.raises(DispatchError, match="earlier attempt could not be stopped: gpu-b:22: "
+                                            "stopping Ray failed .*permission denied"):
+        start_volume_cluster(stuck, handle)
+    assert "start" not in [k for k, _ in stuck.ran] and (tmp_path / CLUSTER_FILE).exists()
