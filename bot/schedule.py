@@ -196,6 +196,7 @@ def check_leases(service: PilotService, now: datetime) -> list[Message]:
                 if not store.change_lease(action.lease_id, lease["state"], lease_rules.ENDED,
                                           lease_rules.SYSTEM, note="lease expired"):
                     continue
+                _stop_runs_on(service, host, port, action.node)
             if not store.claim_reminder(action.key, f"lease-{action.kind}", action.node,
                                         {"pending": pending, "end": _iso(action.end)}):
                 continue
@@ -203,6 +204,18 @@ def check_leases(service: PilotService, now: datetime) -> list[Message]:
             _publish(service, message)
             sent.append(message)
     return sent
+
+
+def _stop_runs_on(service: PilotService, host: str, port: int, node: str) -> None:
+    """Nothing of ours keeps running on a node whose lease ended: every run using it (its
+    runner, a volume's driver and Ray on every node of the volume) is stopped."""
+    for run_id in service.store.running_on_node(host, port):
+        try:
+            service.stop(run_id, by=lease_rules.SYSTEM, reason=f"the lease of {node} ended",
+                         wait=False)
+        except PreflightError as exc:  # the next watch still closes what it can
+            log.warning("run %s: not stopped at the end of the lease of %s: %s",
+                        run_id, node, exc)
 
 
 def lease_message(action: lease_rules.LeaseAction, runs: list[dict[str, Any]],

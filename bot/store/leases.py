@@ -104,5 +104,18 @@ class LeasesMixin(StoreBase):
         return [_decode_json(r, ("evidence", "balance")) for r in rows]
 
 
+    def running_on_node(self, host: str, port: int = 22) -> list[str]:
+        """Ids of the running runs that use ``host:port``: as their node, or as one of
+        their volume's nodes (a several-node volume's workers)."""
+        match = ("json_extract({v}, '$.kind') = 'ssh' AND lower(json_extract({v}, '$.host')) = ? "
+                 "AND COALESCE(json_extract({v}, '$.port'), 22) = ?")
+        rows = self.db.query(
+            "SELECT id FROM runs WHERE status = 'running' AND ((" + match.format(v="node")
+            + ") OR EXISTS (SELECT 1 FROM json_each(runs.manifest_json, '$.volume.nodes') AS n "
+            "WHERE json_type(n.value) = 'object' AND " + match.format(v="n.value") + ")) "
+            "ORDER BY id", [host.lower(), int(port), host.lower(), int(port)])
+        return [r["id"] for r in rows]
+
+
 def _decode_json(row: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: (json.loads(v) if k in keys and isinstance(v, str) else v) for k, v in row.items()}

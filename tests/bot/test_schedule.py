@@ -203,3 +203,24 @@ def test_one_run_failing_unexpectedly_does_not_stop_the_watch_of_the_others(
     watch_runs(service, datetime.now(timezone.utc))
     assert service.store.get_run(healthy)["status"] == "awaiting_decision"
     assert service.store.get_run(broken)["status"] == "running"
+
+
+def test_the_end_of_a_lease_stops_the_runs_still_using_the_node(tmp_path: Path) -> None:
+    service = make(tmp_path, lambda run: pilot_script(IDS, refuse=()), step=1)
+    _lease(service)
+    run_id = start(service, tmp_path, ssh=True)
+    other = start(service, tmp_path, name="elsewhere")  # a local run: not on the node
+    fake: ScriptedDispatcher = service.dispatchers["ssh"]  # type: ignore[assignment]
+    assert fake.is_alive(fake.started[0])
+    [reminder] = check_leases(service, END - timedelta(minutes=30))
+    assert reminder.key == "alert-lease-remind-2"
+    assert fake.is_alive(fake.started[0])  # a reminder stops nothing
+    [ended] = check_leases(service, END + timedelta(minutes=1))
+    assert ended.key == "alert-lease-end-end"
+    assert not fake.is_alive(fake.started[0])  # the runner was stopped
+    assert fake.is_alive(fake.started[1])  # the local run goes on
+    watch_runs(service, END + timedelta(minutes=2))
+    run = service.store.get_run(run_id)
+    assert run["status"] == "stopped"
+    assert run["stop"]["by"] == "preflight" and "lease" in run["stop"]["reason"]
+    assert service.store.get_run(other)["status"] == "running"

@@ -116,3 +116,21 @@ def test_the_store_makes_only_the_changes_the_table_lists(tmp_path: Path) -> Non
     assert store.get_run("r1")["status"] == "decided"
     with pytest.raises(StoreError, match="transition"):
         store.update_run("r1", status="running")  # no way around the table
+
+
+def test_running_on_node_finds_the_node_of_a_run_and_of_a_volumes_workers(tmp_path: Path) -> None:
+    store = Store(tmp_path / "p.db")
+    head = {"kind": "ssh", "host": "Head.example", "port": 22}
+    worker = {"kind": "ssh", "host": "worker.example", "port": 2222}
+    store.create_run({"id": "vol", "name": "demo", "attempt": 1, "run_dir": "/tmp/v",
+                      "status": "running", "node": head,
+                      "manifest_json": {"volume": {"nodes": [head, worker]}}})
+    store.create_run({"id": "old-form", "name": "demo", "attempt": 2, "run_dir": "/tmp/o",
+                      "status": "running", "node": {"kind": "local"},
+                      "manifest_json": {"volume": {"nodes": 1}}})
+    store.create_run({"id": "done", "name": "demo", "attempt": 3, "run_dir": "/tmp/d",
+                      "status": "finished", "node": head})
+    assert store.running_on_node("head.example") == ["vol"]
+    assert store.running_on_node("worker.example", 2222) == ["vol"]
+    assert store.running_on_node("worker.example") == []  # another port, another node
+    assert store.running_on_node("elsewhere.example") == []
