@@ -57,6 +57,9 @@ def migrate_runs(db: sqlite_utils.Database) -> None:
     db.execute("""CREATE TABLE IF NOT EXISTS events (
         run TEXT NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL, type TEXT NOT NULL,
         ts TEXT NOT NULL, stage TEXT, data TEXT NOT NULL, PRIMARY KEY (run, seq))""")
+    # The follower asks for a run's events of one type (stage, progress, volume notes) at
+    # every poll: without this index each ask reads every item event of the run again.
+    db.execute("CREATE INDEX IF NOT EXISTS events_by_type ON events(run, type, seq)")
     db.execute("""CREATE TABLE IF NOT EXISTS stages (
         run TEXT NOT NULL REFERENCES runs(id), stage TEXT NOT NULL, state TEXT NOT NULL,
         facts TEXT, error TEXT, reason TEXT, started_at TEXT, ended_at TEXT,
