@@ -51,14 +51,19 @@ def ledger_ids(run_dir: Path) -> set[str]:
         return set()
 
 
-def start_slow_pilot(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
-    """`preflight run` on a slow pilot, returned once two items are in the ledger."""
+def start_slow_pilot(tmp_path: Path, handler: str = HANDLER, *,
+                     hold: bool = False) -> tuple[Path, Path, subprocess.Popen[str]]:
+    """`preflight run` on a slow pilot, returned once two items are in the ledger.
+
+    ``hold``: a file `hold` in the project, which a holding handler waits on."""
     root = tmp_path / "project"
     (root / "docs").mkdir(parents=True)
     for n in range(N):
         (root / "docs" / f"inv-{n}.txt").write_text(f"invoice {n}")
-    (root / "slow_handler.py").write_text(HANDLER)
+    (root / "slow_handler.py").write_text(handler)
     (root / "manifest.yaml").write_text(MANIFEST)
+    if hold:
+        (root / "hold").write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFLIGHT_", "SLACK_"))}
     env.update({"PREFLIGHT_HOME": str(root)})
     cli = subprocess.Popen([sys.executable, "-m", "bot", "run", "manifest.yaml"], cwd=root,

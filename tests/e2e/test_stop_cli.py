@@ -6,12 +6,11 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.e2e.test_pilot_cli import preflight
-from tests.e2e.test_resume_cli import MANIFEST, N, ledger_ids
-from tests.processes import alive, wait_until
+from tests.e2e.test_resume_cli import N, ledger_ids, start_slow_pilot
+from tests.processes import alive
 
 # Items after the second wait while the file `hold` exists: the run is mid-pilot for as
 # long as the test needs, and a resume (after removing `hold`) goes through at once.
@@ -33,23 +32,7 @@ def handle(items, ctx):
 
 
 def start_held_pilot(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
-    root = tmp_path / "project"
-    (root / "docs").mkdir(parents=True)
-    for n in range(N):
-        (root / "docs" / f"inv-{n}.txt").write_text(f"invoice {n}")
-    (root / "slow_handler.py").write_text(HANDLER)
-    (root / "manifest.yaml").write_text(MANIFEST)
-    (root / "hold").write_text("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFLIGHT_", "SLACK_"))}
-    env.update({"PREFLIGHT_HOME": str(root)})
-    cli = subprocess.Popen([sys.executable, "-m", "bot", "run", "manifest.yaml"], cwd=root,
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           stdin=subprocess.DEVNULL)
-    runs = root / "runs"
-    wait_until(lambda: runs.exists() and any(runs.iterdir()), "the run directory", 60)
-    (run_dir,) = list(runs.iterdir())
-    wait_until(lambda: len(ledger_ids(run_dir)) >= 2, "two items in the ledger", 120)
-    return root, run_dir, cli
+    return start_slow_pilot(tmp_path, HANDLER, hold=True)
 
 
 def group_alive(pgid: int) -> bool:
