@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 
 def alive(pid: int) -> bool:
@@ -13,6 +15,30 @@ def alive(pid: int) -> bool:
             return not any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
     except FileNotFoundError:
         return False
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    pgid: int
+    cmdline: bytes  # NUL-separated, as /proc has it (Ray's agents rename theirs ray::...)
+
+
+def live_processes() -> Iterator[Proc]:
+    """Every process of this machine that is running (zombies and the dead left out)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                state = fh.read().rsplit(b") ", 1)[-1][:1]
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+            pgid = os.getpgid(int(name))
+        except OSError:  # ended while we looked
+            continue
+        if state not in (b"Z", b"X"):
+            yield Proc(int(name), pgid, cmdline)
 
 
 def wait_until(condition: Callable[[], object], what: str, deadline_s: float = 90.0) -> None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 from pathlib import Path
 
 from tests.e2e.test_pilot_cli import preflight
 from tests.e2e.test_resume_cli import N, ledger_ids, start_slow_pilot
-from tests.processes import alive
+from tests.processes import live_processes
 
 # Items after the second wait while the file `hold` exists: the run is mid-pilot for as
 # long as the test needs, and a resume (after removing `hold`) goes through at once.
@@ -36,14 +35,7 @@ def start_held_pilot(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]
 
 
 def group_alive(pgid: int) -> bool:
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if os.getpgid(int(name)) == pgid and alive(int(name)):
-                    return True
-            except OSError:
-                continue
-    return False
+    return any(p.pgid == pgid for p in live_processes())
 
 
 def test_stop_then_resume_keeps_the_finished_items(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ process is left on the "nodes" (the process table is read).
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import socket
@@ -29,7 +28,7 @@ from bot.dispatch.ray_cluster import (
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
 from runner.raypin import RAY_VERSION
-from tests.processes import wait_until
+from tests.processes import live_processes, wait_until
 from tests.remote.conftest import BARE_PYTHON, Sshd
 from tests.runner.test_stages_kit import runner_env
 from tests.volume.kit import events, make_volume, start_runner
@@ -69,21 +68,8 @@ def _ray_pids(temp_dirs: list[str], groups: list[int]) -> list[int]:
     """Live processes whose command line names one of the run's Ray temp dirs, or that
     belong to the process group a node's ``ray start`` ran in (Ray's agents rename
     themselves ``ray::...``)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{name}/cmdline").read_bytes()
-            state = Path(f"/proc/{name}/stat").read_bytes().split(b") ", 1)[-1][:1]
-            group = os.getpgid(int(name))
-        except OSError:
-            continue
-        if state in (b"Z", b"X"):
-            continue
-        if any(t.encode() in cmd for t in temp_dirs) or group in groups:
-            found.append(int(name))
-    return found
+    return [p.pid for p in live_processes()
+            if any(d.encode() in p.cmdline for d in temp_dirs) or p.pgid in groups]
 
 
 def test_two_nodes_over_ssh_run_a_volume_and_stop_leaving_nothing(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.events import Event, read_events
+from tests.processes import live_processes
 from tests.runner.test_stages_kit import REPO, runner_env
 
 VOLWORK = '''
@@ -121,15 +122,4 @@ def cluster_env() -> dict[str, str]:
 
 def our_actor_pids() -> list[int]:
     """Processes of our volume's actors (Ray names an actor's process ray::_Worker)."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{name}/cmdline").read_bytes()
-            state = Path(f"/proc/{name}/stat").read_bytes().split(b") ", 1)[-1][:1]
-        except OSError:
-            continue
-        if cmd.startswith(b"ray::_Worker") and state not in (b"Z", b"X"):
-            pids.append(int(name))
-    return pids
+    return [p.pid for p in live_processes() if p.cmdline.startswith(b"ray::_Worker")]
