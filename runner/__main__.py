@@ -1,4 +1,9 @@
-"""``python -m runner SPEC.json --run-dir DIR [--resume]``: diagnostics and pilot on a node.
+"""``python -m runner SPEC.json --run-dir DIR [--resume] [--stages A,B]``: diagnostics and
+pilot on a node.
+
+``--stages`` runs only the named stages of the table, in the table's order (a stage whose
+dependency was not asked for runs anyway). The dispatcher proves each node of a
+several-node volume this way (``prepare,interpreter,torch,device,compute,interconnect``).
 
 Exit 0 when every stage passed or was skipped for a reason that is not a failure, 1 when a
 stage failed (or was blocked), 2 for an unusable spec or invocation (message on stderr).
@@ -32,8 +37,28 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--run-dir", required=True, help="this attempt's run directory")
     parser.add_argument("--resume", action="store_true",
                         help="continue a run whose directory already has events.jsonl")
+    parser.add_argument("--stages", default=None,
+                        help="run only these stages (comma-separated, table order kept)")
     parser.add_argument("--version", action="version", version=f"preflight runner {__version__}")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.stages is not None:
+        args.table = chosen_stages(parser, args.stages)
+    else:
+        args.table = None
+    return args
+
+
+def chosen_stages(parser: argparse.ArgumentParser, text: str) -> List[Any]:
+    """The rows of the stage table named in ``text``; a usage error names an unknown one."""
+    from runner.stages import STAGE_TABLE
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = [s.name for s in STAGE_TABLE]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        parser.error(f"--stages: unknown stage {unknown[0]!r} (known: {', '.join(known)})"
+                     if unknown else "--stages: name at least one stage")
+    return [s for s in STAGE_TABLE if s.name in names]
 
 
 def spec_summary(spec: RunSpec) -> Dict[str, Any]:
@@ -73,7 +98,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         writer.emit(RUN_STARTED, spec=spec_summary(spec), runner_version=__version__,
                     pid=os.getpid(), resume=bool(args.resume), python=sys.executable)
         try:
-            finished = Ladder(spec, args.spec, run_dir, bool(args.resume), writer).run()
+            finished = Ladder(spec, args.spec, run_dir, bool(args.resume), writer,
+                              args.table).run()
         except Exception as exc:  # a bug in the ladder itself: still end the run clearly
             traceback.print_exc()
             finished = {"status": "failed", "stage_reached": None, "first_error": {

@@ -15,6 +15,10 @@ from typing import Any, Dict, List, Optional
 from runner.errors import RunnerError
 
 SPEC_VERSION = 1
+# Set by the dispatcher in the environment of each volume node's ``ray start`` (so every
+# Ray worker of that node inherits it): that node's own copy of the run directory, whose
+# spec.json has the node's own paths (project, inputs). docs/volume.md.
+NODE_RUN_DIR_ENV = "PREFLIGHT_NODE_RUN_DIR"
 
 
 class SpecError(RunnerError, ValueError):
@@ -125,6 +129,9 @@ class VolumeSpec:
     ``gpus``: workers ask Ray for cards. ``batch_timeout_s``: a batch out longer than this
     is handed to another worker (0 = ten times the slowest batch seen, at least 60 s).
     ``cards``: the healthy cards this node offers (local Ray only; None: all it sees).
+    ``nodes``: the card proof of each node of a several-node volume, written by the
+    dispatcher (``where``, ``host``, ``cards`` offered, ``excluded`` cards with ``stage``
+    and ``reason``); the driver reports every excluded card when it starts.
     """
 
     address: Optional[str] = None
@@ -134,6 +141,7 @@ class VolumeSpec:
     gpus: bool = False
     batch_timeout_s: float = 0.0
     cards: Optional[List[int]] = None
+    nodes: Optional[List[Dict[str, Any]]] = None
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,10 @@ class Batch:
     items: List[Item]
     sent: int = 0  # times handed out
 
-    def payload(self) -> List[List[Any]]:
-        return [[it.id, it.path, it.size] for it in self.items]
+    def payload(self, root: str) -> List[List[Any]]:
+        """Each item's path relative to the inputs root: a worker resolves it against its
+        own node's copy of the inputs (``runner.volume_ray._Worker``)."""
+        return [[it.id, os.path.relpath(it.path, root), it.size] for it in self.items]
 
 
 @dataclass
@@ -86,6 +88,7 @@ class Driver:
         self.re_executed = 0
         self.requeued = 0
         self.lost_nodes: Set[str] = set()
+        self.inputs_root = os.path.abspath(ctx.spec.inputs.dir)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> Dict[str, Any]:
@@ -114,8 +117,8 @@ class Driver:
                 continue
             batch = self.queue.popleft()
             batch.sent += 1
-            self.out[w.actor.run.remote(batch.payload())] = Outstanding(batch, w,
-                                                                        time.monotonic())
+            ref = w.actor.run.remote(batch.payload(self.inputs_root))
+            self.out[ref] = Outstanding(batch, w, time.monotonic())
 
     def _settle(self, ref: Any) -> None:
         o = self.out.pop(ref)
@@ -223,6 +226,7 @@ def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[
         raise StageFailure("pilot", "the spec has no volume section")
     if vspec.gpus and not vspec.address and vspec.cards is None:
         vspec = dataclasses.replace(vspec, cards=healthy_cards(ctx.facts))
+    report_node_proofs(ctx, vspec.nodes or [])
     volume_ray.clean_local_session(ctx.run_dir)  # a killed driver's leftovers, if any
     volume_ray.prepare_env(vspec)
     ray = volume_ray.import_ray()
@@ -240,6 +244,16 @@ def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[
         return facts
     finally:
         volume_ray.stop(ray, actors, ctx.run_dir)
+
+
+def report_node_proofs(ctx: StageContext, nodes: List[Dict[str, Any]]) -> None:
+    """Each card a node's proof left out (the dispatcher's, before Ray started), told
+    once per driver start as ``volume.card_excluded``."""
+    for node in nodes:
+        for card in node.get("excluded") or []:
+            ctx.emit(ev.VOLUME_CARD_EXCLUDED, node=node.get("where"), host=node.get("host"),
+                     cards=[str(card.get("card"))], stage=card.get("stage"),
+                     reason=card.get("reason"))
 
 
 def healthy_cards(facts: Dict[str, Dict[str, Any]]) -> Optional[List[int]]:
@@ -277,8 +291,10 @@ def _start_workers(ctx: StageContext, ray: Any, vspec: Any, cpu_workers: int) ->
             raise StageFailure("pilot", f"worker on {info.get('host')}: {info['error']}",
                                hint="check task.handler and project.dir on every node")
         w.node, w.host, w.cards, w.started = info["node"], info["host"], info["cards"], now
+    run_dirs = [info.get("run_dir") for info in where]  # None: the driver's own paths
     ctx.emit(ev.VOLUME_WORKERS, workers=[{"worker": w.label, "node": w.node, "host": w.host,
-                                          "cards": w.cards} for w in workers])
+                                          "cards": w.cards, "run_dir": d}
+                                         for w, d in zip(workers, run_dirs)])
     return workers
 
 

@@ -16,6 +16,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple, Type
 
 from runner.raypin import RAY_VERSION, install_command
+from runner.spec import NODE_RUN_DIR_ENV
 from runner.stages import StageFailure
 
 SESSION_FILE = "ray_session.json"
@@ -195,16 +196,22 @@ class _Worker:
 
     def __init__(self, spec: Dict[str, Any], outputs_dir: str, sys_path: List[str],
                  device: str) -> None:
-        for entry in reversed(sys_path):
-            if entry not in sys.path:
-                sys.path.insert(0, entry)
         self.error: Optional[str] = None
         self.handler: Any = None
+        self.inputs_root = ""
+        self.node_run_dir = os.environ.get(NODE_RUN_DIR_ENV) or None
+        if self.node_run_dir is None:  # one machine: the driver's paths are this node's
+            for entry in reversed(sys_path):
+                if entry not in sys.path:
+                    sys.path.insert(0, entry)
         try:
             from runner.spec import RunSpec
             from runner.workloads import load_handler, make_context
 
+            if self.node_run_dir is not None:
+                spec, outputs_dir = node_paths(spec, self.node_run_dir)
             run_spec = RunSpec.from_dict(spec)
+            self.inputs_root = os.path.abspath(run_spec.inputs.dir)
             self.handler = load_handler(run_spec)
             self.ctx = make_context(run_spec, outputs_dir)
             self.ctx.device = device
@@ -218,18 +225,35 @@ class _Worker:
 
         ctx = ray.get_runtime_context()
         return {"node": ctx.get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
-                "cards": [str(c) for c in ray.get_gpu_ids()], "error": self.error}
+                "cards": [str(c) for c in ray.get_gpu_ids()], "error": self.error,
+                "run_dir": self.node_run_dir}
 
     def run(self, batch: List[List[Any]]) -> Dict[str, Any]:
         from runner.inputs import Item
 
-        items = [Item(str(i), str(p), int(s)) for i, p, s in batch]
+        items = [Item(str(i), os.path.join(self.inputs_root, str(p)), int(s))
+                 for i, p, s in batch]
         t0 = time.perf_counter()
         try:
             results = self.handler(items, self.ctx)
             return {"results": results, "seconds": time.perf_counter() - t0}
         except Exception as exc:
             return {"error": f"task.handler raised {type(exc).__name__}: {exc}"}
+
+
+def node_paths(spec: Dict[str, Any], run_dir: str) -> Tuple[Dict[str, Any], str]:
+    """The driver's spec with this node's own project and inputs (the spec.json the
+    dispatcher uploaded into this node's run directory), and this node's outputs dir."""
+    path = os.path.join(run_dir, "spec.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            node = json.load(fh)
+        project, inputs_dir = node["project"], node["inputs"]["dir"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RuntimeError(f"this node's copy of the run ({path}) is unreadable: "
+                           f"{type(exc).__name__}: {exc}") from exc
+    spec = {**spec, "project": project, "inputs": {**spec["inputs"], "dir": inputs_dir}}
+    return spec, os.path.join(run_dir, "outputs")
 
 
 def worker_class(ray: Any, cards_per_worker: int, gpus: bool) -> Any:

@@ -4,9 +4,11 @@ Not Ray's cluster launcher: ``ray start --head`` on the first node and ``ray sta
 --address`` on the others, each with every port pinned (``RayPorts``), no dashboard, no
 usage stats, and token authentication with a token made for the run. The token travels on
 the command's standard input (never on a command line, in a file, a log, an event or
-Slack). Each node offers only its healthy cards (``CUDA_VISIBLE_DEVICES`` and
-``--num-gpus``). Before anything starts, every node's Ray and Python versions are compared;
-a node without Ray is refused with the command that installs the pinned version.
+Slack). Each node offers only the healthy cards its card proof left
+(``bot/dispatch/card_proof.py``: ``CUDA_VISIBLE_DEVICES`` and ``--num-gpus``), and its
+workers run from its own copy of the run (``RayNode.package_root``, ``run_dir``). Before
+anything starts, every node's Ray and Python versions are compared; a node without Ray is
+refused with the command that installs the pinned version.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Protocol
 
 from bot.errors import DispatchError
 from runner.raypin import RAY_VERSION, install_command
+from runner.spec import NODE_RUN_DIR_ENV
 
 PROBE = ("import sys, json\ntry:\n    import ray\n    v = ray.__version__\nexcept Exception:\n"
          "    v = None\nprint(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], "
@@ -65,6 +68,11 @@ class RayNode:
     cards: tuple[int, ...] | None = None  # None: every card it sees; (): a CPU node
     ports: RayPorts = field(default_factory=RayPorts)
     temp_dir: str = "/tmp/ray"
+    # The node's own copy of the run (bot/dispatch/card_proof.py, NodeCopy): its runner
+    # package goes on the PYTHONPATH of its Ray, whose workers inherit it with the run
+    # directory (NODE_RUN_DIR_ENV), where they find the node's own spec, project and inputs.
+    package_root: str = ""
+    run_dir: str = ""
 
 
 class Shell(Protocol):
@@ -135,6 +143,10 @@ def start_command(node: RayNode, head: str | None) -> str:
     if node.cards is not None:  # None: Ray counts the cards the node sees
         env.append(f"CUDA_VISIBLE_DEVICES={','.join(str(c) for c in node.cards)}")
         gpus = ["--num-gpus", str(len(node.cards))]
+    if node.package_root:
+        env.append(f"PYTHONPATH={shlex.quote(node.package_root)}${{PYTHONPATH:+:$PYTHONPATH}}")
+    if node.run_dir:
+        env.append(f"{NODE_RUN_DIR_ENV}={shlex.quote(node.run_dir)}")
     args = [node.python, "-c", GROUP_START, node.temp_dir, "-m", "ray.scripts.scripts",
             "start", "--disable-usage-stats", "--node-ip-address", node.address,
             *gpus, "--temp-dir", node.temp_dir, *node.ports.flags()]

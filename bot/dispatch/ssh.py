@@ -27,13 +27,15 @@ import asyncio
 import json
 import logging
 import posixpath
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncssh
 
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle
+from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.fetch import fetch_results
 from bot.dispatch.node_scripts import probe_command, stop_command
 from bot.dispatch.ssh_session import SSHSessions
@@ -54,13 +56,16 @@ from bot.dispatch.upload import (
 from bot.dispatch.volume_cluster import (
     RayNodeOf,
     default_ray_node,
+    end_earlier_cluster,
     start_volume_cluster,
     stop_volume_cluster,
+    volume_nodes,
 )
 from bot.errors import DispatchError, NodeUnreachable
 from runner.events import Event, parse_chunk
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class SSHDispatcher(SSHSessions):
@@ -85,12 +90,23 @@ class SSHDispatcher(SSHSessions):
 
     # -- the Dispatcher protocol -----------------------------------------------------
     def start(self, handle: RunHandle) -> int | None:
-        """A several-node volume first starts Ray on its nodes; the token reaches the
-        driver through the launcher's standard input only. A failed dispatch stops it."""
-        cluster = start_volume_cluster(self, handle, self.ray_node)
-        env = cluster.driver_env() if cluster is not None else {}
+        """A several-node volume first gets the run into every node's own workdir, its
+        cards proven there, and Ray started on them; the token reaches the driver through
+        the launcher's standard input only. A failed dispatch stops that Ray."""
+        env: dict[str, str] = {}
+        nodes = volume_nodes(handle)
+        if nodes:
+            end_earlier_cluster(self, handle)  # a resume: nothing is sent under it
+            copies = [NodeCopy.of(self._call(self._tries(
+                f"prepare volume.nodes[{i}] for run {handle.run_id}",
+                partial(self._prepare, handle, n, len(nodes))), timeout=900))
+                for i, n in enumerate(nodes)]
+            cluster = start_volume_cluster(self, handle, copies, self.ray_node)
+            env = cluster.driver_env() if cluster is not None else {}
         try:
-            return self._call(self._start(handle, env), timeout=600)
+            node = SSHNode.from_dict(self.node_of(handle))
+            return self._call(self._tries(f"dispatch run {handle.run_id}",
+                                          lambda: self._dispatch(handle, node, env)), 600)
         except BaseException:
             stop_volume_cluster(self, handle)
             raise
@@ -159,18 +175,38 @@ class SSHDispatcher(SSHSessions):
                                 + "; ".join(problems))
 
     # -- start -------------------------------------------------------------------------
-    async def _start(self, handle: RunHandle, env: dict[str, str]) -> int | None:
-        """Dispatch; a drop before the launch redoes it (only what differs is sent again)."""
-        node = SSHNode.from_dict(self.node_of(handle))
+    async def _tries(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
+        """``make()``; a drop redoes it (a dispatch sends again only what differs)."""
         for attempt in range(self.attempts):
             try:
-                return await self._dispatch(handle, node, env)
+                return await make()
             except NodeUnreachable as exc:
                 if attempt + 1 == self.attempts:
-                    raise NodeUnreachable(f"cannot dispatch run {handle.run_id} after "
-                                          f"{self.attempts} tries: {exc}") from exc
+                    raise NodeUnreachable(f"cannot {what} after {self.attempts} tries: "
+                                          f"{exc}") from exc
                 await asyncio.sleep(self.backoff.delay(attempt))
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    async def _prepare(self, handle: RunHandle, node: SSHNode, count: int) -> UploadPlan:
+        """One volume node's own copy of the run (runner, project, inputs, spec and the
+        card proof's spec) in its own workdir, sent under that workdir's lock."""
+        plan = UploadPlan(await self._workdir(node), handle, self.runner_package,
+                          load_spec(handle.spec_path))
+        launcher = await self._lock(node, plan)
+        try:
+            await self._send(node, plan, handle, proof_files(plan, count))
+        finally:
+            await _release(launcher)
+        return plan
+
+    async def _send(self, node: SSHNode, plan: UploadPlan, handle: RunHandle,
+                    extra: dict[str, bytes]) -> tuple[dict[str, int], list[str]]:
+        """What differs from the node's copy, then the run's own files (and ``extra``)."""
+        hashes = parse_hashes(await self._exec(node, plan.hash_command(node.python)),
+                              node.where, node.python)
+        sent, files = await self._upload(node, plan, hashes)
+        sent["run"] = await self._put_bytes(node, {**plan.run_files(handle), **extra})
+        return sent, files
 
     async def _dispatch(self, handle: RunHandle, node: SSHNode,
                         env: dict[str, str]) -> int | None:
@@ -179,11 +215,8 @@ class SSHDispatcher(SSHSessions):
         # The workdir's lock first: nothing is hashed, sent or removed under a live runner.
         launcher = await self._lock(node, plan)
         try:
-            hashes = parse_hashes(await self._exec(node, plan.hash_command(node.python)),
-                                  node.where, node.python)
-            sent, files = await self._upload(node, plan, hashes)
+            sent, files = await self._send(node, plan, handle, {})
             self.uploaded_files[handle.run_id] = files
-            sent["run"] = await self._put_bytes(node, plan.run_files(handle))
             self.uploaded[handle.run_id] = sent
             layout = plan.layout(node, sent)
             # Before the launch: a bot that dies from here on still finds the run directory.

@@ -1,26 +1,29 @@
 """A volume's Ray cluster around an SSH dispatch: started before the driver, stopped after.
 
 When a volume run's manifest lists more than one node in ``volume.nodes`` (all ``ssh``),
-the SSH dispatcher starts Ray on every one of them (``bot/dispatch/ray_cluster.py``: the
-head on ``volume.nodes[0]``, where the driver runs), writes the head's address into the
-run's spec (``volume.address``) and hands the run's token to the launcher on its standard
-input, which puts it in the driver's environment only. Which nodes run Ray (never the
-token) is kept in the run directory's ``ray_cluster.json`` so a stop, the end of the run,
-or a restarted bot ends Ray on every node.
+the SSH dispatcher puts the run into every node's own workdir (``NodeCopy``), proves each
+node's cards there (``bot/dispatch/card_proof.py``), starts Ray on every one of them
+(``bot/dispatch/ray_cluster.py``: the head on ``volume.nodes[0]``, where the driver runs;
+each node offering the cards its proof left healthy), writes the head's address and the
+proofs into the run's spec (``volume.address``, ``volume.nodes``) and hands the run's token
+to the launcher on its standard input, which puts it in the driver's environment only.
+Which nodes run Ray (never the token) is kept in the run directory's ``ray_cluster.json``
+so a stop, the end of the run, or a restarted bot ends Ray on every node.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
 
 from bot.dispatch.base import RunHandle
+from bot.dispatch.card_proof import NodeCopy, NodeProof, prove_nodes
 from bot.dispatch.ray_cluster import RayCluster, RayNode, RayPorts, start_cluster, stop_cluster
 from bot.dispatch.upload import SSHNode, load_spec
 from bot.errors import DispatchError
@@ -39,9 +42,9 @@ class Runs(Protocol):
 
 def default_ray_node(index: int, node: SSHNode, run_id: str, gpus: bool) -> RayNode:
     """Node ``index`` of the cluster: the pinned ports, a temp dir of the run's own (short:
-    Ray's sockets live there), every card the node sees (``gpus``) or none."""
+    Ray's sockets live there); its cards (None here) are those its card proof left."""
     tag = hashlib.sha256(run_id.encode()).hexdigest()[:8]
-    return RayNode(node.where, node.host, node.python, None if gpus else (), RayPorts(),
+    return RayNode(node.where, node.host, node.python, None, RayPorts(),
                    f"/tmp/pf-ray-{tag}-{index}")
 
 
@@ -65,26 +68,46 @@ def volume_nodes(handle: RunHandle) -> list[SSHNode]:
     return [SSHNode.from_dict(n) for n in nodes]
 
 
-def start_volume_cluster(runs: Runs, handle: RunHandle,
-                         ray_node: RayNodeOf = default_ray_node) -> RayCluster | None:
-    """Start Ray on every node of a several-node volume and point the spec at its head;
-    None for any other run. The nodes are recorded before anything starts."""
-    nodes = volume_nodes(handle)
-    if not nodes:
-        return None
-    left = stop_volume_cluster(runs, handle)  # an earlier attempt's (a resume): ended first
+def end_earlier_cluster(runs: Runs, handle: RunHandle) -> None:
+    """Stop the Ray an earlier attempt of this run left (a resume), or refuse naming why."""
+    left = stop_volume_cluster(runs, handle)
     if left:
         raise DispatchError(f"run {handle.run_id}: the Ray of its earlier attempt could not "
                             "be stopped: " + "; ".join(left))
+
+
+def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCopy],
+                         ray_node: RayNodeOf = default_ray_node) -> RayCluster | None:
+    """Prove every node's cards from its own copy of the run (``copies``, one per node of
+    ``volume.nodes``, already uploaded), then start Ray on every node and point the spec at
+    its head; None for any other run. A failed proof refuses before any Ray starts; the
+    nodes are recorded before the first ``ray start``."""
+    nodes = volume_nodes(handle)
+    if not nodes:
+        return None
+    if len(copies) != len(nodes):
+        raise DispatchError(f"run {handle.run_id}: {len(nodes)} volume node(s) but "
+                            f"{len(copies)} copies of the run")
+    end_earlier_cluster(runs, handle)
     spec = load_spec(handle.spec_path)
     gpus = bool(spec["volume"].get("gpus"))
-    pairs = [(n, ray_node(i, n, handle.run_id, gpus)) for i, n in enumerate(nodes)]
+    proofs = prove_nodes(runs, nodes, copies, gpus)
+    pairs = [(n, _placed(ray_node(i, n, handle.run_id, gpus), proof, copy))
+             for i, (n, proof, copy) in enumerate(zip(nodes, proofs, copies))]
     _write(handle.run_dir / CLUSTER_FILE,
            {"nodes": [{"ssh": asdict(s), "ray": asdict(r)} for s, r in pairs]})
     cluster = start_cluster(_shell(runs, pairs), [r for _, r in pairs])
-    spec["volume"] = {**spec["volume"], "address": cluster.address}
+    spec["volume"] = {**spec["volume"], "address": cluster.address,
+                      "nodes": [p.to_dict() for p in proofs]}
     _write(handle.spec_path, spec)
     return cluster
+
+
+def _placed(node: RayNode, proof: NodeProof, copy: NodeCopy) -> RayNode:
+    """The node offering its proven cards, its Ray pointed at its own copy of the run. A
+    layout that fixes the cards itself keeps them (the tests' fake GPU resources)."""
+    cards = node.cards if node.cards is not None else proof.cards
+    return replace(node, cards=cards, package_root=copy.package_root, run_dir=copy.run_dir)
 
 
 def stop_volume_cluster(runs: Runs, handle: RunHandle) -> list[str]:

@@ -69,6 +69,9 @@ def note(event: Event) -> Text | None:
     if event.type == VOLUME_REQUEUED:
         return Text(f"batch {d.get('batch')} ({d.get('items')} items) re-queued: "
                     f"{d.get('reason')}", "warn")
+    if event.type == VOLUME_CARD_EXCLUDED and not d.get("worker"):  # by a node's card proof
+        return Text(f"card {', '.join(d.get('cards') or []) or '?'} of node {d.get('node')} "
+                    f"excluded by its {d.get('stage')} stage: {d.get('reason')}", "warn")
     if event.type == VOLUME_CARD_EXCLUDED:
         return Text(f"worker {d.get('worker')} excluded: {d.get('reason')}", "warn")
     if event.type == VOLUME_LATE:

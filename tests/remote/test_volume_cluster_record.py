@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from bot.dispatch.base import RunHandle
+from bot.dispatch.card_proof import NodeCopy
 from bot.dispatch.upload import SSHNode
 from bot.dispatch.volume_cluster import CLUSTER_FILE, start_volume_cluster
 from bot.errors import DispatchError
@@ -26,12 +27,25 @@ class _Node:
 
     def run(self, node: SSHNode, command: str, stdin: str = "",
             timeout: float = 120) -> tuple[int, str, str]:
-        kind = "stop" if "signal.SIGKILL" in command else (
-            "start" if " start " in command else "probe")
+        kind = "stop" if "signal.SIGKILL" in command else "proof" if "--stages" in command \
+            else "start" if " start " in command else "probe"
         self.ran.append((kind, node.host))
         if kind == "stop" and self.stop_fails:
             return 1, "", "permission denied"
+        if kind == "proof":  # a CPU node whose card stages passed
+            return 0, cpu_proof(), ""
         return 0, json.dumps({"python": "3.11.9", "ray": RAY_VERSION}), ""
+
+
+def cpu_proof() -> str:
+    """What ``python -m runner --stages ...`` prints on a node with torch and no GPU."""
+    return "".join(json.dumps({"type": "stage.passed", "stage": s, "facts": facts}) + "\n"
+                   for s, facts in (("torch", {"version": "2.5.1"}),
+                                    ("device", {"device": "cpu", "count": 1}),
+                                    ("compute", {"device": "cpu"})))
+
+
+COPIES = [NodeCopy("/w/runs/r-1", "/w/runner-pkg", "/w/projects/p") for _ in range(2)]
 
 
 def _handle(tmp_path: Path) -> RunHandle:
@@ -45,12 +59,13 @@ def _handle(tmp_path: Path) -> RunHandle:
 def test_a_resume_stops_the_earlier_attempts_ray_before_starting_anew(tmp_path: Path) -> None:
     handle = _handle(tmp_path)
     node = _Node()
-    first = start_volume_cluster(node, handle)
-    assert first is not None and [k for k, _ in node.ran] == ["probe"] * 2 + ["start"] * 2
+    first = start_volume_cluster(node, handle, COPIES)
+    kinds = [k for k, _ in node.ran]
+    assert first is not None and kinds == ["proof"] * 2 + ["probe"] * 2 + ["start"] * 2
     record = (tmp_path / CLUSTER_FILE).read_text()
     assert first.token not in record and "gpu-b" in record
     node.ran.clear()
-    second = start_volume_cluster(node, handle)  # the resume
+    second = start_volume_cluster(node, handle, COPIES)  # the resume
     assert second is not None and second.token != first.token
     assert node.ran[:2] == [("stop", "gpu-b"), ("stop", "gpu-a")]  # the head last
     assert json.loads(handle.spec_path.read_text())["volume"]["address"] == "gpu-a:6380"
@@ -58,9 +73,9 @@ def test_a_resume_stops_the_earlier_attempts_ray_before_starting_anew(tmp_path: 
 
 def test_an_earlier_ray_that_cannot_be_stopped_refuses_the_new_start(tmp_path: Path) -> None:
     handle = _handle(tmp_path)
-    assert start_volume_cluster(_Node(), handle) is not None
+    assert start_volume_cluster(_Node(), handle, COPIES) is not None
     stuck = _Node(stop_fails=True)
     with pytest.raises(DispatchError, match="earlier attempt could not be stopped: gpu-b:22: "
                                             "stopping Ray failed .*permission denied"):
-        start_volume_cluster(stuck, handle)
+        start_volume_cluster(stuck, handle, COPIES)
     assert "start" not in [k for k, _ in stuck.ran] and (tmp_path / CLUSTER_FILE).exists()

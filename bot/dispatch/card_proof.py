@@ -1,0 +1,172 @@
+"""The card proof of each node of a several-node volume, run before its Ray starts.
+
+The dispatcher has put the runner package, the project and the inputs into each node's own
+workdir (``NodeCopy``). On every node it then runs the runner's card stages
+(``PROOF_STAGES``: ``python -m runner --stages ...``, in ``<node run dir>/card-proof``),
+concurrently, and reads their events back: the node offers the cards its ``device`` /
+``compute`` / ``interconnect`` stages left healthy, a CPU volume's node offers CPUs only.
+A card those stages judged (a fault, a slow card, a wrong result, a slow link) is excluded
+and reported; any other failed stage (torch missing, no GPU, too few cards) or a GPU node
+with no healthy card refuses the dispatch, naming ``volume.nodes[i]``, the host, the stage
+and the error, before any Ray starts.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bot.dispatch.upload import SSHNode, UploadPlan
+from bot.errors import DispatchError
+
+# Not memory: it runs the user's workload, which the pilot measured; not the pilot and
+# what follows it: the driver's run does those.
+PROOF_STAGES = ("prepare", "interpreter", "torch", "device", "compute", "interconnect")
+CARD_STAGES = ("device", "compute", "interconnect")
+# Failures that judge cards (runner/stages/cardset.py, compute_cards.py, interconnect.py):
+# they leave ``healthy_cards`` in their facts, and the node goes on with those.
+CARD_VERDICTS = frozenset({"CardFault", "SlowCard", "WrongResult", "SlowLink"})
+PROOF_DIR, PROOF_SPEC = "card-proof", "card-proof.json"
+
+
+class Runs(Protocol):
+    def run(self, node: SSHNode, command: str, stdin: str = "",
+            timeout: float = 120) -> tuple[int, str, str]:
+        ...
+
+
+@dataclass(frozen=True)
+class NodeCopy:
+    """Where the dispatcher put a node's own copy of the run (all under its workdir)."""
+
+    run_dir: str
+    package_root: str
+    project_dir: str
+
+    @classmethod
+    def of(cls, plan: UploadPlan) -> NodeCopy:
+        return cls(plan.remote_run_dir, plan.remote_pkg_root, plan.remote_project)
+
+
+def proof_files(plan: UploadPlan, nodes: int) -> dict[str, bytes]:
+    """The proof's spec, uploaded with the node's run files: the node's own paths, and the
+    count of cards judged against the node's share of the rent, not the whole rent."""
+    spec = plan.rewrite_spec()
+    hw = spec.setdefault("hardware", {})
+    rented = max(1, int(hw.get("lots") or 1)) * max(1, int(hw.get("cards_per_lot") or 1))
+    hw.update(lots=1, cards_per_lot=max(1, rented // max(1, nodes)))
+    data = json.dumps(spec, indent=2, sort_keys=True).encode()
+    return {f"{plan.remote_run_dir}/{PROOF_SPEC}": data}
+
+
+def proof_command(copy: NodeCopy, python: str) -> str:
+    """Runs the card stages on the node, from its own copy (a fresh probe directory)."""
+    q = shlex.quote
+    probe = f"{copy.run_dir}/{PROOF_DIR}"
+    stages = ",".join(PROOF_STAGES)
+    return (f"cd {q(copy.project_dir)} && rm -rf {q(probe)} && "
+            f"PYTHONPATH={q(copy.package_root)}${{PYTHONPATH:+:$PYTHONPATH}} "
+            f"PYTHONUNBUFFERED=1 exec {q(python)} -m runner {q(copy.run_dir + '/' + PROOF_SPEC)} "
+            f"--run-dir {q(probe)} --stages {stages}")
+
+
+@dataclass
+class NodeProof:
+    """What a node proved: the cards it offers and those it excluded (card, stage, reason)."""
+
+    index: int
+    where: str
+    host: str
+    device: str = "cpu"
+    cards: tuple[int, ...] = ()
+    excluded: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "where": self.where, "host": self.host,
+                "device": self.device, "cards": list(self.cards), "excluded": self.excluded}
+
+
+def prove_nodes(runs: Runs, nodes: Sequence[SSHNode], copies: Sequence[NodeCopy],
+                gpus: bool) -> list[NodeProof]:
+    """Every node's proof, run at the same time; the first refusal (by node order) wins."""
+    def one(i: int) -> tuple[int, str, str]:
+        return runs.run(nodes[i], proof_command(copies[i], nodes[i].python), timeout=1200)
+
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        futures = [pool.submit(one, i) for i in range(len(nodes))]
+        outputs = [f.result() for f in futures]
+    return [read_proof(i, nodes[i], gpus, *out) for i, out in enumerate(outputs)]
+
+
+def read_proof(index: int, node: SSHNode, gpus: bool, code: int, out: str,
+               err: str) -> NodeProof:
+    """The node's proof from the runner's events (its stdout), or the refusal."""
+    name = f"volume.nodes[{index}] ({node.where}, python {node.python})"
+    stages = _stage_events(out)
+    if code not in (0, 1) or not stages:
+        raise DispatchError(f"{name}: the card proof did not run (exit {code}): "
+                            f"{_tail(err or out)}")
+    proof = NodeProof(index, node.where, node.host)
+    device = stages.get("device", {}).get("facts") or {}
+    proof.device = "cuda" if device.get("device") == "cuda" else "cpu"
+    tolerated = CARD_VERDICTS if proof.device == "cuda" else frozenset()
+    for stage in PROOF_STAGES:
+        event = stages.get(stage, {})
+        error = event.get("error") or {}
+        if event.get("type") == "stage.failed" and error.get("type") not in tolerated:
+            raise DispatchError(
+                f"{name}: the card proof failed at the {stage} stage: "
+                f"{error.get('type')}: {error.get('message')}"
+                + (f" (hint: {error['hint']})" if error.get("hint") else "")
+                + "; nothing was started")
+    if gpus and proof.device == "cuda":
+        proof.cards, proof.excluded = _healthy(stages)
+        if not proof.cards:
+            why = "; ".join(f"card {e['card']} ({e['stage']}): {e['reason']}"
+                            for e in proof.excluded) or "the stages named none"
+            raise DispatchError(f"{name}: no healthy card: {why}; nothing was started")
+    return proof
+
+
+def _healthy(stages: dict[str, dict[str, Any]]) -> tuple[tuple[int, ...], list[dict[str, Any]]]:
+    """The cards every card stage that judged them left healthy, and each card left out
+    with the stage that left it out and that stage's reasons."""
+    device = stages["device"].get("facts") or {}
+    seen = sorted(int(k) for k in device.get("cards") or {}) or list(
+        range(int(device.get("count") or 0)))
+    keep, excluded = set(seen), []
+    for stage in CARD_STAGES:
+        event = stages.get(stage, {})
+        facts = event.get("facts") or {}
+        healthy = facts.get("healthy_cards")
+        if not isinstance(healthy, list):
+            continue
+        for card in sorted(keep - {int(c) for c in healthy}):
+            row = (facts.get("cards") or {}).get(str(card)) or {}
+            reasons = row.get("reasons") or [(event.get("error") or {}).get("message")
+                                             or f"left out by the {stage} stage"]
+            excluded.append({"card": card, "stage": stage, "reason": "; ".join(map(str, reasons))})
+        keep &= {int(c) for c in healthy}
+    return tuple(sorted(keep)), excluded
+
+
+def _stage_events(out: str) -> dict[str, dict[str, Any]]:
+    """The last stage event of each stage in the runner's stdout (other lines ignored)."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in out.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and str(event.get("type", "")).startswith("stage.") \
+                and event.get("type") != "stage.started":
+            found[str(event.get("stage"))] = event
+    return found
+
+
+def _tail(text: str) -> str:
+    return " | ".join(ln for ln in str(text).strip().splitlines()[-4:])[-500:]
