@@ -29,7 +29,6 @@ from bot.reporting import ReportFiles
 from runner.events import (
     BALANCE,
     EVIDENCE,
-    ITEM_DONE,
     PROGRESS,
     RUN_FINISHED,
     STAGE_EVENT_TYPES,
@@ -219,7 +218,7 @@ class Following(Publishing):
             if run.get("kind") == "volume":
                 parent = self.store.get_run(run["parent_run"]) if run.get("parent_run") else {}
                 return check_volume(run, stages, parent.get("forecast"))
-            return forecast_for(run, stages, self.store.events_of_type(run["id"], ITEM_DONE))
+            return forecast_for(run, stages, self.store.item_outcomes(run["id"]))
         except Exception:  # a forecast must never cost the run its verdict
             log.exception("forecast of run %s failed", run["id"])
             return None

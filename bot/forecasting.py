@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from bot.pilot.cards import healthy_cards as run_healthy_cards
-from bot.pilot.forecast import ForecastInputs, Sample, forecast
-from runner.events import ITEM_DONE, Event
+from bot.pilot.forecast import ForecastInputs, ItemOutcome, Sample, forecast
 from runner.inputs import InputsError, list_dir
 
 # Where the volume's processing time is read, in this order (the stage that ran the items).
 WORK_STAGES = ("volume", "pilot")
 
 
-def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]], items: list[Event],
+def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
+                 items: list[ItemOutcome],
                  now: datetime | None = None) -> dict[str, Any] | None:
     """The forecast of a pilot's volume as stored with the run; None when it has no volume."""
     manifest = run.get("manifest_json") or {}
@@ -39,8 +39,8 @@ def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]], items: list[
     hardware = manifest.get("hardware") or {}
     starts = (manifest.get("lease") or {}).get("starts_at")
     inputs = ForecastInputs(
-        samples=tuple(_samples(items)), accepted=sum(1 for e in _first(items)
-                                                     if e.data.get("status") == "accepted"),
+        samples=tuple(_samples(items)),
+        accepted=sum(1 for item in items if item.status == "accepted"),
         volume_count=count, volume_bytes=total, volume_max_bytes=largest, volume_where=where,
         rented_cards=int(plan.get("total_cards") or 1),
         cards_per_lot=int(plan.get("cards_per_lot") or 1), lots=int(plan.get("lots") or 1),
@@ -55,26 +55,11 @@ def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]], items: list[
     return forecast(inputs).to_dict()
 
 
-def _first(items: list[Event]) -> list[Event]:
-    """One event per id, the first (a replayed or re-executed item is counted once)."""
-    seen: set[str] = set()
-    out = []
-    for event in items:
-        iid = str(event.data.get("id"))
-        if event.type == ITEM_DONE and iid not in seen:
-            seen.add(iid)
-            out.append(event)
-    return out
-
-
-def _samples(items: list[Event]) -> list[Sample]:
-    out = []
-    for event in _first(items):
-        seconds, size = event.data.get("elapsed_s"), event.data.get("input_bytes")
-        if event.data.get("status") != "accepted" or not _number(seconds):
-            continue
-        out.append(Sample(float(seconds), int(size) if _number(size) else None))  # type: ignore[arg-type]
-    return out
+def _samples(items: list[ItemOutcome]) -> list[Sample]:
+    """The accepted items' timings (``items``: the first outcome of each id)."""
+    return [Sample(float(item.elapsed_s), int(item.input_bytes)  # type: ignore[arg-type]
+                   if _number(item.input_bytes) else None)
+            for item in items if item.status == "accepted" and _number(item.elapsed_s)]
 
 
 def _number(value: Any) -> bool:

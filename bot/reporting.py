@@ -19,7 +19,6 @@ from typing import Any
 from bot.errors import PreflightError
 from bot.messages.report import ReportData, parse_time, render_report, stage_bars
 from bot.store import Store
-from runner.events import ITEM_DONE
 from runner.evidence import SUMS, file_sha256, is_url
 
 REPORT = "report.html"
@@ -46,17 +45,12 @@ def gather(store: Store, run_id: str) -> ReportData:
     zero = min(starts) if starts else None
     times: list[float] = []
     points: list[tuple[float, float]] = []
-    seen: set[str] = set()
-    for event in store.events_of_type(run_id, ITEM_DONE):
-        iid = str(event.data.get("id"))
-        if iid in seen:
-            continue
-        seen.add(iid)
-        when = parse_time(event.ts)
+    for item in store.item_outcomes(run_id):
+        when = parse_time(item.ts)
         if zero is not None and when is not None:
             times.append((when - zero).total_seconds())
-        seconds, size = event.data.get("elapsed_s"), event.data.get("input_bytes")
-        if event.data.get("status") == "accepted" and isinstance(seconds, (int, float)) \
+        seconds, size = item.elapsed_s, item.input_bytes
+        if item.status == "accepted" and isinstance(seconds, (int, float)) \
                 and isinstance(size, int):
             points.append((float(size), float(seconds)))
     sums, source = _checksums(run)

@@ -112,8 +112,10 @@ def _event(obj: Any, where: str = "") -> Event:
         raise EventFormatError(f"{where}seq must be a positive integer, got {seq!r}")
     if not isinstance(etype, str) or not isinstance(run, str) or not isinstance(ts, str):
         raise EventFormatError(f"{where}type, run and ts must be strings")
-    data = {k: v for k, v in obj.items() if k not in COMMON_FIELDS}
-    return Event(seq=seq, type=etype, run=run, ts=ts, data=data)
+    # ``obj`` was just parsed and is ours: what is left of it once the common fields are
+    # taken out is the event's data (no copy: a follower pays this per item).
+    del obj["seq"], obj["type"], obj["run"], obj["ts"]
+    return Event(seq=seq, type=etype, run=run, ts=ts, data=obj)
 
 
 def read_events(path: str, offset: int = 0) -> Tuple[List[Event], int]:

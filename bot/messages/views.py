@@ -178,9 +178,9 @@ def balance_message(run: dict[str, Any], csv_path: str | None = None) -> Message
     items = bal.get("items") or []
     if items:
         rows = tuple((str(i.get("id")), str(i.get("status")),
-                      str(i.get("category") or i.get("reason") or "")) for i in items)
-        blocks.append(Table(("id", "status", "category / reason"), rows[:MAX_TABLE_ROWS],
-                            len(rows)))
+                      str(i.get("category") or i.get("reason") or ""))
+                     for i in items[:MAX_TABLE_ROWS])
+        blocks.append(Table(("id", "status", "category / reason"), rows, len(items)))
     sample = bal.get("sample") or []
     if sample:
         rows = tuple((str(s.get("id")), str(s.get("category") or s.get("reason") or ""),

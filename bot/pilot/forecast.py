@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 MIN_SAMPLES = 5            # accepted items with a per-item time needed for a forecast
 MIN_R2 = 0.5               # below this, time does not follow size well enough to use the fit
@@ -22,6 +22,16 @@ SIZE_SPREAD = 2.0          # sizes "differ" when the largest is at least this x 
 LOW_SHARE = 0.05           # under this share of the rented card-hours: maybe rented too much
 MEMORY_TIGHT = 0.9         # peak over this fraction of the card's memory: say so
 CENT = Decimal("0.01")
+
+
+class ItemOutcome(NamedTuple):
+    """One recorded item.done, as the forecast and the report read it (no JSON)."""
+
+    id: str
+    status: str | None
+    ts: str | None
+    elapsed_s: float | None
+    input_bytes: int | None
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,18 @@ from typing import Any
 import sqlite_utils
 
 from bot.errors import RunNotFound, StoreError, VolumeExists
+from bot.pilot.forecast import ItemOutcome
 from bot.pilot.states import RunStatus, allowed_sources
 from bot.store.base import StoreBase
+from bot.store.items import (
+    ADDED_COLUMNS,
+    INSERT_ITEM,
+    SELECT_ITEMS,
+    SELECT_OUTCOMES,
+    first_outcomes,
+    item_event,
+    item_row,
+)
 from runner.events import AFTER_FAILURE_STAGES, ITEM_DONE, STAGE_EVENT_TYPES, Event, utc_now
 
 JSON_COLUMNS = frozenset({
@@ -68,6 +78,10 @@ def migrate_runs(db: sqlite_utils.Database) -> None:
         run TEXT NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL, item_id TEXT NOT NULL,
         status TEXT, category TEXT, reason TEXT, PRIMARY KEY (run, seq))""")
     db.execute("CREATE INDEX IF NOT EXISTS items_by_id ON items(run, item_id)")
+    have = db["items"].columns_dict
+    for column, kind in ADDED_COLUMNS.items():  # item events live only in items (items.py)
+        if column not in have:
+            db.execute(f"ALTER TABLE items ADD COLUMN {column} {kind}")
     db.execute("""CREATE TABLE IF NOT EXISTS decisions (
         id INTEGER PRIMARY KEY AUTOINCREMENT, run TEXT NOT NULL REFERENCES runs(id),
         decision TEXT NOT NULL, reason TEXT NOT NULL, by TEXT NOT NULL, at TEXT NOT NULL,
@@ -219,9 +233,10 @@ class RunsMixin(StoreBase):
         with self.transaction() as db:
             if events:
                 seqs = [e.seq for e in events]
+                span = [run_id, min(seqs), max(seqs)]
                 known = {row[0] for row in db.execute(
-                    "SELECT seq FROM events WHERE run = ? AND seq BETWEEN ? AND ?",
-                    [run_id, min(seqs), max(seqs)])}
+                    "SELECT seq FROM events WHERE run = ? AND seq BETWEEN ? AND ? UNION "
+                    "SELECT seq FROM items WHERE run = ? AND seq BETWEEN ? AND ?", span + span)}
                 for event in events:
                     if event.seq not in known:
                         known.add(event.seq)
@@ -230,16 +245,12 @@ class RunsMixin(StoreBase):
                     "INSERT INTO events (run, seq, type, ts, stage, data) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
                     [(run_id, e.seq, e.type, e.ts, e.stage, json.dumps(e.data, sort_keys=True))
-                     for e in fresh])
+                     for e in fresh if e.type != ITEM_DONE])
                 for event in fresh:
-                    if event.type != ITEM_DONE:
-                        _apply_event(db, run_id, event)
-                db.conn.executemany(
-                    "INSERT INTO items (run, seq, item_id, status, category, reason) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    [(run_id, e.seq, str(e.data.get("id")), e.data.get("status"),
-                      e.data.get("category"), e.data.get("reason"))
-                     for e in fresh if e.type == ITEM_DONE])
+                    if event.type in STAGE_EVENT_TYPES and event.stage:
+                        _apply_stage(db, run_id, event)
+                db.conn.executemany(INSERT_ITEM, [item_row(run_id, e) for e in fresh
+                                                  if e.type == ITEM_DONE])
             last = max([e.seq for e in events], default=0)
             db.execute(
                 "UPDATE runs SET last_seq = MAX(last_seq, ?),"
@@ -249,16 +260,28 @@ class RunsMixin(StoreBase):
         return fresh
 
     def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
-        rows = self.db.query("SELECT * FROM events WHERE run = ? AND seq > ? ORDER BY seq",
-                             [run_id, after_seq])
-        return [Event(seq=r["seq"], type=r["type"], run=r["run"], ts=r["ts"],
-                      data=json.loads(r["data"])) for r in rows]
+        """Every event recorded after ``after_seq``, item events included, in seq order."""
+        by_seq = {e.seq: e for e in self._item_events(run_id, after_seq)}
+        by_seq.update((e.seq, e) for e in self._events(
+            "SELECT * FROM events WHERE run = ? AND seq > ?", [run_id, after_seq]))
+        return [by_seq[seq] for seq in sorted(by_seq)]
 
     def events_of_type(self, run_id: str, etype: str, *, after_seq: int = 0) -> list[Event]:
-        rows = self.db.query("SELECT * FROM events WHERE run = ? AND type = ? AND seq > ? "
+        found = self._events("SELECT * FROM events WHERE run = ? AND type = ? AND seq > ? "
                              "ORDER BY seq", [run_id, etype, after_seq])
-        return [Event(seq=r["seq"], type=r["type"], run=r["run"], ts=r["ts"],
-                      data=json.loads(r["data"])) for r in rows]
+        if etype != ITEM_DONE:
+            return found
+        by_seq = {e.seq: e for e in self._item_events(run_id, after_seq)}
+        by_seq.update((e.seq, e) for e in found)  # recorded before items held them alone
+        return [by_seq[seq] for seq in sorted(by_seq)]
+
+    def _events(self, sql: str, params: list[Any]) -> list[Event]:
+        return [Event(seq=seq, type=etype, run=run, ts=ts, data=json.loads(data))
+                for run, seq, etype, ts, _, data in self.db.execute(sql, params).fetchall()]
+
+    def _item_events(self, run_id: str, after_seq: int) -> list[Event]:
+        rows = self.db.execute(SELECT_ITEMS + " ORDER BY seq", [run_id, after_seq]).fetchall()
+        return [item_event(run_id, row) for row in rows]
 
     def interrupt_stages(self, run_id: str) -> None:
         """A runner that died: its stage still ``running`` is ``interrupted``."""
@@ -270,10 +293,15 @@ class RunsMixin(StoreBase):
         return [_decode(r) for r in self.db.query(
             "SELECT * FROM stages WHERE run = ? ORDER BY rowid", [run_id])]
 
+    def item_outcomes(self, run_id: str) -> list[ItemOutcome]:
+        """The first recorded outcome of each item id, in seq order (forecast, report)."""
+        return first_outcomes(self.db.execute(SELECT_OUTCOMES, [run_id]).fetchall())
+
     def items(self, run_id: str) -> list[dict[str, Any]]:
-        return list(self.db.query(
-            "SELECT item_id AS id, status, category, reason, seq FROM items "
-            "WHERE run = ? ORDER BY seq", [run_id]))
+        rows = self.db.execute("SELECT item_id, status, category, reason, seq FROM items "
+                               "WHERE run = ? ORDER BY seq", [run_id]).fetchall()
+        return [{"id": iid, "status": status, "category": category, "reason": reason,
+                 "seq": seq} for iid, status, category, reason, seq in rows]
 
     # -- decisions ----------------------------------------------------------------
     def record_decision(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -319,16 +347,6 @@ class RunsMixin(StoreBase):
             "SELECT * FROM message_refs WHERE run = ? AND key = ? AND transport = ?",
             [run_id, key, transport]))
         return rows[0] if rows else None
-
-
-def _apply_event(db: sqlite_utils.Database, run_id: str, event: Event) -> None:
-    if event.type in STAGE_EVENT_TYPES and event.stage:
-        _apply_stage(db, run_id, event)
-    elif event.type == ITEM_DONE:
-        db.execute("INSERT INTO items (run, seq, item_id, status, category, reason) "
-                   "VALUES (?, ?, ?, ?, ?, ?)",
-                   [run_id, event.seq, str(event.data.get("id")), event.data.get("status"),
-                    event.data.get("category"), event.data.get("reason")])
 
 
 def _apply_stage(db: sqlite_utils.Database, run_id: str, event: Event) -> None:

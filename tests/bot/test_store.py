@@ -47,11 +47,61 @@ def test_record_events_is_idempotent_and_derives_stages(tmp_path: Path) -> None:
     assert [i["id"] for i in store.items("r1")] == ["a"]
 
 
+def test_item_events_are_kept_once_and_read_back_whole_in_seq_order(tmp_path: Path) -> None:
+    store = Store(tmp_path / "p.db")
+    new_run(store)
+    batch = [ev(1, "stage.started", stage="pilot"),
+             ev(2, "item.done", stage="pilot", id="a", status="accepted", category="x",
+                input_bytes=12, elapsed_s=0.25),
+             ev(3, "item.done", stage="pilot", id="b", status="refused", reason="empty",
+                input_bytes=0, output={"n": 1}, replayed=True),
+             ev(4, "progress", stage="pilot", done=2, total=2)]
+    store.record_events("r1", batch, 10)
+    assert store.events("r1") == batch
+    assert store.events("r1", after_seq=2) == batch[2:]
+    assert store.events_of_type("r1", "item.done") == batch[1:3]
+    assert store.events_of_type("r1", "item.done", after_seq=2) == [batch[2]]
+    # recorded once: in items, not a second time as JSON in events
+    assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 2
+    assert store.record_events("r1", batch, 10) == []  # an item seq already known is skipped
+    assert [i["id"] for i in store.items("r1")] == ["a", "b"]
+
+
+def test_item_events_recorded_by_an_older_bot_still_read_once(tmp_path: Path) -> None:
+    """A database from before: items without the event's columns, the event in events."""
+    path = tmp_path / "p.db"
+    new_run(Store(path))
+    old = sqlite3.connect(path)
+    old.executescript("""
+        DROP TABLE items;
+        CREATE TABLE items (run TEXT NOT NULL, seq INTEGER NOT NULL, item_id TEXT NOT NULL,
+            status TEXT, category TEXT, reason TEXT, PRIMARY KEY (run, seq));
+        INSERT INTO events VALUES ('r1', 1, 'item.done', '2026-12-02T00:00:01+00:00', 'pilot',
+            '{"category": "x", "elapsed_s": 0.5, "id": "a", "input_bytes": 7, "stage": "pilot",
+              "status": "accepted"}');
+        INSERT INTO items VALUES ('r1', 1, 'a', 'accepted', 'x', NULL);""")
+    old.commit()
+    old.close()
+    store = Store(path)
+    later = ev(2, "item.done", stage="pilot", id="b", status="accepted", category="x",
+               elapsed_s=0.25, input_bytes=3)
+    store.record_events("r1", [ev(1, "item.done", stage="pilot", id="a", status="accepted",
+                                  category="x"), later], 20)
+    assert [(e.seq, e.data["id"], e.ts) for e in store.events("r1")] == [
+        (1, "a", "2026-12-02T00:00:01+00:00"), (2, "b", later.ts)]
+    assert [e.seq for e in store.events_of_type("r1", "item.done")] == [1, 2]
+    assert [tuple(o) for o in store.item_outcomes("r1")] == [  # timings for the forecast
+        ("a", "accepted", "2026-12-02T00:00:01+00:00", 0.5, 7),
+        ("b", "accepted", later.ts, 0.25, 3)]
+    assert [i["id"] for i in store.items("r1")] == ["a", "b"]
+
+
 def test_failed_batch_records_nothing(tmp_path: Path) -> None:
     store = Store(tmp_path / "p.db")
     new_run(store)
     good = ev(1, "run.started")
-    bad = Event(2, "item.done", "r1", "ts", {"id": object()})  # not JSON-serialisable
+    bad = Event(2, "item.done", "r1", "ts",  # an output that is not JSON-serialisable
+                {"id": "a", "status": "accepted", "output": object()})
     with pytest.raises(TypeError):
         store.record_events("r1", [good, bad], 100)
     assert store.events("r1") == [] and store.get_run("r1")["events_offset"] == 0

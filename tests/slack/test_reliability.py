@@ -96,8 +96,7 @@ def test_restart_mid_run_continues_without_duplicate_posts(
     run = second.settle(run_id)
     assert run["outcome"] == "passed"
     assert seq_at_stop == 30 and run["last_seq"] > seq_at_stop
-    seqs = [r["seq"] for r in second.store.db.query(
-        "SELECT seq FROM events WHERE run = ? ORDER BY seq", [run_id])]
+    seqs = [e.seq for e in second.store.events(run_id)]  # item events included
     assert seqs == list(range(1, run["last_seq"] + 1))
     thread = emulator.thread(CHANNEL, ts)[1:]
     refs = [second.store.message_ref(run_id, k, "slack")["ref"] for k in

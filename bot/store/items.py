@@ -1,0 +1,73 @@
+"""``item.done`` events as rows of the ``items`` table, and back.
+
+A volume has one item event per input: 100,000 of them for a 100k-document run. They are
+recorded once, in ``items``, with their fields as columns (no JSON to write or read for
+the common ones), not a second time in ``events``; ``Store.events`` gives them back as
+events in seq order with the others, so a reader sees the runner's stream unchanged.
+Fields the columns do not hold (a handler's ``output``, ``replayed``) go to ``extra``
+as JSON; it is NULL for the usual item.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bot.pilot.forecast import ItemOutcome
+from runner.events import ITEM_DONE, Event
+
+ITEM_COLUMNS = ("seq", "item_id", "status", "category", "reason", "ts", "stage",
+                "elapsed_s", "input_bytes", "extra")
+_AS_COLUMNS = frozenset({"id", "status", "category", "reason", "stage", "elapsed_s",
+                         "input_bytes"})
+# added to a database made before item events lived only here
+ADDED_COLUMNS = {"ts": "TEXT", "stage": "TEXT", "elapsed_s": "REAL", "input_bytes": "INTEGER",
+                 "extra": "TEXT"}
+INSERT_ITEM = (f"INSERT INTO items (run, {', '.join(ITEM_COLUMNS)}) "
+               f"VALUES ({', '.join('?' for _ in range(len(ITEM_COLUMNS) + 1))})")
+SELECT_ITEMS = f"SELECT {', '.join(ITEM_COLUMNS)} FROM items WHERE run = ? AND seq > ?"
+
+
+def item_row(run_id: str, event: Event) -> tuple[Any, ...]:
+    """The ``items`` row of one item.done event (``INSERT_ITEM``'s values)."""
+    data = event.data
+    extra = None
+    if not _AS_COLUMNS.issuperset(data):  # the usual item has no other field: no JSON
+        extra = json.dumps({k: v for k, v in data.items() if k not in _AS_COLUMNS},
+                           sort_keys=True)
+    return (run_id, event.seq, str(data.get("id")), data.get("status"), data.get("category"),
+            data.get("reason"), event.ts, data.get("stage"), data.get("elapsed_s"),
+            data.get("input_bytes"), extra)
+
+
+def item_event(run_id: str, row: tuple[Any, ...]) -> Event:
+    """The item.done event an ``items`` row (``SELECT_ITEMS``'s columns) was made from."""
+    seq, iid, status, category, reason, ts, stage, elapsed, size, extra = row
+    data: dict[str, Any] = {"id": iid, "status": status}
+    for key, value in (("stage", stage), ("category", category), ("reason", reason),
+                       ("input_bytes", size), ("elapsed_s", elapsed)):
+        if value is not None:
+            data[key] = value
+    if extra:
+        data.update(json.loads(extra))
+    return Event(seq=seq, type=ITEM_DONE, run=run_id, ts=ts or "", data=data)
+
+
+# An item recorded by an older bot has its timing only in its events row's JSON.
+SELECT_OUTCOMES = """
+    SELECT i.item_id, i.status, COALESCE(i.ts, e.ts),
+           COALESCE(i.elapsed_s, json_extract(e.data, '$.elapsed_s')),
+           COALESCE(i.input_bytes, json_extract(e.data, '$.input_bytes'))
+    FROM items i LEFT JOIN events e ON e.run = i.run AND e.seq = i.seq AND i.ts IS NULL
+    WHERE i.run = ? ORDER BY i.seq"""
+
+
+def first_outcomes(rows: list[tuple[Any, ...]]) -> list[ItemOutcome]:
+    """One outcome per id, the first recorded (a replayed or re-executed item counts once)."""
+    seen: set[str] = set()
+    out = []
+    for row in rows:
+        if row[0] not in seen:
+            seen.add(row[0])
+            out.append(ItemOutcome(*row))
+    return out
