@@ -42,9 +42,10 @@ def check_volume(volume: Volume, gpu: GpuModel | None, hardware: Hardware | None
         _check_nodes(nodes, report)
         if len(nodes) > 1:
             report.warn(("volume", "nodes"), f"{len(nodes)} nodes listed: Ray is started on "
-                        "each (the driver on volume.nodes[0]) and each offers every card it "
-                        "sees: the pilot's healthy-card choice applies to a one-node volume "
-                        "only")
+                        "each (the driver on volume.nodes[0]) once the node has its own copy "
+                        "of the run and has proven its cards (device, compute, interconnect): "
+                        "it offers only its healthy cards, and a node whose proof fails "
+                        "refuses the launch")
     if gpu is None or hardware is None:
         return
     if gpu.is_cpu:

@@ -37,6 +37,6 @@ def test_the_volume_s_node_is_the_first_listed_else_the_pilot_s(tmp_path: Path) 
         {"kind": "ssh", "host": "gpu-c.example", "workdir": "/w"}]})))
     assert volume_node(listed.manifest).host == "gpu-b.example"
     warning = {w.loc: w for w in listed.warnings}["volume.nodes"].message
-    assert "Ray is started on each" in warning and "every card it sees" in warning
+    assert "Ray is started on each" in warning and "only its healthy cards" in warning
     default = load(tmp_path, dump(merged(volume={"inputs": inputs})))
     assert volume_node(default.manifest) == default.manifest.node
