@@ -82,12 +82,15 @@ class NodeProof:
     where: str
     host: str
     device: str = "cpu"
-    cards: tuple[int, ...] = ()
+    # (): CPUs only; None: every card the node sees (a preparation whose stages judge no
+    # card, e.g. blender's Cycles devices)
+    cards: tuple[int, ...] | None = ()
     excluded: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "where": self.where, "host": self.host,
-                "device": self.device, "cards": list(self.cards), "excluded": self.excluded}
+                "device": self.device, "excluded": self.excluded,
+                "cards": None if self.cards is None else list(self.cards)}
 
 
 def prove_nodes(runs: Runs, nodes: Sequence[SSHNode], copies: Sequence[NodeCopy],
@@ -111,9 +114,8 @@ def read_proof(index: int, node: SSHNode, gpus: bool, code: int, out: str,
         raise DispatchError(f"{name}: the card proof did not run (exit {code}): "
                             f"{_tail(err or out)}")
     proof = NodeProof(index, node.where, node.host)
-    device = stages.get("device", {}).get("facts") or {}
-    proof.device = "cuda" if device.get("device") == "cuda" else "cpu"
-    tolerated = CARD_VERDICTS if proof.device == "cuda" else frozenset()
+    proof.device = str((stages.get("device", {}).get("facts") or {}).get("device") or "cpu")
+    tolerated = CARD_VERDICTS if proof.device != "cpu" else frozenset()
     for stage in PROOF_STAGES:
         event = stages.get(stage, {})
         error = event.get("error") or {}
@@ -123,18 +125,22 @@ def read_proof(index: int, node: SSHNode, gpus: bool, code: int, out: str,
                 f"{error.get('type')}: {error.get('message')}"
                 + (f" (hint: {error['hint']})" if error.get("hint") else "")
                 + "; nothing was started")
-    if gpus and proof.device == "cuda":
+    if gpus and proof.device != "cpu":
         proof.cards, proof.excluded = _healthy(stages)
-        if not proof.cards:
+        if proof.cards is not None and not proof.cards:
             why = "; ".join(f"card {e['card']} ({e['stage']}): {e['reason']}"
                             for e in proof.excluded) or "the stages named none"
             raise DispatchError(f"{name}: no healthy card: {why}; nothing was started")
     return proof
 
 
-def _healthy(stages: dict[str, dict[str, Any]]) -> tuple[tuple[int, ...], list[dict[str, Any]]]:
-    """The cards every card stage that judged them left healthy, and each card left out
-    with the stage that left it out and that stage's reasons."""
+def _healthy(stages: dict[str, dict[str, Any]]
+             ) -> tuple[tuple[int, ...] | None, list[dict[str, Any]]]:
+    """The cards every card stage that judged them left healthy (None: no stage judged
+    any), and each card left out with the stage that left it out and its reasons."""
+    if not any(isinstance((stages.get(s, {}).get("facts") or {}).get("healthy_cards"), list)
+               for s in CARD_STAGES):
+        return None, []
     device = stages["device"].get("facts") or {}
     seen = sorted(int(k) for k in device.get("cards") or {}) or list(
         range(int(device.get("count") or 0)))

@@ -151,6 +151,18 @@ def test_a_faulty_card_is_left_out_and_told_to_the_user(tmp_path: Path) -> None:
     assert f"card 1 of node gpu-b:22 excluded by its compute stage: {wrong}" in to_text(message)
 
 
+def test_a_gpu_node_whose_stages_judge_no_card_offers_every_card_it_sees(
+        tmp_path: Path) -> None:
+    handle, copies = _handle(tmp_path)  # blender's Cycles devices: no healthy_cards
+    cycles = _line("device", "passed", {"device": "optix", "count": 2})
+    nodes = _Nodes({"gpu-a": gpu_proof(2), "gpu-b": cycles})
+    assert start_volume_cluster(nodes, handle, copies) is not None
+    [command] = nodes.started("gpu-b")
+    assert "CUDA_VISIBLE_DEVICES" not in command and "--num-gpus" not in command
+    proof = json.loads(handle.spec_path.read_text())["volume"]["nodes"][1]
+    assert (proof["device"], proof["cards"]) == ("optix", None)
+
+
 @pytest.mark.parametrize("proof, why", [
     (gpu_proof(2, faulty={0: ECC, 1: ECC}),
      rf"no healthy card: card 0 \(device\): {ECC}; card 1 \(device\): {ECC}"),
