@@ -77,7 +77,7 @@ def migrate_runs(db: sqlite_utils.Database) -> None:
     db.execute("""CREATE TABLE IF NOT EXISTS items (
         run TEXT NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL, item_id TEXT NOT NULL,
         status TEXT, category TEXT, reason TEXT, PRIMARY KEY (run, seq))""")
-    db.execute("CREATE INDEX IF NOT EXISTS items_by_id ON items(run, item_id)")
+    db.execute("DROP INDEX IF EXISTS items_by_id")  # nothing looks an item up by id
     have = db["items"].columns_dict
     for column, kind in ADDED_COLUMNS.items():  # item events live only in items (items.py)
         if column not in have:
