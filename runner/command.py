@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Sequence
 
 from runner.inputs import Item
 from runner.stages import StageContext, StageFailure
+from runner.threads import command_env
 
 CHUNK = 1000
 STDERR_TAIL = 2000
@@ -57,9 +58,10 @@ def run_command(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict
     values["outputs"] = recorder.outputs_dir
     cmd = expand(argv, values)
     cwd = spec.project.dir if os.path.isdir(spec.project.dir or "") else None
+    env, threads = command_env(spec.task.torch_threads)
     try:
-        proc = subprocess.run(cmd, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
-                              check=False)
+        proc = subprocess.run(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, check=False)
     except OSError as exc:
         raise StageFailure("pilot", f"task.command {cmd[0]!r} cannot start: "
                            f"{exc.strerror or exc}",
@@ -72,7 +74,7 @@ def run_command(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict
     for start in range(0, len(results), CHUNK):
         recorded += recorder.record(asked, results[start:start + CHUNK])
     facts = {"command": cmd, "exit_code": proc.returncode, "results_lines": len(results),
-             "recorded": recorded}
+             "recorded": recorded, **threads}
     if proc.returncode != 0:
         tail = proc.stderr.decode("utf-8", errors="replace")[-STDERR_TAIL:].strip()
         raise StageFailure("pilot", f"task.command exited with {proc.returncode}"

@@ -7,6 +7,12 @@ than with torch's default on a 2-core share). The runner sets the threads to the
 worker owns: the CPUs of its affinity mask, capped by the cgroup v2 CPU quota, divided by
 the workers sharing them (one for the pilot). ``task.torch_threads`` overrides it. What was
 chosen, and why, goes into the pilot's facts. Standard library only at import time.
+
+The same rule reaches the work torch runs in other processes: a volume's Ray actors (the
+CPUs Ray gave the actor, or the node's cores shared by the workers on it; see
+``runner/volume_ray.py``), and an external command (``task.command``), which gets
+``OMP_NUM_THREADS`` (torch's and OpenMP's default thread count at start) in its
+environment, unless the environment the runner was started with already sets it.
 """
 
 from __future__ import annotations
@@ -52,14 +58,42 @@ def _cgroup_quota(path: str) -> Optional[int]:
         return None
 
 
-def set_torch_threads(requested: Optional[int], workers: int = 1) -> Dict[str, Any]:
-    """Set torch's intra-op threads (when torch is there) and say what was chosen."""
+def choose_threads(requested: Optional[int], workers: int = 1,
+                   owned: Optional[Tuple[int, str]] = None) -> Tuple[int, str]:
+    """The threads for one worker and why: ``task.torch_threads``, else the cores it owns
+    (``owned`` when the caller knows them better, e.g. Ray's share for an actor)."""
     if requested:
-        threads, why = int(requested), "task.torch_threads"
-    else:
-        threads, why = owned_cores(workers)
-        why = f"the cores the worker owns: {why}"
+        return int(requested), "task.torch_threads"
+    threads, why = owned or owned_cores(workers)
+    return threads, f"the cores the worker owns: {why}"
+
+
+def command_env(requested: Optional[int],
+                environ: Optional[Dict[str, str]] = None) -> Tuple[Dict[str, str], Dict[str, Any]]:
+    """The environment of an external command: ``OMP_NUM_THREADS`` set to the threads
+    chosen, unless already set in ours (then left as it is); and the facts saying which."""
+    env = dict(os.environ if environ is None else environ)
+    if env.get("OMP_NUM_THREADS") and not requested:
+        return env, {"torch_threads": env["OMP_NUM_THREADS"],
+                     "torch_threads_why": "OMP_NUM_THREADS already set in the runner's "
+                                          "environment"}
+    threads, why = choose_threads(requested)
+    env["OMP_NUM_THREADS"] = str(threads)
+    return env, {"torch_threads": threads, "torch_threads_why": f"{why} (OMP_NUM_THREADS)"}
+
+
+def set_torch_threads(requested: Optional[int], workers: int = 1,
+                      owned: Optional[Tuple[int, str]] = None,
+                      import_torch: bool = True) -> Dict[str, Any]:
+    """Set torch's intra-op threads (when torch is there) and say what was chosen.
+    ``import_torch=False``: only when torch is already imported (``OMP_NUM_THREADS`` is
+    set either way, for a torch imported later in this process)."""
+    threads, why = choose_threads(requested, workers, owned)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     torch: Any = sys.modules.get("torch")
+    if torch is None and not import_torch:
+        return {"torch_threads": threads, "torch_threads_why": why,
+                "torch_threads_via": "OMP_NUM_THREADS (torch not imported yet)"}
     if torch is None:
         try:
             import torch  # noqa: F811 - the torch stage has usually imported it already

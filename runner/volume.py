@@ -291,10 +291,11 @@ def _start_workers(ctx: StageContext, ray: Any, vspec: Any, cpu_workers: int) ->
             raise StageFailure("pilot", f"worker on {info.get('host')}: {info['error']}",
                                hint="check task.handler and project.dir on every node")
         w.node, w.host, w.cards, w.started = info["node"], info["host"], info["cards"], now
-    run_dirs = [info.get("run_dir") for info in where]  # None: the driver's own paths
+    # run_dir None: the driver's own paths; threads: torch's, as the actor chose them
     ctx.emit(ev.VOLUME_WORKERS, workers=[{"worker": w.label, "node": w.node, "host": w.host,
-                                          "cards": w.cards, "run_dir": d}
-                                         for w, d in zip(workers, run_dirs)])
+                                          "cards": w.cards, "run_dir": info.get("run_dir"),
+                                          **(info.get("threads") or {})}
+                                         for w, info in zip(workers, where)])
     return workers
 
 

@@ -198,6 +198,7 @@ class _Worker:
                  device: str) -> None:
         self.error: Optional[str] = None
         self.handler: Any = None
+        self.threads: Dict[str, Any] = {}
         self.inputs_root = ""
         self.node_run_dir = os.environ.get(NODE_RUN_DIR_ENV) or None
         if self.node_run_dir is None:  # one machine: the driver's paths are this node's
@@ -215,6 +216,7 @@ class _Worker:
             self.handler = load_handler(run_spec)
             self.ctx = make_context(run_spec, outputs_dir)
             self.ctx.device = device
+            self.threads = actor_threads(spec)
         except Exception as exc:  # reported by where(), the driver's first call
             self.error = f"{type(exc).__name__}: {exc}"
 
@@ -226,6 +228,7 @@ class _Worker:
         ctx = ray.get_runtime_context()
         return {"node": ctx.get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
                 "cards": [str(c) for c in ray.get_gpu_ids()], "error": self.error,
+                "threads": self.threads,
                 "run_dir": self.node_run_dir}
 
     def run(self, batch: List[List[Any]]) -> Dict[str, Any]:
@@ -254,6 +257,29 @@ def node_paths(spec: Dict[str, Any], run_dir: str) -> Tuple[Dict[str, Any], str]
                            f"{type(exc).__name__}: {exc}") from exc
     spec = {**spec, "project": project, "inputs": {**spec["inputs"], "dir": inputs_dir}}
     return spec, os.path.join(run_dir, "outputs")
+
+
+def actor_threads(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """Torch's threads in this actor: ``task.torch_threads``, else the CPUs Ray gave it (a
+    CPU worker), else its node's cores shared by the workers its cards allow (a GPU worker
+    reserves no CPU). Set through torch when the handler imported it, and through
+    ``OMP_NUM_THREADS`` for a torch imported later."""
+    import ray as ray_module
+
+    from runner.threads import owned_cores, set_torch_threads
+
+    ray: Any = ray_module  # Ray's API is untyped
+    ctx = ray.get_runtime_context()
+    cpus = int(float(ctx.get_assigned_resources().get("CPU") or 0))
+    if cpus >= 1:
+        owned = (cpus, f"{cpus} CPU(s) Ray gave this worker")
+    else:
+        per = int((spec.get("volume") or {}).get("cards_per_worker") or 1)
+        here = [n.get("Resources", {}).get("GPU", 0) for n in ray.nodes()
+                if n.get("NodeID") == ctx.get_node_id()]
+        owned = owned_cores(max(1, int(here[0] if here else 1) // per))
+    return set_torch_threads((spec.get("task") or {}).get("torch_threads"), owned=owned,
+                             import_torch=False)
 
 
 def worker_class(ray: Any, cards_per_worker: int, gpus: bool) -> Any:

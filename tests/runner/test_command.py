@@ -41,10 +41,14 @@ with open(results, "w") as fh:
         fh.write("this is not json\n")
 if mode == "crash":
     sys.exit(3)
+if mode == "threads":
+    with open(os.path.join(outputs, "omp.txt"), "w") as fh:
+        fh.write(os.environ.get("OMP_NUM_THREADS", "unset"))
 '''
 
 
-def run_pilot(tmp: Path, mode: str, resume: bool = False) -> tuple[StageContext, Any]:
+def run_pilot(tmp: Path, mode: str, resume: bool = False,
+              torch_threads: int | None = None) -> tuple[StageContext, Any]:
     (tmp / "in").mkdir(exist_ok=True)
     for name in "abcd":
         (tmp / "in" / f"{name}.txt").write_text(name)
@@ -55,7 +59,7 @@ def run_pilot(tmp: Path, mode: str, resume: bool = False) -> tuple[StageContext,
         "run_id": "r", "name": "t", "project": {"dir": str(tmp)},
         "inputs": {"dir": str(tmp / "in"), "pattern": "*.txt", "expected_count": 4,
                    "expected_refusals": ["b"]},
-        "task": {"kind": "custom", "categories": ["x", "y"],
+        "task": {"kind": "custom", "categories": ["x", "y"], "torch_threads": torch_threads,
                  "command": [sys.executable, "prog.py", "{inputs}", "{results}", "{outputs}",
                              mode]}})
     writer = (EventWriter.resume if resume else EventWriter)(str(run / "events.jsonl"), "r")
@@ -81,6 +85,28 @@ def test_a_well_behaved_command(tmp_path: Path) -> None:
     ctx, facts = run_pilot(tmp_path, "ok")
     assert facts["exit_code"] == 0 and facts["recorded"] == 4
     assert balance_problems(ctx) == []
+
+
+def test_the_command_gets_the_threads_its_worker_owns_unless_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.threads import owned_cores
+
+    def seen(path: Path) -> str:
+        return next(path.glob("run/outputs/omp.txt")).read_text()
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    (tmp_path / "a").mkdir()
+    _, facts = run_pilot(tmp_path / "a", "threads")
+    assert seen(tmp_path / "a") == str(owned_cores()[0]) == str(facts["torch_threads"])
+    assert "cores the worker owns" in facts["torch_threads_why"]
+    (tmp_path / "b").mkdir()
+    _, facts = run_pilot(tmp_path / "b", "threads", torch_threads=3)
+    assert seen(tmp_path / "b") == "3" and facts["torch_threads_why"].startswith(
+        "task.torch_threads")
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # the node's own setting is left as it is
+    (tmp_path / "c").mkdir()
+    _, facts = run_pilot(tmp_path / "c", "threads")
+    assert seen(tmp_path / "c") == "7" and "already set" in facts["torch_threads_why"]
 
 
 @pytest.mark.parametrize("mode,expected", [

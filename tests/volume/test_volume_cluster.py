@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from runner.threads import owned_cores
 from tests.processes import wait_until
 from tests.runner.test_stages_kit import runner_env
 from tests.volume.kit import (
@@ -106,6 +107,9 @@ def test_a_node_lost_mid_run_has_its_batches_requeued(cluster: Any, tmp_path: Pa
     workers = [e for e in events(run_dir) if e.type == "volume.workers"][0].data["workers"]
     assert len({w["node"] for w in workers}) == 3  # one worker per node, its one card each
     assert all(len(w["cards"]) == 1 for w in workers)
+    # a GPU worker reserves no CPU: torch gets its node's cores shared by the node's workers
+    assert {(w["torch_threads"], w["torch_threads_why"]) for w in workers} == {
+        (owned_cores(1)[0], f"the cores the worker owns: {owned_cores(1)[1]}")}
     wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)
 
 

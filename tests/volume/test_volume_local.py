@@ -55,8 +55,9 @@ def test_local_volume_survives_a_killed_driver_and_leaves_nothing_running(
     assert sorted(ledger_ids(run_dir)) == ids
     balance = json.loads((run_dir / "balance.json").read_text())
     assert balance["ok"] and balance["total"] == 600
-    assert [e.data["workers"] for e in events(run_dir) if e.type == "volume.workers"][-1][0][
-        "cards"] == []
+    worker = [e.data["workers"] for e in events(run_dir) if e.type == "volume.workers"][-1][0]
+    assert worker["cards"] == [] and worker["torch_threads"] == 1  # a CPU worker: its one CPU
+    assert worker["torch_threads_why"] == "the cores the worker owns: 1 CPU(s) Ray gave this worker"
     assert not session_pids(first, pgid)  # ... and the resumed driver ended them
     second = _sessions(run_dir)[-1]
     assert second and second not in first
