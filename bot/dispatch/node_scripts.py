@@ -147,6 +147,29 @@ os._exit(0)
 """
 
 
+# Runs on a volume node other than the head, launched by ``LAUNCH_SCRIPT`` once that node's
+# Ray has started: as long as the Ray process group named in ``<HOLD_ENV dir>/preflight.pgid``
+# lives (the file is removed when it is stopped), this process, and with it the launcher's
+# supervisor, holds the node's workdir lock, so no other dispatch writes under its workers.
+HOLD_ENV = "PREFLIGHT_HOLD_RAY"
+HOLD_SCRIPT = r"""
+import os, sys, time
+path = os.path.join(os.environ.get("PREFLIGHT_HOLD_RAY", ""), "preflight.pgid")
+try:
+    with open(path) as fh:
+        group = int(fh.read())
+except (OSError, ValueError):
+    sys.exit(0)
+while os.path.exists(path):
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        break
+    except PermissionError:
+        pass
+    time.sleep(1)
+"""
+
 
 def python_command(python: str, script: str, *args: str) -> str:
     """The shell command that runs ``script`` with the node's ``python`` and ``args``."""

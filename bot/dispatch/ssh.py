@@ -37,7 +37,8 @@ import asyncssh
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.fetch import fetch_results
-from bot.dispatch.node_scripts import probe_command, stop_command
+from bot.dispatch.node_scripts import HOLD_ENV, probe_command, stop_command
+from bot.dispatch.ray_cluster import RayCluster
 from bot.dispatch.ssh_session import SSHSessions
 from bot.dispatch.upload import (
     RUNNER_PACKAGE,
@@ -97,12 +98,7 @@ class SSHDispatcher(SSHSessions):
         nodes = volume_nodes(handle)
         if nodes:
             end_earlier_cluster(self, handle)  # a resume: nothing is sent under it
-            copies = [NodeCopy.of(self._call(self._tries(
-                f"prepare volume.nodes[{i}] for run {handle.run_id}",
-                partial(self._prepare, handle, n, len(nodes))), timeout=900))
-                for i, n in enumerate(nodes)]
-            cluster = start_volume_cluster(self, handle, copies, self.ray_node)
-            env = cluster.driver_env() if cluster is not None else {}
+            env = self._volume_cluster(handle, nodes).driver_env()
         try:
             node = SSHNode.from_dict(self.node_of(handle))
             return self._call(self._tries(f"dispatch run {handle.run_id}",
@@ -175,6 +171,34 @@ class SSHDispatcher(SSHSessions):
                                 + "; ".join(problems))
 
     # -- start -------------------------------------------------------------------------
+    def _volume_cluster(self, handle: RunHandle, nodes: list[SSHNode]) -> RayCluster:
+        """Each node's own copy of the run, then its card proof and Ray. The nodes other
+        than the head keep their workdir's lock from the copy on: a holder launched there
+        keeps it while their Ray lives (the head's is taken again to launch the driver)."""
+        copies, held = [], []
+        try:
+            for i, node in enumerate(nodes):
+                plan, launcher = self._call(self._tries(
+                    f"prepare volume.nodes[{i}] for run {handle.run_id}",
+                    partial(self._prepare, handle, node, len(nodes), i > 0)), timeout=900)
+                copies.append(NodeCopy.of(plan))
+                if launcher is not None:
+                    held.append((node, launcher))
+            cluster = start_volume_cluster(self, handle, copies, self.ray_node)
+            if cluster is None:
+                raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
+        except BaseException:
+            for _node, launcher in held:
+                self._call(_release(launcher), 30)
+            raise
+        for (node, launcher), ray in zip(held, cluster.nodes[1:]):
+            try:
+                self._call(self._launch(node, launcher, {HOLD_ENV: ray.temp_dir}), 60)
+            except DispatchError as exc:  # the volume can run; only the lock is lost
+                log.warning("run %s: %s keeps no workdir lock during the run: %s",
+                            handle.run_id, node.where, exc)
+        return cluster
+
     async def _tries(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
         """``make()``; a drop redoes it (a dispatch sends again only what differs)."""
         for attempt in range(self.attempts):
@@ -187,17 +211,23 @@ class SSHDispatcher(SSHSessions):
                 await asyncio.sleep(self.backoff.delay(attempt))
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def _prepare(self, handle: RunHandle, node: SSHNode, count: int) -> UploadPlan:
+    async def _prepare(self, handle: RunHandle, node: SSHNode, count: int,
+                       hold: bool) -> tuple[UploadPlan, Any]:
         """One volume node's own copy of the run (runner, project, inputs, spec and the
-        card proof's spec) in its own workdir, sent under that workdir's lock."""
+        card proof's spec) in its own workdir, sent under that workdir's lock; with
+        ``hold`` the launcher that holds the lock is returned, still holding it."""
         plan = UploadPlan(await self._workdir(node), handle, self.runner_package,
                           load_spec(handle.spec_path))
-        launcher = await self._lock(node, plan)
+        launcher = await self._lock(node, plan, plan.hold_command(node.python) if hold
+                                    else None)
         try:
             await self._send(node, plan, handle, proof_files(plan, count))
-        finally:
+        except BaseException:
             await _release(launcher)
-        return plan
+            raise
+        if not hold:
+            await _release(launcher)
+        return plan, launcher if hold else None
 
     async def _send(self, node: SSHNode, plan: UploadPlan, handle: RunHandle,
                     extra: dict[str, bytes]) -> tuple[dict[str, int], list[str]]:
@@ -233,10 +263,11 @@ class SSHDispatcher(SSHSessions):
         write_layout(handle.run_dir / "remote.json", {**layout, "pid": pid})
         return pid
 
-    async def _lock(self, node: SSHNode, plan: UploadPlan) -> Any:
+    async def _lock(self, node: SSHNode, plan: UploadPlan, command: str | None = None) -> Any:
         """Start the node's launcher: it holds the workdir's lock until told to launch."""
         async def work(conn: Any) -> tuple[Any, str]:
-            proc = await conn.create_process(plan.launch_command(node.python, plan.resume))
+            proc = await conn.create_process(
+                command or plan.launch_command(node.python, plan.resume))
             reply = await proc.stdout.readline()
             if not reply:
                 await _cut_off(proc, "before the launcher answered")

@@ -27,7 +27,7 @@ import yaml
 
 import runner
 from bot.dispatch.base import RunHandle
-from bot.dispatch.node_scripts import HASH_SCRIPT, LAUNCH_SCRIPT, python_command
+from bot.dispatch.node_scripts import HASH_SCRIPT, HOLD_SCRIPT, LAUNCH_SCRIPT, python_command
 from bot.errors import DispatchError, NodeUnreachable
 from runner.evidence import file_sha256
 from runner.files import write_json_atomic
@@ -297,6 +297,13 @@ class UploadPlan:
         """Prints the node's hashes of every file under ``roots()`` (JSON, for ``changes``)."""
         rules = json.dumps([sorted(SKIP_DIRS), sorted(SKIP_TOP)])
         return python_command(python, HASH_SCRIPT, rules, *self.roots())
+
+    def hold_command(self, python: str) -> str:
+        """Like ``launch_command``, but what it launches holds the workdir's lock while the
+        node's Ray lives (a volume node other than the head: ``HOLD_SCRIPT``)."""
+        return python_command(python, LAUNCH_SCRIPT, self.lock, self.run_id,
+                              self.remote_run_dir, self.remote_project, self.remote_pkg_root,
+                              python, "-c", HOLD_SCRIPT)
 
     def launch_command(self, python: str, resume: bool) -> str:
         """Takes the workdir's lock (prints a JSON line), then on ``launch`` on its stdin

@@ -25,7 +25,7 @@ from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import RUNNER_PACKAGE, SSHNode
 from bot.dispatch.volume_cluster import CLUSTER_FILE
 from bot.errors import DispatchError
-from tests.processes import wait_until
+from tests.processes import alive, wait_until
 from tests.remote.conftest import BARE_PYTHON, Sshd
 from tests.remote.test_ray_cluster import _free_layout, _ray_pids
 from tests.volume.kit import events, make_volume
@@ -101,7 +101,11 @@ def test_each_node_runs_its_workers_from_its_own_copy_of_the_run(
         wait_until(lambda: dispatcher.exit_code(handle) is not None, "the driver ended", 120)
         log = workdirs[0] / "runs" / "r-vol" / "runner.log"
         assert dispatcher.exit_code(handle) == 0, log.read_text()[-3000:]
-        dispatcher.fetch_results(handle)
+        # node 2's workdir stays locked by this run while its Ray lives
+        lock = json.loads((workdirs[1] / "dispatch.lock").read_text())
+        assert lock["run"] == "r-vol" and alive(lock["pid"])
+        dispatcher.fetch_results(handle)  # the run ended: Ray stopped, the lock let go
+        wait_until(lambda: not (workdirs[1] / "dispatch.lock").exists(), "node 2 unlocked", 30)
     finally:
         dispatcher.stop(handle)
         dispatcher.close()
@@ -145,6 +149,7 @@ def test_a_node_whose_python_lacks_torch_is_refused_before_any_ray_starts(
     assert not any(Path(t, "preflight.pgid").exists() for t in temps)
     assert not (handle.run_dir / CLUSTER_FILE).exists()
     assert not (workdirs[0] / "runs" / "r-vol" / "runner.pid").exists()  # no driver either
+    assert not [w for w in workdirs if (w / "dispatch.lock").exists()]  # both let go
     # node 2 got its own copy (its proof ran from it); node 1's proof passed
     assert (workdirs[1] / "runner-pkg" / "runner" / "__main__.py").exists()
     head = (workdirs[0] / "runs" / "r-vol" / "card-proof" / "events.jsonl").read_text()
