@@ -97,7 +97,11 @@ def prove_nodes(runs: Runs, nodes: Sequence[SSHNode], copies: Sequence[NodeCopy]
                 gpus: bool) -> list[NodeProof]:
     """Every node's proof, run at the same time; the first refusal (by node order) wins."""
     def one(i: int) -> tuple[int, str, str]:
-        return runs.run(nodes[i], proof_command(copies[i], nodes[i].python), timeout=1200)
+        try:
+            return runs.run(nodes[i], proof_command(copies[i], nodes[i].python), timeout=1200)
+        except DispatchError as exc:  # unreachable, or no answer in time: name the node
+            raise type(exc)(f"volume.nodes[{i}] ({nodes[i].where}): the card proof did not "
+                            f"finish: {exc}; nothing was started") from exc
 
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         futures = [pool.submit(one, i) for i in range(len(nodes))]

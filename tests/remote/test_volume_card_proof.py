@@ -19,7 +19,7 @@ from bot.console.render import to_text
 from bot.dispatch.base import RunHandle
 from bot.dispatch.card_proof import NodeCopy
 from bot.dispatch.volume_cluster import CLUSTER_FILE, start_volume_cluster
-from bot.errors import DispatchError
+from bot.errors import DispatchError, NodeUnreachable
 from bot.messages.volume_view import volume_message
 from runner.events import Event
 from runner.raypin import RAY_VERSION
@@ -179,6 +179,23 @@ def test_a_node_without_a_healthy_card_refuses_before_any_ray_starts(
         start_volume_cluster(nodes, handle, copies)
     assert [k for k, _, _ in nodes.ran] == ["proof", "proof"]  # no version probe, no start
     assert not (tmp_path / CLUSTER_FILE).exists()
+
+
+def test_a_node_that_cannot_be_reached_during_its_proof_is_named(tmp_path: Path) -> None:
+    handle, copies = _handle(tmp_path)
+
+    class _Gone(_Nodes):
+        def run(self, node: Any, command: str, stdin: str = "",
+                timeout: float = 120) -> tuple[int, str, str]:
+            if node.host == "gpu-b":
+                raise NodeUnreachable("gpu-b:22: cannot connect: connection refused")
+            return super().run(node, command, stdin, timeout)
+
+    nodes = _Gone({"gpu-a": gpu_proof(2)})
+    with pytest.raises(NodeUnreachable, match=r"volume.nodes\[1\] \(gpu-b:22\): the card proof "
+                                              r"did not finish: gpu-b:22: cannot connect"):
+        start_volume_cluster(nodes, handle, copies)
+    assert "start" not in [k for k, _, _ in nodes.ran]
 
 
 def test_the_runner_runs_only_the_stages_asked_for(tmp_path: Path) -> None:
