@@ -17,6 +17,7 @@ from bot.errors import (
     PreflightError,
 )
 from bot.messages.progress import ProgressMeter
+from bot.messages.views import MAX_TABLE_ROWS
 from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
 from bot.messages.volume_view import progress_of
 from bot.pilot.cards import CARD_STAGES
@@ -218,6 +219,8 @@ class Following(Publishing):
             if run.get("kind") == "volume":
                 parent = self.store.get_run(run["parent_run"]) if run.get("parent_run") else {}
                 return check_volume(run, stages, parent.get("forecast"))
+            if not (run.get("manifest_json") or {}).get("volume"):
+                return None  # nothing to forecast: the item outcomes are not even read
             return forecast_for(run, stages, self.store.item_outcomes(run["id"]))
         except Exception:  # a forecast must never cost the run its verdict
             log.exception("forecast of run %s failed", run["id"])
@@ -270,9 +273,13 @@ class Following(Publishing):
 
         items = self.store.items(run["id"])
         ours = compute_balance(run.get("expected_ids") or [], run.get("expected_refusals") or [],
-                               run.get("categories") or [], items).to_dict()
-        merged = {**balance, "items": [{k: i[k] for k in ("id", "status", "category", "reason")}
-                                       for i in items]}
+                               run.get("categories") or [], items, keep_rows=False).to_dict()
+        # The run's row keeps the rows a message shows, not one per item: it is read back
+        # at every look at the run (100,000 rows would be decoded each time); every row is
+        # in the items table and in the run's balance.csv.
+        merged = {**balance, "items_total": len(items),
+                  "items": [{k: i[k] for k in ("id", "status", "category", "reason")}
+                            for i in items[:MAX_TABLE_ROWS]]}
         disagreements = [k for k in ("accepted", "refused", "total")
                          if ours.get(k) != balance.get(k)]
         # The runner sees more than the events show (ids a handler invented or returned

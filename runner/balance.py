@@ -148,12 +148,14 @@ def compute_balance(
     results: Iterable[Dict[str, Any]],
     *,
     expected_count: Optional[int] = None,
+    keep_rows: bool = True,
 ) -> Balance:
     """Check ``results`` (item.done-like dicts) against the expected ids.
 
     ``expected_count`` is the manifest's figure; when given it is the total the sums are
     checked against, and a listing of a different size is itself a problem. The first
-    result of an id counts; later ones are reported as duplicates.
+    result of an id counts; later ones are reported as duplicates. ``keep_rows=False``:
+    the sums and problems only, no per-id rows.
     """
     expected = list(dict.fromkeys(expected_ids))
     expected_set = set(expected)
@@ -161,7 +163,7 @@ def compute_balance(
     problems: List[Problem] = []
     for result in results:
         _check_one(result, expected_set, first, problems)
-    tally = Tally(expected_refusals, categories)
+    tally = Tally(expected_refusals, categories, keep_rows=keep_rows)
     tally.problems.extend(problems)
     for iid in expected:
         tally.judge(iid, first.get(iid))

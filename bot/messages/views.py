@@ -180,14 +180,15 @@ def balance_message(run: dict[str, Any], csv_path: str | None = None) -> Message
         rows = tuple((str(i.get("id")), str(i.get("status")),
                       str(i.get("category") or i.get("reason") or ""))
                      for i in items[:MAX_TABLE_ROWS])
-        blocks.append(Table(("id", "status", "category / reason"), rows, len(items)))
+        total = int(bal.get("items_total") or len(items))  # items: the first rows only
+        blocks.append(Table(("id", "status", "category / reason"), rows, total))
     sample = bal.get("sample") or []
     if sample:
         rows = tuple((str(s.get("id")), str(s.get("category") or s.get("reason") or ""),
                       _short(s.get("input_head"), 80)) for s in sample)
         blocks.append(Text("Sample review — check these results against their inputs:"))
         blocks.append(Table(("id", "result", "input begins"), rows[:MAX_TABLE_ROWS], len(rows)))
-    if csv_path and len(items) > MAX_TABLE_ROWS:
+    if csv_path and int(bal.get("items_total") or len(items)) > MAX_TABLE_ROWS:
         blocks.append(Attachment(csv_path, "balance.csv"))
     return Message(run["id"], "balance", tuple(blocks),
                    summary=f"Balance {bal.get('accepted')} accepted + {bal.get('refused')} refused"

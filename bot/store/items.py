@@ -32,7 +32,7 @@ def item_row(run_id: str, event: Event) -> tuple[Any, ...]:
     """The ``items`` row of one item.done event (``INSERT_ITEM``'s values)."""
     data = event.data
     extra = None
-    if not _AS_COLUMNS.issuperset(data):  # the usual item has no other field: no JSON
+    if not data.keys() <= _AS_COLUMNS:  # the usual item has no other field: no JSON
         extra = json.dumps({k: v for k, v in data.items() if k not in _AS_COLUMNS},
                            sort_keys=True)
     return (run_id, event.seq, str(data.get("id")), data.get("status"), data.get("category"),
