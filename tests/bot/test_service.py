@@ -334,3 +334,24 @@ def test_a_dead_runner_is_described_without_none_or_library_warnings() -> None:
     error = runner_death(None, None, None, "")
     assert "None" not in error["message"] and "not known here" in error["message"]
     assert error["stage"] == "prepare"
+
+
+def test_a_large_balance_keeps_the_rows_shown_and_names_the_total(tmp_path: Path) -> None:
+    """The run's row holds the rows a message shows, not one per item; the message still
+    says how many there are and attaches balance.csv, which has them all."""
+    from bot.messages.model import Attachment, Table
+    from bot.messages.views import MAX_TABLE_ROWS, balance_message
+
+    ids = [f"doc-{n:02d}" for n in range(1, 61)]
+    service, _ = make(tmp_path, lambda run: pilot_script(ids, refuse=()), step=20)
+    run_id = submit(service, tmp_path, count=60)
+    run = service.follow(run_id, timeout=30)
+    assert run["outcome"] == "passed" and run["balance"]["recheck"]["total"] == 60
+    assert run["balance"]["items_total"] == 60
+    assert [i["id"] for i in run["balance"]["items"]] == ids[:MAX_TABLE_ROWS]
+    assert len(service.store.items(run_id)) == 60  # every row is still recorded
+    message = balance_message(run, "/tmp/balance.csv")
+    assert message is not None
+    table = [b for b in message.blocks if isinstance(b, Table) and b.columns[0] == "id"][0]
+    assert (len(table.rows), table.total_rows) == (MAX_TABLE_ROWS, 60)
+    assert any(isinstance(b, Attachment) for b in message.blocks)
