@@ -47,3 +47,34 @@ def wait_until(condition: Callable[[], object], what: str, deadline_s: float = 9
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)  # polling a condition with a deadline, not waiting for time
+
+
+def _stat(pid: int) -> tuple[int, int, str] | None:
+    """(ppid, pgid, start time) of a running ``pid``; None once it ended (or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else (int(fields[1]), int(fields[2]), fields[19])
+
+
+def family(roots: set[int], groups: set[int]) -> dict[int, str]:
+    """Every running process that is one of ``roots``, in one of the process ``groups``, or
+    a descendant of such (Ray's actors take a group of their own under their raylet):
+    pid -> start time, so ``still_running`` never mistakes a reused pid for it."""
+    table = {int(n): s for n in os.listdir("/proc") if n.isdigit()
+             if (s := _stat(int(n))) is not None}
+    members = {pid for pid, (_, pgid, _) in table.items() if pid in roots or pgid in groups}
+    grown = True
+    while grown:
+        more = {pid for pid, (ppid, _, _) in table.items() if ppid in members} - members
+        members |= more
+        grown = bool(more)
+    return {pid: table[pid][2] for pid in members}
+
+
+def still_running(snapshot: dict[int, str]) -> list[int]:
+    """The processes of a ``family`` snapshot that still run (same pid, same start time)."""
+    return [pid for pid, start in snapshot.items()
+            if (s := _stat(pid)) is not None and s[2] == start]

@@ -1,18 +1,15 @@
-"""The volume's Ray cluster started by the dispatcher over SSH (a real loopback sshd).
-
-Two Ray nodes on one host need distinct ports and temp dirs: the second node's ports are
-the first's shifted. Versions are compared before anything starts. Afterwards no Ray
-process is left on the "nodes" (the process table is read).
-"""
+"""The volume's Ray cluster over SSH (a real loopback sshd): versions are compared before
+anything starts. The port layout and process helpers serve the tests that run two Ray nodes
+on one host (distinct ports, the second node's the first's shifted, and temp dirs of their
+own); a cluster started, used and stopped over SSH end to end is
+``test_volume_service.py``'s."""
 
 from __future__ import annotations
 
 import json
 import random
-import shutil
 import socket
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,16 +19,12 @@ from bot.dispatch.ray_cluster import (
     RayPorts,
     check_versions,
     start_cluster,
-    start_command,
-    stop_cluster,
 )
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
 from runner.raypin import RAY_VERSION
-from tests.processes import live_processes, wait_until
+from tests.processes import live_processes
 from tests.remote.conftest import BARE_PYTHON, Sshd
-from tests.runner.test_stages_kit import runner_env
-from tests.volume.kit import events, make_volume, start_runner
 
 
 def _free_layout() -> RayPorts:
@@ -70,34 +63,6 @@ def _ray_pids(temp_dirs: list[str], groups: list[int]) -> list[int]:
     themselves ``ray::...``)."""
     return [p.pid for p in live_processes()
             if any(d.encode() in p.cmdline for d in temp_dirs) or p.pgid in groups]
-
-
-def test_two_nodes_over_ssh_run_a_volume_and_stop_leaving_nothing(
-        sshd: Sshd, tmp_path: Path) -> None:
-    ports = _free_layout()
-    temps = [tempfile.mkdtemp(prefix="rn", dir="/tmp") for _ in range(2)]
-    nodes = [RayNode(f"node{i}", "127.0.0.1", sys.executable, (0,), ports.shifted(100 * i),
-                     temps[i]) for i in range(2)]
-    dispatcher, shell = _shell(sshd, tmp_path)
-    try:
-        cluster = start_cluster(shell, nodes)
-        assert cluster.token not in start_command(nodes[0], None)  # read from stdin
-        spec, ids = make_volume(tmp_path, 200, address=cluster.address, gpus=True)
-        run_dir = tmp_path / "run"
-        proc = start_runner(spec, run_dir, env=runner_env(**cluster.driver_env()))
-        assert proc.wait(timeout=300) == 0, (tmp_path / "run.log").read_text()[-3000:]
-        workers = [e for e in events(run_dir) if e.type == "volume.workers"][0].data["workers"]
-        assert len({w["node"] for w in workers}) == 2  # one worker on each node's card
-        assert cluster.token not in (run_dir / "events.jsonl").read_text()
-    finally:
-        groups = [int(Path(t, "preflight.pgid").read_text()) for t in temps
-                  if Path(t, "preflight.pgid").exists()]
-        problems = stop_cluster(shell, nodes)
-        dispatcher.close()
-    assert problems == [] and len(groups) == 2
-    wait_until(lambda: not _ray_pids(temps, groups), "no Ray process left on the nodes", 60)
-    for temp in temps:
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_a_node_without_ray_or_with_another_version_is_refused_before_anything_starts(

@@ -27,7 +27,7 @@ def handle(items, ctx):
         if it.id == p.get("slow_id") and not os.path.exists(p["slow_marker"]):
             open(p["slow_marker"], "w").close()
             time.sleep(float(p.get("slow_s", 4)))   # this worker holds its batch too long
-        if p.get("delay_s"):
+        if p.get("delay_s") and not os.path.exists(p.get("fast_marker", "")):
             time.sleep(float(p["delay_s"]))          # stands in for device time
         n = int(it.id.split("-")[1])
         out.append({"id": it.id, "status": "accepted", "category": "even" if n % 2 == 0

@@ -1,9 +1,10 @@
 """The volume's engine on a real Ray cluster of three simulated nodes with fake cards.
 
 One cluster (ray.cluster_utils.Cluster: a head and two more raylets on this machine, one
-fake GPU each) serves every test of the module; the driver is the real runner
-(``python -m runner`` with a volume spec joining the cluster). Each id must end up exactly
-once in the ledger and the balance whatever is lost, killed or late.
+fake GPU each) serves every test of the module (the one that removes a node runs last);
+the driver is the real runner (``python -m runner`` with a volume spec joining the
+cluster). Each id must end up exactly once in the ledger and the balance whatever is lost,
+killed or late.
 """
 
 from __future__ import annotations
@@ -59,6 +60,14 @@ def cluster() -> Iterator[tuple[Any, dict[str, str]]]:
                 os.environ[k] = v
 
 
+def _three_nodes(c: Any) -> None:
+    """Top the module's cluster up to three nodes (a test that removed one runs last, so
+    this adds nothing when the module runs in order)."""
+    if len(c.worker_nodes) < 2:
+        c.add_node(num_cpus=1, num_gpus=1)
+        c.wait_for_nodes()
+
+
 def _balance(run_dir: Path) -> dict[str, Any]:
     return json.loads((run_dir / "balance.json").read_text())
 
@@ -81,41 +90,10 @@ def _pilot_facts(run_dir: Path) -> dict[str, Any]:
     return dict(passed[-1].data["facts"])
 
 
-def test_a_node_lost_mid_run_has_its_batches_requeued(cluster: Any, tmp_path: Path) -> None:
-    c, env = cluster
-    spec, ids = make_volume(tmp_path, COUNT, address=c.address, gpus=True,
-                            batch_timeout_s=120)
-    set_params(spec, delay_s=0.004)
-    run_dir = tmp_path / "run"
-    proc = start_runner(spec, run_dir, env=runner_env(**env))
-    try:
-        wait_until(lambda: progress_done(run_dir) >= 400, "the volume to get going", 240)
-        victim = list(c.worker_nodes)[-1]
-        c.remove_node(victim)
-        assert proc.wait(timeout=240) == 0, (tmp_path / "run.log").read_text()[-3000:]
-    finally:
-        kill_group(proc)
-        c.add_node(num_cpus=1, num_gpus=1)  # the next test gets three nodes again
-        c.wait_for_nodes()
-    _exactly_once(run_dir, ids)
-    types = Counter(e.type for e in events(run_dir))
-    assert types["volume.node_lost"] == 1 and types["volume.worker_lost"] == 1
-    assert types["volume.requeued"] >= 1
-    facts = _pilot_facts(run_dir)
-    assert facts["workers"] == 3 and facts["nodes_lost"] == 1
-    assert facts["engine"] == "ray" and facts["ray_version"] == facts["ray_pinned"]
-    workers = [e for e in events(run_dir) if e.type == "volume.workers"][0].data["workers"]
-    assert len({w["node"] for w in workers}) == 3  # one worker per node, its one card each
-    assert all(len(w["cards"]) == 1 for w in workers)
-    # a GPU worker reserves no CPU: torch gets its node's cores shared by the node's workers
-    assert {(w["torch_threads"], w["torch_threads_why"]) for w in workers} == {
-        (owned_cores(1)[0], f"the cores the worker owns: {owned_cores(1)[1]}")}
-    wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)
-
-
 def test_killed_driver_resumes_exactly_the_missing_ids_and_late_results_count_once(
         cluster: Any, tmp_path: Path) -> None:
     c, env = cluster
+    _three_nodes(c)
     spec, ids = make_volume(tmp_path, COUNT, address=c.address, gpus=True,
                             batch_timeout_s=1.5)
     set_params(spec, delay_s=0.01, slow_id="item-00030",
@@ -135,7 +113,7 @@ def test_killed_driver_resumes_exactly_the_missing_ids_and_late_results_count_on
     assert [e for e in events(run_dir) if e.type == "volume.card_excluded"]
     wait_until(lambda: not our_actor_pids(), "the dead driver's actors to end", 60)
 
-    set_params(spec, tag="resume")
+    set_params(spec, tag="resume", delay_s=0)  # what ran, not how fast, is checked now
     resumed = start_runner(spec, run_dir, "--resume", env=runner_env(**env))
     try:
         assert resumed.wait(timeout=300) == 0, (tmp_path / "run.log").read_text()[-3000:]
@@ -150,4 +128,38 @@ def test_killed_driver_resumes_exactly_the_missing_ids_and_late_results_count_on
     assert balance["accepted"] == COUNT - len([i for i in ids if int(i[5:]) % 97 == 0])
     facts = _pilot_facts(run_dir)
     assert facts["remaining"] == COUNT - len(at_kill) and facts["re_executed_total"] == 25
+    wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)
+
+
+def test_a_node_lost_mid_run_has_its_batches_requeued(cluster: Any, tmp_path: Path) -> None:
+    c, env = cluster
+    spec, ids = make_volume(tmp_path, COUNT, address=c.address, gpus=True,
+                            batch_timeout_s=120)
+    set_params(spec, delay_s=0.004, fast_marker=str(tmp_path / "fast.marker"))
+    run_dir = tmp_path / "run"
+    _three_nodes(c)
+    proc = start_runner(spec, run_dir, env=runner_env(**env))
+    try:
+        wait_until(lambda: progress_done(run_dir) >= 400, "the volume to get going", 240)
+        victim = list(c.worker_nodes)[-1]
+        c.remove_node(victim)
+        wait_until(lambda: any(e.type == "volume.node_lost" for e in events(run_dir)),
+                   "the driver to see the node lost", 240)
+        (tmp_path / "fast.marker").touch()  # the loss is handled: the rest may run fast
+        assert proc.wait(timeout=240) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    finally:
+        kill_group(proc)
+    _exactly_once(run_dir, ids)
+    types = Counter(e.type for e in events(run_dir))
+    assert types["volume.node_lost"] == 1 and types["volume.worker_lost"] == 1
+    assert types["volume.requeued"] >= 1
+    facts = _pilot_facts(run_dir)
+    assert facts["workers"] == 3 and facts["nodes_lost"] == 1
+    assert facts["engine"] == "ray" and facts["ray_version"] == facts["ray_pinned"]
+    workers = [e for e in events(run_dir) if e.type == "volume.workers"][0].data["workers"]
+    assert len({w["node"] for w in workers}) == 3  # one worker per node, its one card each
+    assert all(len(w["cards"]) == 1 for w in workers)
+    # a GPU worker reserves no CPU: torch gets its node's cores shared by the node's workers
+    assert {(w["torch_threads"], w["torch_threads_why"]) for w in workers} == {
+        (owned_cores(1)[0], f"the cores the worker owns: {owned_cores(1)[1]}")}
     wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)

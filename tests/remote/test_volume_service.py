@@ -1,0 +1,254 @@
+"""A several-node volume through the service, end to end, over two loopback sshd nodes.
+
+The manifest's ``volume.nodes`` lists two SSH nodes (two sshd's, two leases provisioned).
+Submitted and started through the service (real SQLite store, real SSH dispatcher, the
+real runner), the pilot is followed to its verdict and approved through the service's
+decision path (``PilotService.decide``: what `preflight decide … approve` and Slack's
+Approve call). The volume then runs on a Ray cluster the dispatcher starts on both nodes:
+
+1. its driver is SIGKILLed mid-run on the head: the service sees the run end, failed,
+   and Ray is stopped on every node;
+2. `preflight resume`'s path (``PilotService.resume``) starts a fresh cluster with a
+   fresh token, which runs only ids missing from the ledger, and is stopped mid-run by
+   `preflight stop`'s path (``PilotService.stop``): driver, actors and Ray on every node;
+3. resumed again, it runs exactly the ids missing from the ledger and passes: every id
+   once in the ledger, the balance and the store's items.
+
+Each time the process table is read: nothing of an ended attempt is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bot.dispatch.volume_cluster import CLUSTER_FILE
+from bot.manifest.load import load_manifest_file
+from bot.service import PilotService
+from tests.processes import family, live_processes, still_running, wait_until
+from tests.remote.remote_kit import provision
+from tests.remote.sshd_server import Sshd
+from tests.remote.volume_service_kit import (
+    TwoNodesOneHost,
+    attempts,
+    compose,
+    dispatcher_for,
+    executed,
+    stage_facts,
+    write_project,
+)
+
+COUNT = 600
+
+
+def _remote_dir(service: PilotService, run_id: str) -> Path:
+    run_dir = Path(service.store.get_run(run_id)["run_dir"])
+    return Path(json.loads((run_dir / "remote.json").read_text())["run_dir"])
+
+
+def _ledger(service: PilotService, run_id: str) -> set[str]:
+    path = _remote_dir(service, run_id) / "ledger.sqlite"
+    if not path.exists():
+        return set()
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {r[0] for r in con.execute("SELECT id FROM items")}
+    except sqlite3.OperationalError:  # the driver has not created its table yet
+        return set()
+    finally:
+        con.close()
+
+
+def _mid_run(service: PilotService, run_id: str, layout: TwoNodesOneHost,
+             before: int) -> dict[int, str]:
+    """Wait until this attempt has recorded a few batches, then take its processes: the
+    runner (its supervisor's session), Ray on both nodes and the actors under them."""
+    wait_until(lambda: len(_ledger(service, run_id)) >= before + 16,
+               "the attempt to record a few batches", 240)
+    run = service.store.get_run(run_id)
+    assert (Path(run["run_dir"]) / CLUSTER_FILE).exists()  # which nodes run Ray, recorded
+    spec = json.loads(Path(run["spec_path"]).read_text())
+    assert spec["volume"]["address"] == f"127.0.0.1:{layout.ports.gcs}"  # this start's head
+    procs = family({int(run["pid"])}, layout.groups())
+    actors = [p for p in procs if _cmdline(p).startswith(b"ray::_Worker")]
+    assert len(actors) >= 2, procs  # the snapshot holds the actors too
+    return procs
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _gone(procs: dict[int, str], run_dir: Path) -> None:
+    wait_until(lambda: not still_running(procs), "no process of the attempt left", 60)
+    assert not (run_dir / CLUSTER_FILE).exists()  # Ray stopped on every node, recorded
+
+
+def _pilot(service: PilotService, manifest: Path) -> str:
+    pilot = service.submit(load_manifest_file(manifest), submitter="bob").run_id
+    service.start(pilot)
+    run = service.follow(pilot, timeout=180)
+    assert (run["status"], run["outcome"]) == ("awaiting_decision", "passed"), (
+        run["first_error"], run["verdict"])
+    return pilot
+
+
+def _killed(service: PilotService, volume: str, layout: TwoNodesOneHost) -> set[str]:
+    """Attempt 1: the driver SIGKILLed on the head; the service sees it end, failed."""
+    procs = _mid_run(service, volume, layout, 0)
+    os.killpg(int(service.store.get_run(volume)["pid"]), signal.SIGKILL)
+    run = service.follow(volume, timeout=120)
+    assert (run["status"], run["outcome"]) == ("finished", "failed"), run["first_error"]
+    assert (run["first_error"]["stage"], run["first_error"]["type"]) == ("pilot",
+                                                                          "RunnerExited")
+    _gone(procs, Path(run["run_dir"]))
+    return _ledger(service, volume)
+
+
+def _stopped(service: PilotService, volume: str, layout: TwoNodesOneHost,
+             at_kill: set[str]) -> set[str]:
+    """Attempt 2, resumed: stopped mid-run as `preflight stop` stops it."""
+    service.resume(volume)
+    procs = _mid_run(service, volume, layout, len(at_kill))
+    run = service.stop(volume, by="alice", reason="stop the volume mid-run", timeout=120)
+    assert (run["status"], run["stop"]["by"]) == ("stopped", "alice")
+    _gone(procs, Path(run["run_dir"]))
+    return _ledger(service, volume)
+
+
+def _finished(service: PilotService, volume: str, layout: TwoNodesOneHost,
+              project: Path) -> dict[str, Any]:
+    """Attempt 3, resumed again: slow until its processes are taken, then to the end."""
+    service.resume(volume)
+    procs = _mid_run(service, volume, layout, len(_ledger(service, volume)))
+    (project / "slow").unlink()
+    run = service.follow(volume, timeout=240)
+    _gone(procs, Path(run["run_dir"]))
+    return run
+
+
+def test_a_two_node_volume_approved_killed_stopped_and_resumed_through_the_service(
+        sshd: Sshd, sshd2: Sshd, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    nodes = [s.node(tmp_path / f"node{i}", python=sys.executable)
+             for i, s in enumerate((sshd, sshd2))]
+    manifest, ids = write_project(project, nodes, COUNT)
+    layout = TwoNodesOneHost()
+    dispatcher = dispatcher_for([sshd, sshd2], layout, tmp_path / "known_hosts")
+    service = compose(tmp_path / "home", dispatcher)
+    try:
+        for s in (sshd, sshd2):
+            provision(service.store, s.lease_key)
+        pilot = _pilot(service, manifest)
+        (project / "slow").touch()
+        seen = [executed(project)]
+        volume = service.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
+        at_kill = _killed(service, volume, layout)
+        seen.append(executed(project))
+        at_stop = _stopped(service, volume, layout, at_kill)
+        seen.append(executed(project))
+        run = _finished(service, volume, layout, project)
+        seen.append(executed(project))
+        remote = str(_remote_dir(service, volume))
+    finally:
+        _cleanup(service, layout)
+    _nothing_of_the_run(layout, remote)
+    assert 0 < len(at_kill) < len(at_stop) < COUNT
+    _check_outcome(service, pilot, volume, run, ids)
+    _check_attempts(service.store.events(volume), ids, seen, at_kill, at_stop)
+    _check_token(dispatcher.sent, service, [tmp_path, *map(Path, layout.temps)])
+
+
+def _cleanup(service: PilotService, layout: TwoNodesOneHost) -> None:
+    """Whatever happened: stop what still runs (a failed assertion must not leave a
+    runner or Ray behind), close the SSH sessions and the store."""
+    try:
+        for run in service.store.list_runs(status="running"):
+            try:
+                service.stop(run["id"], by="test", reason="cleanup", timeout=60)
+            except Exception:  # noqa: BLE001 - best effort; the groups below are killed
+                pass
+        for group in layout.groups():
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    finally:
+        service.close()
+        service.store.close()
+
+
+def _nothing_of_the_run(layout: TwoNodesOneHost, remote: str) -> None:
+    """The process table holds no Ray process of any attempt (by process group, or naming
+    one of its temp dirs: Ray's agents rename themselves ray::...) and no runner of it."""
+    groups, names = layout.groups(), [t.encode() for t in layout.temps] + [remote.encode()]
+    assert len(groups) == 6  # two nodes, three attempts
+    wait_until(lambda: not [p for p in live_processes() if p.pgid in groups
+                            or any(n in p.cmdline for n in names)],
+               "no Ray or runner process of the run", 60)
+    for temp in layout.temps:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _check_outcome(service: PilotService, pilot: str, volume: str, run: dict[str, Any],
+                   ids: list[str]) -> None:
+    """The pilot decided (approved by alice) and its one volume finished and passed, every
+    id exactly once in the node's ledger, the balance and the store's items."""
+    assert (run["kind"], run["parent_run"], run["status"], run["outcome"]) == (
+        "volume", pilot, "finished", "passed"), (run["first_error"], run["verdict"])
+    assert run["balance"]["ok"] and run["balance"]["total"] == len(ids), run["balance"]
+    assert run["balance"]["recheck"]["ok"] and run["balance"]["accepted"] == len(ids)
+    assert Counter(i["id"] for i in service.store.items(volume)) == Counter(ids)
+    assert sorted(_ledger(service, volume)) == ids
+    rows = (Path(run["run_dir"]) / "balance.csv").read_text().splitlines()[1:]
+    assert Counter(r.split(",")[0] for r in rows) == Counter(ids)
+    parent = service.store.get_run(pilot)
+    assert (parent["status"], service.store.volume_of(pilot)) == ("decided", volume)
+    assert [(d["decision"], d["by"], d["accepted"]) for d in
+            service.store.decisions(pilot)] == [("approve", "alice", 1)]
+    events = service.store.events(volume)  # recorded once each, in order, none lost
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert len(events) == len((Path(run["run_dir"]) / "events.jsonl").read_text().splitlines())
+    assert int(service.store.get_run(volume)["last_seq"]) == len(events)
+
+
+def _check_attempts(events: list[Any], ids: list[str], seen: list[Counter[str]],
+                    at_kill: set[str], at_stop: set[str]) -> None:
+    """Three attempts, each on a cluster with workers on both nodes; each resume ran only
+    ids missing from the ledger, the last exactly those (plus the memory stage's trial
+    batch, which runs outside the volume and records nothing)."""
+    runs = attempts(events)
+    assert len(runs) == 3
+    for attempt in runs:
+        workers = [e for e in attempt if e.type == "volume.workers"][-1].data["workers"]
+        assert len({w["node"] for w in workers}) == 2, workers  # a worker on each node
+    trial = [Counter((stage_facts(a, "memory") or {}).get("batch_ids", [])) for a in runs]
+    second = seen[2] - seen[1] - trial[1]
+    assert second and set(second) <= set(ids) - at_kill and max(second.values()) == 1
+    assert seen[3] - seen[2] == Counter(set(ids) - at_stop) + trial[2]
+    facts = stage_facts(runs[2], "pilot")
+    assert facts is not None and facts["remaining"] == len(ids) - len(at_stop)
+    assert facts["engine"] == "ray" and facts.get("re_executed_total", 0) >= 0
+
+
+def _check_token(sent: list[tuple[str, str]], service: PilotService, roots: list[Path]) -> None:
+    """A fresh token for each cluster, given on standard input only: on no command line,
+    in no file of the run (the state database included), no Ray temp dir, no message."""
+    tokens = {stdin.strip() for _, stdin in sent if stdin}
+    assert len(tokens) == 3 and all(len(t) == 64 for t in tokens), len(tokens)
+    published = repr(service.notifier.history)  # type: ignore[attr-defined]
+    for token in tokens:
+        assert not [c for c, _ in sent if token in c] and token not in published
+        for root in roots:
+            for path in root.rglob("*") if root.exists() else ():
+                assert not path.is_file() or token.encode() not in path.read_bytes(), path
