@@ -1,9 +1,8 @@
-"""Every node of a several-node volume runs from its own copy of the run (a real loopback
-sshd, two Ray nodes on one host whose workdirs differ), and a node whose card proof fails
-refuses the dispatch before any Ray starts.
-
-Which Ray node a worker runs on is read independently of our mechanism: a Ray worker is
-started by its node's raylet, whose command line names that node's own temp dir.
+"""A node of a several-node volume whose card proof fails refuses the dispatch before any
+Ray starts (a real loopback sshd, two nodes whose workdirs differ). That every node runs
+its workers from its own copy of the run (read from the raylet's command line, not from
+our records), proves its cards there and keeps its workdir locked while its Ray lives is
+checked end to end, through the service, in ``test_volume_service.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -25,10 +23,9 @@ from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import RUNNER_PACKAGE, SSHNode
 from bot.dispatch.volume_cluster import CLUSTER_FILE
 from bot.errors import DispatchError
-from tests.processes import alive, wait_until
 from tests.remote.conftest import BARE_PYTHON, Sshd
 from tests.remote.test_ray_cluster import _free_layout, _ray_pids
-from tests.volume.kit import events, make_volume
+from tests.volume.kit import make_volume
 
 # Reports, for every item, the file it read, the module and runner package it ran from,
 # and its raylet's command line (which names the node's Ray temp dir).
@@ -84,53 +81,6 @@ def _setup(sshd: Sshd, tmp_path: Path, temps: list[str], *, count: int, gpus: bo
     handle = RunHandle("r-vol", run_dir, spec_path, tmp_path / "project", node=nodes[0])
     dispatcher = sshd.dispatcher(runner_package=RUNNER_PACKAGE, ray_node=ray_node)
     return handle, dispatcher, workdirs
-
-
-def _outputs(run_dir: Path) -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text()) for p in (run_dir / "outputs").glob("*.json")}
-
-
-def test_each_node_runs_its_workers_from_its_own_copy_of_the_run(
-        sshd: Sshd, tmp_path: Path, temps: list[str]) -> None:
-    handle, dispatcher, workdirs = _setup(sshd, tmp_path, temps, count=24, gpus=True,
-                                          pythons=(sys.executable, sys.executable))
-    groups: list[int] = []
-    try:
-        dispatcher.start(handle)
-        groups = [int(Path(t, "preflight.pgid").read_text()) for t in temps]
-        wait_until(lambda: dispatcher.exit_code(handle) is not None, "the driver ended", 120)
-        log = workdirs[0] / "runs" / "r-vol" / "runner.log"
-        assert dispatcher.exit_code(handle) == 0, log.read_text()[-3000:]
-        # node 2's workdir stays locked by this run while its Ray lives
-        lock = json.loads((workdirs[1] / "dispatch.lock").read_text())
-        assert lock["run"] == "r-vol" and alive(lock["pid"])
-        dispatcher.fetch_results(handle)  # the run ended: Ray stopped, the lock let go
-        wait_until(lambda: not (workdirs[1] / "dispatch.lock").exists(), "node 2 unlocked", 30)
-    finally:
-        dispatcher.stop(handle)
-        dispatcher.close()
-    wait_until(lambda: not _ray_pids(temps, groups), "no Ray process left on the nodes", 60)
-    outputs = _outputs(handle.run_dir)
-    assert len(outputs) == 24
-    seen = set()
-    for item, out in outputs.items():
-        node = next(i for i, t in enumerate(temps) if t in out["raylet"])  # where it ran
-        mine = str(workdirs[node])
-        for key in ("path", "module", "runner"):
-            assert out[key].startswith(mine + "/"), (item, node, key, out[key])
-        assert out["path"].endswith(f"/{item}.txt") and out["text"] == item
-        seen.add(node)
-    assert seen == {0, 1}  # each node's worker handled items, each from its own copy
-    workers = [e for e in events(handle.run_dir) if e.type == "volume.workers"][0]
-    assert sorted(w["run_dir"] for w in workers.data["workers"]) == [
-        f"{w}/runs/r-vol" for w in workdirs]
-    # every node's cards were proven from its own copy before its Ray started
-    proofs = json.loads(handle.spec_path.read_text())["volume"]["nodes"]
-    assert [(p["index"], p["device"], p["excluded"]) for p in proofs] == [
-        (0, "cpu", []), (1, "cpu", [])]
-    for w in workdirs:
-        proof = (w / "runs" / "r-vol" / "card-proof" / "events.jsonl").read_text()
-        assert '"stage": "compute"' in proof and '"stage.passed"' in proof
 
 
 def test_a_node_whose_python_lacks_torch_is_refused_before_any_ray_starts(

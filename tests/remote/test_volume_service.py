@@ -32,7 +32,7 @@ from typing import Any
 from bot.dispatch.volume_cluster import CLUSTER_FILE
 from bot.manifest.load import load_manifest_file
 from bot.service import PilotService
-from tests.processes import family, live_processes, still_running, wait_until
+from tests.processes import alive, family, live_processes, still_running, wait_until
 from tests.remote.remote_kit import provision
 from tests.remote.sshd_server import Sshd
 from tests.remote.volume_service_kit import (
@@ -76,6 +76,10 @@ def _mid_run(service: PilotService, run_id: str, layout: TwoNodesOneHost,
     assert (Path(run["run_dir"]) / CLUSTER_FILE).exists()  # which nodes run Ray, recorded
     spec = json.loads(Path(run["spec_path"]).read_text())
     assert spec["volume"]["address"] == f"127.0.0.1:{layout.ports.gcs}"  # this start's head
+    proofs = [(p["index"], p["device"], p["excluded"]) for p in spec["volume"]["nodes"]]
+    assert proofs == [(0, "cpu", []), (1, "cpu", [])]  # each node's card proof, this start's
+    lock = json.loads((layout.workdirs[1] / "dispatch.lock").read_text())
+    assert lock["run"] == run_id and alive(lock["pid"])  # node 2's workdir held while Ray is
     procs = family({int(run["pid"])}, layout.groups())
     actors = [p for p in procs if _cmdline(p).startswith(b"ray::_Worker")]
     assert len(actors) >= 2, procs  # the snapshot holds the actors too
@@ -89,9 +93,10 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def _gone(procs: dict[int, str], run_dir: Path) -> None:
+def _gone(procs: dict[int, str], run_dir: Path, layout: TwoNodesOneHost) -> None:
     wait_until(lambda: not still_running(procs), "no process of the attempt left", 60)
     assert not (run_dir / CLUSTER_FILE).exists()  # Ray stopped on every node, recorded
+    wait_until(lambda: not (layout.workdirs[1] / "dispatch.lock").exists(), "node 2 let go", 30)
 
 
 def _pilot(service: PilotService, manifest: Path) -> str:
@@ -111,7 +116,7 @@ def _killed(service: PilotService, volume: str, layout: TwoNodesOneHost) -> set[
     assert (run["status"], run["outcome"]) == ("finished", "failed"), run["first_error"]
     assert (run["first_error"]["stage"], run["first_error"]["type"]) == ("pilot",
                                                                           "RunnerExited")
-    _gone(procs, Path(run["run_dir"]))
+    _gone(procs, Path(run["run_dir"]), layout)
     return _ledger(service, volume)
 
 
@@ -122,7 +127,7 @@ def _stopped(service: PilotService, volume: str, layout: TwoNodesOneHost,
     procs = _mid_run(service, volume, layout, len(at_kill))
     run = service.stop(volume, by="alice", reason="stop the volume mid-run", timeout=120)
     assert (run["status"], run["stop"]["by"]) == ("stopped", "alice")
-    _gone(procs, Path(run["run_dir"]))
+    _gone(procs, Path(run["run_dir"]), layout)
     return _ledger(service, volume)
 
 
@@ -133,17 +138,16 @@ def _finished(service: PilotService, volume: str, layout: TwoNodesOneHost,
     procs = _mid_run(service, volume, layout, len(_ledger(service, volume)))
     (project / "slow").unlink()
     run = service.follow(volume, timeout=240)
-    _gone(procs, Path(run["run_dir"]))
+    _gone(procs, Path(run["run_dir"]), layout)
     return run
 
 
 def test_a_two_node_volume_approved_killed_stopped_and_resumed_through_the_service(
         sshd: Sshd, sshd2: Sshd, tmp_path: Path) -> None:
     project = tmp_path / "project"
-    nodes = [s.node(tmp_path / f"node{i}", python=sys.executable)
-             for i, s in enumerate((sshd, sshd2))]
+    layout = TwoNodesOneHost([tmp_path / "node0", tmp_path / "other" / "node1"])
+    nodes = [s.node(w, python=sys.executable) for s, w in zip((sshd, sshd2), layout.workdirs)]
     manifest, ids = write_project(project, nodes, COUNT)
-    layout = TwoNodesOneHost()
     dispatcher = dispatcher_for([sshd, sshd2], layout, tmp_path / "known_hosts")
     service = compose(tmp_path / "home", dispatcher)
     try:
@@ -165,7 +169,8 @@ def test_a_two_node_volume_approved_killed_stopped_and_resumed_through_the_servi
     _nothing_of_the_run(layout, remote)
     assert 0 < len(at_kill) < len(at_stop) < COUNT
     _check_outcome(service, pilot, volume, run, ids)
-    _check_attempts(service.store.events(volume), ids, seen, at_kill, at_stop)
+    _check_attempts(service.store.events(volume), ids, seen, at_kill, at_stop, layout)
+    _check_nodes(Path(remote), layout, ids)
     _check_token(dispatcher.sent, service, [tmp_path, *map(Path, layout.temps)])
 
 
@@ -223,7 +228,7 @@ def _check_outcome(service: PilotService, pilot: str, volume: str, run: dict[str
 
 
 def _check_attempts(events: list[Any], ids: list[str], seen: list[Counter[str]],
-                    at_kill: set[str], at_stop: set[str]) -> None:
+                    at_kill: set[str], at_stop: set[str], layout: TwoNodesOneHost) -> None:
     """Three attempts, each on a cluster with workers on both nodes; each resume ran only
     ids missing from the ledger, the last exactly those (plus the memory stage's trial
     batch, which runs outside the volume and records nothing)."""
@@ -232,13 +237,34 @@ def _check_attempts(events: list[Any], ids: list[str], seen: list[Counter[str]],
     for attempt in runs:
         workers = [e for e in attempt if e.type == "volume.workers"][-1].data["workers"]
         assert len({w["node"] for w in workers}) == 2, workers  # a worker on each node
+        run_dirs = {w["run_dir"] for w in workers}  # each node's workers in its own copy
+        assert run_dirs == {f"{w}/runs/{attempt[0].run}" for w in layout.workdirs}
     trial = [Counter((stage_facts(a, "memory") or {}).get("batch_ids", [])) for a in runs]
     second = seen[2] - seen[1] - trial[1]
     assert second and set(second) <= set(ids) - at_kill and max(second.values()) == 1
     assert seen[3] - seen[2] == Counter(set(ids) - at_stop) + trial[2]
     facts = stage_facts(runs[2], "pilot")
     assert facts is not None and facts["remaining"] == len(ids) - len(at_stop)
-    assert facts["engine"] == "ray" and facts.get("re_executed_total", 0) >= 0
+    assert facts["engine"] == "ray" and facts["re_executed_total"] == 0  # none came back twice
+
+
+def _check_nodes(remote: Path, layout: TwoNodesOneHost, ids: list[str]) -> None:
+    """Every item was read, and its handler and runner package loaded, from the copy of the
+    run on the node whose raylet started its worker (read from the raylet's command line,
+    not from our records); both nodes ran items; each node proved its cards from its copy."""
+    outputs = {p.stem: json.loads(p.read_text()) for p in (remote / "outputs").glob("*.json")}
+    assert sorted(outputs) == ids
+    used = set()
+    for item, out in outputs.items():
+        node = layout.node_of(out["raylet"])
+        mine = str(layout.workdirs[node]) + "/"
+        assert all(out[k].startswith(mine) for k in ("path", "module", "runner")), (item, out)
+        assert out["path"].endswith(f"/{item}.txt") and out["text"] == item
+        used.add(node)
+    assert used == {0, 1}
+    for w in layout.workdirs:
+        proof = (w / "runs" / remote.name / "card-proof" / "events.jsonl").read_text()
+        assert '"stage": "compute"' in proof and '"stage.passed"' in proof
 
 
 def _check_token(sent: list[tuple[str, str]], service: PilotService, roots: list[Path]) -> None:

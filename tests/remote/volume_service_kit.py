@@ -27,19 +27,28 @@ from tests.remote.test_ray_cluster import _free_layout
 
 # Accepts every item (its category by parity), logs each id it ran to a file of its own
 # process, and takes ``delay_s`` per item while the ``slow`` file exists: the test makes an
-# attempt slow enough to be killed or stopped mid-run, and lets the last one run fast.
+# attempt slow enough to be killed or stopped mid-run, and lets the last one run fast. Each
+# item's output says which file it read, which module and runner package ran it, and its
+# raylet's command line (which names the Ray temp dir of the node that started the worker).
 HANDLER = '''
 import os, time
+import runner
 
 def handle(items, ctx):
     p = ctx.params
     slow = os.path.exists(p["slow"])
+    with open("/proc/%d/cmdline" % os.getppid(), "rb") as fh:
+        raylet = fh.read().replace(b"\\0", b" ").decode()
     out = []
     for it in items:
         if slow:
             time.sleep(float(p["delay_s"]))
+        with open(it.path, encoding="utf-8") as fh:
+            text = fh.read()
         n = int(it.id.split("-")[1])
-        out.append({"id": it.id, "status": "accepted", "category": "odd" if n % 2 else "even"})
+        out.append({"id": it.id, "status": "accepted", "category": "odd" if n % 2 else "even",
+                    "output": {"path": it.path, "text": text, "module": __file__,
+                               "runner": runner.__file__, "raylet": raylet}})
     with open(os.path.join(p["log_dir"], "%d.log" % os.getpid()), "a") as fh:
         fh.write("".join(it.id + "\\n" for it in items))
     return out
@@ -76,9 +85,11 @@ def write_project(root: Path, nodes: list[dict[str, Any]], count: int) -> tuple[
 
 class TwoNodesOneHost:
     """The dispatcher's ``ray_node``: both "nodes" are this host, so each start gets a
-    free port layout (the second node's 100 higher) and temp dirs of its own."""
+    free port layout (the second node's 100 higher) and temp dirs of its own. ``workdirs``:
+    the two nodes' (they differ: each node runs from its own copy of the run)."""
 
-    def __init__(self) -> None:
+    def __init__(self, workdirs: list[Path]) -> None:
+        self.workdirs = workdirs
         self.temps: list[str] = []
         self.seen: set[int] = set()
 
@@ -88,6 +99,10 @@ class TwoNodesOneHost:
         self.temps.append(tempfile.mkdtemp(prefix="pv", dir="/tmp"))
         return RayNode(node.where, node.host, node.python, None if gpus else (),
                        self.ports.shifted(100 * index), self.temps[-1])
+
+    def node_of(self, raylet: str) -> int:
+        """Which node's raylet this command line is (it names that start's temp dir)."""
+        return next(i % 2 for i, t in enumerate(self.temps) if t in raylet)
 
     def groups(self) -> set[int]:
         """The process groups every ``ray start`` seen so far ran in (each is kept in its
