@@ -126,12 +126,21 @@ GROUP_START = ("import os, sys\npid = os.fork()\nif pid:\n    sys.exit(os.waitst
                "with open(os.path.join(sys.argv[1], 'preflight.pgid'), 'w') as fh:\n"
                "    fh.write(str(os.getpgid(0)))\nos.execv(sys.executable, [sys.executable] + "
                "sys.argv[2:])")
+# Stopping: SIGTERM to the group, then SIGKILL, each given up to 2 s; a member that ended
+# but is not reaped yet (a node whose init reaps late, as in many containers) counts as ended.
 GROUP_STOP = ("import os, signal, sys, time\npath = os.path.join(sys.argv[1], 'preflight.pgid')\n"
               "try:\n    group = int(open(path).read())\nexcept (OSError, ValueError):\n"
               "    sys.exit(0)\ndef gone(sig):\n    try:\n        os.killpg(group, sig)\n"
               "    except ProcessLookupError:\n        return True\n    return False\n"
+              "def ended():\n    if gone(0):\n        return True\n    try:\n"
+              "        names = [n for n in os.listdir('/proc') if n.isdigit()]\n"
+              "    except OSError:\n        return False\n    for n in names:\n        try:\n"
+              "            f = open('/proc/' + n + '/stat').read().rsplit(') ', 1)[1].split()\n"
+              "        except (OSError, IndexError):\n            continue\n"
+              "        if int(f[2]) == group and f[0] not in ('Z', 'X'):\n"
+              "            return False\n    return True\n"
               "for sig in (signal.SIGTERM, signal.SIGKILL):\n    if gone(sig):\n        break\n"
-              "    for _ in range(40):\n        time.sleep(0.05)\n        if gone(0):\n"
+              "    for _ in range(40):\n        time.sleep(0.05)\n        if ended():\n"
               "            break\n    else:\n        continue\n    break\nos.remove(path)")
 
 
