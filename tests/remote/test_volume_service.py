@@ -26,8 +26,11 @@ import signal
 import sqlite3
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bot.dispatch.volume_cluster import CLUSTER_FILE
 from bot.manifest.load import load_manifest_file
@@ -142,10 +145,18 @@ def _finished(service: PilotService, volume: str, layout: TwoNodesOneHost,
     return run
 
 
+@pytest.fixture
+def layout(tmp_path: Path) -> Iterator[TwoNodesOneHost]:
+    """The two nodes' layout; every Ray temp dir it handed out is removed afterwards."""
+    nodes = TwoNodesOneHost([tmp_path / "node0", tmp_path / "other" / "node1"])
+    yield nodes
+    for temp in nodes.temps:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 def test_a_two_node_volume_approved_killed_stopped_and_resumed_through_the_service(
-        sshd: Sshd, sshd2: Sshd, tmp_path: Path) -> None:
+        sshd: Sshd, sshd2: Sshd, tmp_path: Path, layout: TwoNodesOneHost) -> None:
     project = tmp_path / "project"
-    layout = TwoNodesOneHost([tmp_path / "node0", tmp_path / "other" / "node1"])
     nodes = [s.node(w, python=sys.executable) for s, w in zip((sshd, sshd2), layout.workdirs)]
     manifest, ids = write_project(project, nodes, COUNT)
     dispatcher = dispatcher_for([sshd, sshd2], layout, tmp_path / "known_hosts")
@@ -201,8 +212,6 @@ def _nothing_of_the_run(layout: TwoNodesOneHost, remote: str) -> None:
     wait_until(lambda: not [p for p in live_processes() if p.pgid in groups
                             or any(n in p.cmdline for n in names)],
                "no Ray or runner process of the run", 60)
-    for temp in layout.temps:
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _check_outcome(service: PilotService, pilot: str, volume: str, run: dict[str, Any],
