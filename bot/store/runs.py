@@ -261,18 +261,19 @@ class RunsMixin(StoreBase):
 
     def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         """Every event recorded after ``after_seq``, item events included, in seq order."""
-        by_seq = {e.seq: e for e in self._item_events(run_id, after_seq)}
-        by_seq.update((e.seq, e) for e in self._events(
+        return self._with_items(run_id, after_seq, self._events(
             "SELECT * FROM events WHERE run = ? AND seq > ?", [run_id, after_seq]))
-        return [by_seq[seq] for seq in sorted(by_seq)]
 
     def events_of_type(self, run_id: str, etype: str, *, after_seq: int = 0) -> list[Event]:
         found = self._events("SELECT * FROM events WHERE run = ? AND type = ? AND seq > ? "
                              "ORDER BY seq", [run_id, etype, after_seq])
-        if etype != ITEM_DONE:
-            return found
+        return self._with_items(run_id, after_seq, found) if etype == ITEM_DONE else found
+
+    def _with_items(self, run_id: str, after_seq: int, found: list[Event]) -> list[Event]:
+        """``found`` (rows of ``events``) with the item events of ``items``, in seq order; an
+        item event an older bot also kept in ``events`` is there once."""
         by_seq = {e.seq: e for e in self._item_events(run_id, after_seq)}
-        by_seq.update((e.seq, e) for e in found)  # recorded before items held them alone
+        by_seq.update((e.seq, e) for e in found)
         return [by_seq[seq] for seq in sorted(by_seq)]
 
     def _events(self, sql: str, params: list[Any]) -> list[Event]:
