@@ -22,6 +22,14 @@ STAGE_PASSED = "stage.passed"
 STAGE_FAILED = "stage.failed"
 STAGE_SKIPPED = "stage.skipped"
 ITEM_DONE = "item.done"
+# The runner writes its item.done events in batches: one line holds several, each with its
+# own seq and ts (``ITEM_FIELDS`` per item, in that order). ``expand_items`` gives them back
+# as item.done events; a reader that records them in bulk (the bot) takes the rows as they
+# are, without one event object per item.
+ITEM_BATCH = "item.batch"
+ITEM_FIELDS = ("seq", "ts", "id", "status", "category", "reason", "elapsed_s",
+               "input_bytes", "extra")
+_ITEM_KEYS = frozenset(ITEM_FIELDS[2:-1])
 PROGRESS = "progress"
 BALANCE = "balance"
 EVIDENCE = "evidence"
@@ -70,13 +78,8 @@ class Event:
     data: Dict[str, Any] = field(default_factory=dict)
 
     def to_line(self) -> str:
-        obj = {"seq": self.seq, "type": self.type, "run": self.run, "ts": self.ts, **self.data}
-        line = json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n"
-        try:
-            line.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate (a file name that is not UTF-8)
-            line = json.dumps(obj, sort_keys=True) + "\n"  # escaped: valid JSON and UTF-8
-        return line
+        return _line({"seq": self.seq, "type": self.type, "run": self.run, "ts": self.ts,
+                      **self.data})
 
     def to_dict(self) -> Dict[str, Any]:
         return {"seq": self.seq, "type": self.type, "run": self.run, "ts": self.ts, **self.data}
@@ -89,6 +92,70 @@ class Event:
 
 class EventFormatError(RunnerError, ValueError):
     """A line of events.jsonl that is not a valid event (names the line)."""
+
+
+def _line(obj: Dict[str, Any]) -> str:
+    line = json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n"
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (a file name that is not UTF-8)
+        line = json.dumps(obj, sort_keys=True) + "\n"  # escaped: valid JSON and UTF-8
+    return line
+
+
+def item_record(seq: int, ts: str, data: Dict[str, Any]) -> List[Any]:
+    """One item.done event as an ``item.batch`` entry (``ITEM_FIELDS``); the fields other
+    than the usual ones (a handler's ``output``, ``replayed``) go to ``extra``."""
+    extra = None
+    if not data.keys() <= _ITEM_KEYS:
+        extra = {k: v for k, v in data.items() if k not in _ITEM_KEYS}
+    get = data.get
+    return [seq, ts, get("id"), get("status"), get("category"), get("reason"),
+            get("elapsed_s"), get("input_bytes"), extra]
+
+
+def batch_items(event: Event) -> List[List[Any]]:
+    """The entries of an ``item.batch`` event, checked: each a list of ``ITEM_FIELDS``
+    with an integer seq above the one before it (the last is the line's seq), a string ts,
+    ``extra`` an object or null. Raises EventFormatError naming the batch (by its seq)."""
+    items = event.data.get("items")
+    where = f"item.batch seq {event.seq}"
+    if event.data.get("fields") != list(ITEM_FIELDS) or not isinstance(items, list) \
+            or not items:
+        raise EventFormatError(f"{where}: expected fields {list(ITEM_FIELDS)} and a "
+                               f"non-empty list of items")
+    width, prev = len(ITEM_FIELDS), 0
+    for n, item in enumerate(items):
+        if not (type(item) is list and len(item) == width and type(item[0]) is int
+                and item[0] > prev and type(item[1]) is str
+                and (item[8] is None or type(item[8]) is dict)):
+            raise EventFormatError(f"{where}: item {n} is not [{', '.join(ITEM_FIELDS)}] "
+                                   f"with seqs in order: {item!r:.120}")
+        prev = item[0]
+    if prev != event.seq:
+        raise EventFormatError(f"{where}: its last item has seq {prev}, not the line's")
+    return items
+
+
+def expand_items(events: List[Event]) -> List[Event]:
+    """``events`` with each ``item.batch`` replaced by its item.done events, in seq order."""
+    if not any(e.type == ITEM_BATCH for e in events):
+        return events
+    out: List[Event] = []
+    for event in events:
+        if event.type != ITEM_BATCH:
+            out.append(event)
+            continue
+        for seq, ts, iid, status, category, reason, elapsed, size, extra in batch_items(event):
+            data: Dict[str, Any] = {"id": iid, "status": status}
+            for key, value in (("category", category), ("reason", reason),
+                               ("elapsed_s", elapsed), ("input_bytes", size)):
+                if value is not None:
+                    data[key] = value
+            if extra:
+                data.update(extra)
+            out.append(Event(seq=seq, type=ITEM_DONE, run=event.run, ts=ts, data=data))
+    return out
 
 
 def parse_line(line: str, *, lineno: Optional[int] = None) -> Event:
@@ -118,12 +185,14 @@ def _event(obj: Any, where: str = "") -> Event:
     return Event(seq=seq, type=etype, run=run, ts=ts, data=obj)
 
 
-def read_events(path: str, offset: int = 0) -> Tuple[List[Event], int]:
+def read_events(path: str, offset: int = 0, *,
+                expand: bool = True) -> Tuple[List[Event], int]:
     """Read the complete lines of an events file from a byte offset.
 
     Returns the events and the offset just past the last complete line, so a caller that
     stores the offset can resume exactly where it stopped; a partial last line (a writer
-    mid-append) is left for the next call.
+    mid-append) is left for the next call. ``expand=False`` leaves each ``item.batch`` as
+    it was written (see ``expand_items``).
     """
     try:
         with open(path, "rb") as fh:
@@ -131,11 +200,13 @@ def read_events(path: str, offset: int = 0) -> Tuple[List[Event], int]:
             chunk = fh.read()
     except FileNotFoundError:
         return [], offset
-    return parse_chunk(chunk, offset)
+    return parse_chunk(chunk, offset, expand=expand)
 
 
-def parse_chunk(chunk: bytes, offset: int) -> Tuple[List[Event], int]:
-    """Parse the complete lines of ``chunk`` (bytes read from ``offset``)."""
+def parse_chunk(chunk: bytes, offset: int, *,
+                expand: bool = True) -> Tuple[List[Event], int]:
+    """Parse the complete lines of ``chunk`` (bytes read from ``offset``); ``expand`` as
+    in ``read_events``."""
     end = chunk.rfind(b"\n")
     if end < 0:
         return [], offset
@@ -145,15 +216,19 @@ def parse_chunk(chunk: bytes, offset: int) -> Tuple[List[Event], int]:
     except ValueError:
         objs = None
     if not isinstance(objs, list) or len(objs) != len(lines):  # name the bad line
-        return [parse_line(raw.decode("utf-8")) for raw in lines], offset + end + 1
-    return [_event(obj) for obj in objs], offset + end + 1
+        events = [parse_line(raw.decode("utf-8")) for raw in lines]
+    else:
+        events = [_event(obj) for obj in objs]
+    return (expand_items(events) if expand else events), offset + end + 1
 
 
 class EventWriter:
     """Numbers events, appends each to events.jsonl (flushed) and then echoes it.
 
-    ``item.done`` lines are flushed with the next other event (the batch's ``progress``),
-    so a fast handler does not pay one write per item.
+    ``item.done`` events are held and written as one ``item.batch`` line just before the
+    next other event (the batch's ``progress``), or once ``max_items`` are held, or at
+    ``close``: a fast handler does not pay one line per item, nor a follower one decode
+    per item. Each keeps its own seq and ts; the line's seq and ts are its last item's.
 
     Durable before visible: the line reaches the file before the stream. ``fsync`` is
     forced at stage boundaries and on run events; item events are flushed, and synced
@@ -167,7 +242,7 @@ class EventWriter:
 
     def __init__(self, path: str, run: str, *, echo: Optional[IO[str]] = None,
                  start_seq: int = 0, sync_every: int = 256,
-                 sync_interval_s: float = 1.0) -> None:
+                 sync_interval_s: float = 1.0, max_items: int = 256) -> None:
         self.path = path
         self.run = run
         self.seq = start_seq
@@ -177,6 +252,8 @@ class EventWriter:
         self._sync_every = sync_every
         self._sync_interval_s = sync_interval_s
         self._synced_at = time.monotonic()
+        self._items: List[List[Any]] = []
+        self._max_items = max_items
 
     @classmethod
     def resume(cls, path: str, run: str, *, echo: Optional[IO[str]] = None) -> EventWriter:
@@ -203,33 +280,46 @@ class EventWriter:
     def emit(self, etype: str, **data: Any) -> Event:
         self.seq += 1
         event = Event(seq=self.seq, type=etype, run=self.run, ts=utc_now(), data=data)
-        line = event.to_line()
+        if etype == ITEM_DONE:
+            # Held, and written with the batch's next event (``progress`` follows every
+            # batch). The ledger holds the items already, and a resume replays any item
+            # event a killed runner had not written yet.
+            self._items.append(item_record(event.seq, event.ts, data))
+            if len(self._items) >= self._max_items:
+                self._write_items()
+            return event
+        self._write_items()
+        self._write(event.to_line(), sync=etype in self.SYNC_TYPES)
+        return event
+
+    def _write_items(self) -> None:
+        if self._items:
+            items, self._items = self._items, []
+            last = items[-1]
+            self._write(_line({"seq": last[0], "type": ITEM_BATCH, "run": self.run,
+                               "ts": last[1], "fields": list(ITEM_FIELDS), "items": items}),
+                        count=len(items))
+
+    def _write(self, line: str, *, sync: bool = False, count: int = 1) -> None:
+        """Append one line (flushed), sync as the class says, then echo it."""
         self._fh.write(line)
-        # Item events go out with the batch's next event (``progress`` follows every batch):
-        # one flush per batch, not per item. The ledger holds the items already, and a
-        # resume replays any item event a killed runner had not written yet.
-        flush = etype != ITEM_DONE
-        if flush:
-            self._fh.flush()
-        self._since_sync += 1
-        if etype in self.SYNC_TYPES or (
-                self._since_sync >= self._sync_every
-                and time.monotonic() - self._synced_at >= self._sync_interval_s):
-            self._fh.flush()
+        self._fh.flush()
+        self._since_sync += count
+        if sync or (self._since_sync >= self._sync_every
+                    and time.monotonic() - self._synced_at >= self._sync_interval_s):
             os.fsync(self._fh.fileno())
             self._since_sync = 0
             self._synced_at = time.monotonic()
         if self._echo is not None:
-            try:
+            try:  # after the file's flush: durable before visible
                 self._echo.write(line)
-                if flush:  # after the file's flush: durable before visible
-                    self._echo.flush()
+                self._echo.flush()
             except (BrokenPipeError, ValueError, OSError):
                 self._echo = None  # a reader that went away must not stop the run
-        return event
 
     def close(self) -> None:
         if not self._fh.closed:
+            self._write_items()
             self._fh.flush()
             os.fsync(self._fh.fileno())
             self._fh.close()

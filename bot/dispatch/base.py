@@ -32,7 +32,9 @@ class Dispatcher(Protocol):
         """Start the runner; return its pid where that means something to ``is_alive``."""
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
-        """Complete events appended since ``offset`` and the offset after them."""
+        """Complete events appended since ``offset`` and the offset after them, as written:
+        item events come as ``item.batch`` events (``runner.events.expand_items`` gives
+        one item.done each; the store records a batch as it is)."""
 
     def is_alive(self, handle: RunHandle) -> bool:
         """Whether the runner process is still running."""

@@ -82,7 +82,7 @@ class LocalDispatcher:
         return proc.pid
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
-        return read_events(str(handle.run_dir / "events.jsonl"), offset)
+        return read_events(str(handle.run_dir / "events.jsonl"), offset, expand=False)
 
     def is_alive(self, handle: RunHandle) -> bool:
         proc = self._procs.get(handle.run_id)

@@ -113,7 +113,7 @@ class SSHDispatcher(SSHSessions):
         node, layout = locate(handle)
         self._may_try(node)
         chunk = self._call(self._read(node, layout["run_dir"] + "/events.jsonl", offset), 60)
-        events, new_offset = parse_chunk(chunk, offset)
+        events, new_offset = parse_chunk(chunk, offset, expand=False)
         if new_offset > offset:
             mirror(handle.run_dir / "events.jsonl", offset, chunk[: new_offset - offset])
         return events, new_offset

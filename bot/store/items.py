@@ -40,6 +40,23 @@ def item_row(run_id: str, event: Event) -> tuple[Any, ...]:
             data.get("input_bytes"), extra)
 
 
+def batch_rows(run_id: str, items: list[list[Any]], known: set[int]) -> list[tuple[Any, ...]]:
+    """The ``items`` rows of an ``item.batch``'s entries (checked by ``batch_items``), those
+    whose seq is not in ``known`` (recorded already)."""
+    rows = []
+    for seq, ts, iid, status, category, reason, elapsed, size, extra in items:
+        if seq in known:
+            continue
+        stage = None
+        if extra is not None:
+            extra = dict(extra)
+            stage = extra.pop("stage", None)
+            extra = json.dumps(extra, sort_keys=True) if extra else None
+        rows.append((run_id, seq, str(iid), status, category, reason, ts, stage, elapsed,
+                     size, extra))
+    return rows
+
+
 def item_event(run_id: str, row: tuple[Any, ...]) -> Event:
     """The item.done event an ``items`` row (``SELECT_ITEMS``'s columns) was made from."""
     seq, iid, status, category, reason, ts, stage, elapsed, size, extra = row

@@ -24,11 +24,20 @@ from bot.store.items import (
     INSERT_ITEM,
     SELECT_ITEMS,
     SELECT_OUTCOMES,
+    batch_rows,
     first_outcomes,
     item_event,
     item_row,
 )
-from runner.events import AFTER_FAILURE_STAGES, ITEM_DONE, STAGE_EVENT_TYPES, Event, utc_now
+from runner.events import (
+    AFTER_FAILURE_STAGES,
+    ITEM_BATCH,
+    ITEM_DONE,
+    STAGE_EVENT_TYPES,
+    Event,
+    batch_items,
+    utc_now,
+)
 
 JSON_COLUMNS = frozenset({
     "first_error", "verdict", "balance", "evidence", "environment", "plan", "manifest_json",
@@ -227,30 +236,41 @@ class RunsMixin(StoreBase):
         """Record events and the follower position atomically; return the new ones.
 
         One transaction and a few statements per chunk, whatever its size: the seqs already
-        recorded are looked up at once and the rest inserted with ``executemany``.
+        recorded are looked up at once and the rest inserted with ``executemany``. An
+        ``item.batch`` goes to ``items`` row by row, without an event object per item; it
+        is returned (once) when any of its items is new.
         """
         fresh: list[Event] = []
         with self.transaction() as db:
             if events:
-                seqs = [e.seq for e in events]
-                span = [run_id, min(seqs), max(seqs)]
+                batches = {id(e): batch_items(e) for e in events if e.type == ITEM_BATCH}
+                span = [run_id, min(batches[id(e)][0][0] if id(e) in batches else e.seq
+                                    for e in events), max(e.seq for e in events)]
                 known = {row[0] for row in db.execute(
                     "SELECT seq FROM events WHERE run = ? AND seq BETWEEN ? AND ? UNION "
                     "SELECT seq FROM items WHERE run = ? AND seq BETWEEN ? AND ?", span + span)}
+                rows: list[tuple[Any, ...]] = []
                 for event in events:
-                    if event.seq not in known:
+                    if id(event) in batches:
+                        new = batch_rows(run_id, batches[id(event)], known)
+                        if new:
+                            known.update(row[1] for row in new)
+                            rows.extend(new)
+                            fresh.append(event)
+                    elif event.seq not in known:
                         known.add(event.seq)
                         fresh.append(event)
+                        if event.type == ITEM_DONE:
+                            rows.append(item_row(run_id, event))
                 db.conn.executemany(
                     "INSERT INTO events (run, seq, type, ts, stage, data) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
                     [(run_id, e.seq, e.type, e.ts, e.stage, json.dumps(e.data, sort_keys=True))
-                     for e in fresh if e.type != ITEM_DONE])
+                     for e in fresh if e.type not in (ITEM_DONE, ITEM_BATCH)])
                 for event in fresh:
                     if event.type in STAGE_EVENT_TYPES and event.stage:
                         _apply_stage(db, run_id, event)
-                db.conn.executemany(INSERT_ITEM, [item_row(run_id, e) for e in fresh
-                                                  if e.type == ITEM_DONE])
+                db.conn.executemany(INSERT_ITEM, rows)
             last = max([e.seq for e in events], default=0)
             db.execute(
                 "UPDATE runs SET last_seq = MAX(last_seq, ?),"

@@ -9,6 +9,7 @@ import json
 import os
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from runner.events import ITEM_DONE, expand_items, parse_line
 from runner.files import is_temp_name
 from runner.inputs import InputsError, Item, list_inputs
 from runner.ledger import Anomaly, Ledger, LedgerError, Row, ledger_path
@@ -284,12 +285,12 @@ def _done_ids_in_events(path: str) -> Set[str]:
         return ids
     with fh:
         for raw in fh:
-            if b'"item.done"' not in raw or not raw.endswith(b"\n"):
+            if not raw.endswith(b"\n") or (b'"item.done"' not in raw
+                                           and b'"item.batch"' not in raw):
                 continue
             try:
-                obj = json.loads(raw)
-            except ValueError:
+                events = expand_items([parse_line(raw.decode("utf-8"))])
+            except ValueError:  # a torn or foreign line: its items are replayed
                 continue
-            if isinstance(obj, dict) and obj.get("type") == "item.done":
-                ids.add(str(obj.get("id")))
+            ids.update(str(e.data.get("id")) for e in events if e.type == ITEM_DONE)
     return ids

@@ -10,7 +10,7 @@ import pytest
 
 from bot.errors import RunNotFound, StoreError
 from bot.store import Store
-from runner.events import Event
+from runner.events import ITEM_FIELDS, Event, EventFormatError, EventWriter, read_events
 
 
 def new_run(store: Store, run_id: str = "r1", status: str = "running", attempt: int = 1) -> None:
@@ -65,6 +65,49 @@ def test_item_events_are_kept_once_and_read_back_whole_in_seq_order(tmp_path: Pa
     assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 2
     assert store.record_events("r1", batch, 10) == []  # an item seq already known is skipped
     assert [i["id"] for i in store.items("r1")] == ["a", "b"]
+
+
+def test_an_item_batch_is_recorded_row_by_row_and_read_back_as_its_item_events(
+        tmp_path: Path) -> None:
+    store = Store(tmp_path / "p.db")
+    new_run(store)
+    path = tmp_path / "events.jsonl"
+    writer = EventWriter(str(path), "r1")
+    writer.emit("stage.started", stage="pilot")
+    emitted = [writer.emit("item.done", id="a", status="accepted", category="x",
+                           input_bytes=12, elapsed_s=0.25),
+               writer.emit("item.done", id="b", status="refused", reason="empty",
+                           stage="pilot", output={"n": 1}, replayed=True)]
+    writer.emit("progress", done=2, total=2)
+    writer.close()
+    raw, offset = read_events(str(path), expand=False)
+    assert [e.type for e in raw] == ["stage.started", "item.batch", "progress"]
+    assert [e.type for e in store.record_events("r1", raw, offset)] == [
+        "stage.started", "item.batch", "progress"]
+    assert store.events("r1") == read_events(str(path))[0]  # as if read one by one
+    assert store.events_of_type("r1", "item.done") == emitted
+    assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 2
+    assert store.db.execute("SELECT stage, extra FROM items WHERE seq = 3").fetchone() == (
+        "pilot", '{"output": {"n": 1}, "replayed": true}')
+    assert [tuple(o) for o in store.item_outcomes("r1")] == [
+        ("a", "accepted", emitted[0].ts, 0.25, 12), ("b", "refused", emitted[1].ts, None, None)]
+    assert store.record_events("r1", raw, offset) == []  # read again: nothing new
+    # a batch of which one item is known already: only the other is new
+    later = Event(5, "item.batch", "r1", "t5", {**raw[1].data, "items": [
+        raw[1].data["items"][1], [5, "t5", "c", "accepted", "x", None, None, None, None]]})
+    assert store.record_events("r1", [later], offset + 1) == [later]
+    assert [i["id"] for i in store.items("r1")] == ["a", "b", "c"]
+    assert store.get_run("r1")["last_seq"] == 5
+
+
+def test_a_malformed_item_batch_records_nothing_and_is_named(tmp_path: Path) -> None:
+    store = Store(tmp_path / "p.db")
+    new_run(store)
+    bad = Event(3, "item.batch", "r1", "t", {"fields": list(ITEM_FIELDS), "items": [
+        [2, "t", "a", "accepted", "x", None, None, None, None], [3, "t", "b"]]})
+    with pytest.raises(EventFormatError, match="item.batch seq 3: item 1"):
+        store.record_events("r1", [ev(1, "run.started"), bad], 100)
+    assert store.events("r1") == [] and store.get_run("r1")["events_offset"] == 0
 
 
 def test_item_events_recorded_by_an_older_bot_still_read_once(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runner.events import read_events
 from tests.e2e.test_pilot_cli import preflight
 from tests.processes import alive, wait_until
 
@@ -118,9 +119,9 @@ def test_killed_runner_is_resumed_without_redoing_finished_items(tmp_path: Path)
     processed_after = (root / "processed.log").read_text().split()[len(processed_before):]
     assert not set(processed_after) & done_before  # finished items never ran again
     assert set(processed_after) | done_before == {f"inv-{n}" for n in range(N)}
-    events = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    items = [e["id"] for e in events if e["type"] == "item.done"]
+    events = read_events(str(run_dir / "events.jsonl"))[0]  # item batches expanded
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    items = [e.data["id"] for e in events if e.type == "item.done"]
     assert sorted(items) == sorted(f"inv-{n}" for n in range(N))  # each exactly once
     db = sqlite3.connect(root / "state" / "preflight.db")
     assert db.execute("SELECT status, outcome FROM runs").fetchone() == (

@@ -16,7 +16,7 @@ from bot.pilot.leases import lease_guard_for, set_state
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.store import Store
-from runner.events import Event
+from runner.events import Event, read_events
 
 
 def write_project(root: Path, node: dict[str, Any], *, count: int = 4,
@@ -108,5 +108,15 @@ def pump_until(bot: Bot, run_id: str, predicate: Callable[[list[Event]], bool], 
     return bot.store.events(run_id)
 
 
-def remote_lines(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in run_dir.joinpath("events.jsonl").read_text().splitlines()]
+def remote_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The events the node's runner wrote, its item batches expanded (one per seq)."""
+    return [e.to_dict() for e in read_events(str(run_dir / "events.jsonl"))[0]]
+
+
+def assert_exactly_once(bot: Bot, run_id: str, remote_run: Path) -> None:
+    """The bot recorded each event the node wrote once, in seq order, and each item once."""
+    recorded = [e.seq for e in bot.store.events(run_id)]
+    written = remote_events(remote_run)
+    assert recorded == [e["seq"] for e in written] == list(range(1, len(written) + 1))
+    ids = [i["id"] for i in bot.store.items(run_id)]
+    assert len(ids) == len(set(ids))

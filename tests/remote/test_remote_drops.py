@@ -22,11 +22,10 @@ from bot.dispatch.ssh import RUNNER_PACKAGE, SSHDispatcher
 from bot.dispatch.upload import SSHNode, UploadPlan
 from bot.manifest.load import load_manifest
 from tests.remote.remote_kit import (
-    Bot,
+    assert_exactly_once,
     make_bot,
     provision,
     pump_until,
-    remote_lines,
     submit,
     wait_for,
     write_project,
@@ -87,14 +86,6 @@ def faulty(sshd: Sshd, **kw: Any) -> FaultySSH:
     assert isinstance(dispatcher, FaultySSH)
     dispatcher.sshd, dispatcher.fired = sshd, []
     return dispatcher
-
-
-def assert_exactly_once(bot: Bot, run_id: str, remote_run: Path) -> None:
-    recorded = [e.seq for e in bot.store.events(run_id)]
-    lines = remote_lines(remote_run)
-    assert recorded == [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
-    ids = [i["id"] for i in bot.store.items(run_id)]
-    assert len(ids) == len(set(ids))
 
 
 def items_done(n: int):  # type: ignore[no-untyped-def]

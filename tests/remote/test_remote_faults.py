@@ -10,10 +10,10 @@ from pathlib import Path
 
 from bot.schedule import BotScheduler, watch_runs
 from tests.remote.remote_kit import (
+    assert_exactly_once,
     make_bot,
     provision,
     pump_until,
-    remote_lines,
     submit,
     wait_for,
     write_project,
@@ -23,14 +23,6 @@ from tests.remote.sshd_server import Sshd
 
 def _items_done(n: int):  # type: ignore[no-untyped-def]
     return lambda events: sum(e.type == "item.done" for e in events) >= n
-
-
-def _assert_exactly_once(bot, run_id: str, remote_run: Path) -> None:  # type: ignore[no-untyped-def]
-    recorded = [e.seq for e in bot.store.events(run_id)]
-    lines = remote_lines(remote_run)
-    assert recorded == [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
-    ids = [i["id"] for i in bot.store.items(run_id)]
-    assert len(ids) == len(set(ids))
 
 
 def test_connection_killed_mid_run_runner_continues_and_bot_reconnects(tmp_path: Path,
@@ -51,7 +43,7 @@ def test_connection_killed_mid_run_runner_continues_and_bot_reconnects(tmp_path:
         run = bot.service.follow(run_id, timeout=60)
         assert run["outcome"] == "passed", run["verdict"]
         assert bot.dispatcher.connects > connects  # it reconnected
-        _assert_exactly_once(bot, run_id, remote_run)
+        assert_exactly_once(bot, run_id, remote_run)
         assert (remote_run / "exit_code").read_text().strip() == "0"
         published_items = [m for m in bot.notifier.history if m.key == "balance"]
         assert len(published_items) == 1
@@ -93,7 +85,7 @@ def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
             return second.store.get_run(run_id)["status"] == "awaiting_decision"
 
         wait_for(finished, timeout=60, what="the watch to consume the rest of the run")
-        _assert_exactly_once(second, run_id, workdir / "runs" / run_id)
+        assert_exactly_once(second, run_id, workdir / "runs" / run_id)
         # the new process posted only what it consumed itself: no stage posted twice
         new_items = [e for e in second.store.events(run_id, after_seq=seen["last_seq"])
                      if e.type == "item.done"]

@@ -35,6 +35,7 @@ import pytest
 from bot.dispatch.volume_cluster import CLUSTER_FILE
 from bot.manifest.load import load_manifest_file
 from bot.service import PilotService
+from runner.events import read_events
 from tests.processes import alive, family, live_processes, still_running, wait_until
 from tests.remote.remote_kit import provision
 from tests.remote.sshd_server import Sshd
@@ -232,7 +233,7 @@ def _check_outcome(service: PilotService, pilot: str, volume: str, run: dict[str
             service.store.decisions(pilot)] == [("approve", "alice", 1)]
     events = service.store.events(volume)  # recorded once each, in order, none lost
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    assert len(events) == len((Path(run["run_dir"]) / "events.jsonl").read_text().splitlines())
+    assert len(events) == len(read_events(str(Path(run["run_dir"]) / "events.jsonl"))[0])
     assert int(service.store.get_run(volume)["last_seq"]) == len(events)
 
 

@@ -20,6 +20,7 @@ import pytest
 from runner.blender import checks
 from runner.blender.scene import make_blend
 from runner.blender.stages import _check_version, device, environment
+from runner.events import read_events
 from runner.spec import RunSpec
 from runner.stages import StageContext, StageFailure
 from tests.processes import alive, wait_until
@@ -79,7 +80,7 @@ def spec_dict(shots: Path, run_id: str, **blender: Any) -> dict[str, Any]:
 
 
 def events(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    return [e.to_dict() for e in read_events(str(run / "events.jsonl"))[0]]
 
 
 def stage(evs: list[dict[str, Any]], name: str) -> dict[str, Any]:

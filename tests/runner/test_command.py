@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runner.events import EventWriter
+from runner.events import EventWriter, read_events
 from runner.ledger import Ledger
 from runner.spec import RunSpec
 from runner.stages import StageContext, StageFailure
@@ -149,8 +149,8 @@ def test_a_command_that_cannot_start(tmp_path: Path) -> None:
 def test_per_item_seconds_a_command_reports_are_kept_and_nothing_is_invented(
         tmp_path: Path) -> None:
     ctx, _ = run_pilot(tmp_path, "timed")
-    done = {e["id"]: e for e in map(json.loads, Path(ctx.run_dir, "events.jsonl")
-                                    .read_text().splitlines()) if e["type"] == "item.done"}
+    done = {e.data["id"]: e.data for e in read_events(str(Path(ctx.run_dir, "events.jsonl")))[0]
+            if e.type == "item.done"}
     assert done["a"]["elapsed_s"] == 0.5 and done["b"]["elapsed_s"] == 0
     # not a number, or not reported: no timing rather than a guess
     assert "elapsed_s" not in done["c"] and "elapsed_s" not in done["d"]

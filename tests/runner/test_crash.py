@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runner.events import read_events
+
 REPO = Path(__file__).resolve().parents[2]
 N_ITEMS = 3000
 KILLS = 22
@@ -161,9 +163,6 @@ def check_exactly_once(run: Path) -> None:
             assert json.loads((run / r[2]).read_text()) == {"id": r[0]}
     log = (run / "processed.log").read_text().split("\n")
     assert not [ln for ln in log if ln.startswith("VIOLATION")]
-    done_events = []
-    for line in (run / "events.jsonl").read_text().splitlines():
-        ev = json.loads(line)
-        if ev["type"] == "item.done":
-            done_events.append(ev["id"])
+    done_events = [e.data["id"] for e in read_events(str(run / "events.jsonl"))[0]
+                   if e.type == "item.done"]
     assert sorted(done_events) == sorted(ids)  # every ledger item's event exactly once
