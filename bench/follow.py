@@ -189,8 +189,8 @@ def main() -> int:
               f"{seen.parent:.2f} s ({seen.parent * ms:.3f} ms/item), the worker and the rest "
               f"{runner_cpu - seen.parent:.2f} s")
         counted = service.store.db.execute(
-            "SELECT count(*) FROM items WHERE run = ? AND seq > ? AND seq <= ?",
-            [run_id, seen.seq_first, seen.seq_exit]).fetchone()[0]
+            "SELECT count(*) FROM items WHERE run_key = (SELECT key FROM run_keys WHERE id = ?)"
+            " AND seq > ? AND seq <= ?", [run_id, seen.seq_first, seen.seq_exit]).fetchone()[0]
         if code != 0 or run["outcome"] != "passed" or seen.first_item is None or counted <= 0:
             print((root / "follow.txt").read_text()[-3000:])
             print(f"watcher share of the run's CPU: n/a (run {run['outcome']}, "

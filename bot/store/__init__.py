@@ -34,6 +34,7 @@ class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin):
             raise StoreError(f"cannot create the state directory {self.path.parent}: "
                              f"{exc}") from exc
         self._local = threading.local()
+        self._run_keys: dict[str, int] = {}
         with self.transaction() as db:
             migrate_runs(db)
             migrate_slack(db)

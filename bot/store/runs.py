@@ -20,7 +20,6 @@ from bot.pilot.forecast import ItemOutcome
 from bot.pilot.states import RunStatus, allowed_sources
 from bot.store.base import StoreBase
 from bot.store.items import (
-    ADDED_COLUMNS,
     INSERT_ITEM,
     SELECT_ITEMS,
     SELECT_OUTCOMES,
@@ -28,6 +27,7 @@ from bot.store.items import (
     first_outcomes,
     item_event,
     item_row,
+    migrate_items,
 )
 from runner.events import (
     AFTER_FAILURE_STAGES,
@@ -83,14 +83,7 @@ def migrate_runs(db: sqlite_utils.Database) -> None:
         run TEXT NOT NULL REFERENCES runs(id), stage TEXT NOT NULL, state TEXT NOT NULL,
         facts TEXT, error TEXT, reason TEXT, started_at TEXT, ended_at TEXT,
         PRIMARY KEY (run, stage))""")
-    db.execute("""CREATE TABLE IF NOT EXISTS items (
-        run TEXT NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL, item_id TEXT NOT NULL,
-        status TEXT, category TEXT, reason TEXT, PRIMARY KEY (run, seq))""")
-    db.execute("DROP INDEX IF EXISTS items_by_id")  # nothing looks an item up by id
-    have = db["items"].columns_dict
-    for column, kind in ADDED_COLUMNS.items():  # item events live only in items (items.py)
-        if column not in have:
-            db.execute(f"ALTER TABLE items ADD COLUMN {column} {kind}")
+    migrate_items(db)  # item events live only in items (items.py)
     db.execute("""CREATE TABLE IF NOT EXISTS decisions (
         id INTEGER PRIMARY KEY AUTOINCREMENT, run TEXT NOT NULL REFERENCES runs(id),
         decision TEXT NOT NULL, reason TEXT NOT NULL, by TEXT NOT NULL, at TEXT NOT NULL,
@@ -114,6 +107,7 @@ def _decode(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class RunsMixin(StoreBase):
+    _run_keys: dict[str, int]  # run id -> its key in items, once known (set by Store)
 
     # -- runs ---------------------------------------------------------------------
     def create_run(self, record: dict[str, Any]) -> None:
@@ -241,18 +235,20 @@ class RunsMixin(StoreBase):
         is returned (once) when any of its items is new.
         """
         fresh: list[Event] = []
+        key = self._run_key(run_id, create=True) if events else 0
         with self.transaction() as db:
             if events:
                 batches = {id(e): batch_items(e) for e in events if e.type == ITEM_BATCH}
-                span = [run_id, min(batches[id(e)][0][0] if id(e) in batches else e.seq
-                                    for e in events), max(e.seq for e in events)]
+                span = [min(batches[id(e)][0][0] if id(e) in batches else e.seq
+                            for e in events), max(e.seq for e in events)]
                 known = {row[0] for row in db.execute(
                     "SELECT seq FROM events WHERE run = ? AND seq BETWEEN ? AND ? UNION "
-                    "SELECT seq FROM items WHERE run = ? AND seq BETWEEN ? AND ?", span + span)}
+                    "SELECT seq FROM items WHERE run_key = ? AND seq BETWEEN ? AND ?",
+                    [run_id, *span, key, *span])}
                 rows: list[tuple[Any, ...]] = []
                 for event in events:
                     if id(event) in batches:
-                        new = batch_rows(run_id, batches[id(event)], known)
+                        new = batch_rows(key, batches[id(event)], known)
                         if new:
                             known.update(row[1] for row in new)
                             rows.extend(new)
@@ -261,7 +257,7 @@ class RunsMixin(StoreBase):
                         known.add(event.seq)
                         fresh.append(event)
                         if event.type == ITEM_DONE:
-                            rows.append(item_row(run_id, event))
+                            rows.append(item_row(key, event))
                 db.conn.executemany(
                     "INSERT INTO events (run, seq, type, ts, stage, data) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
@@ -301,8 +297,24 @@ class RunsMixin(StoreBase):
                 for run, seq, etype, ts, _, data in self.db.execute(sql, params).fetchall()]
 
     def _item_events(self, run_id: str, after_seq: int) -> list[Event]:
-        rows = self.db.execute(SELECT_ITEMS + " ORDER BY seq", [run_id, after_seq]).fetchall()
+        rows = self.db.execute(SELECT_ITEMS + " ORDER BY seq",
+                               [self._run_key(run_id), after_seq]).fetchall()
         return [item_event(run_id, row) for row in rows]
+
+    def _run_key(self, run_id: str, *, create: bool = False) -> int:
+        """The small integer that names ``run_id`` in ``items`` (``run_keys``); created,
+        in a transaction of its own, on a run's first item event. 0 (no rows) before."""
+        keys = self._run_keys
+        if run_id in keys:
+            return keys[run_id]
+        if create:
+            with self.transaction() as db:
+                db.execute("INSERT OR IGNORE INTO run_keys (id) VALUES (?)", [run_id])
+        row = self.db.execute("SELECT key FROM run_keys WHERE id = ?", [run_id]).fetchone()
+        if row is None:
+            return 0
+        keys[run_id] = int(row[0])  # a key never changes once committed
+        return keys[run_id]
 
     def interrupt_stages(self, run_id: str) -> None:
         """A runner that died: its stage still ``running`` is ``interrupted``."""
@@ -316,11 +328,12 @@ class RunsMixin(StoreBase):
 
     def item_outcomes(self, run_id: str) -> list[ItemOutcome]:
         """The first recorded outcome of each item id, in seq order (forecast, report)."""
-        return first_outcomes(self.db.execute(SELECT_OUTCOMES, [run_id]).fetchall())
+        return first_outcomes(self.db.execute(SELECT_OUTCOMES,
+                                              [run_id, self._run_key(run_id)]).fetchall())
 
     def items(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT item_id, status, category, reason, seq FROM items "
-                               "WHERE run = ? ORDER BY seq", [run_id]).fetchall()
+                               "WHERE run_key = ? ORDER BY seq", [self._run_key(run_id)]).fetchall()
         return [{"id": iid, "status": status, "category": category, "reason": reason,
                  "seq": seq} for iid, status, category, reason, seq in rows]
 

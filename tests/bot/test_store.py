@@ -100,6 +100,20 @@ def test_an_item_batch_is_recorded_row_by_row_and_read_back_as_its_item_events(
     assert store.get_run("r1")["last_seq"] == 5
 
 
+def test_two_runs_items_with_the_same_seqs_stay_apart(tmp_path: Path) -> None:
+    store = Store(tmp_path / "p.db")
+    new_run(store, "r1")
+    new_run(store, "r2", attempt=2)
+    assert store.items("r2") == [] and store.events("r2") == []  # no key yet: nothing
+    store.record_events("r1", [ev(1, "item.done", id="a", status="accepted", category="x")], 9)
+    store.record_events("r2", [Event(1, "item.done", "r2", "t", {"id": "b", "status":
+                                                                 "refused", "reason": "r"})], 9)
+    assert [i["id"] for i in store.items("r1")] == ["a"]
+    assert [(e.run, e.data["id"]) for e in store.events("r2")] == [("r2", "b")]
+    again = Store(tmp_path / "p.db")  # a restarted bot finds the same keys
+    assert [i["id"] for i in again.items("r2")] == ["b"]
+
+
 def test_a_malformed_item_batch_records_nothing_and_is_named(tmp_path: Path) -> None:
     store = Store(tmp_path / "p.db")
     new_run(store)
