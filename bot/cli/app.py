@@ -31,7 +31,10 @@ from bot.settings import Settings
 from bot.slack import serve as slack_serve
 
 log = logging.getLogger("preflight")
-FOLLOW_POLL_S = 0.25  # the terminal reads new events this often (drawn on its own timer)
+# The terminal reads new events twice a second (it draws on its own timer). Each read is
+# a transaction; reading four times a second cost the follower up to twice the CPU per
+# item on the 2-core build machine (bench/follow.py), for a display a quarter second fresher.
+FOLLOW_POLL_S = 0.5
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Prove a rented GPU machine on a small pilot before the full job.")
 

@@ -303,7 +303,8 @@ class RunsMixin(StoreBase):
 
     def _run_key(self, run_id: str, *, create: bool = False) -> int:
         """The small integer that names ``run_id`` in ``items`` (``run_keys``); created,
-        in a transaction of its own, on a run's first item event. 0 (no rows) before."""
+        in a transaction of its own, when the run's first events are recorded. 0 (which
+        names no rows) before that."""
         keys = self._run_keys
         if run_id in keys:
             return keys[run_id]
