@@ -146,16 +146,22 @@ def expand_items(events: List[Event]) -> List[Event]:
         if event.type != ITEM_BATCH:
             out.append(event)
             continue
-        for seq, ts, iid, status, category, reason, elapsed, size, extra in batch_items(event):
-            data: Dict[str, Any] = {"id": iid, "status": status}
-            for key, value in (("category", category), ("reason", reason),
-                               ("elapsed_s", elapsed), ("input_bytes", size)):
-                if value is not None:
-                    data[key] = value
-            if extra:
-                data.update(extra)
-            out.append(Event(seq=seq, type=ITEM_DONE, run=event.run, ts=ts, data=data))
+        out.extend(item_event(event.run, *entry) for entry in batch_items(event))
     return out
+
+
+def item_event(run: str, seq: int, ts: str, iid: Any, status: Any, category: Any, reason: Any,
+               elapsed: Any, size: Any, extra: Optional[Dict[str, Any]]) -> Event:
+    """The item.done event of an ``item.batch`` entry's fields (``ITEM_FIELDS``); a field
+    that is None is left out, as the runner emitted it."""
+    data: Dict[str, Any] = {"id": iid, "status": status}
+    for key, value in (("category", category), ("reason", reason), ("elapsed_s", elapsed),
+                       ("input_bytes", size)):
+        if value is not None:
+            data[key] = value
+    if extra:
+        data.update(extra)
+    return Event(seq=seq, type=ITEM_DONE, run=run, ts=ts, data=data)
 
 
 def parse_line(line: str, *, lineno: Optional[int] = None) -> Event:

@@ -19,7 +19,8 @@ import json
 from typing import Any
 
 from bot.pilot.forecast import ItemOutcome
-from runner.events import ITEM_DONE, Event
+from runner.events import Event
+from runner.events import item_event as runner_item_event
 
 ITEM_COLUMNS = ("seq", "item_id", "status", "category", "reason", "ts", "stage",
                 "elapsed_s", "input_bytes", "extra")
@@ -90,14 +91,11 @@ def batch_rows(run_key: int, items: list[list[Any]], known: set[int]) -> list[tu
 def item_event(run_id: str, row: tuple[Any, ...]) -> Event:
     """The item.done event an ``items`` row (``SELECT_ITEMS``'s columns) was made from."""
     seq, iid, status, category, reason, ts, stage, elapsed, size, extra = row
-    data: dict[str, Any] = {"id": iid, "status": status}
-    for key, value in (("stage", stage), ("category", category), ("reason", reason),
-                       ("input_bytes", size), ("elapsed_s", elapsed)):
-        if value is not None:
-            data[key] = value
+    more = {"stage": stage} if stage is not None else {}
     if extra:
-        data.update(json.loads(extra))
-    return Event(seq=seq, type=ITEM_DONE, run=run_id, ts=ts or "", data=data)
+        more.update(json.loads(extra))
+    return runner_item_event(run_id, seq, ts or "", iid, status, category, reason, elapsed,
+                             size, more)
 
 
 # An item recorded by an older bot has its timing only in its events row's JSON.
