@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from bot.errors import Problem, ProjectCheckError
+from bot.manifest.git_head import git_commit as git_commit  # re-exported for the service
 from bot.manifest.load import LoadedManifest
 from bot.manifest.secrets import find_secrets
 from bot.manifest.source import DOCUMENT, FieldPath, SourceError, SourceMap, format_loc, parse_text
@@ -46,41 +47,6 @@ def check_project(directory: Path | str, *, manifests: list[Path] | None = None)
     for manifest in found:
         problems += _check_value_file(manifest, manifest_paths=True)
     return problems
-
-
-def git_commit(directory: Path) -> str | None:
-    """The commit checked out in ``directory`` or a folder above it (read from ``.git``
-    without running git), or None when it is not a git checkout."""
-    for folder in (directory, *directory.parents):
-        dot_git = folder / ".git"
-        try:
-            if dot_git.is_file():  # a worktree or submodule: "gitdir: <path>"
-                text = dot_git.read_text(encoding="utf-8").strip()
-                dot_git = (folder / text.removeprefix("gitdir:").strip()).resolve()
-            if not dot_git.is_dir():
-                continue
-            head = (dot_git / "HEAD").read_text(encoding="utf-8").strip()
-            if not head.startswith("ref:"):
-                return head or None
-            return _ref(dot_git, head.removeprefix("ref:").strip())
-        except (OSError, UnicodeDecodeError):
-            return None
-    return None
-
-
-def _ref(dot_git: Path, ref: str) -> str | None:
-    common = dot_git
-    if (dot_git / "commondir").is_file():
-        common = (dot_git / (dot_git / "commondir").read_text().strip()).resolve()
-    for base in (dot_git, common):
-        if (base / ref).is_file():
-            return (base / ref).read_text(encoding="utf-8").strip() or None
-    packed = common / "packed-refs"
-    if packed.is_file():
-        for line in packed.read_text(encoding="utf-8").splitlines():
-            if line.endswith(" " + ref):
-                return line.split(" ", 1)[0]
-    return None
 
 
 def precheck_manifest(loaded: LoadedManifest) -> list[Problem]:
