@@ -36,7 +36,7 @@ from bot.manifest.model import (
     VolumeInputs,
 )
 from bot.manifest.rules import InputFile, Parts, Report, check_rules, list_inputs
-from bot.manifest.source import DOCUMENT, SourceError, parse_text
+from bot.manifest.source import DOCUMENT, MAX_BYTES, SourceError, parse_text
 
 __all__ = ["API_VERSION", "InputFile", "LoadedManifest", "Manifest", "load_manifest",
            "load_manifest_file", "manifest_json_schema"]
@@ -112,7 +112,8 @@ def load_manifest_file(path: Path | str, *, catalog: Catalog | None = None) -> L
     """Read and load a manifest file; ManifestUnreadable when the file cannot be read."""
     file = Path(path)
     try:
-        raw = file.read_bytes()
+        with file.open("rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)  # beyond the cap, parse_text refuses it
     except OSError as exc:
         raise ManifestUnreadable([Problem(DOCUMENT, f"cannot read {file}: "
                                           f"{exc.strerror or exc}")], source=str(file)) from exc

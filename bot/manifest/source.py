@@ -17,7 +17,9 @@ from bot.errors import Problem
 
 FieldPath = tuple[str | int, ...]
 DOCUMENT = "(document)"
-MAX_NODES = 2_000_000  # expanded size; stops alias bombs before pydantic walks them
+MAX_BYTES = 256 * 1024  # a manifest's text; it is stored with every run
+MAX_ALIASES = 100  # alias uses (``*name``) in one document
+MAX_ALIAS_VALUES = 10_000  # values that aliases add, all together, when expanded
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _NUMBER_TAGS = frozenset({"tag:yaml.org,2002:float", "tag:yaml.org,2002:int"})
 _LoaderBase: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -102,13 +104,20 @@ def parse_text(text: str, *, keep_duplicates: bool = False) -> tuple[Any, Source
         # JSON is YAML, except that YAML refuses tabs as indentation; JSON strings cannot
         # hold a raw tab, so replacing them changes nothing but whitespace.
         text = text.replace("\t", " ")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_BYTES:
+        raise SourceError([Problem(DOCUMENT, f"the text is {size // 1024} KiB, more than the "
+                                   f"{MAX_BYTES // 1024} KiB a manifest may hold", 1, 1)])
+    try:
+        _check_aliases(text)
+    except yaml.YAMLError as exc:
+        raise SourceError([_yaml_problem(exc, text)]) from exc
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             raise SourceError([Problem(DOCUMENT, "the manifest is empty", 1, 1)])
         source = SourceMap()
-        _check_size(node)
         duplicates: list[Problem] = []
         _index(node, (), source, set(), duplicates)
         if duplicates and not keep_duplicates:
@@ -189,30 +198,41 @@ def _index(node: yaml.Node, path: FieldPath, source: SourceMap, seen: set[int],
         source.marks[()] = _mark(node)
 
 
-def _check_size(root: yaml.Node) -> None:
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-
-    def size(node: yaml.Node) -> int:
-        if id(node) in sizes:
-            return sizes[id(node)]
-        if id(node) in active:
-            line, column = _mark(node)
-            raise SourceError([Problem(DOCUMENT, "a YAML alias refers to itself", line, column)])
-        active.add(id(node))
-        total = 1
-        if isinstance(node, yaml.MappingNode):
-            total += sum(size(k) + size(v) for k, v in node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            total += sum(size(item) for item in node.value)
-        active.discard(id(node))
-        sizes[id(node)] = total
-        if total > MAX_NODES:
-            raise SourceError([Problem(DOCUMENT, f"the manifest expands to more than {MAX_NODES}"
-                                       " values (YAML aliases?)", 1, 1)])
-        return total
-
-    size(root)
+def _check_aliases(text: str) -> None:
+    """Refuse an alias bomb from the parser's events, before any node is built: more than
+    MAX_ALIASES aliases, aliases that expand to more than MAX_ALIAS_VALUES values, or an
+    alias inside the very collection it names. The problem names the alias's line."""
+    sizes: dict[str, int] = {}  # anchor -> values it stands for
+    stack: list[list[Any]] = []  # open collections: [anchor, values so far]
+    aliases = added = 0
+    for event in yaml.parse(text, Loader=_LoaderBase):
+        if isinstance(event, yaml.CollectionStartEvent):
+            stack.append([event.anchor, 1])
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            anchor, count = stack.pop()
+        elif isinstance(event, yaml.ScalarEvent):
+            anchor, count = event.anchor, 1
+        elif isinstance(event, yaml.AliasEvent):
+            line, column = event.start_mark.line + 1, event.start_mark.column + 1
+            aliases += 1
+            if any(open_anchor == event.anchor for open_anchor, _ in stack):
+                raise SourceError([Problem(DOCUMENT, f"the YAML alias *{event.anchor} refers "
+                                           "to itself (it is inside the value it names)",
+                                           line, column)])
+            anchor, count = None, sizes.get(str(event.anchor), 1)
+            added += count
+            if aliases > MAX_ALIASES or added > MAX_ALIAS_VALUES:
+                raise SourceError([Problem(DOCUMENT, "the YAML aliases expand too far: a "
+                                           f"manifest may use {MAX_ALIASES} aliases standing"
+                                           f" for {MAX_ALIAS_VALUES} values in all; write "
+                                           "the values out", line, column)])
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = count
+        if stack:
+            stack[-1][1] += count
 
 
 def _child(node: yaml.Node, key: str) -> yaml.Node | None:

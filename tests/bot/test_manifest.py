@@ -138,7 +138,55 @@ def test_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
     with pytest.raises(ManifestError) as info:
         load_manifest("\n".join(lines) + "\n", source="t", base_dir=tmp_path)
-    assert "expands" in info.value.problems[0].message
+    assert "expand too far" in info.value.problems[0].message
+
+
+def bomb_in_params(levels: int = 6) -> tuple[str, int]:
+    """A valid manifest whose task.params hold a ~350-byte alias bomb (9 ** levels values),
+    and the line of its fifth level."""
+    lines = ["    a0: &a0 [" + ", ".join(["lol"] * 9) + "]"]
+    lines += [f"    a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    text = dump(BASE).replace("task:\n", "task:\n  params:\n" + "\n".join(lines) + "\n", 1)
+    return text, text.splitlines().index(lines[min(4, levels - 1)]) + 1
+
+
+def test_a_small_alias_bomb_is_refused_naming_the_alias_line(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    text, line = bomb_in_params()
+    assert len("\n".join(t for t in text.splitlines() if t.startswith("    a"))) < 360
+    with pytest.raises(ManifestError) as info:
+        load_manifest(text, source="t", base_dir=tmp_path)
+    (problem,) = info.value.problems
+    assert "aliases expand too far" in problem.message and "10000 values" in problem.message
+    assert problem.line == line
+
+
+def test_a_few_aliases_are_still_fine_and_the_text_is_kept_as_posted(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    text, _ = bomb_in_params(levels=3)
+    loaded = load_manifest(text, source="t", base_dir=tmp_path)
+    assert loaded.text == text
+    assert len(loaded.manifest.task.params["a2"]) == 9
+
+
+def test_too_many_aliases_are_refused(tmp_path: Path) -> None:
+    text = "a: &a x\nb: [" + ", ".join(["*a"] * 101) + "]\n"
+    with pytest.raises(ManifestError) as info:
+        load_manifest(text, source="t", base_dir=tmp_path)
+    assert "100 aliases" in info.value.problems[0].message
+    assert info.value.problems[0].line == 2
+
+
+def test_a_manifest_over_256_kib_is_refused_before_parsing(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    text = dump(BASE) + "# " + "x" * (256 * 1024) + "\n"
+    with pytest.raises(ManifestError) as info:
+        load_manifest(text, source="t", base_dir=tmp_path)
+    assert "more than the 256 KiB" in info.value.problems[0].message
+    big = tmp_path / "big.yaml"
+    big.write_text(text)
+    with pytest.raises(ManifestError, match="256 KiB"):
+        load_manifest_file(big)
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
