@@ -20,6 +20,7 @@ from bot.dispatch.base import Dispatcher
 from bot.errors import (
     DecisionRefused,
     DispatchError,
+    ManifestError,
     PolicyRefused,
     PreflightError,
 )
@@ -39,6 +40,7 @@ from bot.policy.model import Origin
 from bot.publishing import base_dir_of, new_run_id, now_utc
 from bot.settings import Settings
 from bot.store import Store
+from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)
 
@@ -79,17 +81,19 @@ class PilotService(Following):
     def submit_text(self, text: str, *, source: str, base_dir: Path, submitter: str,
                     channel: str | None = None, thread_ts: str | None = None,
                     origin: Origin = "cli") -> Submission:
-        loaded = self.load(text, source=source, base_dir=base_dir, user=submitter, origin=origin)
+        loaded = self.load(text, source=source, base_dir=base_dir, user=submitter, origin=origin,
+                           channel=channel)
         return self.submit(loaded, submitter=submitter, channel=channel, thread_ts=thread_ts,
                            origin=origin)
 
     def load(self, text: str, *, source: str, base_dir: Path, user: str,
-             origin: Origin) -> LoadedManifest:
+             origin: Origin, channel: str | None = None) -> LoadedManifest:
         """Load manifest text, refused by the policy (PolicyRefused) before any path it
-        names is looked at."""
-        self.guard.screen(text, source=source, base_dir=base_dir, user=user, origin=origin)
+        names is looked at (``channel``: where a Slack manifest came from; its roots)."""
+        self.guard.screen(text, source=source, base_dir=base_dir, user=user, origin=origin,
+                          channel=channel)
         loaded = load_manifest(text, source=source, base_dir=base_dir)
-        self.guard.check_files(loaded, user=user, origin=origin)
+        self.guard.check_files(loaded, user=user, origin=origin, channel=channel)
         return loaded
 
     def submit(self, loaded: LoadedManifest, *, submitter: str, channel: str | None = None,
@@ -102,7 +106,7 @@ class PilotService(Following):
         from bot.pilot.prechecks import expected_inputs, previous_changes
 
         approvers, two_person = self.guard.admit(loaded, user=submitter, origin=origin,
-                                                 inputs=inputs)
+                                                 inputs=inputs, channel=channel)
         if self.precheck is not None and kind == "pilot":  # a volume was checked as its pilot
             self.precheck(loaded)
         m = loaded.manifest
@@ -179,7 +183,12 @@ class PilotService(Following):
                  "verdict": None, "stop": None} if resume else {}
         if not self.store.transition(run_id, from_states, S.DISPATCHING,
                                      started_at=now_utc(), finished_at=None, **fresh):
-            raise DispatchError(f"run {run_id} is {run['status']}: it cannot be started again; "
+            current = self.store.get_run(run_id)["status"]
+            if current == S.DISPATCHING:  # another start or resume won the race
+                raise DispatchError(f"run {run_id} is being started by another start or "
+                                    "resume: it is not started twice; follow it, or "
+                                    f"`preflight stop {run_id}` once it runs")
+            raise DispatchError(f"run {run_id} is {current}: it cannot be started again; "
                                 "submit the manifest again for a new attempt")
         try:
             pid = dispatcher.start(handle)
@@ -196,6 +205,7 @@ class PilotService(Following):
         """Start a stopped run again from its ledger, or a run never started (a dispatch
         refused because the node's lease was not provisioned yet) for the first time."""
         run = self.store.get_run(run_id)
+        self.guard.nodes_again(run, self.settings.user)  # a Slack run: its nodes, checked now
         if run["status"] == S.PLANNED:
             self.start(run_id)
             return
@@ -212,14 +222,17 @@ class PilotService(Following):
         self.start(run_id, resume=True)
 
     def stop(self, run_id: str, *, by: str, reason: str, timeout: float = 60,
-             wait: bool = True) -> dict[str, Any]:
+             wait: bool = True, origin: Origin = "cli",
+             channel: str | None = None) -> dict[str, Any]:
         """Stop a running run: its runner and everything it started, recorded as ``stopped``
         with who and why. The ledger keeps the finished items; `resume` continues.
 
         ``wait``: follow the run until it is closed (a transport that already follows it,
-        like Slack's followers, passes False).
+        like Slack's followers, passes False). From Slack (``origin``, ``channel``): only
+        its submitter, an approver or an admin, from the run's own channel (PolicyRefused).
         """
         run = self.store.find_run(run_id)
+        self.guard.run_action("stop", run, by, origin, channel)
         reason = (reason or "").strip()
         if not reason:
             raise DecisionRefused("a reason is required to stop a run")
@@ -232,12 +245,21 @@ class PilotService(Following):
         self._dispatcher(run).stop(self._handle(self.store.get_run(run["id"])))
         return self.follow(run["id"], timeout=timeout) if wait else self.store.get_run(run["id"])
 
+    def may_act(self, run_id: str, action: str, user: str, *, channel: str | None) -> None:
+        """From Slack (a button): PolicyRefused, recorded, unless ``user`` may ``action``
+        (stop, approve, fix-env, revise) this run from ``channel``."""
+        self.guard.run_action(action, self.store.get_run(run_id), user, "slack", channel)
+
     # -- decide -------------------------------------------------------------------
     def decide(self, run_id: str, decision: str, reason: str, by: str, *,
-               override: bool = False, source: str = "cli") -> dict[str, Any]:
+               override: bool = False, source: str = "cli",
+               channel: str | None = None) -> dict[str, Any]:
         from bot.pilot.decisions import check_decision, override_needs
 
         run = self._with_decision(self.store.find_run(run_id))
+        # From Slack: the run's own channel, and for fix-env/revise a role (PolicyRefused).
+        self.guard.run_action(decision, run, by, "slack" if source == "slack" else "cli",
+                              channel)
         if decision == "approve":  # the lease gate judges the finish from now, not from then
             run["forecast"] = self.refresh_forecast(run["id"])
         reason = (reason or "").strip()
@@ -252,6 +274,8 @@ class PilotService(Following):
         if policy:
             self.store.record_decision({**base, "accepted": 0, "refusal": str(policy[0])})
             raise PolicyRefused("approve", policy)
+        if refusal is None and decision == "approve":
+            refusal = self._volume_refusal(run)
         if refusal is not None:
             self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
             self.write_report(run["id"])  # the report lists refused attempts too
@@ -276,7 +300,7 @@ class PilotService(Following):
                                                  self.store.decisions(run_id)))
         self.write_report(run_id)
         if base["decision"] == "approve":
-            record["volume_run"] = self._launch_volume(run_id)
+            record["volume_run"] = self._launch_or_reopen(run_id, record)
             if record["volume_run"]:  # the decision message names the volume it launched
                 self._publish(views.decision_message(
                     {**self.store.get_run(run_id), "volume_run": record["volume_run"]},
@@ -296,6 +320,47 @@ class PilotService(Following):
         accepted = [d for d in self.store.decisions(run["id"]) if d.get("accepted")]
         return {**run, "decision": accepted[-1] if accepted else None,
                 "volume_run": self.store.volume_of(run["id"])}
+
+    def _volume_refusal(self, run: dict[str, Any]) -> str | None:
+        """Why the volume an approval would launch cannot be created (its inputs folder,
+        count, ids), checked before the approval is recorded; None when it can."""
+        from bot.pilot.prechecks import volume_problems
+
+        try:
+            loaded = load_manifest(run["manifest_text"], source=f"run {run['id']}",
+                                   base_dir=base_dir_of(run))
+        except ManifestError as exc:
+            return f"the manifest of run {run['id']} no longer loads: {exc}"
+        problems = volume_problems(loaded)
+        if not problems:
+            return None
+        return ("the volume cannot be launched: " + "; ".join(str(p) for p in problems)
+                + ". Fix the folder (or the manifest, in a new attempt) and approve again")
+
+    def _launch_or_reopen(self, run_id: str, record: dict[str, Any]) -> str | None:
+        """Launch the volume of an approval. When its run cannot even be created, the
+        approval is undone (kept as refused, with why) and the pilot awaits its decision
+        again; once the volume's run exists, a failed start is that run's to resume."""
+        try:
+            return self._launch_volume(run_id)
+        except Exception as exc:
+            if not isinstance(exc, (PreflightError, RunnerError, OSError)):
+                log.exception("launching the volume of %s failed", run_id)
+            volume = self.store.volume_of(run_id)
+            if volume is not None:
+                raise DispatchError(
+                    f"the approval of {run_id} is recorded and its volume run {volume} was "
+                    f"created, but it did not start: {exc}. `preflight resume {volume}` "
+                    "tries again") from exc
+            why = f"the volume run was not created: {type(exc).__name__}: {exc}"
+            self.store.reopen_decision(run_id, int(record["id"]), why)
+            self._publish(views.decision_message(self.store.get_run(run_id),
+                                                 self.store.decisions(run_id)))
+            self.write_report(run_id)
+            raise DecisionRefused(
+                f"the approval of {run_id} is not recorded: {why}. The pilot awaits its "
+                f"decision again: `preflight decide {run_id} approve --reason \"…\"` once "
+                "fixed") from exc
 
     def _launch_volume(self, run_id: str) -> str | None:
         run = self.store.get_run(run_id)

@@ -4,8 +4,10 @@
 ``running`` → ``awaiting_decision`` (a pilot whose runner finished), ``finished`` (a volume
 run, which has no decision of its own) or ``stopped`` (someone stopped it) → ``decided``.
 A start that fails ends in ``dispatch_failed``. ``preflight resume`` takes every state but
-``planned`` and ``decided`` back to ``dispatching``. ``running → running`` records a stop
-request on a running run. The store refuses a change this table does not list.
+``planned``, ``dispatching`` and ``decided`` back to ``dispatching``: a run being started is
+never started a second time (two drivers of one volume would each clean up the other's
+Ray). ``running → running`` records a stop request on a running run. The store refuses a
+change this table does not list.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class RunStatus(StrEnum):
 
 S = RunStatus  # the short name the rules and the service use
 # The states a run can be resumed from (its runner started once, or tried to).
-RESUMABLE = frozenset({S.RUNNING, S.AWAITING_DECISION, S.FINISHED, S.STOPPED, S.DISPATCHING,
+RESUMABLE = frozenset({S.RUNNING, S.AWAITING_DECISION, S.FINISHED, S.STOPPED,
                        S.DISPATCH_FAILED})
 # The runner has finished (or was stopped): the verdict, balance and evidence are known.
 ENDED = frozenset({S.AWAITING_DECISION, S.DECIDED, S.FINISHED, S.STOPPED})
@@ -36,7 +38,7 @@ OPEN = frozenset({S.PLANNED, S.RUNNING, S.AWAITING_DECISION})
 
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     S.PLANNED: frozenset({S.DISPATCHING}),
-    S.DISPATCHING: frozenset({S.RUNNING, S.DISPATCH_FAILED, S.DISPATCHING}),
+    S.DISPATCHING: frozenset({S.RUNNING, S.DISPATCH_FAILED}),
     S.RUNNING: frozenset({S.RUNNING, S.AWAITING_DECISION, S.FINISHED, S.STOPPED,
                           S.DISPATCHING}),
     S.AWAITING_DECISION: frozenset({S.DECIDED, S.DISPATCHING}),

@@ -258,6 +258,37 @@ def test_a_run_being_dispatched_is_not_taken_for_dead(tmp_path: Path) -> None:
     assert service.follow(sub.run_id, timeout=30)["outcome"] == "passed"
 
 
+def test_two_resumes_of_one_run_cannot_both_start(tmp_path: Path) -> None:
+    """A second resume that read the run's state before the first took it to dispatching
+    (two clicks, two terminals) is refused: two drivers of one volume would each clean up
+    the other's Ray."""
+    import threading
+
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    attempts = [pilot_script(IDS, refuse=()),  # the resumed runner finds every id done
+                pilot_script(IDS, refuse=(), drop=tuple(IDS), lie=True)]
+    slow = SlowStart(lambda run: attempts.pop(0))
+    service = PilotService(settings, Store(settings.db_path), {"local": slow},
+                           RecordingNotifier())
+    slow.go_on.set()
+    run_id = submit(service, tmp_path)
+    assert service.follow(run_id, timeout=30)["status"] == "awaiting_decision"
+    slow.entered.clear()
+    slow.go_on.clear()
+    first = threading.Thread(target=service.resume, args=(run_id,))
+    first.start()
+    assert slow.entered.wait(timeout=30)
+    assert service.store.get_run(run_id)["status"] == "dispatching"
+    with pytest.raises(DispatchError, match="being started by another start or resume"):
+        service.start(run_id, resume=True)  # the second resume, past its own state check
+    with pytest.raises(DispatchError, match="being started"):
+        service.resume(run_id)
+    slow.go_on.set()
+    first.join(timeout=30)
+    assert len(slow.started) == 2  # the first start and one resume, never a third
+    assert service.follow(run_id, timeout=30)["status"] == "awaiting_decision"
+
+
 def test_a_run_refused_by_its_lease_can_be_started_later(tmp_path: Path) -> None:
     from bot.errors import LeaseError
 
