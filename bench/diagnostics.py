@@ -4,12 +4,14 @@ Both are measured in this invocation, as fresh processes of the same interpreter
 of ROUNDS: the baseline is ``python -c "import torch"``; the ladder is
 ``python -m runner`` on the 12-document demo pilot (every stage: prepare ... evidence,
 torch imported once in the watchdog's worker, the pilot classifying all 12 documents).
-Target: the ladder adds less than 3 seconds over the import.
+Target: the ladder adds less than 3 seconds over the import. PREFLIGHT_BENCH_SMOKE=1: one
+round, no warm-up (a smoke run that checks the bench runs to its verdict line).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -18,7 +20,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ROUNDS = 3
+SMOKE = os.environ.get("PREFLIGHT_BENCH_SMOKE") == "1"
+ROUNDS = 1 if SMOKE else 3
 TARGET_S = 3.0
 
 
@@ -56,7 +59,8 @@ def main() -> int:
     baseline, ladder = [], []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        timed([python, "-c", "import torch"])  # warm the page cache for both
+        if not SMOKE:
+            timed([python, "-c", "import torch"])  # warm the page cache for both
         for n in range(ROUNDS):
             baseline.append(timed([python, "-c", "import torch"]))
             run_dir = root / f"run-{n}"

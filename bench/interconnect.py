@@ -6,7 +6,8 @@ from other jobs hits both alike; each side keeps its best busbw at the largest s
 bare side is a plain ``init_process_group`` + ``all_reduce`` loop in two subprocesses; ours
 is ``runner.collective.run_allreduce``, what the interconnect stage calls. Target: ours
 reaches at least 0.9x the bare loop. The last line is the verdict.
-Usage: .venv/bin/python bench/interconnect.py [ROUNDS]
+Usage: .venv/bin/python bench/interconnect.py [ROUNDS]; PREFLIGHT_BENCH_SMOKE=1: one round of
+small messages and few iterations (a smoke run that checks the bench runs to its verdict line).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from runner.cards import busbw  # noqa: E402
 from runner.collective import run_allreduce  # noqa: E402
 
-SIZES = [1 << 20, 16 << 20]
-ITERS, WARMUP, WORLD = 20, 3, 2
+SMOKE = os.environ.get("PREFLIGHT_BENCH_SMOKE") == "1"
+SIZES = [1 << 16, 1 << 20] if SMOKE else [1 << 20, 16 << 20]
+ITERS, WARMUP, WORLD = (3, 1, 2) if SMOKE else (20, 3, 2)
 
 
 def bare_rank(rank: int, port: int) -> None:
@@ -69,7 +71,7 @@ def ours() -> float:
 
 
 def main() -> int:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else (1 if SMOKE else 3)
     best_ours = best_bare = 0.0
     for n in range(rounds):
         a, b = ours(), bare()

@@ -1,9 +1,11 @@
 """Ledger throughput: 1,000,000 no-op items through the runner's ledger vs bare executemany.
 
 Prints items/s for both (same process, same rows, same WAL settings), the ratio (target:
-the ledger reaches at least 50% of the bare rate), and how long a resume takes to find
-the remaining items among 1,000,000 (target: under 2 s). The last line is the verdict.
-Usage: .venv/bin/python bench/ledger.py [N]
+the ledger reaches at least 80% of the bare rate), and how long a resume takes to find
+the remaining items among 1,000,000 (target: under 0.5 s). The last line is the verdict
+(both targets).
+Usage: .venv/bin/python bench/ledger.py [N]; PREFLIGHT_BENCH_SMOKE=1: 20,000 items (a smoke run
+that checks the bench runs to its verdict line, not the target).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from runner.ledger import SCHEMA, Ledger, Row  # noqa: E402
 
 BATCH = 1000
+RATIO_TARGET, SCAN_TARGET_S = 0.8, 0.5
+SMOKE = os.environ.get("PREFLIGHT_BENCH_SMOKE") == "1"
 
 
 def bare(path: str, ids: list) -> float:
@@ -57,7 +61,7 @@ def resume_scan(path: str, ids: list) -> tuple[float, int]:
 
 
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else (20_000 if SMOKE else 1_000_000)
     ids = [f"item-{k:07d}" for k in range(n)]
     with tempfile.TemporaryDirectory() as tmp:
         t_bare = bare(os.path.join(tmp, "bare.sqlite"), ids)
@@ -70,9 +74,11 @@ def main() -> int:
     print(f"ledger (batches of {BATCH}, one transaction each): {t_led:.2f} s = "
           f"{r_led:,.0f} items/s")
     print(f"resume scan: {left} remaining found among {n + len(extra)} in {t_scan:.2f} s "
-          f"(target < 2 s) {'PASS' if t_scan < 2.0 else 'MISS'}")
-    ok = ratio >= 0.5 and t_scan < 2.0 and left == len(extra)
-    print(f"ledger_vs_bare_ratio: {ratio:.2f} (target 0.50) {'PASS' if ok else 'MISS'}")
+          f"(target < {SCAN_TARGET_S} s) {'PASS' if t_scan < SCAN_TARGET_S else 'MISS'}")
+    assert left == len(extra), (left, len(extra))
+    ok = ratio >= RATIO_TARGET and t_scan < SCAN_TARGET_S
+    print(f"ledger_vs_bare_ratio: {ratio:.2f} (target >= {RATIO_TARGET:.2f}, resume scan "
+          f"< {SCAN_TARGET_S} s) {'PASS' if ok else 'MISS'}")
     return 0
 
 

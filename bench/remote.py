@@ -1,15 +1,19 @@
 """Remote overhead: the 12-document pilot over loopback SSH against the same pilot run locally.
 
 Both runs happen in this invocation, on this machine: a real sshd on 127.0.0.1 (generated
-keys) and the local dispatcher. Prints the time of each, the ratio, the overhead per pilot
-(target: under 3 s), and what a second dispatch with nothing changed uploads (target: the
-run's own files only: spec.json and manifest.yaml, no runner or project byte).
+keys) and the local dispatcher. Prints the time of each, the ratio, the overhead of the
+first dispatch (target: under 0.5 s), and what a second dispatch with nothing changed
+uploads (target: the run's own files only: spec.json and manifest.yaml, no runner or
+project byte). The last line is the verdict (both targets).
 
-Run from the repository root: ``.venv/bin/python bench/remote.py``.
+Run from the repository root: ``.venv/bin/python bench/remote.py``;
+``PREFLIGHT_BENCH_SMOKE=1``: one local pilot and one re-dispatch instead of the best of two
+(a smoke run that checks the bench runs to its verdict line, not the target).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -19,7 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-TARGET_S = 3.0
+TARGET_S = 0.5
+SMOKE = os.environ.get("PREFLIGHT_BENCH_SMOKE") == "1"
 
 
 def snapshot(dest: Path) -> Path:
@@ -80,9 +85,10 @@ def main() -> int:
             return elapsed, run_id, elapsed - span.total_seconds()
 
         try:
-            local_s, _, local_bot = min(pilot(text) for _ in range(2))  # best of 2: busy CPUs
+            rounds = 1 if SMOKE else 2  # best of 2: busy CPUs
+            local_s, _, local_bot = min(pilot(text) for _ in range(rounds))
             first_s, first, first_bot = pilot(remote_text)
-            again_s, second, again_bot = min(pilot(remote_text), pilot(remote_text))
+            again_s, second, again_bot = min(pilot(remote_text) for _ in range(rounds))
         finally:
             ssh.close()
             store.close()
@@ -105,8 +111,8 @@ def main() -> int:
     print(f"redispatch_upload_beyond_run_files_bytes: {sent2['runner'] + sent2['project']} "
           f"(target 0)")
     ok = overhead < TARGET_S and sent2["runner"] + sent2["project"] == 0
-    print(f"remote_overhead_s_per_pilot (first dispatch): {overhead:.2f} (target < {TARGET_S:.1f}) "
-          f"{'PASS' if ok else 'MISS'}")
+    print(f"remote_first_dispatch_overhead_s: {overhead:.2f} (target < {TARGET_S:.1f}, "
+          f"re-dispatch 0 B beyond the run files) {'PASS' if ok else 'MISS'}")
     return 0
 
 

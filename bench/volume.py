@@ -11,7 +11,8 @@ Scaling efficiency = ray items/s / (4 x single items/s), target >= 0.85. Through
 measured from the first batch handed out to the last item recorded; Ray's start (cluster
 and actors, paid once per volume) is printed beside it. Then the per-item overhead of each
 path with a 0 ms handler (items/s of both). The last line is the verdict.
-Usage: .venv/bin/python bench/volume.py [ITEMS] [DELAY_MS]
+Usage: .venv/bin/python bench/volume.py [ITEMS] [DELAY_MS]; PREFLIGHT_BENCH_SMOKE=1: 100 items of
+1 ms (a smoke run that checks the bench runs to its verdict line, not the target).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from runner.stages.pilot import Recorder  # noqa: E402
 WORKERS = 4
 TARGET = 0.85
 BATCH = 25
+SMOKE = os.environ.get("PREFLIGHT_BENCH_SMOKE") == "1"
 HANDLER = '''
 import time
 
@@ -89,11 +91,12 @@ def single(spec: RunSpec, run_dir: Path) -> float:
 
 def on_ray(ray: Any, spec: RunSpec, run_dir: Path) -> tuple[float, float]:
     """(items/s of the driver on WORKERS actors, seconds to start the actors)."""
-    from runner.volume import Batch, Driver, _start_workers
+    from runner.volume import Batch, Driver, _start_workers, _worker_factory
 
     ctx, recorder, ledger, items = context(spec, run_dir)
     t0 = time.perf_counter()
-    workers = _start_workers(ctx, ray, spec.volume, WORKERS)
+    workers = _start_workers(ctx, ray, spec.volume, WORKERS,
+                             _worker_factory(ctx, ray, spec.volume))
     started = time.perf_counter() - t0
     batches = [Batch(n, items[i:i + BATCH]) for n, i in enumerate(range(0, len(items), BATCH))]
     t1 = time.perf_counter()
@@ -107,8 +110,8 @@ def on_ray(ray: Any, spec: RunSpec, run_dir: Path) -> tuple[float, float]:
 
 
 def main() -> int:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
-    delay_ms = float(sys.argv[2]) if len(sys.argv) > 2 else 20.0
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else (100 if SMOKE else 10_000)
+    delay_ms = float(sys.argv[2]) if len(sys.argv) > 2 else (1.0 if SMOKE else 20.0)
     from runner import volume_ray
 
     with tempfile.TemporaryDirectory(prefix="bench-volume-") as tmp:
