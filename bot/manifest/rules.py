@@ -128,7 +128,7 @@ def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
         check_input_files(parts.inputs, project_dir, ("inputs",), report, required=True)
     if project_dir is not None and parts.volume is not None:
         check_input_files(parts.volume.inputs, project_dir, ("volume", "inputs"), report,
-                          required=False)
+                          required=_volume_is_local(parts))
     if parts.volume is not None:
         check_volume(parts.volume, gpu, parts.hardware, report)
     for finding in find_secrets(data):
@@ -297,6 +297,16 @@ def _check_project(parts: Parts, base_dir: Path, report: Report) -> Path | None:
     return project_dir
 
 
+def _volume_is_local(parts: Parts) -> bool:
+    """The volume runs on this machine (its nodes, else the pilot's, are ``local``): its
+    inputs folder is here now, so a missing one is an error, not a warning."""
+    assert parts.volume is not None
+    nodes = parts.volume.nodes
+    if isinstance(nodes, list) and nodes:
+        return all(n.kind == "local" for n in nodes)
+    return parts.node is not None and parts.node.kind == "local"
+
+
 def check_input_files(inputs: Inputs | VolumeInputs, project_dir: Path, loc: FieldPath,
                       report: Report, *, required: bool) -> list[InputFile]:
     """Count, id and refusal rules for one inputs section; returns the files found."""
@@ -304,7 +314,8 @@ def check_input_files(inputs: Inputs | VolumeInputs, project_dir: Path, loc: Fie
     say: Callable[[FieldPath, str], None] = report.problem if required else report.warn
     if not directory.is_dir():
         say((*loc, "dir"), f"{directory} is not a directory (inputs.dir is relative to "
-            "project.dir)" + ("" if required else "; checked again at scale-up"))
+            "project.dir)" + ("" if required else "; checked again before an approval is "
+                                  "recorded"))
         return []
     if "/" in inputs.pattern or "\\" in inputs.pattern:
         report.problem((*loc, "pattern"), "the pattern matches file names directly in "

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.errors import Problem
 from bot.manifest.load import LoadedManifest
-from bot.manifest.rules import list_inputs
+from bot.manifest.rules import Report, check_input_files, list_inputs
+from bot.manifest.source import SourceError, SourceMap, parse_text
 
 
 def expected_inputs(loaded: LoadedManifest, inputs: Any | None = None) -> list[str]:
@@ -14,6 +16,23 @@ def expected_inputs(loaded: LoadedManifest, inputs: Any | None = None) -> list[s
         return [f.id for f in loaded.input_files()]
     return [f.id for f in list_inputs((loaded.project_dir / inputs.dir).resolve(), inputs.pattern,
                                       getattr(inputs, "frames", None))]
+
+
+def volume_problems(loaded: LoadedManifest) -> list[Problem]:
+    """What would stop the volume's run from being created, found before an approval is
+    recorded: its inputs folder, pattern, count, ids and expected refusals, with their lines
+    (``validate`` only warns about a folder it cannot see when the volume runs elsewhere)."""
+    volume = loaded.manifest.volume
+    if volume is None:
+        return []
+    try:
+        _, source_map = parse_text(loaded.text)
+    except SourceError:
+        source_map = SourceMap()
+    report = Report(source_map)
+    check_input_files(volume.inputs, loaded.project_dir, ("volume", "inputs"), report,
+                      required=True)
+    return report.errors
 
 
 def previous_changes(previous: dict[str, Any] | None,

@@ -364,6 +364,20 @@ class RunsMixin(StoreBase):
             record["id"] = table.last_pk
         return record
 
+    def reopen_decision(self, run_id: str, decision_id: int, refusal: str) -> bool:
+        """Undo an accepted decision whose consequence could not be created (the volume of
+        an approval): the decision is kept as refused, with why, and the run awaits its
+        decision again, atomically. False when the run is no longer ``decided``."""
+        with self.transaction() as db:
+            cur = db.execute("UPDATE runs SET status = ? WHERE id = ? AND status = ?",
+                             [str(RunStatus.AWAITING_DECISION), run_id,
+                              str(RunStatus.DECIDED)])
+            if cur.rowcount != 1:
+                return False
+            db.execute("UPDATE decisions SET accepted = 0, refusal = ? WHERE id = ? AND run = ?",
+                       [refusal, decision_id, run_id])
+        return True
+
     def decisions(self, run_id: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
         if run_id is None:
             return list(self.db.query("SELECT * FROM decisions ORDER BY id DESC LIMIT ?", [limit]))

@@ -88,6 +88,13 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
      "project.params.key", "PEM"),
     ("volume count", {"volume": {"inputs": {"dir": "data/pilote", "expected_count": 3}}},
      "volume.inputs.expected_count", "found 12"),
+    ("volume dir mistyped on this machine", {"volume": {"inputs": {"dir": "data/pilotee",
+                                                                    "expected_count": 12}}},
+     "volume.inputs.dir", "is not a directory"),
+    ("volume dir mistyped on local nodes", {"volume": {"inputs": {"dir": "corpsu",
+                                                                  "expected_count": 12},
+                                                       "nodes": [{"kind": "local"}]}},
+     "volume.inputs.dir", "is not a directory"),
     ("volume without inputs", {"volume": {"cards_per_worker": 1}}, "volume.inputs",
      "missing"),
     ("volume node twice", {"hardware": {"lots": 2},
@@ -154,7 +161,7 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
     ("password from the environment", {"task": {"params": {"password": "${DB_PASSWORD}"}}}),
     ("two_person with approvers", {"approvals": {"approvers": ["a", "b"], "two_person": True}}),
     ("volume dir elsewhere", {"volume": {"inputs": {"dir": "corpus", "expected_count": 9000},
-                                         "batch_size": 64}}),
+                                         "batch_size": 64, "nodes": [_SSH_A]}}),
     ("volume on two B200 nodes", {"hardware": {"gpu": "B200", "lots": 2},
                                   "volume": {"inputs": _VI, "cards_per_worker": 2,
                                              "nodes": [_SSH_A, _SSH_B]}}),
@@ -203,11 +210,13 @@ def test_warnings_for_nuances(tmp_path: Path) -> None:
     assert "approvals.approvers" in {w.loc for w in single.warnings}
 
 
-def test_volume_dir_missing_is_only_a_warning(tmp_path: Path) -> None:
+def test_volume_dir_missing_on_ssh_nodes_is_only_a_warning(tmp_path: Path) -> None:
     make_project(tmp_path)
     loaded = load(tmp_path, dump(merged(volume={"inputs": {"dir": "corpus",
-                                                           "expected_count": 5}})))
-    assert "volume.inputs.dir" in {w.loc for w in loaded.warnings}
+                                                           "expected_count": 5},
+                                                "nodes": [_SSH_A]})))
+    [warning] = [w for w in loaded.warnings if w.loc == "volume.inputs.dir"]
+    assert "checked again before an approval is recorded" in warning.message
 
 
 def test_volume_defaults_to_the_pilot_node_and_cpu_ignores_cards_per_worker(
