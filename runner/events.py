@@ -41,6 +41,8 @@ VOLUME_NODE_LOST = "volume.node_lost"      # a node left the cluster with its wo
 VOLUME_REQUEUED = "volume.requeued"        # a batch handed out again, and why
 VOLUME_CARD_EXCLUDED = "volume.card_excluded"  # a worker gets no more batches, and why
 VOLUME_LATE = "volume.late_result"         # a re-queued batch's first result came back
+VOLUME_SPLIT = "volume.split"              # a failed batch split, or its one input refused
+VOLUME_WORKER_STARTED = "volume.worker_started"  # a worker started in place of one stopped
 
 STAGES: Tuple[str, ...] = (
     "prepare",

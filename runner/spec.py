@@ -25,8 +25,25 @@ class SpecError(RunnerError, ValueError):
     """The spec file is unreadable or a field is missing or of the wrong type."""
 
 
+def node_share(lots: int, cards_per_lot: int, nodes: int = 1) -> int:
+    """The cards one node must show: the rent (``lots`` x ``cards_per_lot``) split evenly
+    over the ``nodes`` it is spread on (a volume's ``volume.nodes``; 1 otherwise), at least 1.
+
+    The one rule for every judge of a node's count: the bot writes it into each spec it
+    builds (``HardwareSpec.node_cards``: the pilot's, the volume head's, each node's card
+    proof), the manifest's rules size a worker against it, and the runner's ``device``
+    stage judges the cards it sees against it. 10 nodes x 8 cards: 80 rented, 8 a node.
+    """
+    rented = max(1, int(lots)) * max(1, int(cards_per_lot))
+    return max(1, rented // max(1, int(nodes)))
+
+
 @dataclass(frozen=True)
 class HardwareSpec:
+    """The cards rented, as the catalog knows them. ``lots`` x ``cards_per_lot`` is the
+    whole rent, over every node; ``node_cards`` is this node's share of it (``node_share``),
+    what its ``device`` stage expects to see (None, an older bot's spec: the whole rent)."""
+
     gpu: str = "cpu"
     vendor: str = "none"
     cards_per_lot: int = 1
@@ -36,6 +53,14 @@ class HardwareSpec:
     lots: int = 1
     bf16_floor_tflops: Optional[float] = None
     allreduce_busbw_gbps: Dict[str, float] = field(default_factory=dict)
+    node_cards: Optional[int] = None
+    nodes: int = 1  # the nodes the rent is spread on (for messages)
+
+    def expected_cards(self) -> int:
+        """The cards this node must show: its share of the rent."""
+        if self.node_cards is not None:
+            return max(1, int(self.node_cards))
+        return node_share(self.lots, self.cards_per_lot, self.nodes)
 
 
 @dataclass(frozen=True)
@@ -126,8 +151,13 @@ class VolumeSpec:
     ``address``: the Ray cluster to join (the dispatcher started it); None starts a local
     Ray on this machine. ``workers``: 0 = one per ``cards_per_worker`` cards offered (CPU
     workers: one per core, at most 4). ``batch_size``: 0 = ``task.batch_size``.
-    ``gpus``: workers ask Ray for cards. ``batch_timeout_s``: a batch out longer than this
-    is handed to another worker (0 = ten times the slowest batch seen, at least 60 s).
+    ``gpus``: workers ask Ray for cards. ``batch_timeout_s``: a worker that holds a batch
+    longer than this is excluded and stopped, and the batch split for the others (0 = ten
+    times the slowest batch, ``pilot_batch_s`` before any batch finished, at least 60 s).
+    ``pilot_batch_s``: the pilot's measured seconds for one batch of the volume's size.
+    ``in_flight``: batches each worker holds at once (run one after another on it, so its
+    cards do not idle during the round trip to the driver). ``time_limit_s``: the pilot
+    stage's timeout in the volume run (the driver's whole run; 0: the stage's default).
     ``cards``: the healthy cards this node offers (local Ray only; None: all it sees).
     ``nodes``: the card proof of each node of a several-node volume, written by the
     dispatcher (``where``, ``host``, ``cards`` offered, ``excluded`` cards with ``stage``
@@ -141,6 +171,9 @@ class VolumeSpec:
     gpus: bool = False
     batch_timeout_s: float = 0.0
     cards: Optional[List[int]] = None
+    pilot_batch_s: float = 0.0
+    in_flight: int = 2
+    time_limit_s: float = 0.0
     nodes: Optional[List[Dict[str, Any]]] = None
 
 

@@ -1,44 +1,54 @@
 """The volume's driver: the full corpus on every worker of a Ray cluster, each id once.
 
-The driver is the ledger's single writer. It hands out batches to idle workers (one Ray
-actor each), records each result with a first-wins, id-keyed insert, and re-queues the
-batch of a worker that was lost (its node died, its process died) or that holds a batch
-past the batch timeout (that worker is then excluded; should its result still come back,
-the items already recorded are counted as ``re_executed``, never recorded twice). Ray
-retries nothing on its own. Resume never depends on Ray: a fresh driver runs exactly the
-ids that are not in the ledger.
+The driver is the ledger's single writer. It keeps up to ``volume.in_flight`` batches on
+each worker (one Ray actor each, which runs them one after another), records each result
+with a first-wins, id-keyed insert, and keeps going whatever fails:
+
+- a worker that was lost (its node died) has its batches put back whole for the others;
+  a node gone from the cluster is dropped with every worker on it;
+- a batch that failed because of what it holds (the handler raised, an item ran past
+  ``task.item_timeout_s`` on its worker, the worker held it past the batch timeout, the
+  worker died while its node lived) is split in halves until the input that fails is
+  alone, and that input is refused with the reason (``runner.volume_queue``);
+- a worker past the batch timeout is excluded and stopped (its cards freed), and a
+  fresh worker is started in its place (at most as many times as there were workers).
+
+Ray retries nothing on its own. Resume never depends on Ray: a fresh driver runs exactly
+the ids that are not in the ledger.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from runner import events as ev
 from runner.inputs import Item
 from runner.stages import StageContext, StageFailure
+from runner.volume_queue import (
+    DIED,
+    LATE,
+    RAISED,
+    TIMEOUT,
+    Batch,
+    BatchQueue,
+    refusal_reason,
+)
 
 PROGRESS_EVERY_S = 1.0
+NODES_EVERY_S = 5.0      # how often the driver looks for nodes gone from the cluster
 MIN_TIMEOUT_S = 60.0
 TIMEOUT_FACTOR = 10.0
 CPU_WORKERS_MAX = 4
+START_TIMEOUT_S = 600.0  # a worker started in place of another must answer within this
+ISOLATED_MIN = 20        # inputs refused alone before the volume is judged broken ...
+ISOLATED_SHARE = 0.01    # ... or this share of the inputs, whichever is larger
 
-
-@dataclass
-class Batch:
-    n: int
-    items: List[Item]
-    sent: int = 0  # times handed out
-
-    def payload(self, root: str) -> List[List[Any]]:
-        """Each item's path relative to the inputs root: a worker resolves it against its
-        own node's copy of the inputs (``runner.volume_ray._Worker``)."""
-        return [[it.id, os.path.relpath(it.path, root), it.size] for it in self.items]
+__all__ = ["Batch", "Driver", "Worker", "run_volume", "healthy_cards"]
 
 
 @dataclass
@@ -58,82 +68,139 @@ class Worker:
         cards = ",".join(self.cards) if self.cards else "cpu"
         return f"w{self.key}@{self.host or self.node[:8]}[{cards}]"
 
+    @property
+    def usable(self) -> bool:
+        return not (self.lost or self.excluded)
+
 
 @dataclass
 class Outstanding:
     batch: Batch
     worker: Worker
-    since: float
-    late: bool = False  # its batch was re-queued after the timeout
+    since: float  # when it started running on its worker (handed out, or its turn came)
+    late: bool = False  # (kept for a result that still arrives after its worker's end)
 
 
 class Driver:
-    """One pass over ``remaining`` with the workers of one Ray session."""
+    """One pass over ``batches`` with the workers of one Ray session.
+
+    ``spawn(key)`` starts a new worker's actor (None: no replacement); ``pilot_batch_s``
+    is the pilot's measured seconds for one batch of the volume's size (the batch timeout
+    before any batch finished); ``item_timeout_s`` is quoted in refusals.
+    """
 
     def __init__(self, ctx: StageContext, recorder: Any, ray: Any, workers: List[Worker],
-                 batches: List[Batch], timeout_s: float) -> None:
+                 batches: List[Batch], timeout_s: float, *, pilot_batch_s: float = 0.0,
+                 item_timeout_s: float = 0.0, in_flight: int = 1,
+                 spawn: Optional[Callable[[int], Any]] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         from runner.volume_ray import lost_errors
 
+        self.clock = clock
         self.ctx, self.recorder, self.ray = ctx, recorder, ray
         self.workers = workers
-        self.queue: Deque[Batch] = collections.deque(batches)
+        self.queue = BatchQueue(batches)
         self.out: Dict[Any, Outstanding] = {}
+        self.lines: Dict[int, List[Any]] = {w.key: [] for w in workers}  # refs, in order
         self.fixed_timeout = timeout_s
+        self.pilot_batch_s = max(0.0, float(pilot_batch_s or 0))
+        self.item_timeout_s = float(item_timeout_s or 0)
+        self.in_flight = max(1, int(in_flight or 1))
+        self.spawn = spawn
+        self.starting: Dict[Any, Tuple[Worker, float, str]] = {}  # ref -> (new, since, why)
+        self.replacements_left = len(workers) if spawn is not None else 0
+        self.next_key = max((w.key for w in workers), default=-1) + 1
         self.batch_seconds: List[float] = []
         self.lost_types = lost_errors(ray)
         self.total = recorder.total
         self.start_done = len(recorder.recorded)
-        self.t0 = time.monotonic()
+        self.isolated_max = max(ISOLATED_MIN, int(ISOLATED_SHARE * self.total))
+        self.t0 = self.clock()
         self.last_progress = 0.0
+        self.last_nodes = self.t0
         self.re_executed = 0
         self.requeued = 0
+        self.replaced = 0
         self.lost_nodes: Set[str] = set()
+        self.isolated: Dict[str, str] = {}
         self.inputs_root = os.path.abspath(ctx.spec.inputs.dir)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> Dict[str, Any]:
         while self.queue or any(not o.late for o in self.out.values()):
             self._hand_out()
-            if self.queue and not any(not (w.lost or w.excluded) for w in self.workers):
+            if self.queue and not any(w.usable for w in self.workers) and not self.starting:
                 raise StageFailure("pilot", "every worker of the volume was lost or excluded "
                                    f"with {len(self.queue)} batch(es) left",
                                    hint="the items recorded so far are kept; `preflight "
                                         "resume RUN` runs the rest on a fresh cluster",
                                    facts=self.facts())
-            ready, _ = self.ray.wait(list(self.out), num_returns=1, timeout=0.5)
-            for ref in ready:
-                self._settle(ref)
+            for ref in self._ready():
+                if ref in self.starting:
+                    self._started(ref)
+                elif ref in self.out:
+                    self._settle(ref)
             self._check_timeouts()
+            self._check_nodes()
             self._progress()
         self._progress(force=True)
+        for worker, _since, _why in self.starting.values():  # started for nothing
+            self._kill(worker)
         return self.facts()
 
+    def _ready(self) -> List[Any]:
+        """What came back: waits up to half a second for one, then takes every other
+        one already there without waiting."""
+        refs = list(self.out) + list(self.starting)
+        if not refs:
+            return []
+        ready, rest = self.ray.wait(refs, num_returns=1, timeout=0.5)
+        if ready and rest:
+            more, _ = self.ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready = list(ready) + list(more)
+        return list(ready)
+
     def _hand_out(self) -> None:
-        busy = {o.worker.key for o in self.out.values() if not o.late}
-        for w in self.workers:
-            if not self.queue:
-                return
-            if w.lost or w.excluded or w.key in busy:
-                continue
-            batch = self.queue.popleft()
-            batch.sent += 1
-            ref = w.actor.run.remote(batch.payload(self.inputs_root))
-            self.out[ref] = Outstanding(batch, w, time.monotonic())
+        for depth in range(1, self.in_flight + 1):  # one each first, then a second each
+            for w in self.workers:
+                if not self.queue:
+                    return
+                line = self.lines.setdefault(w.key, [])
+                if not w.usable or len(line) >= depth:
+                    continue
+                batch = self.queue.take()
+                ref = w.actor.run.remote(batch.payload(self.inputs_root))
+                self.out[ref] = Outstanding(batch, w, self.clock())
+                line.append(ref)
+
+    def _forget(self, ref: Any) -> Optional[Outstanding]:
+        """Take ``ref`` off the books; the worker's next batch starts its clock now."""
+        o = self.out.pop(ref, None)
+        if o is None:
+            return None
+        line = self.lines.get(o.worker.key, [])
+        if ref in line:
+            head = line[0] == ref
+            line.remove(ref)
+            if head and line and line[0] in self.out:
+                self.out[line[0]].since = self.clock()
+        return o
 
     def _settle(self, ref: Any) -> None:
-        o = self.out.pop(ref)
+        o = self._forget(ref)
+        if o is None:
+            return
         try:
             reply = self.ray.get(ref)
         except self.lost_types as exc:
             self._lost(o, exc)
             return
         if "error" in reply:
-            ids = ", ".join(it.id for it in o.batch.items[:5])
-            raise StageFailure("pilot", f"{reply['error']} (worker {o.worker.label}, batch: "
-                               f"{ids}{' ...' if len(o.batch.items) > 5 else ''})",
-                               hint="the items recorded so far are kept; fix the handler "
-                                    "and resume", facts=self.facts())
-        self.batch_seconds.append(time.monotonic() - o.since)
+            cause = str(reply.get("cause") or RAISED)
+            self._failed(o, TIMEOUT if cause == TIMEOUT else RAISED, str(reply["error"]))
+            return
+        if isinstance(reply.get("seconds"), (int, float)):
+            self.batch_seconds.append(float(reply["seconds"]))
         asked = [it.id for it in o.batch.items]
         new, again = self.recorder.record_first_wins(asked, reply.get("results"),
                                                      elapsed_s=reply.get("seconds"))
@@ -143,58 +210,190 @@ class Driver:
             self.ctx.emit(ev.VOLUME_LATE, batch=o.batch.n, worker=o.worker.label,
                           recorded=new, re_executed=again)
 
+    # ------------------------------------------------------------------ failures
+    def _failed(self, o: Outstanding, cause: str, detail: str) -> None:
+        """A batch that failed because of what it holds: split, or its input refused."""
+        batch = o.batch
+        reason = refusal_reason(cause, detail, item_timeout_s=self.item_timeout_s,
+                                batch_timeout_s=self.timeout())
+        split = self.queue.failed(batch, cause, reason)
+        for iid, why in split.refused:
+            self.isolated[iid] = why
+            new, _again = self.recorder.record_first_wins(
+                [iid], [{"id": iid, "status": "refused", "reason": why}])
+            o.worker.done += new
+        if split.parts or split.refused:
+            self.ctx.emit(ev.VOLUME_SPLIT, batch=batch.n, items=len(batch.items), cause=cause,
+                          worker=o.worker.label, reason=detail[:300], parts=list(split.parts),
+                          refused=[{"id": i, "reason": r} for i, r in split.refused])
+        else:
+            self._note_requeue(batch, f"worker {o.worker.label} died while running it "
+                                      "alone; it is tried once more")
+        if len(self.isolated) > self.isolated_max:
+            shown = "; ".join(f"{i}: {r}" for i, r in list(self.isolated.items())[:3])
+            raise StageFailure(
+                "pilot", f"{len(self.isolated)} inputs failed alone (more than "
+                f"{self.isolated_max}): {shown}",
+                hint="the handler fails on many inputs: fix it and `preflight resume RUN` "
+                     "(the items recorded so far, these refusals included, are kept)",
+                facts=self.facts())
+
     def _lost(self, o: Outstanding, exc: BaseException) -> None:
         w = o.worker
-        if not w.lost:
-            w.lost = True
-            self.ctx.emit(ev.VOLUME_WORKER_LOST, worker=w.label, node=w.node, cards=w.cards,
-                          reason=f"{type(exc).__name__}: {str(exc)[:300]}")
-            self._check_node(w.node)
-        if not o.late:
-            self._requeue(o.batch, f"worker {w.label} was lost")
-
-    def _check_node(self, node: str) -> None:
-        if node in self.lost_nodes:
+        reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if w.lost or w.excluded:  # its batches were already dealt with
             return
+        w.lost = True
+        self.ctx.emit(ev.VOLUME_WORKER_LOST, worker=w.label, node=w.node, cards=w.cards,
+                      reason=reason)
+        if self._node_gone(w.node, reason):
+            self._put_back(o, f"node {w.host or w.node[:8]} of worker {w.label} was lost")
+            return
+        # its node lives: the worker died under this batch (maybe because of an input)
+        self._release(w, f"worker {w.label} was lost")
+        self._failed(o, DIED, reason)
+        self._replace(w, reason)
+
+    def _put_back(self, o: Outstanding, reason: str) -> None:
+        self.queue.put_back(o.batch)
+        self._note_requeue(o.batch, reason)
+        self._release(o.worker, reason)
+
+    def _release(self, w: Worker, reason: str) -> None:
+        """Every batch still on worker ``w`` back to the queue, in their order."""
+        line = self.lines.get(w.key, [])
+        for ref in reversed(list(line)):
+            o = self.out.pop(ref, None)
+            if o is not None:
+                self.queue.put_back(o.batch)
+                self._note_requeue(o.batch, reason)
+        line.clear()
+
+    def _note_requeue(self, batch: Batch, reason: str) -> None:
+        self.requeued += 1
+        self.ctx.emit(ev.VOLUME_REQUEUED, batch=batch.n, items=len(batch.items), reason=reason)
+
+    def _node_gone(self, node: str, reason: str) -> bool:
+        if node in self.lost_nodes:
+            return True
         try:
             alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
         except Exception:  # the cluster's state is unreadable: say nothing about nodes
-            return
-        if node not in alive:
-            self.lost_nodes.add(node)
-            gone = [w for w in self.workers if w.node == node]
-            for w in gone:
-                w.lost = True
-            self.ctx.emit(ev.VOLUME_NODE_LOST, node=node, workers=[w.label for w in gone],
-                          cards=sorted({c for w in gone for c in w.cards}))
+            return False
+        if node in alive:
+            return False
+        self._drop_node(node, reason)
+        return True
 
-    def _requeue(self, batch: Batch, reason: str) -> None:
-        self.requeued += 1
-        self.queue.appendleft(batch)
-        self.ctx.emit(ev.VOLUME_REQUEUED, batch=batch.n, items=len(batch.items), reason=reason)
+    def _check_nodes(self) -> None:
+        """Every few seconds: a node gone from the cluster is dropped with its workers,
+        even before any call to them fails."""
+        now = self.clock()
+        if now - self.last_nodes < NODES_EVERY_S:
+            return
+        self.last_nodes = now
+        try:
+            alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
+        except Exception:
+            return
+        for node in sorted({w.node for w in self.workers if w.usable and w.node}):
+            if node not in alive:
+                self._drop_node(node, "the node left the Ray cluster (not alive in "
+                                      "ray.nodes())")
+
+    def _drop_node(self, node: str, reason: str) -> None:
+        self.lost_nodes.add(node)
+        gone = [w for w in self.workers if w.node == node]
+        host = next((w.host for w in gone if w.host), "")
+        self.ctx.emit(ev.VOLUME_NODE_LOST, node=node, host=host, reason=reason,
+                      workers=[w.label for w in gone],
+                      cards=sorted({c for w in gone for c in w.cards}))
+        for w in gone:
+            w.lost = True
+            self._release(w, f"node {host or node[:8]} was lost")
 
     def _check_timeouts(self) -> None:
         limit = self.timeout()
-        now = time.monotonic()
-        for o in list(self.out.values()):
-            if o.late or now - o.since <= limit:
+        now = self.clock()
+        for w in self.workers:
+            line = self.lines.get(w.key) or []
+            if not w.usable or not line or line[0] not in self.out:
                 continue
-            o.late = True
-            o.worker.excluded = True
-            self.ctx.emit(ev.VOLUME_CARD_EXCLUDED, worker=o.worker.label, cards=o.worker.cards,
-                          reason=f"batch {o.batch.n} out for more than {limit:.0f} s")
-            self._requeue(Batch(o.batch.n, o.batch.items, o.batch.sent),
-                          f"worker {o.worker.label} held it past {limit:.0f} s")
+            head = self.out[line[0]]
+            if now - head.since <= limit:
+                continue
+            w.excluded = True
+            self.ctx.emit(ev.VOLUME_CARD_EXCLUDED, worker=w.label, cards=w.cards,
+                          reason=f"batch {head.batch.n} out for more than {limit:.0f} s; "
+                                 "the worker is stopped and its cards freed")
+            self._forget(line[0])
+            self._release(w, f"worker {w.label} was excluded")
+            self._kill(w)
+            self._failed(head, LATE, f"held past {limit:.0f} s")
+            self._replace(w, f"held batch {head.batch.n} past {limit:.0f} s")
 
     def timeout(self) -> float:
+        """The batch timeout: the spec's, else ten times the slowest batch (the pilot's
+        measure before any batch finished here), at least 60 s."""
         if self.fixed_timeout > 0:
             return self.fixed_timeout
-        slowest = max(self.batch_seconds) if self.batch_seconds else 0.0
+        slowest = max(self.batch_seconds + [self.pilot_batch_s])
         return max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * slowest)
+
+    # ------------------------------------------------------------------ workers
+    def _kill(self, w: Worker) -> None:
+        try:
+            self.ray.kill(w.actor, no_restart=True)
+        except Exception:  # already dead, or the cluster is gone
+            pass
+
+    def _replace(self, w: Worker, why: str) -> None:
+        """A fresh worker in the place of ``w`` (Ray places it where cards are free)."""
+        if self.spawn is None or self.replacements_left < 1:
+            return
+        self.replacements_left -= 1
+        try:
+            new = Worker(self.next_key, self.spawn(self.next_key))
+            self.next_key += 1
+            ref = new.actor.where.remote()
+        except Exception as exc:  # the cluster refuses: go on with the others
+            self.ctx.emit(ev.VOLUME_WORKER_STARTED, worker=None, why=f"in place of {w.label}",
+                          error=f"{type(exc).__name__}: {str(exc)[:300]}")
+            return
+        self.starting[ref] = (new, self.clock(), f"in place of {w.label} ({why})")
+
+    def _started(self, ref: Any) -> None:
+        new, _since, why = self.starting.pop(ref)
+        try:
+            info = self.ray.get(ref)
+        except Exception as exc:
+            info = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        if info.get("error"):
+            self.ctx.emit(ev.VOLUME_WORKER_STARTED, worker=None, why=why,
+                          error=str(info["error"]))
+            self._kill(new)
+            return
+        new.node, new.host = str(info.get("node") or ""), str(info.get("host") or "")
+        new.cards, new.started = [str(c) for c in info.get("cards") or []], self.clock()
+        self.workers.append(new)
+        self.lines[new.key] = []
+        self.replaced += 1
+        self.ctx.emit(ev.VOLUME_WORKER_STARTED, worker=new.label, node=new.node,
+                      host=new.host, cards=new.cards, run_dir=info.get("run_dir"), why=why)
+
+    def _check_starting(self) -> None:
+        now = self.clock()
+        for ref, (new, since, why) in list(self.starting.items()):
+            if now - since > START_TIMEOUT_S:
+                del self.starting[ref]
+                self._kill(new)
+                self.ctx.emit(ev.VOLUME_WORKER_STARTED, worker=None, why=why,
+                              error=f"no answer within {START_TIMEOUT_S:.0f} s")
 
     # ------------------------------------------------------------------ report
     def _progress(self, force: bool = False) -> None:
-        now = time.monotonic()
+        self._check_starting()
+        now = self.clock()
         if not force and now - self.last_progress < PROGRESS_EVERY_S:
             return
         self.last_progress = now
@@ -204,17 +403,22 @@ class Driver:
         self.ctx.emit(ev.PROGRESS, done=done, total=self.total, items_per_s=round(rate, 2),
                       eta_s=round((self.total - done) / rate, 1) if rate > 0 else None,
                       per_card={w.label: round(w.done / max(now - w.started, 1e-6), 2)
-                                for w in self.workers if not (w.lost or w.excluded)},
-                      workers=sum(1 for w in self.workers if not (w.lost or w.excluded)))
+                                for w in self.workers if w.usable},
+                      workers=sum(1 for w in self.workers if w.usable))
 
     def facts(self) -> Dict[str, Any]:
-        return {"engine": "ray", "workers": len(self.workers),
+        return {"engine": "ray", "workers": len(self.workers) - self.replaced,
+                "workers_started_again": self.replaced,
                 "workers_lost": sum(1 for w in self.workers if w.lost),
                 "workers_excluded": sum(1 for w in self.workers if w.excluded),
                 "nodes_lost": len(self.lost_nodes), "batches_requeued": self.requeued,
+                "batches_split": self.queue.splits, "in_flight": self.in_flight,
+                "batch_timeout_s": round(self.timeout(), 3),
+                "refused_alone": len(self.isolated),
+                "refused_alone_ids": sorted(self.isolated)[:20],
                 "re_executed": self.re_executed,
                 "items_per_s": round((len(self.recorder.recorded) - self.start_done)
-                                     / max(time.monotonic() - self.t0, 1e-6), 2)}
+                                     / max(self.clock() - self.t0, 1e-6), 2)}
 
 
 def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[str, Any]:
@@ -232,18 +436,23 @@ def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[
     ray = volume_ray.import_ray()
     cpu_workers = vspec.workers or min(CPU_WORKERS_MAX, os.cpu_count() or 1)
     facts = volume_ray.start(ray, vspec, ctx.run_dir, cpu_workers)
-    actors: List[Any] = []
+    workers: List[Worker] = []  # the driver adds the workers it starts in place of others
     try:
-        workers = _start_workers(ctx, ray, vspec, cpu_workers)
-        actors = [w.actor for w in workers]
+        spawn = _worker_factory(ctx, ray, vspec)
+        workers.extend(_start_workers(ctx, ray, vspec, cpu_workers, spawn))
         size = max(1, int(vspec.batch_size or ctx.spec.task.batch_size or 1))
         batches = [Batch(n, remaining[i:i + size])
                    for n, i in enumerate(range(0, len(remaining), size))]
+        from runner.stages.batches import item_timeout
+
         facts.update(Driver(ctx, recorder, ray, workers, batches,
-                            float(vspec.batch_timeout_s or 0)).run())
+                            float(vspec.batch_timeout_s or 0),
+                            pilot_batch_s=float(vspec.pilot_batch_s or 0),
+                            item_timeout_s=item_timeout(ctx.spec),
+                            in_flight=int(vspec.in_flight or 1), spawn=spawn).run())
         return facts
     finally:
-        volume_ray.stop(ray, actors, ctx.run_dir)
+        volume_ray.stop(ray, [w.actor for w in workers], ctx.run_dir)
 
 
 def report_node_proofs(ctx: StageContext, nodes: List[Dict[str, Any]]) -> None:
@@ -265,20 +474,26 @@ def healthy_cards(facts: Dict[str, Dict[str, Any]]) -> Optional[List[int]]:
     return None
 
 
-def _start_workers(ctx: StageContext, ray: Any, vspec: Any, cpu_workers: int) -> List[Worker]:
+def _worker_factory(ctx: StageContext, ray: Any, vspec: Any) -> Callable[[int], Any]:
+    """Starts one worker's actor (its handler loaded there); the key is only a name."""
     from runner.volume_ray import worker_class
 
+    cls = worker_class(ray, vspec.cards_per_worker, vspec.gpus)
+    device = "cuda" if vspec.gpus else "cpu"
+    spec = ctx.spec.to_dict()
+    outputs = os.path.join(ctx.run_dir, "outputs")
+    path = list(sys.path)
+    return lambda _key: cls.remote(spec, outputs, path, device)
+
+
+def _start_workers(ctx: StageContext, ray: Any, vspec: Any, cpu_workers: int,
+                   spawn: Callable[[int], Any]) -> List[Worker]:
     count = vspec.workers or _worker_count(ray, vspec, cpu_workers)
     if count < 1:
         raise StageFailure("pilot", f"the cluster offers no worker: {_resources(ray)} for "
                            f"{vspec.cards_per_worker} card(s) per worker",
                            hint="check the healthy cards of each node (device/compute facts)")
-    cls = worker_class(ray, vspec.cards_per_worker, vspec.gpus)
-    device = "cuda" if vspec.gpus else "cpu"
-    spec = ctx.spec.to_dict()
-    outputs = os.path.join(ctx.run_dir, "outputs")
-    workers = [Worker(k, cls.remote(spec, outputs, list(sys.path), device))
-               for k in range(count)]
+    workers = [Worker(k, spawn(k)) for k in range(count)]
     try:
         where = ray.get([w.actor.where.remote() for w in workers], timeout=600)
     except Exception as exc:

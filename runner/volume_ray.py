@@ -200,6 +200,7 @@ class _Worker:
         self.handler: Any = None
         self.threads: Dict[str, Any] = {}
         self.inputs_root = ""
+        self.clock: Any = None
         self.node_run_dir = os.environ.get(NODE_RUN_DIR_ENV) or None
         if self.node_run_dir is None:  # one machine: the driver's paths are this node's
             for entry in reversed(sys_path):
@@ -217,6 +218,10 @@ class _Worker:
             self.ctx = make_context(run_spec, outputs_dir)
             self.ctx.device = device
             self.threads = actor_threads(spec)
+            from runner.itemtimeout import ItemClock
+            from runner.stages.batches import item_timeout
+
+            self.clock = ItemClock(item_timeout(run_spec))
         except Exception as exc:  # reported by where(), the driver's first call
             self.error = f"{type(exc).__name__}: {exc}"
 
@@ -229,6 +234,8 @@ class _Worker:
         return {"node": ctx.get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
                 "cards": [str(c) for c in ray.get_gpu_ids()], "error": self.error,
                 "threads": self.threads,
+                "item_timeout": "on" if self.clock is not None and self.clock.active
+                else f"off: {self.clock.why_off if self.clock is not None else 'not loaded'}",
                 "run_dir": self.node_run_dir}
 
     def run(self, batch: List[List[Any]]) -> Dict[str, Any]:
@@ -236,12 +243,20 @@ class _Worker:
 
         items = [Item(str(i), os.path.join(self.inputs_root, str(p)), int(s))
                  for i, p, s in batch]
+        from runner.itemtimeout import ItemTimedOut
+
         t0 = time.perf_counter()
         try:
-            results = self.handler(items, self.ctx)
+            with self.clock:  # task.item_timeout_s per item, as in the pilot
+                results = self.clock.call(self.handler, len(items), items, self.ctx)
             return {"results": results, "seconds": time.perf_counter() - t0}
+        except ItemTimedOut:
+            return {"error": f"no result within task.item_timeout_s = "
+                             f"{self.clock.per_item_s:g} s per item", "cause": "timeout",
+                    "seconds": time.perf_counter() - t0}
         except Exception as exc:
-            return {"error": f"task.handler raised {type(exc).__name__}: {exc}"}
+            return {"error": f"task.handler raised {type(exc).__name__}: {exc}",
+                    "cause": "raised"}
 
 
 def node_paths(spec: Dict[str, Any], run_dir: str) -> Tuple[Dict[str, Any], str]:

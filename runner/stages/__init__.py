@@ -144,7 +144,15 @@ def stage_target(stage: StageDef, spec: Any) -> str:
 
 
 def stage_timeout(stage: StageDef, spec: RunSpec) -> float:
-    """The stage's timeout in seconds: the spec's override, else the table's default."""
+    """The stage's timeout in seconds: the spec's override, else the table's default.
+
+    In a volume run the ``pilot`` stage is the volume's driver: its timeout is the
+    volume's time limit (``volume.time_limit_s``: the forecast's with a margin, or the
+    manifest's), not the pilot's hour."""
+    volume = getattr(spec, "volume", None)
+    limit = getattr(volume, "time_limit_s", 0) if volume is not None else 0
+    if stage.name == "pilot" and isinstance(limit, (int, float)) and limit > 0:
+        return float(limit)
     value = spec.diagnostics.timeouts.get(stage.name)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         return float(value)

@@ -1,13 +1,17 @@
 """The volume driver's bookkeeping against a small fake of the Ray calls it makes.
 
-The fake implements exactly the surface the driver uses (``wait``, ``get``, ``nodes``,
-``exceptions``); each worker's batches finish in a scripted order, die with their worker,
-or hang. The real engine is tested on Ray in tests/volume/.
+The fake implements exactly the surface the driver uses (``wait``, ``get``, ``kill``,
+``nodes``, ``exceptions``) and runs each actor's batches one after another, as Ray runs
+an actor's calls: an input can make its batch raise, time out on its worker, hang (the
+worker never answers, as in native code a signal cannot interrupt) or kill its worker; a
+worker can die with its node. Time is the driver's clock, moved on by the fake whenever
+nothing is ready (no sleeping). The real engine is tested on Ray in tests/volume/.
 """
 
 from __future__ import annotations
 
 import types
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,7 @@ from runner.ledger import Ledger
 from runner.spec import RunSpec
 from runner.stages import StageContext, StageFailure
 from runner.stages.pilot import Recorder
-from runner.volume import Batch, Driver, Worker, healthy_cards
+from runner.volume import MIN_TIMEOUT_S, Batch, Driver, Worker, healthy_cards
 
 
 class ActorDiedError(Exception):
@@ -26,103 +30,287 @@ class ActorDiedError(Exception):
 
 
 class Ref:
-    def __init__(self, worker: int, payload: list[list[Any]]) -> None:
-        self.worker, self.payload = worker, payload
+    def __init__(self, actor: FakeActor, payload: list[list[Any]] | None) -> None:
+        self.actor, self.payload = actor, payload  # payload None: a where() call
+
+
+class FakeActor:
+    def __init__(self, ray: FakeRay, key: int, node: str) -> None:
+        self.ray, self.key, self.node = ray, key, node
+        self.killed = False
+        self.line: list[Ref] = []  # its calls, run one after another
+        ray_ = ray
+        actor = self
+
+        class Run:
+            def remote(self, payload: list[list[Any]]) -> Ref:
+                ray_.calls.append((actor.key, [p[0] for p in payload]))
+                ref = Ref(actor, payload)
+                actor.line.append(ref)
+                return ref
+
+        class Where:
+            def remote(self) -> Ref:
+                return Ref(actor, None)
+
+        self.run, self.where = Run(), Where()
+
+    @property
+    def dead(self) -> bool:
+        return self.killed or self.node in self.ray.dead_nodes
 
 
 class FakeRay:
-    """Workers answer in the order scripted: ``behaviour[worker]`` is "ok", "dies" or
-    "hangs-once" (its first batch answers only after every other batch)."""
+    """``hang``: ids whose batch never answers; ``raises``: ids whose batch raises;
+    ``times_out``: ids whose batch runs past task.item_timeout_s on the worker;
+    ``kills``: ids whose batch kills its worker (its node lives); ``dies``: workers whose
+    node dies with their first batch."""
 
     exceptions = types.SimpleNamespace(ActorDiedError=ActorDiedError)
 
-    def __init__(self, behaviour: dict[int, str]) -> None:
-        self.behaviour = behaviour
+    def __init__(self, workers: int, *, hang: set[str] = frozenset(),  # type: ignore[assignment]
+                 raises: set[str] = frozenset(), times_out: set[str] = frozenset(),  # type: ignore[assignment]
+                 kills: set[str] = frozenset(), dies: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+        self.hang, self.raises, self.times_out = set(hang), set(raises), set(times_out)
+        self.kills, self.dies = set(kills), set(dies)
         self.dead_nodes: set[str] = set()
-        self.hung: list[Ref] = []
+        self.partitioned: set[str] = set()
         self.calls: list[tuple[int, list[str]]] = []
+        self.killed: list[int] = []
+        self.now = 0.0
+        self.actors = [FakeActor(self, k, f"node{k}") for k in range(workers)]
 
-    def actor(self, key: int) -> Any:
-        ray = self
+    def spawn(self, key: int) -> FakeActor:
+        """A new actor where cards are free: on the node of a killed actor."""
+        free = [a.node for a in self.actors if a.killed and a.node not in self.dead_nodes]
+        actor = FakeActor(self, key, free[0] if free else f"node{key}")
+        self.actors.append(actor)
+        return actor
 
-        class Method:
-            def remote(self, payload: list[list[Any]]) -> Ref:
-                ray.calls.append((key, [p[0] for p in payload]))
-                return Ref(key, payload)
+    def clock(self) -> float:
+        return self.now
 
-        return types.SimpleNamespace(run=Method())
+    def _ready(self, ref: Ref) -> bool:
+        actor = ref.actor
+        if actor.node in self.partitioned:
+            return False
+        if actor.dead or ref.payload is None:
+            return True
+        head = next((r for r in actor.line if not getattr(r, "done", False)), None)
+        if head is not ref:
+            return False  # behind another call of the same actor
+        return not self.hang & {p[0] for p in ref.payload}
 
     def wait(self, refs: list[Ref], num_returns: int, timeout: float) -> tuple[list, list]:
-        for ref in refs:
-            mode = self.behaviour[ref.worker]
-            if mode == "hangs-once" and ref not in self.hung and not self.hung:
-                self.hung.append(ref)
-            if ref in self.hung and len(refs) > 1:
-                continue
-            return [ref], []
-        return [], refs
+        ready = [r for r in refs if self._ready(r)][:num_returns]
+        if not ready:
+            self.now += timeout  # nothing came back: time goes by
+        return ready, [r for r in refs if r not in ready]
 
     def get(self, ref: Ref) -> dict[str, Any]:
-        if self.behaviour[ref.worker] == "dies":
-            self.dead_nodes.add(f"node{ref.worker}")
-            raise ActorDiedError("the actor's node died")
-        return {"results": [{"id": i, "status": "accepted", "category": "x"}
-                            for i, _p, _s in ref.payload], "seconds": 0.01}
+        actor = ref.actor
+        ref.done = True  # type: ignore[attr-defined]
+        if ref.payload is None:
+            return {"node": actor.node, "host": "h", "cards": [str(actor.key)]}
+        ids = [p[0] for p in ref.payload]
+        if actor.key in self.dies and not actor.dead:
+            self.dead_nodes.add(actor.node)
+        if not actor.dead and self.kills & set(ids):
+            actor.killed = True
+        if actor.dead:
+            raise ActorDiedError(f"the actor w{actor.key} died")
+        if self.raises & set(ids):
+            return {"error": "task.handler raised ValueError: bad input "
+                             f"{sorted(self.raises & set(ids))[0]}", "cause": "raised"}
+        if self.times_out & set(ids):
+            return {"error": "no result within task.item_timeout_s = 1 s per item",
+                    "cause": "timeout"}
+        return {"results": [{"id": i, "status": "accepted", "category": "x"} for i in ids],
+                "seconds": 0.01}
+
+    def kill(self, actor: FakeActor, no_restart: bool = True) -> None:
+        actor.killed = True
+        self.killed.append(actor.key)
 
     def nodes(self) -> list[dict[str, Any]]:
-        return [{"NodeID": f"node{k}", "Alive": f"node{k}" not in self.dead_nodes}
-                for k in self.behaviour]
+        return [{"NodeID": n, "Alive": n not in self.dead_nodes | self.partitioned}
+                for n in sorted({a.node for a in self.actors})]
 
 
-def _driver(tmp_path: Path, ray: FakeRay, count: int, timeout: float = 0.0,
-            ) -> tuple[Driver, Ledger, list[Any]]:
+def _driver(tmp_path: Path, ray: FakeRay, count: int, timeout: float = 0.0, size: int = 5,
+            **options: Any) -> tuple[Driver, Ledger, list[Any]]:
     spec = RunSpec.from_dict({"run_id": "r", "name": "n", "inputs": {"dir": str(tmp_path)},
                               "task": {"categories": ["x"]}})
     events: list[Any] = []
     ctx = StageContext(spec=spec, run_dir=str(tmp_path),
                        emit=lambda etype, **data: events.append((etype, data)))
-    items = [Item(f"i{n:03d}", f"/x/i{n:03d}", 1) for n in range(count)]
+    items = [Item(f"i{n:03d}", str(tmp_path / f"i{n:03d}"), 1) for n in range(count)]
     ledger = Ledger.open(str(tmp_path / "ledger.sqlite"), new_attempt=True)
-    workers = [Worker(k, ray.actor(k), node=f"node{k}", host="h", cards=[str(k)])
-               for k in ray.behaviour]
-    batches = [Batch(n, items[i:i + 5]) for n, i in enumerate(range(0, count, 5))]
+    workers = [Worker(a.key, a, node=a.node, host="h", cards=[str(a.key)])
+               for a in ray.actors]
+    batches = [Batch(n, items[i:i + size]) for n, i in enumerate(range(0, count, size))]
+    options.setdefault("spawn", ray.spawn)
     return Driver(ctx, Recorder(ctx, ledger, items, set()), ray, workers, batches,
-                  timeout), ledger, events
+                  timeout, clock=ray.clock, **options), ledger, events
 
 
-def test_a_lost_node_s_batch_is_requeued_and_every_id_recorded_once(tmp_path: Path) -> None:
-    ray = FakeRay({0: "ok", 1: "dies", 2: "ok"})
-    driver, ledger, events = _driver(tmp_path, ray, 40)
+def _every_id_once(ledger: Ledger, count: int) -> dict[str, Any]:
+    rows = {r.id: r for r in ledger.rows()}
+    assert ledger.count() == count and sorted(rows) == [f"i{n:03d}" for n in range(count)]
+    return rows
+
+
+def test_a_lost_node_s_batches_go_to_the_others_and_every_id_is_recorded_once(
+        tmp_path: Path) -> None:
+    ray = FakeRay(3, dies={1})
+    driver, ledger, events = _driver(tmp_path, ray, 40, in_flight=2)
     facts = driver.run()
-    assert ledger.count() == 40 and sorted(ledger.done_ids()) == [f"i{n:03d}" for n in range(40)]
+    rows = _every_id_once(ledger, 40)
+    assert {r.status for r in rows.values()} == {"accepted"}
     assert facts["workers_lost"] == 1 and facts["nodes_lost"] == 1
-    assert facts["batches_requeued"] == 1 and facts["re_executed"] == 0
-    kinds = [e for e, _ in events]
-    assert kinds.count("volume.node_lost") == 1 and kinds.count("volume.requeued") == 1
-    assert all(k != 1 for k, _ in ray.calls[3:])  # the lost worker got nothing more
+    assert facts["batches_split"] == 0 and facts["re_executed"] == 0
+    lost = [d for e, d in events if e == "volume.node_lost"]
+    assert len(lost) == 1 and lost[0]["node"] == "node1" and lost[0]["host"] == "h"
+    assert "ActorDiedError" in lost[0]["reason"] and lost[0]["workers"] == ["w1@h[1]"]
+    assert [e for e, _ in events].count("volume.requeued") == 2  # its two batches in flight
+    assert [k for k, _ in ray.calls].count(1) == 2  # nothing more to it
 
 
-def test_a_late_batch_is_done_again_elsewhere_and_counted_once(tmp_path: Path) -> None:
-    ray = FakeRay({0: "hangs-once", 1: "ok"})
-    driver, ledger, events = _driver(tmp_path, ray, 20, timeout=1e-9)
+def test_a_node_gone_from_the_cluster_is_dropped_before_any_call_fails(
+        tmp_path: Path) -> None:
+    ray = FakeRay(2)
+    ray.partitioned.add("node0")  # its calls never answer; ray.nodes() says it is gone
+    driver, ledger, events = _driver(tmp_path, ray, 20, timeout=3600)
     facts = driver.run()
-    assert ledger.count() == 20
+    _every_id_once(ledger, 20)
+    assert facts["nodes_lost"] == 1 and facts["workers_excluded"] == 0
+    lost = [d for e, d in events if e == "volume.node_lost"]
+    assert [d["node"] for d in lost] == ["node0"] and "left the Ray cluster" in lost[0]["reason"]
+    assert ray.now < 3600  # it did not wait for the batch timeout
+
+
+def test_a_hung_input_is_isolated_and_refused_without_excluding_every_worker(
+        tmp_path: Path) -> None:
+    """The issue's simulation: one input that never returns used to exclude 8/8 workers
+    and leave 792/800 recorded, on every resume again."""
+    ray = FakeRay(8, hang={"i417"})
+    driver, ledger, events = _driver(tmp_path, ray, 800, timeout=120, size=25)
+    facts = driver.run()
+    rows = _every_id_once(ledger, 800)
+    assert rows["i417"].status == "refused"
+    assert "batch timeout of 120 s" in (rows["i417"].reason or "")
+    assert all(r.status == "accepted" for i, r in rows.items() if i != "i417")
+    # bisected: 25 -> 13 -> 7 -> 4 -> 2 -> 1, one worker excluded per level, each replaced
+    assert facts["workers_excluded"] == 6 and facts["batches_split"] == 5
+    assert facts["refused_alone"] == 1 and len(ray.actors) == 8 + 6  # six started again ...
+    assert facts["workers_started_again"] == 5  # ... the last one after the work was done,
+    unused = ray.actors[-1].key  # so it was stopped unused
+    assert sorted(ray.killed) == sorted([w.key for w in driver.workers if w.excluded] + [unused])
     excluded = [d for e, d in events if e == "volume.card_excluded"]
-    assert [d["worker"] for d in excluded] == ["w0@h[0]"]
-    # the driver did not wait for the hung batch: its late answer never came here
-    assert facts["re_executed"] == 0 and facts["workers_excluded"] == 1
-    late = Ref(0, [[f"i{n:03d}", "", 1] for n in range(5)])
-    new, again = driver.recorder.record_first_wins([p[0] for p in late.payload],
-                                                   ray.get(late)["results"])
-    assert (new, again) == (0, 5) and ledger.count() == 20 and ledger.re_executed() == 5
+    assert len(excluded) == 6 and all("cards freed" in d["reason"] for d in excluded)
+    split = [d for e, d in events if e == "volume.split"]
+    assert split[-1]["refused"] == [{"id": "i417", "reason": rows["i417"].reason}]
+
+
+def test_a_raising_input_is_refused_with_its_exception_and_the_volume_goes_on(
+        tmp_path: Path) -> None:
+    ray = FakeRay(2, raises={"i013"})
+    driver, ledger, _ = _driver(tmp_path, ray, 40, size=8)
+    facts = driver.run()
+    rows = _every_id_once(ledger, 40)
+    assert rows["i013"].status == "refused"
+    assert rows["i013"].reason == "task.handler raised ValueError: bad input i013"
+    assert Counter(r.status for r in rows.values()) == {"accepted": 39, "refused": 1}
+    assert facts["workers_excluded"] == 0 and facts["workers_lost"] == 0
+    assert facts["batches_split"] == 3  # 8 -> 4 -> 2 -> 1
+
+
+def test_an_input_past_item_timeout_on_its_worker_is_refused_naming_the_timeout(
+        tmp_path: Path) -> None:
+    ray = FakeRay(2, times_out={"i007"})
+    driver, ledger, _ = _driver(tmp_path, ray, 20, item_timeout_s=1.0)
+    driver.run()
+    rows = _every_id_once(ledger, 20)
+    assert rows["i007"].status == "refused"
+    assert rows["i007"].reason == ("timeout: no result within task.item_timeout_s = 1 s "
+                                   "(the handler was interrupted on its worker)")
+    assert sum(r.status == "refused" for r in rows.values()) == 1
+
+
+def test_an_input_that_kills_its_worker_is_refused_after_two_deaths_alone(
+        tmp_path: Path) -> None:
+    ray = FakeRay(3, kills={"i004"})
+    driver, ledger, events = _driver(tmp_path, ray, 15, size=5)
+    facts = driver.run()
+    rows = _every_id_once(ledger, 15)
+    assert rows["i004"].status == "refused"
+    assert (rows["i004"].reason or "").startswith("its worker died 2 times while running it")
+    assert facts["nodes_lost"] == 0 and facts["workers_started_again"] >= 3
+    assert not [e for e, _ in events if e == "volume.node_lost"]
+
+
+def test_a_handler_that_fails_on_many_inputs_fails_the_volume(tmp_path: Path) -> None:
+    ray = FakeRay(2, raises={f"i{n:03d}" for n in range(0, 60)})
+    driver, ledger, _ = _driver(tmp_path, ray, 100)
+    with pytest.raises(StageFailure, match=r"21 inputs failed alone \(more than 20\)"):
+        driver.run()
+    assert ledger.count() >= 21  # the refusals so far are kept
 
 
 def test_every_worker_lost_fails_naming_what_is_left(tmp_path: Path) -> None:
-    driver, ledger, _ = _driver(tmp_path, FakeRay({0: "dies", 1: "dies"}), 30)
+    driver, ledger, _ = _driver(tmp_path, FakeRay(2, dies={0, 1}), 30)
     with pytest.raises(StageFailure, match="every worker of the volume was lost or "
                                            r"excluded with \d batch\(es\) left"):
         driver.run()
     assert ledger.count() == 0
+
+
+def test_each_worker_holds_two_batches_at_once(tmp_path: Path) -> None:
+    ray = FakeRay(3)
+    driver, ledger, _ = _driver(tmp_path, ray, 60, in_flight=2)
+    driver._hand_out()
+    assert [k for k, _ in ray.calls] == [0, 1, 2, 0, 1, 2]
+    driver.run()
+    _every_id_once(ledger, 60)
+    (tmp_path / "one").mkdir()
+    one = FakeRay(3)
+    single, _, _ = _driver(tmp_path / "one", one, 60, in_flight=1)
+    single._hand_out()
+    assert [k for k, _ in one.calls] == [0, 1, 2]
+
+
+def test_the_batch_timeout_before_any_batch_finished_is_the_pilot_s_batch_time(
+        tmp_path: Path) -> None:
+    ray = FakeRay(1)
+    driver, _, _ = _driver(tmp_path, ray, 5, pilot_batch_s=9.0)
+    assert driver.timeout() == 90.0  # ten times the pilot's batch, not 60 s
+    driver.batch_seconds.append(12.0)
+    assert driver.timeout() == 120.0
+    (tmp_path / "b").mkdir()
+    bare, _, _ = _driver(tmp_path / "b", FakeRay(1), 5)
+    assert bare.timeout() == MIN_TIMEOUT_S
+    (tmp_path / "c").mkdir()
+    fixed, _, _ = _driver(tmp_path / "c", FakeRay(1), 5, timeout=300, pilot_batch_s=90.0)
+    assert fixed.timeout() == 300.0  # volume.batch_timeout_s, as the manifest set it
+
+
+def test_a_slow_first_batch_within_the_pilot_s_measure_excludes_no_worker(
+        tmp_path: Path) -> None:
+    """A handler whose batch takes 90 s: with the pilot's 90 s batch the first batches
+    are not late (they were at the fixed 60 s)."""
+    ray = FakeRay(2, hang={"i000", "i005"})
+    driver, ledger, _ = _driver(tmp_path, ray, 10, pilot_batch_s=90.0)
+    wait = ray.wait
+
+    def slow_wait(refs: list[Ref], num_returns: int, timeout: float) -> tuple[list, list]:
+        if ray.now >= 90.0:
+            ray.hang.clear()  # both first batches answer after 90 s
+        return wait(refs, num_returns, timeout)
+
+    ray.wait = slow_wait  # type: ignore[method-assign]
+    facts = driver.run()
+    _every_id_once(ledger, 10)
+    assert facts["workers_excluded"] == 0 and facts["batches_split"] == 0
 
 
 def test_the_volume_uses_the_latest_card_stage_s_healthy_cards() -> None:

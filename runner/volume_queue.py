@@ -1,0 +1,118 @@
+"""The volume driver's queue of batches: hand out, put back, split, refuse.
+
+Pure bookkeeping (no Ray, no I/O), so the driver's rules are tested on their own
+(tests/runner/test_volume_queue.py):
+
+- a batch whose worker or node was lost goes back to the front of the queue, whole;
+- a batch that failed because of what it holds (its handler raised, it ran past
+  ``task.item_timeout_s`` on its worker, its worker held it past the batch timeout, its
+  worker died while its node lived) is split in two halves, both at the front, until the
+  input that fails is alone in its batch;
+- an input alone in a failed batch is refused with the reason (the exception, the
+  timeout); one whose worker died under it is tried once more first (a worker may die of
+  something else), then refused.
+
+Every input leaves the queue exactly once: recorded by the driver from a result, or
+returned by :meth:`BatchQueue.failed` as a refusal. Standard library only.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from dataclasses import dataclass
+from typing import Any, Deque, Dict, List, Tuple
+
+from runner.inputs import Item
+
+RAISED, TIMEOUT, LATE, DIED = "raised", "timeout", "late", "died"
+CAUSES = (RAISED, TIMEOUT, LATE, DIED)
+DEATHS_BEFORE_REFUSAL = 2  # an input alone whose worker died this often is refused
+
+
+@dataclass
+class Batch:
+    n: int
+    items: List[Item]
+    sent: int = 0  # times handed out
+    deaths: int = 0  # times a worker died while it held this batch (its node alive)
+
+    def payload(self, root: str) -> List[List[Any]]:
+        """Each item's path relative to the inputs root: a worker resolves it against its
+        own node's copy of the inputs (``runner.volume_ray._Worker``)."""
+        return [[it.id, os.path.relpath(it.path, root), it.size] for it in self.items]
+
+
+@dataclass(frozen=True)
+class Split:
+    """What :meth:`BatchQueue.failed` did with a failed batch."""
+
+    parts: Tuple[int, ...]  # the numbers of the batches it became (none: refused or retried)
+    refused: Tuple[Tuple[str, str], ...] = ()  # (id, reason) of an input refused
+    retried: bool = False  # put back whole (an input alone whose worker died once)
+
+
+class BatchQueue:
+    """The batches not yet handed out, first in first out; failed ones at the front."""
+
+    def __init__(self, batches: List[Batch]) -> None:
+        self.queue: Deque[Batch] = collections.deque(batches)
+        self.next_n = max((b.n for b in batches), default=-1) + 1
+        self.splits = 0
+        self.refused: Dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def __bool__(self) -> bool:
+        return bool(self.queue)
+
+    def take(self) -> Batch:
+        batch = self.queue.popleft()
+        batch.sent += 1
+        return batch
+
+    def put_back(self, batch: Batch) -> None:
+        """A lost worker's (or node's) batch: whole, at the front, for another worker."""
+        self.queue.appendleft(batch)
+
+    def failed(self, batch: Batch, cause: str, reason: str) -> Split:
+        """A batch that failed for ``cause`` (one of ``CAUSES``) with ``reason``: split it,
+        retry it or refuse its one input."""
+        if cause not in CAUSES:
+            raise ValueError(f"unknown cause {cause!r}")
+        if cause == DIED:
+            batch.deaths += 1
+        if len(batch.items) > 1:
+            half = (len(batch.items) + 1) // 2
+            first = Batch(self._number(), batch.items[:half], deaths=0)
+            second = Batch(self._number(), batch.items[half:], deaths=0)
+            self.queue.appendleft(second)
+            self.queue.appendleft(first)
+            self.splits += 1
+            return Split((first.n, second.n))
+        if cause == DIED and batch.deaths < DEATHS_BEFORE_REFUSAL:
+            self.queue.appendleft(batch)
+            return Split((), retried=True)
+        item = batch.items[0]
+        self.refused[item.id] = reason
+        return Split((), refused=((item.id, reason),))
+
+    def _number(self) -> int:
+        self.next_n += 1
+        return self.next_n - 1
+
+
+def refusal_reason(cause: str, detail: str, *, item_timeout_s: float = 0.0,
+                   batch_timeout_s: float = 0.0) -> str:
+    """The reason an input alone in a failed batch is refused with (balance, ledger)."""
+    if cause == TIMEOUT:
+        return (f"timeout: no result within task.item_timeout_s = {item_timeout_s:g} s "
+                "(the handler was interrupted on its worker)")
+    if cause == LATE:
+        return (f"timeout: its worker held it past the volume's batch timeout of "
+                f"{batch_timeout_s:.0f} s (the worker was excluded and stopped)")
+    if cause == DIED:
+        return (f"its worker died {DEATHS_BEFORE_REFUSAL} times while running it alone: "
+                f"{detail}")
+    return detail
