@@ -27,6 +27,8 @@ class Settings:
     approvers: frozenset[str] = field(default_factory=frozenset)
     manifests_dir: Path | None = None
     user: str = "unknown"
+    # Where ``user`` came from: "PREFLIGHT_USER", "USER" or "LOGNAME"; "" when none was set.
+    user_from: str = ""
     ssh_known_hosts: Path | None = None
     ssh_client_keys: tuple[Path, ...] = ()
     ssh_config: Path | None = None
@@ -70,6 +72,7 @@ class Settings:
             policy_path=_path(env.get("PREFLIGHT_POLICY")),
             runner_env=tuple(sorted((k, v) for k, v in env.items() if not k.startswith("SLACK_"))),
         )
+            user_from=next((k for k in ("PREFLIGHT_USER", "USER", "LOGNAME") if env.get(k)), ""),
 
     def with_(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -84,7 +84,7 @@ def run(
     if decide is not None and not (reason or "").strip():
         raise _fail("--decide needs --reason \"...\" (every decision is recorded with its "
                     "reason)", 2)
-    user = by or settings.user
+    user = who(by, settings)
     notifier = ConsoleNotifier(console)
     service = None
     try:
@@ -108,6 +108,27 @@ def run(
     finally:
         service.close()
     raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
+
+
+def who(by: str | None, settings: Settings) -> str:
+    """The name recorded as submitting, deciding or stopping: ``--by``, else the settings'
+    user; "unknown" (no PREFLIGHT_USER, USER or LOGNAME) is recorded with a warning."""
+    if by:
+        return by
+    if not settings.user_from:
+        err_console.print(f"warning: recorded as {settings.user!r}: PREFLIGHT_USER, USER and "
+                          "LOGNAME are unset; pass --by NAME or set PREFLIGHT_USER",
+                          style="yellow", highlight=False, markup=False)
+    return settings.user
+
+
+def by_hint(by: str | None, settings: Settings) -> str:
+    """Where the deciding name came from, for a refused decision taken without ``--by``."""
+    if by:
+        return ""
+    source = f"${settings.user_from}" if settings.user_from else "the default"
+    return (f" (decided as {settings.user!r}, from {source}: pass --by NAME or set "
+            "PREFLIGHT_USER to decide as someone else)")
 
 
 def _follow(service: PilotService, run_id: str, notifier: ConsoleNotifier) -> dict[str, Any]:
@@ -171,11 +192,13 @@ def decide(
     notifier = ConsoleNotifier(console)
     service = build_service(settings, notifier)
     try:
-        record = service.decide(run_id, decision, reason, by or settings.user, override=override)
+        record = service.decide(run_id, decision, reason, who(by, settings), override=override)
         if record.get("volume_run") and follow:
             service.follow(record["volume_run"], poll=FOLLOW_POLL_S)
+    except DecisionRefused as exc:
+        raise _fail(str(exc) + by_hint(by, settings), 1) from exc
     except PreflightError as exc:
-        raise _fail(str(exc), 1 if isinstance(exc, DecisionRefused) else exc.exit_code) from exc
+        raise _fail(str(exc), exc.exit_code) from exc
     finally:
         notifier.close_live()
         service.close()
@@ -225,13 +248,14 @@ def stop(run_id: str = typer.Argument(..., help="the run id (or its unique prefi
     """Stop a running pilot or volume: its runner and all it started; `resume` continues."""
     settings = Settings.from_env()
     service = build_service(settings, NullNotifier())
+    user = who(by, settings)
     try:
-        run = service.stop(run_id, by=by or settings.user, reason=reason)
+        run = service.stop(run_id, by=user, reason=reason)
     except PreflightError as exc:
         raise _fail(str(exc), exc.exit_code) from exc
     finally:
         service.close()
-    console.print(f"run {run['id']} is {run['status']} (by {by or settings.user}: {reason}); "
+    console.print(f"run {run['id']} is {run['status']} (by {user}: {reason}); "
                   f"finished items are kept: preflight resume {run['id']} continues",
                   highlight=False, soft_wrap=True)
     raise typer.Exit(0 if run["status"] == S.STOPPED else 1)

@@ -14,6 +14,7 @@ from bot.messages.model import (
     Actions,
     Attachment,
     Block,
+    Button,
     Fields,
     Heading,
     Message,
@@ -96,11 +97,22 @@ def _block_rich(block: Block) -> RenderableType:
         return Group(RichText(progress_words(block)),
                      ProgressBar(total=max(block.total, 1), completed=block.done, width=40))
     if isinstance(block, Actions):
-        labels = "  ".join(f"[{b.action}] {b.label}" for b in block.buttons)
-        return RichText(labels, style="magenta")
+        grid = RichTable.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column(style="magenta", overflow="fold")
+        for button in block.buttons:
+            grid.add_row(button.label, button_command(button))
+        return grid
     if isinstance(block, Attachment):
         return RichText(f"attached: {block.title} ({block.path})", style="dim")
     raise TypeError(f"unknown block {block!r}")
+
+
+def button_command(button: Button) -> str:
+    """What a person types in the terminal for what the chat offers as a button."""
+    if button.action == "stop":
+        return f'preflight stop {button.value} --reason "…"'
+    return f'preflight decide {button.value} {button.action} --reason "…" --by NAME'
 
 
 def to_text(message: Message, now: float | None = None) -> str:
@@ -127,7 +139,7 @@ def to_text(message: Message, now: float | None = None) -> str:
         elif isinstance(block, Progress):
             out.append(progress_words(block))
         elif isinstance(block, Actions):
-            out.append("  ".join(f"[{b.action}] {b.label}" for b in block.buttons))
+            out.extend(f"{b.label}: {button_command(b)}" for b in block.buttons)
         elif isinstance(block, Attachment):
             out.append(f"attached: {block.title} ({block.path})")
     return "\n".join(out)

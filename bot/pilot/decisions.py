@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
 from typing import Any
@@ -79,8 +80,7 @@ def check_decision(run: dict[str, Any], decision: str, reason: str, by: str, *,
         return ("nobody may approve this pilot: list approvers in approvals.approvers "
                 "or PREFLIGHT_APPROVERS"), False
     if by not in approvers and not groups & set(approvers):
-        names = ", ".join(approvers)
-        return f"{by} is not an approver of {run['name']} (approvers: {names})", False
+        return not_an_approver(by, str(run["name"]), approvers), False
     if run.get("two_person") and by == run.get("submitter"):
         return ("two-person rule: the submitter cannot approve their own pilot; "
                 "another approver must"), False
@@ -91,6 +91,21 @@ def check_decision(run: dict[str, Any], decision: str, reason: str, by: str, *,
                     "(say `override` in the reason, or --override, and why)"), False
         return None, True
     return None, False
+
+
+def not_an_approver(by: str, name: str, approvers: list[str]) -> str:
+    """The refusal of an approval by someone not listed: the closest listed name (a typo in
+    ``--by`` or in the manifest) and where the list comes from."""
+    names = ", ".join(approvers)
+    text = f"{by} is not an approver of {name} (approvers: {names})"
+    near = difflib.get_close_matches(by.casefold(), [a.casefold() for a in approvers], n=1,
+                                     cutoff=0.6)
+    if near:
+        match = next(a for a in approvers if a.casefold() == near[0])
+        text += f"; did you mean {match!r}?"
+    return (text + ". The list is the manifest's approvals.approvers (plus PREFLIGHT_APPROVERS "
+            "or the policy's approvers): fix the name there, in a new attempt, if it is the "
+            "list that is wrong")
 
 
 def override_needs(run: dict[str, Any]) -> list[str]:
