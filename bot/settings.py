@@ -65,6 +65,7 @@ class Settings:
             approvers=_csv(env.get("PREFLIGHT_APPROVERS")),
             manifests_dir=Path(env.get("PREFLIGHT_MANIFESTS_DIR") or home / "manifests"),
             user=env.get("PREFLIGHT_USER") or env.get("USER") or env.get("LOGNAME") or "unknown",
+            user_from=next((k for k in ("PREFLIGHT_USER", "USER", "LOGNAME") if env.get(k)), ""),
             ssh_known_hosts=_path(env.get("PREFLIGHT_SSH_KNOWN_HOSTS")),
             ssh_client_keys=tuple(Path(p) for p in _csv(env.get("PREFLIGHT_SSH_KEYS"))),
             ssh_config=_path(env.get("PREFLIGHT_SSH_CONFIG")),
@@ -72,7 +73,6 @@ class Settings:
             policy_path=_path(env.get("PREFLIGHT_POLICY")),
             runner_env=tuple(sorted((k, v) for k, v in env.items() if not k.startswith("SLACK_"))),
         )
-            user_from=next((k for k in ("PREFLIGHT_USER", "USER", "LOGNAME") if env.get(k)), ""),
 
     def with_(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
