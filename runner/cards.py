@@ -22,6 +22,8 @@ import math
 import statistics
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from runner.spec import HardwareSpec
+
 SLOW_RATIO = 0.8
 Pair = Tuple[int, int]
 
@@ -116,15 +118,20 @@ def judge_results(errors: Mapping[int, Mapping[str, Any]],
     return wrong
 
 
-def judge_count(seen: int, lots: int, cards_per_lot: int) -> Tuple[str, Optional[str]]:
-    """``("ok" | "fail" | "warn", sentence)`` for the cards seen against the cards rented."""
-    rented = max(1, int(lots)) * max(1, int(cards_per_lot))
-    if seen < rented:
-        return "fail", (f"{seen} card(s) visible, {rented} rented on this node "
-                        f"({lots} lot(s) x {cards_per_lot} card(s) per lot)")
-    if seen > rented:
-        return "warn", (f"{seen} cards visible, {rented} rented on this node: the extra "
-                        f"cards are not yours to bill or to use")
+def judge_count(seen: int, hardware: HardwareSpec) -> Tuple[str, Optional[str]]:
+    """``("ok" | "fail" | "warn", sentence)`` for the cards seen against this node's share of
+    the rent (``HardwareSpec.expected_cards``: the whole rent on a node of its own)."""
+    expected = hardware.expected_cards()
+    lots, per_lot = int(hardware.lots), int(hardware.cards_per_lot)
+    rented = max(1, lots) * max(1, per_lot)
+    rent = f"{lots} lot(s) x {per_lot} card(s) per lot"
+    if expected != rented:
+        rent = f"its share of {rented} rented ({rent}) over {max(1, hardware.nodes)} node(s)"
+    if seen < expected:
+        return "fail", f"{seen} card(s) visible, {expected} rented on this node ({rent})"
+    if seen > expected:
+        return "warn", (f"{seen} cards visible, {expected} rented on this node ({rent}): the "
+                        f"extra cards are not yours to bill or to use")
     return "ok", None
 
 
@@ -258,8 +265,39 @@ def healthy_cards(cards: Iterable[int], *unhealthy: Iterable[int]) -> List[int]:
     return sorted(c for c in cards if c not in bad)
 
 
+# The failures that judge cards (device, compute, interconnect): each leaves the cards it
+# did not blame in ``healthy_cards``. In a volume's run they exclude cards, never the run.
+CARD_STAGES = ("device", "compute", "interconnect")
+CARD_VERDICTS = frozenset({"CardFault", "SlowCard", "WrongResult", "SlowLink"})
+
+
+def tolerate_card_verdict(spec: Any, stage: str, result: Dict[str, Any]) -> Dict[str, Any]:
+    """A volume goes on with the healthy cards: in a volume's spec, a card stage failed only
+    for judging cards (``CARD_VERDICTS``) with healthy cards left passes instead, its
+    verdict kept in ``facts["card_verdict"]`` and said in ``facts["warnings"]``.
+
+    The pilot's failure is what the approver overrode ("continue on the healthy cards");
+    without this the volume's own ``device`` stage failed again and its driver never ran.
+    A several-node volume's card proof reads the same facts (bot/dispatch/card_proof.py).
+    Any other result is returned as it is.
+    """
+    error = result.get("error") or {}
+    facts = result.get("facts") or {}
+    healthy = facts.get("healthy_cards")
+    if (getattr(spec, "volume", None) is None or stage not in CARD_STAGES
+            or result.get("status") != "failed" or error.get("type") not in CARD_VERDICTS
+            or not isinstance(healthy, list) or not healthy):
+        return result
+    cards = ", ".join(str(c) for c in healthy)
+    warnings = list(facts.get("warnings") or [])
+    warnings.append(f"{error.get('type')}: {error.get('message')}: the volume goes on with "
+                    f"the healthy card(s) {cards}")
+    return {**result, "status": "passed", "error": None,
+            "facts": {**facts, "card_verdict": error, "warnings": warnings}}
+
+
 __all__ = [
     "SLOW_RATIO", "XID_MEANINGS", "number", "card_label", "fmt", "judge_speed",
     "judge_results", "judge_count", "judge_health", "busbw", "judge_link", "pair_rounds",
-    "judge_pairs", "healthy_cards",
+    "judge_pairs", "healthy_cards", "CARD_STAGES", "CARD_VERDICTS", "tolerate_card_verdict",
 ]

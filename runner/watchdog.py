@@ -250,12 +250,13 @@ def _safe(value: Any) -> Any:
     return str(value)
 
 
-def run_stage_here(name: str, ctx: Any) -> Result:
-    """Run one stage in this process and describe the outcome (shared with the parent)."""
+def run_stage_here(name: str, ctx: Any, target: Optional[str] = None) -> Result:
+    """Run one stage in this process and describe the outcome (shared with the parent);
+    ``target`` ("module:function", the ladder's own table row) else the stage table's."""
     from runner.stages import STAGES_BY_NAME, stage_target
     from runner.stages.hints import describe_error
 
-    target = stage_target(STAGES_BY_NAME[name], ctx.spec)
+    target = target or stage_target(STAGES_BY_NAME[name], ctx.spec)
     try:
         func = _resolve(target)
         facts = func(ctx) or {}

@@ -52,13 +52,12 @@ class NodeCopy:
         return cls(plan.remote_run_dir, plan.remote_pkg_root, plan.remote_project)
 
 
-def proof_files(plan: UploadPlan, nodes: int) -> dict[str, bytes]:
-    """The proof's spec, uploaded with the node's run files: the node's own paths, and the
-    count of cards judged against the node's share of the rent, not the whole rent."""
+def proof_files(plan: UploadPlan) -> dict[str, bytes]:
+    """The proof's spec, uploaded with the node's run files: the run's spec with the node's
+    own paths. Its ``hardware.node_cards`` is the node's share of the rent, which the bot
+    wrote into the spec (``runner.spec.node_share``): the proof judges the count as the
+    head's own ``device`` stage and the pilot's do."""
     spec = plan.rewrite_spec()
-    hw = spec.setdefault("hardware", {})
-    rented = max(1, int(hw.get("lots") or 1)) * max(1, int(hw.get("cards_per_lot") or 1))
-    hw.update(lots=1, cards_per_lot=max(1, rented // max(1, nodes)))
     data = json.dumps(spec, indent=2, sort_keys=True).encode()
     return {f"{plan.remote_run_dir}/{PROOF_SPEC}": data}
 
@@ -157,7 +156,9 @@ def _healthy(stages: dict[str, dict[str, Any]]
             continue
         for card in sorted(keep - {int(c) for c in healthy}):
             row = (facts.get("cards") or {}).get(str(card)) or {}
-            reasons = row.get("reasons") or [(event.get("error") or {}).get("message")
+            # a volume's stage passes with its verdict kept (runner.cards.tolerate_card_verdict)
+            verdict = event.get("error") or facts.get("card_verdict") or {}
+            reasons = row.get("reasons") or [verdict.get("message")
                                              or f"left out by the {stage} stage"]
             excluded.append({"card": card, "stage": stage, "reason": "; ".join(map(str, reasons))})
         keep &= {int(c) for c in healthy}

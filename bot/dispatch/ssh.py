@@ -180,7 +180,7 @@ class SSHDispatcher(SSHSessions):
             for i, node in enumerate(nodes):
                 plan, launcher = self._call(self._tries(
                     f"prepare volume.nodes[{i}] for run {handle.run_id}",
-                    partial(self._prepare, handle, node, len(nodes), i > 0)), timeout=900)
+                    partial(self._prepare, handle, node, i > 0)), timeout=900)
                 copies.append(NodeCopy.of(plan))
                 if launcher is not None:
                     held.append((node, launcher))
@@ -211,7 +211,7 @@ class SSHDispatcher(SSHSessions):
                 await asyncio.sleep(self.backoff.delay(attempt))
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def _prepare(self, handle: RunHandle, node: SSHNode, count: int,
+    async def _prepare(self, handle: RunHandle, node: SSHNode,
                        hold: bool) -> tuple[UploadPlan, Any]:
         """One volume node's own copy of the run (runner, project, inputs, spec and the
         card proof's spec) in its own workdir, sent under that workdir's lock; with
@@ -221,7 +221,7 @@ class SSHDispatcher(SSHSessions):
         launcher = await self._lock(node, plan, plan.hold_command(node.python) if hold
                                     else None)
         try:
-            await self._send(node, plan, handle, proof_files(plan, count))
+            await self._send(node, plan, handle, proof_files(plan))
         except BaseException:
             await _release(launcher)
             raise

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from bot.manifest.catalog import GpuModel
 from bot.manifest.model import Hardware, Node, Volume
+from runner.spec import node_share
 
 
 class Report(Protocol):
@@ -60,7 +61,7 @@ def check_volume(volume: Volume, gpu: GpuModel | None, hardware: Hardware | None
                        f"rented ({hardware.lots} lot(s) x {gpu.cards_per_lot}): every node "
                        "needs at least one card")
         return
-    per_node = cards // count
+    per_node = node_share(hardware.lots, gpu.cards_per_lot, count)  # the runner's rule
     if volume.cards_per_worker > per_node:
         report.problem(("volume", "cards_per_worker"),
                        f"{volume.cards_per_worker} cards per worker, but a node has "

@@ -8,6 +8,7 @@ from typing import Any
 from bot.manifest.load import LoadedManifest
 from bot.manifest.model import Manifest
 from bot.pilot.plan import Plan
+from bot.pilot.volume_nodes import node_count
 from runner.blender.frames import CATEGORY
 from runner.spec import (
     BlenderSpec,
@@ -21,6 +22,7 @@ from runner.spec import (
     TaskSpec,
     TrainingSpec,
     VolumeSpec,
+    node_share,
 )
 
 
@@ -37,7 +39,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
         purpose=m.purpose,
         backend=m.backend,
         python=m.project.python,
-        hardware=_hardware(plan),
+        hardware=_hardware(plan, node_count(m)),
         project=ProjectSpec(dir=str(project_dir),
                             requirements=_under(project_dir, m.project.requirements),
                             params=dict(m.project.params)),
@@ -62,14 +64,17 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
     )
 
 
-def _hardware(plan: Plan) -> HardwareSpec:
-    """The cards as the catalog knows them: count, memory and the per-card peaks."""
+def _hardware(plan: Plan, nodes: int) -> HardwareSpec:
+    """The cards as the catalog knows them: count, memory and the per-card peaks; and what
+    the node this spec runs on must show, its share of the rent over ``nodes`` (the same
+    for the pilot's node, the volume's head and each node's card proof)."""
     return HardwareSpec(
         gpu=plan.gpu, vendor=plan.vendor, cards_per_lot=plan.cards_per_lot,
         memory_gib=plan.memory_per_card_gib,
         bf16_tflops=plan.bf16_tflops, fp32_tflops=plan.fp32_tflops, lots=plan.lots,
         bf16_floor_tflops=plan.bf16_floor_tflops,
-        allreduce_busbw_gbps={str(k): v for k, v in plan.allreduce_busbw_gbps.items()})
+        allreduce_busbw_gbps={str(k): v for k, v in plan.allreduce_busbw_gbps.items()},
+        node_cards=node_share(plan.lots, plan.cards_per_lot, nodes), nodes=nodes)
 
 
 def _task(m: Manifest) -> TaskSpec:

@@ -15,3 +15,13 @@ def volume_node(manifest: Manifest) -> Node:
     if volume is not None and isinstance(volume.nodes, list) and volume.nodes:
         return volume.nodes[0]
     return manifest.node
+
+
+def node_count(manifest: Manifest) -> int:
+    """The nodes the rent is spread on: the nodes ``volume.nodes`` lists, else 1 (the
+    pilot's node holds the whole rent). Each node must show its share of the cards
+    (``runner.spec.node_share``), the pilot's node included."""
+    volume = manifest.volume
+    if volume is not None and isinstance(volume.nodes, list) and volume.nodes:
+        return len(volume.nodes)
+    return 1

@@ -4,7 +4,9 @@ torch gives the cards this process may use (after ``CUDA_VISIBLE_DEVICES``), in 
 index order; NVML / nvidia-smi / amd-smi give the health facts of every card of the node,
 in PCI order. They are joined on the UUID, else the bus id, else the position (only when
 nothing hides a card). Each card gets a verdict from runner.cards.judge_health; the
-count is judged against the cards rented on this node (``lots × cards_per_lot``).
+count is judged against the cards rented on this node: its share of the rent
+(``HardwareSpec.expected_cards``, ``runner.spec.node_share``), the same rule the bot uses for
+the pilot, each volume node's card proof and the volume's head.
 """
 
 from __future__ import annotations
@@ -77,8 +79,8 @@ def judge_cards(ctx: StageContext, cards: Dict[str, Dict[str, Any]],
         slow += [f"{label}: {r}" for r in slower]
     facts["healthy_cards"] = healthy_cards(
         (int(k) for k in cards), (int(k) for k, c in cards.items() if c["verdict"] != "ok"))
-    facts["rented_cards"] = int(hw.lots) * int(hw.cards_per_lot)
-    level, count_msg = judge_count(len(cards), int(hw.lots), int(hw.cards_per_lot))
+    facts["rented_cards"] = hw.expected_cards()  # this node's share of the rent
+    level, count_msg = judge_count(len(cards), hw)
     if level == "warn" and count_msg:
         facts["warnings"].append(count_msg)
     if level == "fail" and count_msg:

@@ -12,6 +12,10 @@ evidence) run in a thread the ladder waits on: past the timeout the stage fails,
 thread is abandoned (a call blocked in the kernel, e.g. on a hung network file system,
 cannot be killed) and can no longer emit events, and the ladder goes on.
 
+In a volume's run a card stage (device, compute, interconnect) that failed only for
+judging cards, with healthy cards left, passes with its verdict as a warning: the volume
+goes on with the healthy cards (``runner.cards.tolerate_card_verdict``).
+
 SIGTERM/SIGINT fail the current stage with ``Interrupted`` and skip every later stage with
 the reason "runner interrupted by SIGTERM"; ``run.finished`` is still written. A signal
 that arrives while an event or environment.json is being written is held until the write
@@ -28,6 +32,7 @@ from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional
 
 from runner import events as ev
+from runner.cards import tolerate_card_verdict
 from runner.files import write_json_atomic
 from runner.spec import RunSpec
 from runner.stages import STAGE_TABLE, StageContext, StageDef, stage_target, stage_timeout
@@ -160,10 +165,12 @@ class Ladder:
             if stage.in_worker:
                 result = self.worker.run_stage(stage.name, self.facts, timeout, self._emit)
             else:
-                result = self._run_in_thread(stage.name, timeout)
+                result = self._run_in_thread(stage.name, timeout,
+                                             stage_target(stage, self.spec))
         except Interrupted:
             self.worker.kill()
             raise
+        result = tolerate_card_verdict(self.spec, stage.name, result)  # a volume's cards
         error = result.get("error") or {}
         if stage.name == "pilot" and error.get("type") == "Timeout":
             from runner.stages.batches import in_flight
@@ -171,7 +178,8 @@ class Ladder:
             error["message"] = f"{error.get('message')}; {in_flight(self.spec, self.run_dir)}"
         self._finish(stage.name, result, time.monotonic() - self._t0, started=True)
 
-    def _run_in_thread(self, name: str, timeout: float) -> Dict[str, Any]:
+    def _run_in_thread(self, name: str, timeout: float,
+                       function: Optional[str] = None) -> Dict[str, Any]:
         """Run a runner-process stage in a thread; fail it when it outlives ``timeout``."""
         gate = _Gate(self._emit, self._lock)
         ctx = StageContext(spec=self.spec, run_dir=self.run_dir, resume=self.resume,
@@ -181,7 +189,7 @@ class Ladder:
 
         def target() -> None:
             try:
-                box["result"] = run_stage_here(name, ctx)
+                box["result"] = run_stage_here(name, ctx, function)
             except BaseException as exc:  # noqa: BLE001 - SystemExit from a stage: a failure
                 from runner.stages.hints import describe_error
 

@@ -82,3 +82,43 @@ def test_a_card_without_figures_gives_no_peak(tmp_path: Path) -> None:
     loaded = load_manifest_file(write_manifest(tmp_path))  # gpu: cpu
     spec = build_spec(loaded, make_plan(loaded), "r1")
     assert (spec.hardware.bf16_tflops, spec.hardware.fp32_tflops) == (None, None)
+
+
+def test_each_node_of_a_ten_by_eight_rent_is_judged_on_its_eight_cards(tmp_path: Path) -> None:
+    """80 cards rented (10 lots of 8) over the 10 nodes of volume.nodes: the pilot's node,
+    the volume's head and each node's card proof expect 8, the node's share, not 80."""
+    from bot.manifest.catalog import load_catalog
+    from runner.cards import judge_count
+
+    (tmp_path / "catalog.yaml").write_text(
+        "gpus:\n  H100x8: {vendor: nvidia, memory_gib: 80, cards_per_lot: 8, "
+        "backends: [cuda]}\n")
+    catalog = load_catalog(tmp_path / "catalog.yaml")
+    path = write_manifest(tmp_path, extra="volume:\n  inputs: {dir: data/pilote, "
+                          "expected_count: 4}\n  nodes:\n"
+                          + "".join(f"    - {{kind: ssh, host: gpu-{n}.example}}\n"
+                                    for n in range(10)))
+    text = path.read_text().replace(
+        'hardware: {gpu: cpu, lots: 1, days: 3, lot_price_usd_per_day: "0"}',
+        'hardware: {gpu: H100x8, lots: 10, days: 3, lot_price_usd_per_day: "10"}').replace(
+        "backend: cpu", "backend: cuda")
+    path.write_text(text)
+    loaded = load_manifest_file(path, catalog=catalog)
+    plan = make_plan(loaded, catalog)
+    volume = loaded.manifest.volume
+    assert volume is not None and plan.total_cards == 80
+    for spec in (build_spec(loaded, plan, "p1"),
+                 build_spec(loaded, plan, "v1", inputs=volume.inputs, kind="volume")):
+        back = RunSpec.from_dict(spec.to_dict())  # what the runner reads
+        assert (back.hardware.lots, back.hardware.cards_per_lot) == (10, 8)
+        assert back.hardware.node_cards == 8 and back.hardware.expected_cards() == 8
+        assert judge_count(8, back.hardware) == ("ok", None)  # the runner's device stage
+        level, message = judge_count(7, back.hardware)
+        assert level == "fail" and "7 card(s) visible, 8 rented on this node" in str(message)
+
+
+def test_a_pilot_without_volume_nodes_expects_the_whole_rent(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path)
+    path.write_text(path.read_text().replace("gpu: cpu, lots: 1", "gpu: cpu, lots: 3"))
+    loaded = load_manifest_file(path)
+    assert build_spec(loaded, make_plan(loaded), "p1").hardware.node_cards == 3

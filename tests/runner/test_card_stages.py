@@ -83,8 +83,9 @@ def test_fewer_cards_than_rented_names_both_numbers(tmp_path: Path) -> None:
     facts: dict[str, Any] = {"warnings": []}
     healthy = {k: v for k, v in recorded_cards().items() if k not in ("3", "5")}
     judge_cards(ctx(tmp_path, lots=4), healthy, facts)
-    assert facts["warnings"] == ["6 cards visible, 4 rented on this node: the extra cards "
-                                 "are not yours to bill or to use"]
+    assert facts["warnings"] == ["6 cards visible, 4 rented on this node (4 lot(s) x 1 "
+                                 "card(s) per lot): the extra cards are not yours to bill or "
+                                 "to use"]
 
 
 def figures(bf16: dict[int, float], **over: Any) -> dict[int, dict[str, Any]]:

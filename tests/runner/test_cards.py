@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from runner import cards
+from runner.spec import HardwareSpec, node_share
 
 
 def test_one_slow_card_of_eight_is_named_with_its_peers_median() -> None:
@@ -53,12 +54,27 @@ def test_wrong_result_names_the_card_and_a_nan_is_wrong() -> None:
 
 
 def test_card_count_against_lots() -> None:
-    assert cards.judge_count(8, 4, 2) == ("ok", None)
-    level, message = cards.judge_count(7, 4, 2)
+    assert cards.judge_count(8, HardwareSpec(lots=4, cards_per_lot=2)) == ("ok", None)
+    level, message = cards.judge_count(7, HardwareSpec(lots=4, cards_per_lot=2))
     assert level == "fail" and message is not None
     assert message.startswith("7 card(s) visible, 8 rented on this node")
-    level, message = cards.judge_count(9, 8, 1)
+    level, message = cards.judge_count(9, HardwareSpec(lots=8, cards_per_lot=1))
     assert level == "warn" and "9 cards visible, 8 rented" in str(message)
+
+
+def test_each_node_must_show_its_share_of_the_rent() -> None:
+    # 10 nodes x 8 cards: 80 rented over all nodes, 8 on each node.
+    assert node_share(10, 8, 10) == 8
+    assert node_share(10, 8) == 80 and node_share(10, 8, 1) == 80
+    assert node_share(1, 8, 3) == 2  # 8 over 3 nodes: 2 each (what a worker is sized on)
+    assert node_share(1, 1, 4) == 1  # never 0
+    head = HardwareSpec(lots=10, cards_per_lot=8, nodes=10, node_cards=node_share(10, 8, 10))
+    assert cards.judge_count(8, head) == ("ok", None)
+    level, message = cards.judge_count(7, head)
+    assert level == "fail" and str(message).startswith("7 card(s) visible, 8 rented on this "
+                                                       "node (its share of 80 rented")
+    # An older bot's spec (no node_cards): the whole rent, as before.
+    assert HardwareSpec(lots=10, cards_per_lot=8).expected_cards() == 80
 
 
 def test_health_from_device_facts() -> None:
