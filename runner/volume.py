@@ -509,6 +509,7 @@ def _start_workers(ctx: StageContext, ray: Any, vspec: Any, cpu_workers: int,
     # run_dir None: the driver's own paths; threads: torch's, as the actor chose them
     ctx.emit(ev.VOLUME_WORKERS, workers=[{"worker": w.label, "node": w.node, "host": w.host,
                                           "cards": w.cards, "run_dir": info.get("run_dir"),
+                                          "item_timeout": info.get("item_timeout"),
                                           **(info.get("threads") or {})}
                                          for w, info in zip(workers, where)])
     return workers

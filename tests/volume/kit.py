@@ -24,6 +24,10 @@ def handle(items, ctx):
     p = ctx.params
     out = []
     for it in items:
+        if it.id == p.get("hang_id"):
+            time.sleep(3600)                             # an input that never finishes
+        if it.id == p.get("raise_id"):
+            raise ValueError("cannot read " + it.id)     # an input the handler fails on
         if it.id == p.get("slow_id") and not os.path.exists(p["slow_marker"]):
             open(p["slow_marker"], "w").close()
             time.sleep(float(p.get("slow_s", 4)))   # this worker holds its batch too long

@@ -87,3 +87,36 @@ def test_stopping_a_volume_ends_the_driver_its_actors_and_its_ray(tmp_path: Path
     wait_until(lambda: not session_pids(record["session_dir"], record["pgid"]),
                "every process of the run's Ray to end", 60)
     wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)
+
+
+def test_a_hung_input_and_a_raising_input_are_refused_and_every_other_id_recorded(
+        tmp_path: Path) -> None:
+    """task.item_timeout_s on the Ray workers: the hung input is interrupted there (no
+    worker excluded), both bad inputs are isolated by splitting and refused with their
+    reason, the volume passes with every id once."""
+    spec, ids = make_volume(tmp_path, 40, workers=2, batch_size=5)
+    raw = json.loads(spec.read_text())
+    raw["task"].update(item_timeout_s=1, batch_size=20)  # the memory stage's trial: 0-19
+    raw["task"]["params"].update(hang_id="item-00031", raise_id="item-00026")
+    spec.write_text(json.dumps(raw))
+    run_dir = tmp_path / "run"
+    proc = start_runner(spec, run_dir)
+    try:
+        assert proc.wait(timeout=300) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    finally:
+        kill_group(proc)
+    assert sorted(ledger_ids(run_dir)) == ids
+    balance = json.loads((run_dir / "balance.json").read_text())
+    assert balance["total"] == 40
+    refused = {r["id"]: r["reason"] for r in balance["rows"] if r["status"] == "refused"}
+    assert refused == {
+        "item-00000": "multiple of 97",
+        "item-00031": "timeout: no result within task.item_timeout_s = 1 s (the handler "
+                      "was interrupted on its worker)",
+        "item-00026": "task.handler raised ValueError: cannot read item-00026"}
+    facts = [e for e in events(run_dir) if e.type == "stage.passed"
+             and e.data["stage"] == "pilot"][-1].data["facts"]
+    assert facts["workers_excluded"] == 0 and facts["refused_alone"] == 2
+    worker = [e.data["workers"] for e in events(run_dir) if e.type == "volume.workers"][-1][0]
+    assert worker["item_timeout"] == "on"
+    wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)
