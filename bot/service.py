@@ -327,11 +327,10 @@ class PilotService(Following):
         from bot.pilot.prechecks import volume_problems
 
         try:
-            loaded = load_manifest(run["manifest_text"], source=f"run {run['id']}",
-                                   base_dir=base_dir_of(run))
-        except ManifestError as exc:
-            return f"the manifest of run {run['id']} no longer loads: {exc}"
-        problems = volume_problems(loaded)
+            problems = volume_problems(load_manifest(
+                run["manifest_text"], source=f"run {run['id']}", base_dir=base_dir_of(run)))
+        except ManifestError as exc:  # the project's files changed since the pilot
+            problems = exc.problems
         if not problems:
             return None
         return ("the volume cannot be launched: " + "; ".join(str(p) for p in problems)
