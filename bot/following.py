@@ -26,7 +26,7 @@ from bot.pilot.decisions import end_state
 from bot.pilot.states import S
 from bot.pilot.verdict import judge
 from bot.publishing import Publishing, now_utc
-from bot.reporting import ReportFiles
+from bot.reporting import ReportFiles, settle_evidence
 from runner.events import (
     BALANCE,
     EVIDENCE,
@@ -189,14 +189,16 @@ class Following(Publishing):
             balance = self._recheck_balance(run, balance)
         handle = self._handle(run)
         try:
-            local = self._dispatcher(run).fetch_results(handle)
-            if local is not None and evidence:  # the copy the team controls, verified here
-                evidence = {**evidence, "dest": str(local), "node_dest": evidence.get("dest")}
+            # the copy the team controls, verified here; the bot decides where evidence
+            # lives, the node's "dest" is only a claim (reporting.settle_evidence)
+            evidence = settle_evidence(run, evidence,
+                                       self._dispatcher(run).fetch_results(handle))
         except PreflightError as exc:
             # The copy the team controls is what counts: a fetch that fails, or a fetched
             # copy that does not verify, overrides the node's own "verified".
             log.warning("could not fetch results of %s: %s", run_id, exc)
-            evidence = {**(evidence or {}), "verified": False, "fetch_error": str(exc)}
+            evidence = {**(settle_evidence(run, evidence, None) or {}), "verified": False,
+                        "fetch_error": str(exc)}
         run = {**run, "balance": balance, "evidence": evidence}
         stages = self.store.stages(run_id)
         environment = {s["stage"]: s["facts"] for s in stages if s.get("facts")}

@@ -10,7 +10,10 @@ the report is added to ``SHA256SUMS`` (its line replaced on a rewrite), so
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import os
+import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,11 +22,14 @@ from typing import Any
 from bot.errors import PreflightError
 from bot.messages.report import ReportData, parse_time, render_report, stage_bars
 from bot.store import Store
-from runner.evidence import SUMS, file_sha256, is_url
+from runner.evidence import SUMS, file_sha256, is_url, join_dest
+from runner.files import write_bytes_atomic
 
 REPORT = "report.html"
 PICTURE = "report-summary.png"
 MAX_CHECKSUMS = 2000
+
+log = logging.getLogger(__name__)
 
 
 class ReportError(PreflightError):
@@ -66,14 +72,14 @@ def _checksums(run: dict[str, Any]) -> tuple[list[tuple[str, str]], str]:
     dest = _local_evidence(run)
     if dest is not None:
         try:
-            lines = (Path(dest) / SUMS).read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
+            lines = _read_text_nofollow(Path(dest) / SUMS).splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
             return [], f"the evidence copy's {SUMS} cannot be read: {exc}"
         pairs = [(ln[:64], ln[66:]) for ln in lines if len(ln) > 66 and ln[66:] != REPORT]
         return pairs, f"{SUMS} of the evidence copy at {dest} (the report adds its own line)"
     run_dir = Path(run["run_dir"])
     pairs = []
-    for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
+    for path in sorted(p for p in run_dir.rglob("*") if _regular(p)):
         rel = path.relative_to(run_dir).as_posix()
         skip = rel in (REPORT, PICTURE) or rel.startswith(("ledger.sqlite", "runner."))
         if skip or len(pairs) >= MAX_CHECKSUMS:
@@ -87,10 +93,75 @@ def _checksums(run: dict[str, Any]) -> tuple[list[tuple[str, str]], str]:
 
 
 def _local_evidence(run: dict[str, Any]) -> str | None:
+    """The run's local evidence copy, only where the bot itself put it (``evidence_home``):
+    a ``dest`` the node claimed elsewhere is never written to."""
     dest = str((run.get("evidence") or {}).get("dest") or "")
-    if not dest or is_url(dest) or not os.path.isabs(dest):
+    if not dest or is_url(dest) or not os.path.isabs(dest) or dest != evidence_home(run):
         return None
-    return dest if (Path(dest) / SUMS).is_file() else None
+    return dest if _regular(Path(dest) / SUMS) else None
+
+
+def evidence_home(run: dict[str, Any]) -> str | None:
+    """Where the run's evidence copy belongs, as the bot decided it: ``results.copy_to`` of
+    the bot's own spec (resolved when the run was built) joined with the run id; None
+    without a copy_to or a readable spec. What a node says (an ``evidence`` event's
+    ``dest``) is only a claim, compared with this (``settle_evidence``)."""
+    try:
+        spec = json.loads(Path(str(run.get("spec_path") or "")).read_text(encoding="utf-8"))
+        copy_to = str(((spec.get("results") or {}).get("copy_to")) or "")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not copy_to:
+        return None
+    if is_url(copy_to):
+        return join_dest(copy_to, str(run["id"]))
+    return os.path.normpath(join_dest(str(Path(copy_to.removeprefix("file://")).resolve()),
+                                      str(run["id"])))
+
+
+def settle_evidence(run: dict[str, Any], evidence: dict[str, Any] | None,
+                    fetched: Path | None) -> dict[str, Any] | None:
+    """The run's evidence record with a ``dest`` the bot decided, never the node's word.
+
+    ``fetched``: the copy an SSH fetch brought back (the bot chose where). Otherwise the
+    runner's ``dest`` must be ``evidence_home``; any other place is refused: the record
+    keeps the bot's place, the claim as ``node_dest``, ``verified`` false and why."""
+    if not evidence:
+        return evidence
+    claimed = evidence.get("dest")
+    if fetched is not None:
+        return {**evidence, "dest": str(fetched), "node_dest": claimed}
+    home = evidence_home(run)
+    if (run.get("node") or {}).get("kind", "local") == "ssh" and not (
+            home is not None and is_url(home)):
+        # the node's copy was not brought back: its path on the node is all there is, and
+        # it is never a place on the bot host
+        return {**evidence, "dest": None, "node_dest": claimed, "verified": False}
+    if isinstance(claimed, str) and home is not None and (
+            claimed == home or (not is_url(claimed) and os.path.normpath(claimed) == home)):
+        return {**evidence, "dest": home}
+    why = (f"the runner said it copied the evidence to {claimed!r}, not to {home!r} where "
+           "the bot sent it (results.copy_to / run id): the claim is refused and nothing "
+           "is written there")
+    log.warning("run %s: %s", run.get("id"), why)
+    return {**evidence, "dest": home, "node_dest": claimed, "verified": False,
+            "dest_refused": why}
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _read_text_nofollow(path: Path) -> str:
+    """The text of a regular file, never through a link (``O_NOFOLLOW``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return fh.read().decode("utf-8")
 
 
 def write_report(store: Store, run_id: str) -> ReportFiles:
@@ -127,19 +198,17 @@ def add_to_evidence(dest: Path, rel: str, data: bytes) -> None:
     _atomic(dest / rel, data)
     sums = dest / SUMS
     try:
-        lines = [ln for ln in sums.read_text(encoding="utf-8").splitlines(keepends=True)
+        lines = [ln for ln in _read_text_nofollow(sums).splitlines(keepends=True)
                  if ln[66:].rstrip("\n") != rel]
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ReportError(f"{sums}: cannot read: {exc}") from exc
     lines.append(f"{hashlib.sha256(data).hexdigest()}  {rel}\n")
     _atomic(sums, "".join(lines).encode("utf-8"))
 
 
 def _atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """Temporary file + rename (``runner.files``): never written through a link."""
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_bytes_atomic(path, data)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ReportError(f"cannot write {path}: {exc}") from exc
