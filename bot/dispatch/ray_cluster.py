@@ -24,9 +24,12 @@ from bot.errors import DispatchError
 from runner.raypin import RAY_VERSION, install_command
 from runner.spec import NODE_RUN_DIR_ENV
 
-PROBE = ("import sys, json\ntry:\n    import ray\n    v = ray.__version__\nexcept Exception:\n"
+PROBE = ("import os, sys, json\ntry:\n    import ray\n    v = ray.__version__\nexcept Exception:\n"
          "    v = None\nprint(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], "
-         "'ray': v}))")
+         "'ray': v, 'cpus': os.cpu_count()}))")
+# Worker ports a node needs beyond one per core: the driver, and the workers Ray starts
+# besides the actors (I/O workers, a worker started ahead of the next actor).
+WORKER_PORT_SPARE = 32
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,15 @@ class RayPorts:
     def shifted(self, by: int) -> RayPorts:
         """The same layout ``by`` higher (two nodes on one host: tests only)."""
         return RayPorts(**{k: v + by for k, v in self.__dict__.items()})
+
+    def for_cores(self, cores: int) -> RayPorts:
+        """The worker range wide enough for a node of ``cores`` CPUs: each Ray worker
+        process (one per CPU worker of a CPU volume) takes a port of the range, and Ray
+        refuses to start a worker once the range is used up. Never narrower than it was."""
+        needed = max(0, int(cores)) + WORKER_PORT_SPARE
+        if needed <= self.max_worker - self.min_worker + 1:
+            return self
+        return replace(self, max_worker=self.min_worker + needed - 1)
 
     def flags(self) -> list[str]:
         return ["--node-manager-port", str(self.node_manager),
@@ -86,13 +98,14 @@ def probe_command(python: str) -> str:
     return f"{shlex.quote(python)} -c {shlex.quote(PROBE)}"
 
 
-def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> None:
-    """Refuse, in one message, a node without Ray or whose Ray or Python differs.
+def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> list[RayNode]:
+    """Refuse, in one message, a node without Ray or whose Ray or Python differs; returns
+    the nodes with their worker port range sized for their cores (``RayPorts.for_cores``).
 
     Ray refuses to join nodes of different versions, even a patch apart; the head (the
     first node) must run the pinned version.
     """
-    found = []
+    found, sized = [], []
     for node, out in zip(nodes, outputs):
         try:
             facts = json.loads(out.strip().splitlines()[-1])
@@ -103,6 +116,9 @@ def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> None:
             raise DispatchError(f"{node.where}: Ray is not installed for {node.python}; "
                                 f"install the pinned version: {install_command(node.python)}")
         found.append((node, str(facts["ray"]), str(facts["python"])))
+        cores = facts.get("cpus")
+        sized.append(replace(node, ports=node.ports.for_cores(cores))
+                     if isinstance(cores, int) else node)
     head, head_ray, head_py = found[0]
     if head_ray != RAY_VERSION:
         raise DispatchError(f"{head.where}: Ray {head_ray}, but the volume needs Ray "
@@ -115,6 +131,7 @@ def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> None:
         if py.split(".")[:2] != head_py.split(".")[:2]:
             raise DispatchError(f"{node.where}: Python {py}, but the head {head.where} has "
                                 f"Python {head_py}: Ray needs the same Python on every node")
+    return sized
 
 
 # Runs on the node: ``ray start`` in a process group of its own, whose id is written to
@@ -200,7 +217,7 @@ def start_cluster(shell: Shell, nodes: Sequence[RayNode]) -> RayCluster:
         if code != 0:
             raise DispatchError(f"{node.where}: `{node.python}` cannot run: {err[-300:]}")
         outputs.append(out)
-    check_versions(nodes, outputs)
+    nodes = check_versions(nodes, outputs)
     cluster = RayCluster(list(nodes))
     try:
         for i, node in enumerate(nodes):

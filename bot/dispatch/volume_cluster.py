@@ -124,10 +124,11 @@ def stop_volume_cluster(runs: Runs, handle: RunHandle) -> list[str]:
 
 
 def _shell(runs: Runs, pairs: list[tuple[SSHNode, RayNode]]) -> Any:
-    by_id = {id(r): s for s, r in pairs}
+    # by where and temp dir, not identity: start_cluster sizes each node's ports anew
+    by_key = {(r.where, r.temp_dir): s for s, r in pairs}
 
     def shell(node: RayNode, command: str, stdin: str = "") -> tuple[int, str, str]:
-        return runs.run(by_id[id(node)], command, stdin, timeout=180)
+        return runs.run(by_key[(node.where, node.temp_dir)], command, stdin, timeout=180)
 
     return shell
 

@@ -72,8 +72,9 @@ def gpu_proof(count: int, *, faulty: dict[int, str] | None = None,
 class _Nodes:
     """Nodes with the pinned Ray whose card stages printed ``proofs[host]``."""
 
-    def __init__(self, proofs: dict[str, str]) -> None:
+    def __init__(self, proofs: dict[str, str], cores: dict[str, int] | None = None) -> None:
         self.proofs = proofs
+        self.cores = cores or {}
         self.ran: list[tuple[str, str, str]] = []
 
     def run(self, node: Any, command: str, stdin: str = "",
@@ -84,7 +85,8 @@ class _Nodes:
         if kind == "proof":
             out = self.proofs[node.host]
             return (1 if '"stage.failed"' in out else 0), out, ""
-        return 0, json.dumps({"python": "3.11.9", "ray": RAY_VERSION}), ""
+        return 0, json.dumps({"python": "3.11.9", "ray": RAY_VERSION,
+                              "cpus": self.cores.get(node.host, 8)}), ""
 
     def started(self, host: str) -> list[str]:
         return [c for k, h, c in self.ran if k == "start" and h == host]
@@ -125,6 +127,30 @@ def test_each_node_starts_ray_offering_exactly_the_cards_its_proof_left(
     proofs = json.loads(handle.spec_path.read_text())["volume"]["nodes"]
     assert [(p["host"], p["cards"], p["excluded"]) for p in proofs] == [
         ("gpu-a", [0, 1, 2, 3], []), ("gpu-b", [0, 1], [])]
+
+
+def test_a_cpu_node_with_more_cores_than_the_worker_port_range_gets_a_port_per_worker(
+        tmp_path: Path) -> None:
+    """A CPU volume starts one Ray worker per core of the cluster, each on a port of its
+    node's worker range: a 128-core node's range holds 128 workers and some to spare, a
+    small node keeps the pinned 11000-11063."""
+    handle, copies = _handle(tmp_path)
+    handle.spec_path.write_text(json.dumps({"volume": {"gpus": False}}))
+    nodes = _Nodes({h: _line("torch", "passed", {}) + _line("device", "passed",
+                                                           {"device": "cpu"})
+                    for h in HOSTS}, cores={"gpu-a": 4, "gpu-b": 128})
+    assert start_volume_cluster(nodes, handle, copies) is not None
+    ranges = {}
+    for host in HOSTS:
+        [command] = nodes.started(host)
+        argv = _argv(command)
+        low = int(argv[argv.index("--min-worker-port") + 1])
+        high = int(argv[argv.index("--max-worker-port") + 1])
+        ranges[host] = (low, high)
+        assert argv[argv.index("--num-gpus") + 1] == "0"  # CPUs only
+    assert ranges["gpu-a"] == (11000, 11063)
+    low, high = ranges["gpu-b"]
+    assert low == 11000 and high - low + 1 >= 128 + 16
 
 
 def test_a_faulty_card_is_left_out_and_told_to_the_user(tmp_path: Path) -> None:
