@@ -229,14 +229,17 @@ def _follow_command(run_id: str, *, resume: bool) -> None:
                 if message.key == "plan":
                     notifier.publish(message)
         final = _follow(service, run_row["id"], notifier)
+        if final.get("status") != S.RUNNING and "decision" not in {
+                m.key for m in notifier.messages}:
+            # It had already finished, or another process closed it (someone stopped it):
+            # the outcome as it stands, its last status frame included, not "(running)".
+            for message in service.thread_messages(final["id"])[1:]:
+                notifier.publish(message)
     except PreflightError as exc:
         raise _fail(str(exc), exc.exit_code) from exc
     finally:
         notifier.close_live()
         service.close()
-    if not resume and run_row["status"] != S.RUNNING and final.get("status") != S.RUNNING:
-        for message in service.thread_messages(final["id"])[1:]:
-            notifier.publish(message)  # it had already finished: show the outcome again
     raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
 
 

@@ -225,8 +225,11 @@ def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Me
     if run.get("kind", "pilot") != "pilot":
         return _volume_decision(run)
     if run.get("status") == S.STOPPED:
+        stop = run.get("stop") or {}
+        who = (f" by {stop.get('by')} at {stop.get('at')}: {stop.get('reason')}"
+               if stop.get("by") else "")
         return Message(run["id"], "decision", (Heading("Decision"), Text(
-            f"The run was stopped: nothing to decide yet. `preflight resume {run['id']}` "
+            f"The run was stopped{who}. Nothing to decide yet: `preflight resume {run['id']}` "
             "continues it from its ledger.")), summary=f"{run['name']}: stopped")
     accepted = [d for d in decisions if d.get("accepted")]
     if accepted:
