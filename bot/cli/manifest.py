@@ -85,6 +85,8 @@ def plan(
                                                      result.gpu, result.cards_per_lot)),
             ("Total", f"{data['total_usd']} USD"),
             ("Formula", result.formula)]
+    if result.volume:
+        rows.append(("Volume", result.volume))
     for label, value in rows:
         console.print(f"{label + ':':<24}{value}", markup=False)
     for note in result.notes:

@@ -64,6 +64,8 @@ def plan_message(run: dict[str, Any]) -> Message:
     ]
     if plan.get("memory_per_card_gib") is not None:
         pairs.append(("Memory per card", f"{plan['memory_per_card_gib']} GiB"))
+    if plan.get("volume"):
+        pairs.append(("Volume (on approval)", str(plan["volume"])))
     blocks: list[Any] = [Heading(f"Plan for {run['name']}"), Fields(tuple(pairs))]
     for note in plan.get("notes") or ():
         blocks.append(Text(str(note), style="muted"))

@@ -16,6 +16,7 @@ from typing import Any
 from bot.errors import PreflightError
 from bot.manifest.catalog import Catalog, default_catalog
 from bot.manifest.load import LoadedManifest
+from bot.manifest.model import Manifest, Node
 
 CENT = Decimal("0.01")
 
@@ -42,6 +43,7 @@ class Plan:
     fp32_tflops: float | None = None
     bf16_floor_tflops: float | None = None  # a card below it is slow (runner.cards)
     allreduce_busbw_gbps: dict[int, float] = field(default_factory=dict)  # by card count
+    volume: str | None = None  # what an approval launches: inputs, nodes, cards (or None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able, with the issue's field names; money as exact decimal strings."""
@@ -57,6 +59,7 @@ class Plan:
             "bf16_tflops": self.bf16_tflops, "fp32_tflops": self.fp32_tflops,
             "bf16_floor_tflops": self.bf16_floor_tflops,
             "allreduce_busbw_gbps": {str(k): v for k, v in self.allreduce_busbw_gbps.items()},
+            "volume": self.volume,
         }
 
 
@@ -110,7 +113,36 @@ def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None) -> Plan:
         bf16_tflops=gpu.bf16_tflops, fp32_tflops=gpu.fp32_tflops,
         bf16_floor_tflops=gpu.bf16_floor_tflops,
         allreduce_busbw_gbps=dict(gpu.allreduce_busbw_gbps),
+        volume=describe_volume(manifest, gpu.key, total_cards),
     )
+
+
+def describe_volume(manifest: Manifest, gpu: str, total_cards: int) -> str | None:
+    """What an approval would launch, in one line: "12 inputs (corpus/*.txt) on this
+    machine (the pilot's node), 1 card, 1 per worker"; None without a volume."""
+    volume = manifest.volume
+    if volume is None:
+        return None
+    inputs = volume.inputs
+    what = (f"{inputs.expected_count} inputs ({inputs.dir.rstrip('/')}/{inputs.pattern}"
+            + (f", frames {inputs.frames}" if inputs.frames is not None else "") + ")")
+    listed = volume.nodes if isinstance(volume.nodes, list) and volume.nodes else None
+    nodes = [_node_words(n) for n in listed] if listed else [
+        _node_words(manifest.node) + " (the pilot's node)"]
+    where = ", ".join(nodes) if len(nodes) <= 4 else f"{', '.join(nodes[:4])} and " \
+        f"{len(nodes) - 4} more"
+    if gpu == "cpu":
+        return f"{what} on {where}, CPU workers"
+    per_worker = volume.cards_per_worker
+    return (f"{what} on {plural(len(nodes), 'node')}: {where}; {plural(total_cards, 'card')} "
+            f"rented, {per_worker} per worker")
+
+
+def _node_words(node: Node) -> str:
+    if node.kind == "local":
+        return "this machine"
+    port = f":{node.port}" if node.port != 22 else ""
+    return f"{node.user + '@' if node.user else ''}{node.host}{port}"
 
 
 def _notes(loaded: LoadedManifest, gpu: str, cards_per_lot: int, memory: float | None,

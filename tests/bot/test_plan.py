@@ -65,3 +65,24 @@ def test_several_cards_note_unless_distributed(tmp_path: Path) -> None:
 def test_lease_window(tmp_path: Path) -> None:
     plan = plan_for(tmp_path, lease={"starts_at": "2030-01-01T09:00:00+00:00"})
     assert plan.ends_at == "2030-01-08T09:00:00+00:00"
+
+
+def test_the_plan_says_what_the_volume_is_inputs_nodes_and_cards(tmp_path: Path) -> None:
+    inputs = {"dir": "data/pilote", "pattern": "doc-*.txt", "expected_count": 12}
+    none = plan_for(tmp_path)
+    assert none.volume is None and none.to_dict()["volume"] is None
+    ssh = plan_for(tmp_path, hardware={"gpu": "H100", "lots": 4}, volume={
+        "inputs": inputs, "cards_per_worker": 2, "nodes": [
+            {"kind": "ssh", "host": "gpu-a.example", "user": "team", "workdir": "/w"},
+            {"kind": "ssh", "host": "gpu-b.example", "port": 2222, "workdir": "/w"}]})
+    assert ssh.volume == ("12 inputs (data/pilote/doc-*.txt) on 2 nodes: team@gpu-a.example, "
+                          "gpu-b.example:2222; 4 cards rented, 2 per worker")
+    cpu = plan_for(tmp_path, hardware={"gpu": "cpu", "lot_price_usd_per_day": 0},
+                   backend="cpu", volume={"inputs": inputs})
+    assert cpu.volume is not None and "12 inputs" in cpu.volume
+    assert "this machine (the pilot's node)" in cpu.volume
+    from bot.messages.views import plan_message
+
+    shown = plan_message({"id": "r-a1", "name": "demo", "attempt": 1, "plan": ssh.to_dict()})
+    pairs = dict(next(b.pairs for b in shown.blocks if hasattr(b, "pairs")))
+    assert pairs["Volume (on approval)"] == ssh.volume
