@@ -98,7 +98,8 @@ class PilotService(Following):
 
     def submit(self, loaded: LoadedManifest, *, submitter: str, channel: str | None = None,
                thread_ts: str | None = None, kind: str = "pilot", parent: str | None = None,
-               inputs: Any | None = None, origin: Origin = "cli") -> Submission:
+               inputs: Any | None = None, origin: Origin = "cli",
+               forecast: dict[str, Any] | None = None) -> Submission:
         """Plan an attempt and prepare its own new run directory; nothing is started yet.
 
         The policy is checked here whoever calls (PolicyRefused, recorded, nothing created).
@@ -114,7 +115,8 @@ class PilotService(Following):
         ids = expected_inputs(loaded, inputs)
         with self._lock:
             attempt, run_id, run_dir = self._new_run_dir(loaded, kind)
-            spec = build_spec(loaded, plan, run_id, inputs=inputs, kind=kind)
+            spec = build_spec(loaded, plan, run_id, inputs=inputs, kind=kind,
+                              forecast=forecast)
             spec = replace(spec, project=replace(  # what exactly ran: its git commit
                 spec.project, commit=git_commit(Path(loaded.project_dir))))
             (run_dir / "manifest.yaml").write_text(loaded.text, encoding="utf-8")
@@ -370,7 +372,8 @@ class PilotService(Following):
             return None
         sub = self.submit(loaded, submitter=run["submitter"], channel=run.get("channel"),
                           thread_ts=run.get("thread_ts"), kind="volume", parent=run_id,
-                          inputs=volume.inputs, origin="slack" if run.get("channel") else "cli")
+                          inputs=volume.inputs, origin="slack" if run.get("channel") else "cli",
+                          forecast=run.get("forecast"))  # the volume's time limit
         self.start(sub.run_id)
         return sub.run_id
 

@@ -210,6 +210,17 @@ class Volume(Section):
     batch_size: Int | None = Field(default=None, ge=1,
                                    description="items per batch handed to a worker "
                                                "(null: task.batch_size)")
+    time_limit_s: Int | None = Field(
+        default=None, ge=60,
+        description="seconds the volume's driver may run (null: twice the forecast's high "
+                    "estimate + 30 min, one day without a forecast; never past the lease)")
+    batch_timeout_s: Int | None = Field(
+        default=None, ge=1,
+        description="seconds a worker may hold a batch before it is excluded and the batch "
+                    "split (null: 10 × the slowest batch, the pilot's before any, >= 60 s)")
+    in_flight: Int = Field(default=2, ge=1, le=16,
+                           description="batches each worker holds at once (run one after "
+                                       "another, so its cards do not wait for the driver)")
 
 
 class BlenderLicense(Section):

@@ -3,10 +3,12 @@ figure's formula; after the volume, its actual wall time beside the forecast."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from bot.messages.model import Fields, Heading, Message, Table, Text
 from bot.pilot.forecast import duration
+from bot.pilot.volume_limits import VolumeLimits, volume_limits
 
 
 def forecast_message(run: dict[str, Any]) -> Message | None:
@@ -15,21 +17,37 @@ def forecast_message(run: dict[str, Any]) -> Message | None:
         return None
     if "actual_s" in fc:
         return _check_message(run, fc)
+    limits = _limits(run, fc)
     if not fc.get("possible"):
         return Message(run["id"], "forecast",
                        (Heading("Forecast of the volume"),
-                        Text(f"No forecast: {fc.get('reason')}", style="warn")),
+                        Text(f"No forecast: {fc.get('reason')}", style="warn"),
+                        *_limit_lines(limits)),
                        summary=f"{run['name']}: no forecast of the volume")
     rows = tuple((str(f["label"]), str(f["value"]), str(f["formula"]))
-                 for f in fc.get("figures") or [])
+                 for f in fc.get("figures") or []) + (limits.rows() if limits else ())
     verdict = fit_line(fc)
     blocks: list[Any] = [Heading("Forecast of the volume"),
                          Text(verdict, style="ok" if fc.get("fits") else
                               "error" if fc.get("fits") is False else "plain"),
                          Table(("figure", "value", "formula"), rows)]
-    for note in fc.get("notes") or []:
+    for note in [*(fc.get("notes") or []), *(limits.notes if limits else ())]:
         blocks.append(Text(str(note), style="warn"))
     return Message(run["id"], "forecast", tuple(blocks), summary=f"{run['name']}: {verdict}")
+
+
+def _limits(run: dict[str, Any], fc: dict[str, Any]) -> VolumeLimits | None:
+    """The volume's time limit and batch timeout as an approval now would set them."""
+    return volume_limits(run.get("manifest_json") or {}, run.get("plan") or {}, fc,
+                         datetime.now(timezone.utc))
+
+
+def _limit_lines(limits: VolumeLimits | None) -> tuple[Text, ...]:
+    if limits is None:
+        return ()
+    return (*(Text(f"{label}: {value} ({why})", style="plain")
+              for label, value, why in limits.rows()),
+            *(Text(note, style="warn") for note in limits.notes))
 
 
 def fit_line(fc: dict[str, Any]) -> str:

@@ -2,7 +2,8 @@
 
 Built from the runner's ``progress`` events (``done``, ``total`` and, from the volume's
 driver, ``items_per_s``, ``eta_s``, ``per_card``) and its ``volume.*`` events (a worker or
-node lost, a batch re-queued, a card excluded, a late result counted once).
+node lost, a batch re-queued or split, an input refused alone, a card excluded, a worker
+started in place of another, a late result counted once).
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from runner.events import (
     VOLUME_LATE,
     VOLUME_NODE_LOST,
     VOLUME_REQUEUED,
+    VOLUME_SPLIT,
     VOLUME_WORKER_LOST,
+    VOLUME_WORKER_STARTED,
     VOLUME_WORKERS,
     Event,
 )
 
 NOTE_TYPES = (VOLUME_WORKERS, VOLUME_WORKER_LOST, VOLUME_NODE_LOST, VOLUME_REQUEUED,
-              VOLUME_CARD_EXCLUDED, VOLUME_LATE)
+              VOLUME_CARD_EXCLUDED, VOLUME_LATE, VOLUME_SPLIT, VOLUME_WORKER_STARTED)
 NOTES_SHOWN = 12
 
 
@@ -64,8 +67,25 @@ def note(event: Event) -> Text | None:
         return Text(f"worker {d.get('worker')} lost ({d.get('reason')}); its batch is "
                     "handed to another worker", "warn")
     if event.type == VOLUME_NODE_LOST:
-        return Text(f"node {str(d.get('node'))[:12]} lost with {len(d.get('workers') or [])} "
-                    f"worker(s) and card(s) {', '.join(d.get('cards') or []) or '-'}", "error")
+        host = f" ({d.get('host')})" if d.get("host") else ""
+        why = f": {d.get('reason')}" if d.get("reason") else ""
+        return Text(f"node {str(d.get('node'))[:12]}{host} lost with "
+                    f"{len(d.get('workers') or [])} worker(s) and card(s) "
+                    f"{', '.join(d.get('cards') or []) or '-'}{why}; its batches go to the "
+                    "other nodes", "error")
+    if event.type == VOLUME_SPLIT:
+        refused = d.get("refused") or []
+        if refused:
+            return Text("; ".join(f"input {r.get('id')} refused: {r.get('reason')}"
+                                  for r in refused), "warn")
+        return Text(f"batch {d.get('batch')} ({d.get('items')} items) split in "
+                    f"{len(d.get('parts') or [])} ({d.get('cause')}: {d.get('reason')}) to "
+                    "find the input that fails", "muted")
+    if event.type == VOLUME_WORKER_STARTED:
+        if not d.get("worker"):
+            return Text(f"a worker could not be started {d.get('why') or ''}: "
+                        f"{d.get('error')}", "warn")
+        return Text(f"worker {d.get('worker')} started {d.get('why') or ''}", "muted")
     if event.type == VOLUME_REQUEUED:
         return Text(f"batch {d.get('batch')} ({d.get('items')} items) re-queued: "
                     f"{d.get('reason')}", "warn")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from bot.manifest.load import LoadedManifest
 from bot.manifest.model import Manifest
 from bot.pilot.plan import Plan
+from bot.pilot.volume_limits import volume_limits
 from bot.pilot.volume_nodes import node_count
 from runner.blender.frames import CATEGORY
 from runner.spec import (
@@ -27,8 +29,10 @@ from runner.spec import (
 
 
 def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
-               inputs: Any | None = None, kind: str = "pilot") -> RunSpec:
-    """The spec for one attempt. ``inputs`` overrides the pilot inputs (the volume run)."""
+               inputs: Any | None = None, kind: str = "pilot",
+               forecast: dict[str, Any] | None = None) -> RunSpec:
+    """The spec for one attempt. ``inputs`` overrides the pilot inputs (the volume run);
+    ``forecast``: the pilot's (its high estimate gives the volume's time limit)."""
     m = loaded.manifest
     project_dir = loaded.project_dir
     src = inputs if inputs is not None else m.inputs
@@ -60,7 +64,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                               tolerance=task.tolerance, seed=task.seed),
         preparation=m.preparation,
         blender=_blender(m.blender),
-        volume=_volume(loaded, plan) if kind == "volume" else None,
+        volume=_volume(loaded, plan, forecast) if kind == "volume" else None,
     )
 
 
@@ -110,15 +114,24 @@ def _blender(section: Any) -> BlenderSpec:
     return BlenderSpec(**data)
 
 
-def _volume(loaded: LoadedManifest, plan: Plan) -> VolumeSpec | None:
+def _volume(loaded: LoadedManifest, plan: Plan,
+            forecast: dict[str, Any] | None) -> VolumeSpec | None:
     """The engine settings of a volume run: Ray workers on the healthy cards (a local Ray
-    with CPU workers on the embedded default)."""
+    with CPU workers on the embedded default), its time limit and batch timeout
+    (bot/pilot/volume_limits.py)."""
     volume = loaded.manifest.volume
     if volume is None:
         return None
+    limits = volume_limits(loaded.manifest.model_dump(mode="json"), plan.to_dict(), forecast,
+                           datetime.now(timezone.utc))
+    if limits is None:  # (the manifest has a volume: never)
+        return None
     return VolumeSpec(cards_per_worker=volume.cards_per_worker,
                       batch_size=volume.batch_size or 0,
-                      gpus=loaded.manifest.backend in ("cuda", "rocm") and plan.vendor != "none")
+                      gpus=loaded.manifest.backend in ("cuda", "rocm") and plan.vendor != "none",
+                      batch_timeout_s=limits.batch_timeout_s,
+                      pilot_batch_s=limits.pilot_batch_s, in_flight=limits.in_flight,
+                      time_limit_s=limits.time_limit_s)
 
 
 def runs_dir_for(loaded: LoadedManifest, default: Path) -> Path:

@@ -42,3 +42,24 @@ def test_engine_notes_name_what_was_lost_requeued_excluded_and_counted_once() ->
     assert "w1@b[0] excluded: batch 4 out for more than 60 s" in text
     assert "25 already recorded (counted as re-executed, never twice)" in text
     assert volume_message(RUN, [_ev(1, "progress", done=0, total=1)]) is None
+
+
+def test_engine_notes_say_which_node_was_lost_and_why_and_which_input_was_refused() -> None:
+    events = [
+        _ev(1, "volume.node_lost", node="n2abcdef0123456789", host="gpu-b", workers=["w2@gpu-b[0]"],
+            cards=["0"], reason="the node left the Ray cluster (not alive in ray.nodes())"),
+        _ev(2, "volume.split", batch=4, items=25, cause="late", reason="held past 90 s",
+            parts=[40, 41], refused=[]),
+        _ev(3, "volume.split", batch=45, items=1, cause="late", reason="held past 90 s",
+            parts=[], refused=[{"id": "doc-417", "reason": "timeout: its worker held it past "
+                                                          "the volume's batch timeout of 90 s"}]),
+        _ev(4, "volume.worker_started", worker="w9@gpu-a[3]", cards=["3"],
+            why="in place of w3@gpu-a[3] (held batch 4 past 90 s)"),
+    ]
+    text = to_text(volume_message(RUN, events))  # type: ignore[arg-type]
+    assert ("node n2abcdef0123 (gpu-b) lost with 1 worker(s) and card(s) 0: the node left the "
+            "Ray cluster (not alive in ray.nodes()); its batches go to the other nodes") in text
+    assert "batch 4 (25 items) split in 2 (late: held past 90 s)" in text
+    assert "input doc-417 refused: timeout: its worker held it past the volume's batch " \
+           "timeout of 90 s" in text
+    assert "worker w9@gpu-a[3] started in place of w3@gpu-a[3] (held batch 4 past 90 s)" in text

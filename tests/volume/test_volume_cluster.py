@@ -90,7 +90,7 @@ def _pilot_facts(run_dir: Path) -> dict[str, Any]:
     return dict(passed[-1].data["facts"])
 
 
-def test_killed_driver_resumes_exactly_the_missing_ids_and_late_results_count_once(
+def test_killed_driver_resumes_exactly_the_missing_ids_and_a_late_worker_is_replaced(
         cluster: Any, tmp_path: Path) -> None:
     c, env = cluster
     _three_nodes(c)
@@ -101,16 +101,23 @@ def test_killed_driver_resumes_exactly_the_missing_ids_and_late_results_count_on
     run_dir = tmp_path / "run"
     proc = start_runner(spec, run_dir, env=runner_env(**env))
     try:
-        wait_until(lambda: any(e.type == "volume.late_result" for e in events(run_dir)),
-                   "the late result of the re-queued batch", 240)
+        wait_until(lambda: any(e.type == "volume.worker_started" for e in events(run_dir)),
+                   "a worker started in place of the late one", 240)
         wait_until(lambda: progress_done(run_dir) >= 900, "more progress", 240)
     finally:
         kill_group(proc)  # SIGKILL: the driver (and its worker process) die at once
     at_kill = set(ledger_ids(run_dir))
     assert 0 < len(at_kill) < COUNT
-    late = [e for e in events(run_dir) if e.type == "volume.late_result"][0].data
-    assert late["re_executed"] == 25 and late["recorded"] == 0  # its batch was done again
-    assert [e for e in events(run_dir) if e.type == "volume.card_excluded"]
+    excluded = [e.data for e in events(run_dir) if e.type == "volume.card_excluded"]
+    assert len(excluded) == 1 and "cards freed" in excluded[0]["reason"]
+    split = [e.data for e in events(run_dir) if e.type == "volume.split"][0]
+    assert split["cause"] == "late" and split["items"] == 25 and len(split["parts"]) == 2
+    started = [e.data for e in events(run_dir) if e.type == "volume.worker_started"][0]
+    late_worker = excluded[0]["worker"]
+    assert started["worker"] and late_worker in started["why"]
+    # the late worker was stopped: its card went to the worker started in its place
+    assert started["cards"] == excluded[0]["cards"]
+    assert not [e for e in events(run_dir) if e.type == "volume.late_result"]
     wait_until(lambda: not our_actor_pids(), "the dead driver's actors to end", 60)
 
     set_params(spec, tag="resume", delay_s=0)  # what ran, not how fast, is checked now
@@ -127,7 +134,7 @@ def test_killed_driver_resumes_exactly_the_missing_ids_and_late_results_count_on
     balance = _exactly_once(run_dir, ids)
     assert balance["accepted"] == COUNT - len([i for i in ids if int(i[5:]) % 97 == 0])
     facts = _pilot_facts(run_dir)
-    assert facts["remaining"] == COUNT - len(at_kill) and facts["re_executed_total"] == 25
+    assert facts["remaining"] == COUNT - len(at_kill) and facts["re_executed_total"] == 0
     wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)
 
 
