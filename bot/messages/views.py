@@ -34,7 +34,7 @@ KEY_FACTS: dict[str, tuple[str, ...]] = {
     # preparation: blender adds Blender's version, Cycles' device, render times, device peak
     "environment": ("checked", "missing", "mismatched", "version"),
     "torch": ("version", "build", "cuda", "hip"),
-    "device": ("count", "name", "names", "memory_gib", "cycles_device", "devices"),
+    "device": ("count", "name", "names", "memory_gib", "ram_gib", "cycles_device", "devices"),
     "compute": ("bf16_tflops", "fp32_tflops", "bf16_fraction_of_peak", "max_abs_error",
                 "render_seconds", "cpu_ratio"),
     "interconnect": ("busbw_gbps", "library", "healthy_cards"),
@@ -206,7 +206,11 @@ def evidence_message(run: dict[str, Any]) -> Message | None:
              ("Bytes", str(ev.get("bytes", "?"))), ("Verified", "yes" if verified else "NO")]
     if ev.get("node_dest"):
         pairs.insert(1, ("Node's copy", str(ev["node_dest"])))
-    return Message(run["id"], "evidence", (Heading("Evidence copy"), Fields(tuple(pairs))),
+    # why the bot did not take the node's word: the fetch refused, or a claimed dest
+    why = tuple(Text(str(ev[k]), style="error") for k in ("fetch_error", "dest_refused")
+                if ev.get(k))
+    return Message(run["id"], "evidence", (Heading("Evidence copy"), Fields(tuple(pairs)),
+                                           *why),
                    summary=f"Evidence {'verified' if verified else 'NOT verified'} "
                            f"at {ev.get('dest')}")
 

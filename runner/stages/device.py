@@ -54,6 +54,8 @@ def device_warnings(model: str, devices: List[Dict[str, Any]], arch_list: List[s
 
 
 def cpu_facts() -> Dict[str, Any]:
+    """The machine without a GPU: its cores and its system RAM, named ``ram_gib`` so that
+    nobody reads it as a card's memory."""
     facts: Dict[str, Any] = {"cpu_count": os.cpu_count()}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -64,7 +66,7 @@ def cpu_facts() -> Dict[str, Any]:
         with open("/proc/meminfo", encoding="utf-8") as fh:
             for line in fh:
                 if line.startswith("MemTotal:"):
-                    facts["memory_gib"] = round(int(line.split()[1]) * 1024 / GIB, 2)
+                    facts["ram_gib"] = round(int(line.split()[1]) * 1024 / GIB, 2)
     except OSError:
         pass
     return facts

@@ -1,4 +1,5 @@
-"""The terminal shows the command to type where the chat shows a button."""
+"""The terminal speaks plainly: the command to type where the chat shows a button, and a
+CPU node's memory named as system RAM."""
 
 from __future__ import annotations
 
@@ -31,3 +32,9 @@ def test_a_running_run_shows_the_stop_command() -> None:
     for text in (to_text(message), _rich(message)):
         assert "[stop]" not in text
         assert 'Stop the run' in text and f'preflight stop {RUN} --reason "…"' in text
+
+
+def test_a_cpu_node_s_status_line_names_its_ram() -> None:
+    from bot.messages.views import KEY_FACTS
+
+    assert "ram_gib" in KEY_FACTS["device"]  # runner.stages.device.cpu_facts
