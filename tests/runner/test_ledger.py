@@ -36,6 +36,18 @@ def test_an_item_is_never_recorded_twice_and_the_batch_is_all_or_nothing(tmp_pat
         assert led.count() == 1
 
 
+def test_done_ids_read_in_one_string_keep_every_id_as_it_was_written(tmp_path: Path) -> None:
+    """done_ids joins the ids in SQLite and splits them here: an empty ledger, an empty
+    id, and ids holding the separator (a newline) still come back exactly."""
+    with Ledger.open(str(tmp_path / "l.sqlite")) as led:
+        assert led.done_ids() == set()
+        led.record([Row("", "accepted", category="x")])
+        assert led.done_ids() == {""}
+        led.record([Row("a\nb", "accepted", category="x"), Row("c", "refused", reason="r"),
+                    Row("\n", "accepted", category="x")])
+        assert led.done_ids() == {"", "a\nb", "c", "\n"}
+
+
 def test_a_status_outside_the_two_is_refused_by_the_schema(tmp_path: Path) -> None:
     with Ledger.open(str(tmp_path / "l.sqlite")) as led:
         with pytest.raises(LedgerError, match="batch refused: CHECK constraint"):
