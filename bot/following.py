@@ -60,7 +60,11 @@ class Following(Publishing):
             try:
                 fresh = self.pump(run_id)
             except NodeUnreachable as exc:
-                contact.lost(exc)
+                try:
+                    contact.lost(exc)
+                except ContactLost:
+                    self._head_lost(run_id)
+                    raise
                 if deadline is not None and time.monotonic() > deadline:
                     raise
                 stop.wait(poll)
@@ -78,6 +82,22 @@ class Following(Publishing):
             if len(fresh) < BACKLOG:  # a steady stream is read once per poll, in chunks
                 stop.wait(poll)
         return self.store.get_run(run_id)
+
+    def _head_lost(self, run_id: str) -> None:
+        """The run's node (a volume's head) is out of reach for good: the volume's other
+        nodes are stopped, so their Ray and cards are not left working for a driver that
+        is gone; Ray on the head is stopped by the next look that reaches it."""
+        run = self.store.get_run(run_id)
+        stop_others = getattr(self._dispatcher(run), "stop_other_nodes", None)
+        if stop_others is None:
+            return
+        try:
+            problems = stop_others(self._handle(run))
+        except PreflightError as exc:
+            problems = [str(exc)]
+        if problems:
+            log.warning("run %s: its node is out of reach; Ray not stopped on every "
+                        "node: %s", run_id, "; ".join(problems))
 
     def pump(self, run_id: str) -> list[Event]:
         """Read, record, then publish whatever the runner appended since last time."""

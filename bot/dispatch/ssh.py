@@ -164,6 +164,15 @@ class SSHDispatcher(SSHSessions):
                                   "still be running, try again") from exc
         self._stop_cluster(handle)
 
+    def stop_other_nodes(self, handle: RunHandle) -> list[str]:
+        """The head is out of reach for good (the follower gave up): end this volume's
+        Ray on every node that answers, the others first; returns the problems met (the
+        head's among them, its record kept so the next look tries it again)."""
+        try:
+            return stop_volume_cluster(self, handle)
+        except DispatchError as exc:
+            return [str(exc)]
+
     def _stop_cluster(self, handle: RunHandle) -> None:
         problems = stop_volume_cluster(self, handle)
         if problems:

@@ -1,0 +1,48 @@
+"""A volume whose head node is out of reach for good: the follower gives up and the
+volume's other nodes are stopped (their Ray and cards are not left to a driver that is
+gone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.dispatch.base import RunHandle
+from bot.errors import ContactLost, NodeUnreachable
+from bot.messages.model import RecordingNotifier
+from bot.service import PilotService
+from bot.settings import Settings
+from bot.store import Store
+from tests.bot.fakes import ScriptedDispatcher, pilot_script
+from tests.bot.test_service import submit
+
+IDS = [f"doc-{n:02d}" for n in range(1, 5)]
+
+
+class HeadGone(ScriptedDispatcher):
+    """The runner's node answers nothing once the run started; the other nodes answer."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda run: pilot_script(IDS, refuse=()))
+        self.stopped_others: list[str] = []
+
+    def read_events(self, handle: RunHandle, offset: int) -> Any:
+        raise NodeUnreachable("gpu-a:22: connection timed out")
+
+    def stop_other_nodes(self, handle: RunHandle) -> list[str]:
+        self.stopped_others.append(handle.run_id)
+        return ["volume.nodes[0] gpu-a:22: unreachable"]  # the head: tried again later
+
+
+def test_a_follower_that_gives_up_on_the_head_stops_the_other_nodes(tmp_path: Path) -> None:
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path),
+                                  "PREFLIGHT_SSH_GIVE_UP_S": "0.05"})
+    dispatcher = HeadGone()
+    service = PilotService(settings, Store(settings.db_path), {"local": dispatcher},
+                           RecordingNotifier())
+    run_id = submit(service, tmp_path)
+    with pytest.raises(ContactLost):
+        service.follow(run_id, timeout=30)
+    assert dispatcher.stopped_others == [run_id]
