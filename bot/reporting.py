@@ -51,7 +51,8 @@ def gather(store: Store, run_id: str) -> ReportData:
     zero = min(starts) if starts else None
     times: list[float] = []
     points: list[tuple[float, float]] = []
-    for item in store.item_outcomes(run_id):
+    outcomes = store.item_outcomes(run_id)
+    for item in outcomes:
         when = parse_time(item.ts)
         if zero is not None and when is not None:
             times.append((when - zero).total_seconds())
@@ -61,11 +62,39 @@ def gather(store: Store, run_id: str) -> ReportData:
             points.append((float(size), float(seconds)))
     sums, source = _checksums(run)
     parent = store.get_run(run["parent_run"]) if run.get("parent_run") else None
+    volume = run.get("kind", "pilot") == "volume"
     return ReportData(run=run, stages=stages, decisions=store.decisions(run_id),
                       generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       item_times=times, item_points=points, checksums=sums,
                       checksums_from=source,
-                      parent_forecast=(parent or {}).get("forecast"))
+                      parent_forecast=(parent or {}).get("forecast"),
+                      launched_by=_launched_by(store, parent) if parent else None,
+                      volume_run=None if volume else store.volume_of(run_id),
+                      engine=_engine(store, run, stages, len(outcomes)) if volume else None)
+
+
+def _launched_by(store: Store, parent: dict[str, Any]) -> dict[str, Any]:
+    """The pilot whose approval launched a volume run, and that approval."""
+    accepted = [d for d in store.decisions(parent["id"]) if d.get("accepted")]
+    return {"pilot": parent["id"], "name": parent.get("name"),
+            "decision": accepted[-1] if accepted else None}
+
+
+def _engine(store: Store, run: dict[str, Any], stages: list[dict[str, Any]],
+            items: int) -> dict[str, Any]:
+    """A volume's workers, pace and attempts (started, stopped, resumed) from its events."""
+    from bot.forecasting import work_seconds
+
+    workers = store.events_of_type(run["id"], "volume.workers")
+    attempts = [{"at": e.ts, "resume": bool(e.data.get("resume"))}
+                for e in store.events_of_type(run["id"], "run.started")]
+    stops = [{"at": e.ts, "stage": e.data.get("stage")}
+             for e in store.events_of_type(run["id"], "stage.failed")
+             if (e.data.get("error") or {}).get("type") == "Interrupted"]
+    return {"workers": list(workers[-1].data.get("workers") or []) if workers else [],
+            "items": items,
+            "work_s": work_seconds(stages), "attempts": attempts, "stops": stops,
+            "stop": run.get("stop")}
 
 
 def _checksums(run: dict[str, Any]) -> tuple[list[tuple[str, str]], str]:

@@ -51,12 +51,17 @@ class ReportData:
     checksums: list[tuple[str, str]] = field(default_factory=list)  # (sha256, path)
     checksums_from: str = ""
     parent_forecast: dict[str, Any] | None = None
+    # A volume run: the pilot and the approval that launched it, and its engine (workers,
+    # items, work seconds, attempts and stops). A pilot: the volume run it launched.
+    launched_by: dict[str, Any] | None = None
+    engine: dict[str, Any] | None = None
+    volume_run: str | None = None
 
 
 def render_report(data: ReportData) -> str:
     run = data.run
     sections = [_header(data), _plan(run), _forecast(data), _stages(data), _devices(data),
-                _compute(data), _memory(data), _balance(run), _resume(data),
+                _compute(data), _memory(data), _balance(run), _resume(data), _engine(data),
                 _decisions(data), _checksums(data)]
     title = f"Preflight report — {run['name']} ({run['id']})"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -299,8 +304,51 @@ def _resume(data: ReportData) -> str:
     return _section("resume", "Training: the resume comparison", body)
 
 
+def _engine(data: ReportData) -> str:
+    """A volume run's workers, pace per worker, and its stops and resumes."""
+    engine = data.engine
+    if engine is None:
+        return ""
+    workers = list(engine.get("workers") or [])
+    nodes = {str(w.get("host") or w.get("node")) for w in workers}
+    items, work_s = int(engine.get("items") or 0), engine.get("work_s")
+    rows: list[tuple[Any, ...]] = [
+        ("Workers", f"{len(workers)} on {len(nodes)} node(s)" if workers else "none recorded"),
+        ("Items recorded", items)]
+    if workers and isinstance(work_s, (int, float)) and work_s > 0 and items:
+        rows.append(("Throughput", f"{items / work_s:.3g} items/s in all, "
+                                   f"{items / work_s / len(workers):.3g} items/s per worker "
+                                   f"(over the last attempt's {duration(float(work_s))})"))
+    body = _table(("", ""), rows)
+    if workers:
+        body += _table(("worker", "node", "cards"),
+                       [(w.get("worker"), w.get("host") or w.get("node"),
+                         ",".join(str(c) for c in w.get("cards") or []) or "cpu")
+                        for w in workers])
+    body += _attempts(engine)
+    return _section("engine", "Volume engine: workers, pace, stops and resumes", body)
+
+
+def _attempts(engine: dict[str, Any]) -> str:
+    """Started, stopped and resumed, in time order; the latest stop with who and why."""
+    lines = [(a.get("at"), "resumed" if a.get("resume") else "started", "")
+             for a in engine.get("attempts") or []]
+    lines += [(s.get("at"), "stopped", f"during stage {s.get('stage')}")
+              for s in engine.get("stops") or []]
+    stop = engine.get("stop") or {}
+    if stop.get("by"):
+        lines.append((stop.get("at"), "stop asked",
+                      f"by {stop.get('by')}: {stop.get('reason')}"))
+    if not lines:
+        return ""
+    return _table(("when", "what", "detail"), sorted(lines, key=lambda x: str(x[0])))
+
+
 def _decisions(data: ReportData) -> str:
+    launched = _launched(data)
     if not data.decisions:
+        if launched:
+            return _section("decisions", "Decision", launched)
         return _section("decisions", "Decisions",
                         '<p class="muted">No decision yet.</p>')
     rows = [(d.get("at"), d.get("decision"), d.get("by"),
@@ -309,7 +357,23 @@ def _decisions(data: ReportData) -> str:
              d.get("refusal") or "", d.get("source")) for d in data.decisions]
     return _section("decisions", "Decisions (including refused attempts)",
                     _table(("when", "decision", "by", "result", "reason", "override of",
-                            "refusal", "from"), rows))
+                            "refusal", "from"), rows) + launched)
+
+
+def _launched(data: ReportData) -> str:
+    """What launched this volume run, or the volume run this pilot's approval launched."""
+    if data.volume_run:
+        return ("<p>This approval launched the volume run "
+                f"<code>{escape(data.volume_run)}</code>.</p>")
+    by = data.launched_by
+    if not by:
+        return ""
+    text = f"Launched by the approval of pilot <code>{escape(str(by.get('pilot')))}</code>"
+    decision = by.get("decision")
+    if decision:
+        text += (f": {escape(str(decision.get('decision')))} by {escape(str(decision.get('by')))}"
+                 f" at {escape(str(decision.get('at')))} ({escape(str(decision.get('reason')))})")
+    return f"<p>{text}. A volume run has no decision of its own.</p>"
 
 
 def _checksums(data: ReportData) -> str:
