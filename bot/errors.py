@@ -80,6 +80,11 @@ class NodeUnreachable(DispatchError):
     about the runner, which may still be running; a later try may reach the node."""
 
 
+class DispatchStopped(DispatchError):
+    """The run was stopped while it was being started: the dispatch ends at its next step
+    and stops what it had started on the nodes (Ray, the workdir locks)."""
+
+
 class ContactLost(DispatchError):
     """A follower gave up reaching the node of a run that may still be running."""
 

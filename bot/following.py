@@ -39,7 +39,34 @@ from runner.events import (
 log = logging.getLogger(__name__)
 
 BACKLOG = 2000  # a follower that read this many events at once reads on without waiting
-DISPATCH_GRACE_S = 120  # a start that takes longer than this was interrupted
+# A start silent this long was interrupted: no step and no heartbeat (the bot that started
+# it stopped). A start that keeps giving signs of life is never cut short, however long.
+DISPATCH_GRACE_S = 120
+DISPATCH_BEAT_S = 30  # the heartbeat of a start in progress (well within the grace)
+
+
+class DispatchHeartbeat:
+    """While a start runs, note every ``every`` seconds that its bot is still at it
+    (``Store.dispatch_beat``): the watch judges a dispatch by its last sign of life."""
+
+    def __init__(self, store: Any, run_id: str, every: float = DISPATCH_BEAT_S) -> None:
+        self._store, self._run_id, self._every = store, run_id, every
+        self._done = threading.Event()
+        store.dispatch_beat(run_id)
+        self._thread = threading.Thread(target=self._beat, name=f"dispatch-beat-{run_id}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._done.wait(self._every):
+            try:
+                self._store.dispatch_beat(self._run_id)
+            except PreflightError as exc:  # a busy database: the next beat tries again
+                log.warning("run %s: dispatch heartbeat not recorded: %s", self._run_id, exc)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
 
 
 class Following(Publishing):
@@ -155,7 +182,8 @@ class Following(Publishing):
         """Close a running run whose runner ended while nobody followed it; True if closed.
 
         A run left ``dispatching`` by a bot that stopped mid-start is settled too, once
-        ``DISPATCH_GRACE_S`` have passed: ``running`` if its runner did start, else
+        ``DISPATCH_GRACE_S`` have passed since the start's last sign of life (a step of
+        its dispatch or its heartbeat): ``running`` if its runner did start, else
         ``dispatch_failed`` (then `preflight resume` starts it again).
         """
         run = self.store.get_run(run_id)
@@ -170,9 +198,11 @@ class Following(Publishing):
         return True
 
     def _settle_dispatch(self, run: dict[str, Any], now: datetime) -> bool:
-        started_at = datetime.fromisoformat(run.get("started_at") or run["created_at"])
-        if (now - started_at).total_seconds() < DISPATCH_GRACE_S:
-            return False  # maybe still being started, by this bot or another
+        signs = [run.get("started_at") or run["created_at"],
+                 self.store.dispatch_alive_at(run["id"])]
+        last = max(datetime.fromisoformat(s) for s in signs if s)
+        if (now - last).total_seconds() < DISPATCH_GRACE_S:
+            return False  # still being started, by this bot or another
         dispatcher, handle = self._dispatcher(run), self._handle(run)
         try:
             events, _ = dispatcher.read_events(handle, 0)
@@ -235,15 +265,23 @@ class Following(Publishing):
     def _forecast(self, run: dict[str, Any], stages: list[dict[str, Any]]
                   ) -> dict[str, Any] | None:
         """A pilot's forecast of its volume; a volume's actual time against that forecast."""
-        from bot.forecasting import check_volume, forecast_for
+        from bot.forecasting import ATTEMPT_EVENTS, check_volume, forecast_for
 
         try:
             if run.get("kind") == "volume":
                 parent = self.store.get_run(run["parent_run"]) if run.get("parent_run") else {}
-                return check_volume(run, stages, parent.get("forecast"))
+                events = sorted((e for etype in ATTEMPT_EVENTS
+                                 for e in self.store.events_of_type(run["id"], etype)),
+                                key=lambda e: e.seq)
+                done = next((e.data.get("done") for e in reversed(events)
+                             if e.type == "progress" and isinstance(e.data.get("done"), int)),
+                            None)
+                return check_volume(run, stages, parent.get("forecast"), events, done)
             if not (run.get("manifest_json") or {}).get("volume"):
                 return None  # nothing to forecast: the item outcomes are not even read
-            return forecast_for(run, stages, self.store.item_outcomes(run["id"]))
+            started = self.store.events_of_type(run["id"], "run.started")
+            return forecast_for(run, stages, self.store.item_outcomes(run["id"]),
+                                runner_started=started[-1].ts if started else None)
         except Exception:  # a forecast must never cost the run its verdict
             log.exception("forecast of run %s failed", run["id"])
             return None

@@ -20,15 +20,17 @@ from bot.dispatch.base import Dispatcher
 from bot.errors import (
     DecisionRefused,
     DispatchError,
+    DispatchStopped,
     ManifestError,
     PolicyRefused,
     PreflightError,
 )
-from bot.following import DISPATCH_GRACE_S, Following
+from bot.following import DISPATCH_GRACE_S, DispatchHeartbeat, Following
 from bot.guard import PolicyGuard
 from bot.manifest.load import LoadedManifest, load_manifest
 from bot.manifest.project_check import git_commit
 from bot.messages import views
+from bot.messages.dispatch_view import dispatch_message
 from bot.messages.model import Notifier
 from bot.messages.progress import ProgressMeter
 from bot.pilot.plan import make_plan
@@ -41,6 +43,7 @@ from bot.publishing import base_dir_of, new_run_id, now_utc
 from bot.settings import Settings
 from bot.store import Store
 from runner.errors import RunnerError
+from runner.events import DISPATCH_NODE
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +178,7 @@ class PilotService(Following):
         if self.lease_guard is not None:
             self.lease_guard(run)
         dispatcher = self._dispatcher(run)
-        handle = self._handle(run, resume=resume)
+        handle = replace(self._handle(run, resume=resume), progress=self._dispatch_step(run_id))
         # "dispatching" until the runner's pid is known: the watch and `preflight runs` only
         # look at "running" runs, so nobody takes a runner being started for a dead one.
         from_states = RESUMABLE if resume else {S.PLANNED}
@@ -192,16 +195,49 @@ class PilotService(Following):
                                     f"`preflight stop {run_id}` once it runs")
             raise DispatchError(f"run {run_id} is {current}: it cannot be started again; "
                                 "submit the manifest again for a new attempt")
+        heartbeat = DispatchHeartbeat(self.store, run_id)  # the watch's sign of life
         try:
             pid = dispatcher.start(handle)
+        except DispatchStopped:
+            raise  # recorded `stopped` by the stop; what had started is stopped
         except PreflightError as exc:
-            self.store.transition(run_id, (S.DISPATCHING,), S.DISPATCH_FAILED,
-                                  first_error={"stage": "dispatch", "type": type(exc).__name__,
-                                               "message": str(exc)})
-            self._publish_outcome(run_id)
+            if self.store.transition(run_id, (S.DISPATCHING,), S.DISPATCH_FAILED,
+                                     first_error={"stage": "dispatch",
+                                                  "type": type(exc).__name__,
+                                                  "message": str(exc)}):
+                self._publish_outcome(run_id)
             raise
-        self.store.transition(run_id, (S.DISPATCHING,), S.RUNNING, pid=pid)
+        finally:
+            heartbeat.stop()
+        if not self.store.transition(run_id, (S.DISPATCHING,), S.RUNNING, pid=pid):
+            # Stopped (or settled by the watch) while it started: nobody would follow the
+            # runner just launched, so it is stopped too.
+            self._stop_quietly(run_id, replace(handle, pid=pid))
+            raise DispatchStopped(f"run {run_id} is {self.store.get_run(run_id)['status']}: "
+                                  "it was stopped while it was being started; the runner "
+                                  "it launched is stopped")
         self._publish_status(run_id)
+
+    def _dispatch_step(self, run_id: str) -> Callable[[dict[str, Any]], None]:
+        """The dispatch's report of a step: recorded (a sign of life), shown in the thread,
+        and the place a stop ends a start (DispatchStopped)."""
+        def step(data: dict[str, Any]) -> None:
+            self.store.record_dispatch_event(run_id, DISPATCH_NODE, data)
+            run = self.store.get_run(run_id)
+            message = dispatch_message(run, self.store.dispatch_events(
+                run_id, since=run.get("started_at")))
+            if message is not None:
+                self._publish(message)
+            if run["status"] != S.DISPATCHING:
+                raise DispatchStopped(f"run {run_id} was stopped while it was being started; "
+                                      "what was started on its nodes is stopped")
+        return step
+
+    def _stop_quietly(self, run_id: str, handle: Any) -> None:
+        try:
+            self._dispatcher(self.store.get_run(run_id)).stop(handle)
+        except PreflightError as exc:
+            log.warning("run %s: could not stop what its start left: %s", run_id, exc)
 
     def resume(self, run_id: str) -> None:
         """Start a stopped run again from its ledger, or a run never started (a dispatch
@@ -239,11 +275,18 @@ class PilotService(Following):
         if not reason:
             raise DecisionRefused("a reason is required to stop a run")
         stop = {"by": by, "reason": reason, "at": now_utc()}
+        if self.store.transition(run["id"], (S.DISPATCHING,), S.STOPPED, stop=stop,
+                                 finished_at=now_utc()):
+            # Being started: the start ends at its next step (DispatchStopped) and stops
+            # what it started; what is already up (Ray on the nodes) is stopped here too,
+            # also when the bot that started it is gone.
+            self._stop_quietly(run["id"], self._handle(self.store.get_run(run["id"])))
+            self._publish_outcome(run["id"])
+            return self.store.get_run(run["id"])
         if not self.store.transition(run["id"], (S.RUNNING,), S.RUNNING, stop=stop):
             current = self.store.get_run(run["id"])["status"]
-            raise DispatchError(f"run {run['id']} is {current}: only a running run can be "
-                                "stopped" + (" (it is starting; try again in a moment)"
-                                             if current == S.DISPATCHING else ""))
+            raise DispatchError(f"run {run['id']} is {current}: only a running run, or one "
+                                "being started, can be stopped")
         self._dispatcher(run).stop(self._handle(self.store.get_run(run["id"])))
         return self.follow(run["id"], timeout=timeout) if wait else self.store.get_run(run["id"])
 

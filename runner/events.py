@@ -41,6 +41,10 @@ VOLUME_NODE_LOST = "volume.node_lost"      # a node left the cluster with its wo
 VOLUME_REQUEUED = "volume.requeued"        # a batch handed out again, and why
 VOLUME_CARD_EXCLUDED = "volume.card_excluded"  # a worker gets no more batches, and why
 VOLUME_LATE = "volume.late_result"         # a re-queued batch's first result came back
+# Written by the bot, not the runner: how the dispatch of a several-node volume goes, node
+# by node (``node``, ``index``, ``phase``: uploaded, proved, ray_up, launching), before the
+# runner writes its first line. The bot keeps these apart from the runner's numbered events.
+DISPATCH_NODE = "dispatch.node"
 VOLUME_SPLIT = "volume.split"              # a failed batch split, or its one input refused
 VOLUME_WORKER_STARTED = "volume.worker_started"  # a worker started in place of one stopped
 

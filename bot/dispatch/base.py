@@ -7,13 +7,21 @@ bot) resumes exactly where it stopped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from runner.events import Event
 
 LOG_TAIL_BYTES = 64 * 1024  # of the runner's output kept to describe a runner that died
+# How a start reports its steps (``runner.events.DISPATCH_NODE``'s fields: node, index,
+# phase, ...). It may raise ``bot.errors.DispatchStopped``: the run was stopped meanwhile.
+Progress = Callable[[dict[str, Any]], None]
+
+
+def no_progress(step: dict[str, Any]) -> None:
+    """The report of a start nobody follows."""
 
 
 @dataclass(frozen=True)
@@ -25,11 +33,17 @@ class RunHandle:
     pid: int | None = None
     resume: bool = False
     node: dict[str, Any] | None = None  # the manifest's node section, when the caller has it
+    # Where ``start`` reports each step of a several-node volume's dispatch (uploaded,
+    # proved, Ray up per node); the service records and shows them, and stops the dispatch
+    # by raising DispatchStopped from it.
+    progress: Progress = field(default=no_progress, compare=False, repr=False)
 
 
 class Dispatcher(Protocol):
     def start(self, handle: RunHandle) -> int | None:
-        """Start the runner; return its pid where that means something to ``is_alive``."""
+        """Start the runner; return its pid where that means something to ``is_alive``.
+        Long steps are reported through ``handle.progress``; a ``DispatchStopped`` it
+        raises ends the start, and what it had started is stopped."""
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
         """Complete events appended since ``offset`` and the offset after them, as written:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -93,19 +93,27 @@ class NodeProof:
 
 
 def prove_nodes(runs: Runs, nodes: Sequence[SSHNode], copies: Sequence[NodeCopy],
-                gpus: bool) -> list[NodeProof]:
-    """Every node's proof, run at the same time; the first refusal (by node order) wins."""
-    def one(i: int) -> tuple[int, str, str]:
+                gpus: bool, report: Callable[[dict[str, Any]], None] | None = None
+                ) -> list[NodeProof]:
+    """Every node's proof, run at the same time; the first refusal (by node order) wins.
+    ``report`` hears of each node proven as its proof comes in (``phase: proved``)."""
+    def one(i: int) -> NodeProof:
         try:
-            return runs.run(nodes[i], proof_command(copies[i], nodes[i].python), timeout=1200)
+            out = runs.run(nodes[i], proof_command(copies[i], nodes[i].python), timeout=1200)
         except DispatchError as exc:  # unreachable, or no answer in time: name the node
             raise type(exc)(f"volume.nodes[{i}] ({nodes[i].where}): the card proof did not "
                             f"finish: {exc}; nothing was started") from exc
+        proof = read_proof(i, nodes[i], gpus, *out)
+        if report is not None:
+            report({"node": nodes[i].where, "index": i, "phase": "proved",
+                    "cards": None if proof.cards is None else list(proof.cards),
+                    "excluded": len(proof.excluded)})
+        return proof
 
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         futures = [pool.submit(one, i) for i in range(len(nodes))]
-        outputs = [f.result() for f in futures]
-    return [read_proof(i, nodes[i], gpus, *out) for i, out in enumerate(outputs)]
+        wait(futures)
+    return [f.result() for f in futures]
 
 
 def read_proof(index: int, node: SSHNode, gpus: bool, code: int, out: str,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -207,8 +207,10 @@ class RayCluster:
                 "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-def start_cluster(shell: Shell, nodes: Sequence[RayNode]) -> RayCluster:
-    """Compare versions, then start the head and the other nodes; stop all on failure."""
+def start_cluster(shell: Shell, nodes: Sequence[RayNode],
+                  started: Callable[[int, RayNode], None] | None = None) -> RayCluster:
+    """Compare versions, then start the head and the other nodes; stop all on failure.
+    ``started`` hears of each node whose Ray is up (it may raise: all are stopped)."""
     if not nodes:
         raise DispatchError("a volume needs at least one node")
     outputs = []
@@ -226,6 +228,8 @@ def start_cluster(shell: Shell, nodes: Sequence[RayNode]) -> RayCluster:
             if code != 0:
                 raise DispatchError(f"{node.where}: ray start failed (exit {code}): "
                                     f"{_tail(err or out)}")
+            if started is not None:
+                started(i, node)
     except BaseException:
         stop_cluster(shell, nodes)
         raise

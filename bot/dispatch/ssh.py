@@ -67,6 +67,9 @@ from runner.events import Event, parse_chunk
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Volume nodes whose copy is made at the same time: ten nodes one after another took far
+# longer than a start may, and all at once would saturate the bot host's uplink.
+PREPARE_AT_ONCE = 4
 
 
 class SSHDispatcher(SSHSessions):
@@ -101,6 +104,8 @@ class SSHDispatcher(SSHSessions):
             env = self._volume_cluster(handle, nodes).driver_env()
         try:
             node = SSHNode.from_dict(self.node_of(handle))
+            if nodes:  # the last step a stop can still end before the driver starts
+                handle.progress({"node": node.where, "index": 0, "phase": "launching"})
             return self._call(self._tries(f"dispatch run {handle.run_id}",
                                           lambda: self._dispatch(handle, node, env)), 600)
         except BaseException:
@@ -155,7 +160,12 @@ class SSHDispatcher(SSHSessions):
         return data.decode("utf-8", errors="replace")
 
     def stop(self, handle: RunHandle) -> None:
-        """Raises ``NodeUnreachable`` when the node cannot be reached: nothing was stopped."""
+        """Raises ``NodeUnreachable`` when the node cannot be reached: nothing was stopped.
+        A run stopped while it is being started (no ``remote.json`` yet: no runner) has
+        only its volume's Ray, if any, to stop on every node."""
+        if not (handle.run_dir / "remote.json").exists():
+            self._stop_cluster(handle)
+            return
         node, layout = locate(handle)
         try:
             self._call(self._exec(node, stop_command(layout.get("pid"), layout["run_dir"])), 60)
@@ -181,18 +191,15 @@ class SSHDispatcher(SSHSessions):
 
     # -- start -------------------------------------------------------------------------
     def _volume_cluster(self, handle: RunHandle, nodes: list[SSHNode]) -> RayCluster:
-        """Each node's own copy of the run, then its card proof and Ray. The nodes other
-        than the head keep their workdir's lock from the copy on: a holder launched there
-        keeps it while their Ray lives (the head's is taken again to launch the driver)."""
-        copies, held = [], []
+        """Each node's own copy of the run, then its card proof and Ray, each step reported
+        per node (``handle.progress``). The copies are made ``PREPARE_AT_ONCE`` nodes at a
+        time. The nodes other than the head keep their workdir's lock from the copy on: a
+        holder launched there keeps it while their Ray lives (the head's is taken again to
+        launch the driver)."""
+        held: list[tuple[SSHNode, Any]] = []
         try:
-            for i, node in enumerate(nodes):
-                plan, launcher = self._call(self._tries(
-                    f"prepare volume.nodes[{i}] for run {handle.run_id}",
-                    partial(self._prepare, handle, node, i > 0)), timeout=900)
-                copies.append(NodeCopy.of(plan))
-                if launcher is not None:
-                    held.append((node, launcher))
+            copies = self._call(self._prepare_all(handle, nodes, held),
+                                timeout=900 * -(-len(nodes) // PREPARE_AT_ONCE))
             cluster = start_volume_cluster(self, handle, copies, self.ray_node)
             if cluster is None:
                 raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
@@ -208,6 +215,34 @@ class SSHDispatcher(SSHSessions):
                             handle.run_id, node.where, exc)
         return cluster
 
+    async def _prepare_all(self, handle: RunHandle, nodes: list[SSHNode],
+                           held: list[tuple[SSHNode, Any]]) -> list[NodeCopy]:
+        """Every node's own copy, ``PREPARE_AT_ONCE`` at a time; the launchers that hold a
+        lock go into ``held`` (in node order) as they come. The first failure in node
+        order is raised once every node is done."""
+        gate = asyncio.Semaphore(PREPARE_AT_ONCE)
+        launchers: dict[int, Any] = {}
+
+        async def one(i: int, node: SSHNode) -> NodeCopy:
+            async with gate:
+                plan, launcher, sent = await self._tries(
+                    f"prepare volume.nodes[{i}] for run {handle.run_id}",
+                    partial(self._prepare, handle, node, i > 0))
+            if launcher is not None:
+                launchers[i] = launcher
+            await asyncio.to_thread(handle.progress, {
+                "node": node.where, "index": i, "phase": "uploaded",
+                "bytes": sum(sent.values())})
+            return NodeCopy.of(plan)
+
+        results = await asyncio.gather(*(one(i, n) for i, n in enumerate(nodes)),
+                                       return_exceptions=True)
+        held.extend((nodes[i], launchers[i]) for i in sorted(launchers))
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return [r for r in results if isinstance(r, NodeCopy)]
+
     async def _tries(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
         """``make()``; a drop redoes it (a dispatch sends again only what differs)."""
         for attempt in range(self.attempts):
@@ -221,22 +256,23 @@ class SSHDispatcher(SSHSessions):
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def _prepare(self, handle: RunHandle, node: SSHNode,
-                       hold: bool) -> tuple[UploadPlan, Any]:
+                       hold: bool) -> tuple[UploadPlan, Any, dict[str, int]]:
         """One volume node's own copy of the run (runner, project, inputs, spec and the
-        card proof's spec) in its own workdir, sent under that workdir's lock; with
-        ``hold`` the launcher that holds the lock is returned, still holding it."""
+        card proof's spec) in its own workdir, sent under that workdir's lock, and the
+        bytes sent by kind; with ``hold`` the launcher that holds the lock is returned,
+        still holding it."""
         plan = UploadPlan(await self._workdir(node), handle, self.runner_package,
                           load_spec(handle.spec_path))
         launcher = await self._lock(node, plan, plan.hold_command(node.python) if hold
                                     else None)
         try:
-            await self._send(node, plan, handle, proof_files(plan))
+            sent, _files = await self._send(node, plan, handle, proof_files(plan))
         except BaseException:
             await _release(launcher)
             raise
         if not hold:
             await _release(launcher)
-        return plan, launcher if hold else None
+        return plan, launcher if hold else None, sent
 
     async def _send(self, node: SSHNode, plan: UploadPlan, handle: RunHandle,
                     extra: dict[str, bytes]) -> tuple[dict[str, int], list[str]]:

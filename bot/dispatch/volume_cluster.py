@@ -91,12 +91,13 @@ def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCop
     end_earlier_cluster(runs, handle)
     spec = load_spec(handle.spec_path)
     gpus = bool(spec["volume"].get("gpus"))
-    proofs = prove_nodes(runs, nodes, copies, gpus)
+    proofs = prove_nodes(runs, nodes, copies, gpus, handle.progress)
     pairs = [(n, _placed(ray_node(i, n, handle.run_id, gpus), proof, copy))
              for i, (n, proof, copy) in enumerate(zip(nodes, proofs, copies))]
     _write(handle.run_dir / CLUSTER_FILE,
            {"nodes": [{"ssh": asdict(s), "ray": asdict(r)} for s, r in pairs]})
-    cluster = start_cluster(_shell(runs, pairs), [r for _, r in pairs])
+    cluster = start_cluster(_shell(runs, pairs), [r for _, r in pairs], lambda i, ray: (
+        handle.progress({"node": ray.where, "index": i, "phase": "ray_up"})))
     spec["volume"] = {**spec["volume"], "address": cluster.address,
                       "nodes": [p.to_dict() for p in proofs]}
     _write(handle.spec_path, spec)

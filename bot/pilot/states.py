@@ -6,7 +6,9 @@ run, which has no decision of its own) or ``stopped`` (someone stopped it) → `
 A start that fails ends in ``dispatch_failed``. ``preflight resume`` takes every state but
 ``planned``, ``dispatching`` and ``decided`` back to ``dispatching``: a run being started is
 never started a second time (two drivers of one volume would each clean up the other's
-Ray). ``running → running`` records a stop request on a running run. The store refuses a
+Ray). ``running → running`` records a stop request on a running run; ``dispatching →
+stopped`` a stop while it is being started (the dispatch ends at its next step and stops
+what it had started). The store refuses a
 change this table does not list.
 """
 
@@ -38,7 +40,7 @@ OPEN = frozenset({S.PLANNED, S.RUNNING, S.AWAITING_DECISION})
 
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     S.PLANNED: frozenset({S.DISPATCHING}),
-    S.DISPATCHING: frozenset({S.RUNNING, S.DISPATCH_FAILED}),
+    S.DISPATCHING: frozenset({S.RUNNING, S.DISPATCH_FAILED, S.STOPPED}),
     S.RUNNING: frozenset({S.RUNNING, S.AWAITING_DECISION, S.FINISHED, S.STOPPED,
                           S.DISPATCHING}),
     S.AWAITING_DECISION: frozenset({S.DECIDED, S.DISPATCHING}),

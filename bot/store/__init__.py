@@ -16,6 +16,7 @@ from pathlib import Path
 import sqlite_utils
 
 from bot.errors import StoreError
+from bot.store.dispatch import DispatchMixin, migrate_dispatch
 from bot.store.leases import LeasesMixin, migrate_leases
 from bot.store.refusals import RefusalsMixin, migrate_refusals
 from bot.store.runs import RunsMixin, migrate_runs
@@ -25,7 +26,7 @@ from bot.store.watch import WatchMixin, migrate_watch
 __all__ = ["Store"]
 
 
-class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin):
+class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin, DispatchMixin):
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         try:
@@ -41,6 +42,7 @@ class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin):
             migrate_leases(db)
             migrate_refusals(db)
             migrate_watch(db)
+            migrate_dispatch(db)
 
     @property
     def db(self) -> sqlite_utils.Database:
