@@ -2,8 +2,9 @@
 it: the module file exists, the function is defined (read with ``ast``, so nothing is
 imported, no torch), and a near miss gets a did-you-mean.
 
-Modules of Preflight's own runner (``runner.…``, the built-in workloads) are not looked up
-here: the runner travels with every run.
+Modules of Preflight's own runner (``runner.…``, the built-in workloads such as
+``runner.workloads.classify:handle``) travel with every run: they are resolved against
+Preflight's own source, the same way and with the same did-you-mean.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import difflib
 from collections.abc import Iterator
 from pathlib import Path
 
+import runner
 from bot.manifest.source import FieldPath
 
 MAX_MODULES = 2000  # a did-you-mean looks at this many module files of the project at most
@@ -32,17 +34,22 @@ def check_entry_points(task: object, project_dir: Path) -> Iterator[Finding]:
 def _check(loc: FieldPath, ref: str, project_dir: Path, *,
            need_object: bool) -> Iterator[Finding]:
     module, _, name = ref.partition(":")
-    if not module or module.split(".")[0] == "runner":
+    if not module:
         return
     if need_object and not name:
         yield loc, f"{ref!r}: expected 'module:function'"
         return
+    own = module.split(".")[0] == "runner"
+    if own:  # Preflight's own workloads: looked up in Preflight's source
+        project_dir = Path(runner.__file__).resolve().parent.parent
     path = module_file(project_dir, module)
     if path is None:
         tail = module.replace(".", "/")
-        yield loc, (f"module {module!r} not found in the project {project_dir} (looked for "
-                    f"{tail}.py and {tail}/__init__.py)" + _did_you_mean(module,
-                                                                         _modules(project_dir)))
+        where = ("Preflight's own runner" if own else "the project") + f" {project_dir}"
+        known = _modules(project_dir / "runner", prefix="runner") if own else \
+            _modules(project_dir)
+        yield loc, (f"module {module!r} not found in {where} (looked for "
+                    f"{tail}.py and {tail}/__init__.py)" + _did_you_mean(module, known))
         return
     if not name:
         return
@@ -81,10 +88,11 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _modules(project_dir: Path) -> list[str]:
+def _modules(project_dir: Path, *, prefix: str = "") -> list[str]:
     out: list[str] = []
     for path in project_dir.rglob("*.py"):
-        parts = path.relative_to(project_dir).with_suffix("").parts
+        parts = (*prefix.split(".")[:1 if prefix else 0],
+                 *path.relative_to(project_dir).with_suffix("").parts)
         if any(p.startswith(".") or p in ("site-packages", "node_modules") for p in parts):
             continue
         out.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))

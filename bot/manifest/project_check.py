@@ -40,8 +40,10 @@ def check_project(directory: Path | str, *, manifests: list[Path] | None = None)
     root = Path(directory)
     if not root.is_dir():
         return [Problem("project", f"{root} is not a directory", file=str(root))]
-    problems = list(_check_layout(root))
-    problems += _check_requirements(root / "requirements-rebuild.txt")
+    inputs, requirements = _layout_of(root, manifests or [])
+    problems = list(_check_layout(root, inputs, requirements))
+    for _, path in requirements:
+        problems += _check_requirements(path)
     problems += _check_configs(root)
     found = sorted({*root.glob("*.y*ml"), *root.glob("manifests/*.y*ml"), *(manifests or [])})
     for manifest in found:
@@ -65,21 +67,54 @@ def precheck_manifest(loaded: LoadedManifest) -> list[Problem]:
     return [p for p in problems if p.severity != "error"]
 
 
-def _check_layout(root: Path) -> Iterator[Problem]:
+Located = list[tuple[str, Path]]  # (what the finding is named, the path checked)
+
+
+def _layout_of(root: Path, manifests: list[Path]) -> tuple[Located, Located]:
+    """The pilot inputs folders and requirements files to check: those the given manifests
+    name (``inputs.dir``, ``project.requirements``, relative to their ``project.dir``),
+    else the guide's layout (``data/pilote``, ``requirements-rebuild.txt``)."""
+    inputs: Located = []
+    requirements: Located = []
+    for manifest in manifests:
+        try:
+            data, _ = parse_text(manifest.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SourceError):
+            continue  # _check_value_file reports an unreadable manifest
+        if not isinstance(data, dict):
+            continue
+        project = _mapping(data.get("project"))
+        section = _mapping(data.get("inputs"))
+        base = manifest.parent / str(project.get("dir") or ".")
+        if isinstance(section.get("dir"), str):
+            inputs.append((f"inputs.dir {section['dir']} ({manifest.name})",
+                           base / section["dir"]))
+        if isinstance(project.get("requirements"), str):
+            requirements.append((f"project.requirements {project['requirements']} "
+                                 f"({manifest.name})", base / project["requirements"]))
+    return (inputs or [("data/pilote", root / "data" / "pilote")],
+            requirements or [("requirements-rebuild.txt", root / "requirements-rebuild.txt")])
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _check_layout(root: Path, inputs: Located, requirements: Located) -> Iterator[Problem]:
     name = str(root)
     if not (root / "README.md").is_file():
         yield Problem("README.md", "missing: say what the project does, the entry command "
                       "and how to rebuild its environment", file=name)
-    if not (root / "requirements-rebuild.txt").is_file():
-        yield Problem("requirements-rebuild.txt", "missing: list every dependency, pinned "
-                      "(name==X.Y) or ranged, so another machine rebuilds the same environment",
-                      file=name)
-    data = root / "data" / "pilote"
-    if not data.is_dir():
-        yield Problem("data/pilote", "missing: keep the pilot inputs in the project, "
-                      "immutable, one file per input", file=name)
-    elif not any(p.is_file() for p in data.iterdir()):
-        yield Problem("data/pilote", "empty: put the pilot inputs here", file=name)
+    for label, path in requirements:
+        if not path.is_file():
+            yield Problem(label, "missing: list every dependency, pinned (name==X.Y) or "
+                          "ranged, so another machine rebuilds the same environment", file=name)
+    for label, data in inputs:
+        if not data.is_dir():
+            yield Problem(label, "missing: keep the pilot inputs in the project, "
+                          "immutable, one file per input", file=name)
+        elif not any(p.is_file() for p in data.iterdir()):
+            yield Problem(label, "empty: put the pilot inputs here", file=name)
     for folder, why in (("src", "the code the pilot runs"),
                         ("config", "parameter files such as config/pilote.json (no secrets)"),
                         ("runs", "one subfolder per test; Preflight creates it if absent")):

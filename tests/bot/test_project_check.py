@@ -113,3 +113,20 @@ def test_git_commit_is_read_from_the_checkout_without_git(tmp_path: Path) -> Non
     (git / "refs" / "heads" / "main").unlink()
     (git / "packed-refs").write_text(f"# pack-refs\n{'b' * 40} refs/heads/main\n")
     assert git_commit(tmp_path) == "b" * 40
+
+
+def test_the_manifest_s_paths_win_over_the_guide_s_layout(tmp_path: Path) -> None:
+    root = good_project(tmp_path)
+    (root / "data" / "pilote").rename(root / "data" / "pilot")
+    (root / "requirements-rebuild.txt").rename(root / "requirements.txt")
+    manifest = root / "manifests" / "sentiment.yaml"
+    manifest.parent.mkdir()
+    manifest.write_text(dump(merged(project={"dir": "..", "requirements": "requirements.txt"},
+                                    inputs={"dir": "data/pilot"})))
+    (root / "pilot.yaml").unlink()
+    assert check_project(root, manifests=[manifest]) == []
+    without = {p.loc for p in check_project(root)}  # the guide's layout is the default
+    assert {"data/pilote", "requirements-rebuild.txt"} <= without
+    (root / "data" / "pilot").rename(root / "data" / "pilto")
+    [missing] = [p for p in check_project(root, manifests=[manifest]) if p.severity == "error"]
+    assert missing.loc == "inputs.dir data/pilot (sentiment.yaml)" and "missing" in missing.message
