@@ -250,6 +250,11 @@ def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Me
         pairs = [("By", d["by"]), ("When", d["at"]), ("Reason", d["reason"])]
         if run.get("volume_run"):
             pairs.append(("Volume run", str(run["volume_run"])))
+        elif d["decision"] == "approve" and isinstance(run.get("manifest_json"), dict) \
+                and not run["manifest_json"].get("volume"):
+            pairs.append(("Volume", "nothing launched: the manifest has no volume section "
+                                    "(docs/volume.md); add one and submit a new attempt to "
+                                    "run the full corpus"))
         return Message(run["id"], "decision",
                        (Heading(f"Decision: {label}{over}"), Fields(tuple(pairs)),
                         *_refused(decisions)),

@@ -112,3 +112,17 @@ def test_a_volume_created_but_not_started_keeps_the_approval_and_says_resume(
     assert volume is not None and f"preflight resume {volume}" in str(caught.value)
     assert service.store.get_run(pilot)["status"] == "decided"
     assert service.store.get_run(volume)["status"] == "planned"
+
+
+def test_approving_a_pilot_without_a_volume_says_nothing_was_launched_and_why(
+        tmp_path: Path) -> None:
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    service = PilotService(settings, Store(settings.db_path), {"local": ScriptedDispatcher(
+        lambda run: pilot_script(IDS, refuse=()))}, RecordingNotifier())
+    sub = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
+    service.start(sub.run_id)
+    service.follow(sub.run_id, timeout=30)
+    assert service.decide(sub.run_id, "approve", "clean", "alice")["volume_run"] is None
+    decision = [m for m in service.thread_messages(sub.run_id) if m.key == "decision"][-1]
+    text = " ".join(str(b) for b in decision.blocks)
+    assert "nothing launched: the manifest has no volume section" in text
