@@ -11,7 +11,7 @@ with a first-wins, id-keyed insert, and keeps going whatever fails:
   worker died while its node lived) is split in halves until the input that fails is
   alone, and that input is refused with the reason (``runner.volume_queue``);
 - a worker past the batch timeout is excluded and stopped (its cards freed), and a
-  fresh worker is started in its place (at most as many times as there were workers).
+  fresh worker is started in its place (at most 8 times, or once per worker if more).
 
 Ray retries nothing on its own. Resume never depends on Ray: a fresh driver runs exactly
 the ids that are not in the ledger.
@@ -45,6 +45,7 @@ MIN_TIMEOUT_S = 60.0
 TIMEOUT_FACTOR = 10.0
 CPU_WORKERS_MAX = 4
 START_TIMEOUT_S = 600.0  # a worker started in place of another must answer within this
+REPLACE_MIN = 8          # workers started again: at least this many, or one per worker
 ISOLATED_MIN = 20        # inputs refused alone before the volume is judged broken ...
 ISOLATED_SHARE = 0.01    # ... or this share of the inputs, whichever is larger
 
@@ -108,7 +109,7 @@ class Driver:
         self.in_flight = max(1, int(in_flight or 1))
         self.spawn = spawn
         self.starting: Dict[Any, Tuple[Worker, float, str]] = {}  # ref -> (new, since, why)
-        self.replacements_left = len(workers) if spawn is not None else 0
+        self.replacements_left = max(REPLACE_MIN, len(workers)) if spawn is not None else 0
         self.next_key = max((w.key for w in workers), default=-1) + 1
         self.batch_seconds: List[float] = []
         self.lost_types = lost_errors(ray)
@@ -309,6 +310,9 @@ class Driver:
                       workers=[w.label for w in gone],
                       cards=sorted({c for w in gone for c in w.cards}))
         for w in gone:
+            if not (w.lost or w.excluded):  # each worker lost once, whichever saw it first
+                self.ctx.emit(ev.VOLUME_WORKER_LOST, worker=w.label, node=w.node,
+                              cards=w.cards, reason=f"its node was lost: {reason}")
             w.lost = True
             self._release(w, f"node {host or node[:8]} was lost")
 

@@ -212,6 +212,16 @@ def test_a_hung_input_is_isolated_and_refused_without_excluding_every_worker(
     assert split[-1]["refused"] == [{"id": "i417", "reason": rows["i417"].reason}]
 
 
+def test_a_hung_input_on_two_workers_is_isolated_by_workers_started_again(
+        tmp_path: Path) -> None:
+    ray = FakeRay(2, hang={"i021"})
+    driver, ledger, _ = _driver(tmp_path, ray, 64, timeout=60, size=16)
+    facts = driver.run()  # 16 -> 8 -> 4 -> 2 -> 1: five workers stopped, two at the start
+    rows = _every_id_once(ledger, 64)
+    assert rows["i021"].status == "refused" and facts["workers_excluded"] == 5
+    assert sum(r.status == "accepted" for r in rows.values()) == 63
+
+
 def test_a_raising_input_is_refused_with_its_exception_and_the_volume_goes_on(
         tmp_path: Path) -> None:
     ray = FakeRay(2, raises={"i013"})
