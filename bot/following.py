@@ -265,15 +265,23 @@ class Following(Publishing):
     def _forecast(self, run: dict[str, Any], stages: list[dict[str, Any]]
                   ) -> dict[str, Any] | None:
         """A pilot's forecast of its volume; a volume's actual time against that forecast."""
-        from bot.forecasting import check_volume, forecast_for
+        from bot.forecasting import ATTEMPT_EVENTS, check_volume, forecast_for
 
         try:
             if run.get("kind") == "volume":
                 parent = self.store.get_run(run["parent_run"]) if run.get("parent_run") else {}
-                return check_volume(run, stages, parent.get("forecast"))
+                events = sorted((e for etype in ATTEMPT_EVENTS
+                                 for e in self.store.events_of_type(run["id"], etype)),
+                                key=lambda e: e.seq)
+                done = next((e.data.get("done") for e in reversed(events)
+                             if e.type == "progress" and isinstance(e.data.get("done"), int)),
+                            None)
+                return check_volume(run, stages, parent.get("forecast"), events, done)
             if not (run.get("manifest_json") or {}).get("volume"):
                 return None  # nothing to forecast: the item outcomes are not even read
-            return forecast_for(run, stages, self.store.item_outcomes(run["id"]))
+            started = self.store.events_of_type(run["id"], "run.started")
+            return forecast_for(run, stages, self.store.item_outcomes(run["id"]),
+                                runner_started=started[-1].ts if started else None)
         except Exception:  # a forecast must never cost the run its verdict
             log.exception("forecast of run %s failed", run["id"])
             return None

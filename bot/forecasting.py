@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from bot.pilot.cards import healthy_cards as run_healthy_cards
-from bot.pilot.forecast import ForecastInputs, ItemOutcome, Sample, forecast
+from bot.pilot.forecast import ForecastInputs, ItemOutcome, Sample, Setup, forecast, plural
+from runner.events import Event
 from runner.inputs import InputsError, list_dir
 
 # Where the volume's processing time is read, in this order (the stage that ran the items).
@@ -22,9 +23,11 @@ WORK_STAGES = ("volume", "pilot")
 
 
 def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
-                 items: list[ItemOutcome],
-                 now: datetime | None = None) -> dict[str, Any] | None:
-    """The forecast of a pilot's volume as stored with the run; None when it has no volume."""
+                 items: list[ItemOutcome], now: datetime | None = None,
+                 runner_started: str | None = None) -> dict[str, Any] | None:
+    """The forecast of a pilot's volume as stored with the run; None when it has no volume.
+    ``runner_started``: when the pilot's runner started (its last ``run.started``), for the
+    dispatch time it measured."""
     manifest = run.get("manifest_json") or {}
     volume = manifest.get("volume")
     if not volume:
@@ -38,8 +41,10 @@ def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
     task = manifest.get("task") or {}
     hardware = manifest.get("hardware") or {}
     starts = (manifest.get("lease") or {}).get("starts_at")
+    batch = int(task.get("batch_size") or 1)
+    shared = not task.get("command") and manifest.get("preparation") != "blender"
     inputs = ForecastInputs(
-        samples=tuple(_samples(items)),
+        samples=tuple(samples(items, batch if shared else 1)),
         accepted=sum(1 for item in items if item.status == "accepted"),
         volume_count=count, volume_bytes=total, volume_max_bytes=largest, volume_where=where,
         rented_cards=int(plan.get("total_cards") or 1),
@@ -50,16 +55,114 @@ def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
         healthy_cards=healthy_cards(stages),
         cards_per_worker=int(volume.get("cards_per_worker") or 1),
         nodes=_node_count(volume.get("nodes")),
+        pilot_node=pilot_node(manifest.get("node"), volume.get("nodes")),
+        gpus=manifest.get("backend") in ("cuda", "rocm") and plan.get("vendor") != "none",
+        cores=_cores(stages), batch_size=int(volume.get("batch_size") or batch),
+        setup=measured_setup(run, stages, runner_started, _volume_node(manifest, volume)),
         peak_memory_gib=_peak_memory(stages), card_memory_gib=plan.get("memory_per_card_gib"),
         lease_starts_at=datetime.fromisoformat(starts) if starts else None)
     return forecast(inputs).to_dict()
 
 
-def _samples(items: list[ItemOutcome]) -> list[Sample]:
-    """The accepted items' timings (``items``: the first outcome of each id)."""
-    return [Sample(float(item.elapsed_s), int(item.input_bytes)  # type: ignore[arg-type]
-                   if _number(item.input_bytes) else None)
-            for item in items if item.status == "accepted" and _number(item.elapsed_s)]
+def samples(items: list[ItemOutcome], batch_size: int = 1) -> list[Sample]:
+    """The accepted items' timings (``items``: the first outcome of each id, in seq order).
+
+    A handler's batch is timed as a whole and its seconds shared equally by its items: the
+    consecutive items (refused ones too) that carry the same share, at most ``batch_size``
+    of them, are one measurement (``Sample.batch``), not that many."""
+    out: list[Sample] = []
+    group, size, last = -1, 0, None
+    for item in items:
+        if not _number(item.elapsed_s):
+            last = None
+            continue
+        if batch_size > 1 and item.elapsed_s == last and size < batch_size:
+            size += 1
+        else:
+            group, size, last = group + 1, 1, item.elapsed_s
+        if item.status == "accepted":
+            out.append(Sample(float(item.elapsed_s),  # type: ignore[arg-type]
+                              int(item.input_bytes)  # type: ignore[arg-type]
+                              if _number(item.input_bytes) else None,
+                              group if batch_size > 1 else None))
+    return out
+
+
+def pilot_node(node: Any, nodes: Any) -> int | None:
+    """Which of ``volume.nodes`` the pilot ran on (its cards are proven): 0 when the list
+    is absent (the volume runs on the pilot's node), None when the pilot's is not listed."""
+    if not isinstance(nodes, list) or not nodes:
+        return 0
+    ours = _identity(node if isinstance(node, dict) else {})
+    return next((k for k, n in enumerate(nodes)
+                 if isinstance(n, dict) and _identity(n) == ours), None)
+
+
+def _identity(node: dict[str, Any]) -> str:
+    if (node.get("kind") or "local") == "local":
+        return "local"
+    return f"ssh://{str(node.get('host') or '').strip().lower()}:{node.get('port') or 22}"
+
+
+def _volume_node(manifest: dict[str, Any], volume: dict[str, Any]) -> dict[str, Any]:
+    nodes = volume.get("nodes")
+    if isinstance(nodes, list) and nodes and isinstance(nodes[0], dict):
+        return nodes[0]
+    node = manifest.get("node")
+    return node if isinstance(node, dict) else {}
+
+
+# The stages a node's card proof runs (bot/dispatch/card_proof.py) and those after the items.
+PROOF_STAGES = ("prepare", "interpreter", "torch", "device", "compute", "interconnect")
+AFTER_STAGES = ("pilot", "balance", "evidence")
+
+
+def measured_setup(run: dict[str, Any], stages: list[dict[str, Any]],
+                   runner_started: str | None, node: dict[str, Any]) -> Setup:
+    """What the pilot measured of the volume's setup: its diagnostics, its dispatch."""
+    diagnostics = proof = 0.0
+    seen = False
+    for stage in stages:
+        seconds = stage_seconds(stage)
+        if seconds is None or stage.get("stage") in AFTER_STAGES:
+            continue
+        seen = True
+        diagnostics += seconds
+        if stage.get("stage") in PROOF_STAGES:
+            proof += seconds
+    dispatch = None
+    began, started = _when(run.get("started_at")), _when(runner_started)
+    if began is not None and started is not None and started >= began:
+        dispatch = (started - began).total_seconds()
+    return Setup(diagnostics_s=diagnostics if seen else None, dispatch_s=dispatch,
+                 proof_s=proof if seen else None, ssh=node.get("kind") == "ssh")
+
+
+def stage_seconds(stage: dict[str, Any]) -> float | None:
+    began, ended = _when(stage.get("started_at")), _when(stage.get("ended_at"))
+    if began is None or ended is None:
+        return None
+    return max(0.0, (ended - began).total_seconds())
+
+
+def _when(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def _cores(stages: list[dict[str, Any]]) -> int | None:
+    """The pilot node's cores, as its interpreter (else device) stage counted them."""
+    by_name = {s.get("stage"): s for s in stages}
+    for name in ("interpreter", "device"):
+        value = ((by_name.get(name) or {}).get("facts") or {}).get("cpu_count")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def _number(value: Any) -> bool:
@@ -102,32 +205,89 @@ def _peak_memory(stages: list[dict[str, Any]]) -> float | None:
     return None
 
 
+# The events that say when each attempt's work stage ran (bot.following reads these).
+ATTEMPT_EVENTS = ("run.started", "stage.started", "stage.passed", "stage.failed", "progress")
+
+
 def check_volume(volume_run: dict[str, Any], stages: list[dict[str, Any]],
-                 pilot_forecast: dict[str, Any] | None) -> dict[str, Any] | None:
-    """After the volume: its actual wall time beside the forecast, and the error in percent."""
+                 pilot_forecast: dict[str, Any] | None, events: list[Event] | None = None,
+                 done: int | None = None) -> dict[str, Any] | None:
+    """After the volume: its actual processing time beside the forecast's, and the error.
+
+    Actual: the seconds the stage that ran the items (``volume``, else ``pilot``) ran, added
+    over the attempts (``events``: their ``ATTEMPT_EVENTS``), not the wall time since the
+    first one. Forecast: what that stage does, Ray's start once per attempt and the items'
+    processing; when the attempts ran ``done`` items of the volume's ``volume_count``
+    (stopped, failed), the processing of those items only."""
     if not pilot_forecast or not pilot_forecast.get("possible"):
         return None
-    actual = work_seconds(stages)
-    if actual is None:
+    spans = attempt_seconds(events or []) or [s for s in [work_seconds(stages)] if s is not None]
+    if not spans:
         return None
-    low, high = float(pilot_forecast["low_s"]), float(pilot_forecast["high_s"])
-    error = (actual - low) / low * 100 if low > 0 else None
-    return {"actual_s": round(actual, 3), "forecast_low_s": low, "forecast_high_s": high,
+    actual = sum(spans)
+    count = int(pilot_forecast.get("volume_count") or 0)
+    per_start = float(pilot_forecast.get("ray_start_s") or 0.0)
+    share = 1.0 if done is None or not count else min(1.0, done / count)
+    if "proc_mid_s" in pilot_forecast:
+        low, mid, high = (per_start * len(spans) + share * float(pilot_forecast[f"proc_{k}_s"])
+                          for k in ("low", "mid", "high"))
+    else:  # a forecast stored before the middle and the setup were figures of their own
+        low, high = float(pilot_forecast["low_s"]), float(pilot_forecast["high_s"])
+        mid = low
+    error = (actual - mid) / mid * 100 if mid > 0 else None
+    scope = "the whole volume" if share >= 1.0 else \
+        f"the {done:,} of {count:,} items its attempts recorded"
+    formula = (f"actual {' + '.join(f'{s:.3g} s' for s in spans)} = {actual:.3g} s "
+               f"({plural(len(spans), 'attempt')}); forecast for {scope}: "
+               f"{plural(len(spans), 'Ray start')} × {per_start:g} s + processing = {mid:.3g} s "
+               f"(range {low:.3g} – {high:.3g} s); "
+               + (f"({actual:.3g} − {mid:.3g}) ÷ {mid:.3g} = {error:+.1f}%"
+                  if error is not None else "no error: the forecast is 0 s"))
+    return {"actual_s": round(actual, 3), "attempts": len(spans),
+            "attempt_s": [round(s, 3) for s in spans], "items_done": done,
+            "items_total": count, "scored": "whole" if share >= 1.0 else "partial",
+            "forecast_low_s": round(low, 3), "forecast_mid_s": round(mid, 3),
+            "forecast_high_s": round(high, 3),
             "error_pct": None if error is None else round(error, 1),
-            "within_range": low <= actual <= high,
-            "formula": f"({actual:.3g} s actual − {low:.3g} s p50 forecast) ÷ "
-                       f"{low:.3g} s = {error:+.1f}%" if error is not None else ""}
+            "within_range": low <= actual <= high, "formula": formula}
+
+
+def attempt_seconds(events: list[Event]) -> list[float]:
+    """Seconds the work stage (``volume``, else ``pilot``) ran in each attempt: from its
+    ``stage.started`` to its end, or (a runner killed mid-stage) to the attempt's last
+    event. Attempts are split at ``run.started``; the time between them is not counted."""
+    attempts: list[list[Event]] = []
+    for event in events:
+        if event.type == "run.started" or not attempts:
+            attempts.append([])
+        attempts[-1].append(event)
+    names = {e.stage for e in events if e.type == "stage.started"}
+    work = next((name for name in WORK_STAGES if name in names), None)
+    spans = []
+    for attempt in attempts:
+        began = next((e for e in attempt if e.type == "stage.started" and e.stage == work),
+                     None)
+        if began is None:
+            continue
+        after = [e for e in attempt if e.seq > began.seq]
+        end = next((e for e in after if e.type in ("stage.passed", "stage.failed")
+                    and e.stage == work), after[-1] if after else began)
+        start, stop = _when(began.ts), _when(end.ts)
+        if start is not None and stop is not None:
+            spans.append(max(0.0, (stop - start).total_seconds()))
+    return spans
 
 
 def work_seconds(stages: list[dict[str, Any]]) -> float | None:
-    """Seconds the stage that processed the items ran (``volume``, else ``pilot``)."""
+    """Seconds the stage that processed the items ran (``volume``, else ``pilot``), from
+    its row: first start to last end (one attempt; ``attempt_seconds`` for several)."""
     by_name = {s.get("stage"): s for s in stages}
     for name in WORK_STAGES:
         stage = by_name.get(name)
-        if stage and stage.get("started_at") and stage.get("ended_at"):
-            began = datetime.fromisoformat(str(stage["started_at"]).replace("Z", "+00:00"))
-            ended = datetime.fromisoformat(str(stage["ended_at"]).replace("Z", "+00:00"))
-            return (ended - began).total_seconds()
+        if stage:
+            seconds = stage_seconds(stage)
+            if seconds is not None:
+                return seconds
     return None
 
 

@@ -64,10 +64,18 @@ def fit_line(fc: dict[str, Any]) -> str:
 
 def _check_message(run: dict[str, Any], fc: dict[str, Any]) -> Message:
     actual, low, high = (float(fc[k]) for k in ("actual_s", "forecast_low_s", "forecast_high_s"))
+    mid = float(fc.get("forecast_mid_s") or low)
     error = fc.get("error_pct")
-    pairs = (("Actual wall time", duration(actual)),
-             ("Forecast", f"{duration(low)} (p50) – {duration(high)} (p90)"),
-             ("Error against the p50", "—" if error is None else f"{error:+.1f}%"),
+    attempts = int(fc.get("attempts") or 1)
+    done, total = fc.get("items_done"), fc.get("items_total")
+    scope = (f"{done:,} of {total:,} items (the forecast scaled to them)"
+             if fc.get("scored") == "partial" and done is not None and total else
+             "the whole volume")
+    pairs = (("Actual processing time",
+              f"{duration(actual)}" + (f" over {attempts} attempts" if attempts > 1 else "")),
+             ("Scored on", scope),
+             ("Forecast", f"{duration(mid)} ({duration(low)} – {duration(high)})"),
+             ("Error against the middle", "—" if error is None else f"{error:+.1f}%"),
              ("Within the range", "yes" if fc.get("within_range") else "no"),
              ("Formula", str(fc.get("formula") or "")))
     return Message(run["id"], "forecast", (Heading("Forecast against the actual"), Fields(pairs)),

@@ -139,10 +139,14 @@ def _forecast(data: ReportData) -> str:
                         '<p class="muted">No volume section: nothing to forecast.</p>')
     if "actual_s" in fc:
         error = fc.get("error_pct")
-        rows = [("Actual wall time", duration(float(fc["actual_s"]))),
-                ("Forecast (p50 – p90)", f"{duration(float(fc['forecast_low_s']))} – "
-                                         f"{duration(float(fc['forecast_high_s']))}"),
-                ("Error against the p50", "—" if error is None else f"{error:+.1f}%"),
+        mid = float(fc.get("forecast_mid_s") or fc["forecast_low_s"])
+        rows = [("Actual processing time", duration(float(fc["actual_s"]))
+                 + (f" over {fc['attempts']} attempts" if int(fc.get("attempts") or 1) > 1
+                    else "")),
+                ("Forecast (middle, range)", f"{duration(mid)} "
+                                             f"({duration(float(fc['forecast_low_s']))} – "
+                                             f"{duration(float(fc['forecast_high_s']))})"),
+                ("Error against the middle", "—" if error is None else f"{error:+.1f}%"),
                 ("Within the range", "yes" if fc.get("within_range") else "no")]
         body = (_table(("figure", "value"), rows)
                 + f'<p class="formula">{escape(str(fc.get("formula") or ""))}</p>')

@@ -22,6 +22,18 @@ SIZE_SPREAD = 2.0          # sizes "differ" when the largest is at least this x 
 LOW_SHARE = 0.05           # under this share of the rented card-hours: maybe rented too much
 MEMORY_TIGHT = 0.9         # peak over this fraction of the card's memory: say so
 CENT = Decimal("0.01")
+Z90 = 1.645                # the normal's 95th percentile: a two-sided 90 % range
+ASSUMED_CV = 0.5           # items' spread (sd ÷ mean) assumed when the pilot could not show it
+MIN_CV = 0.05              # the least spread a range keeps (timing noise between two runs)
+SKEW_TAIL = 1.0            # skewness above this is a heavy tail: the high end widens
+CPU_WORKERS_MAX = 4        # a local Ray: one CPU worker per core, at most this (runner/volume.py)
+RAY_START_S = 4.6          # a local Ray and its workers, per attempt (measured, embedded default)
+UPLOAD_BYTES_PER_S = 50e6  # an SSH node's upload of the inputs, when not measured
+# Student's t, 95th percentile, by degrees of freedom (a small pilot's mean is uncertain).
+T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
+       9: 1.833, 10: 1.812, 11: 1.796, 12: 1.782, 13: 1.771, 14: 1.761, 15: 1.753, 16: 1.746,
+       17: 1.740, 18: 1.734, 19: 1.729, 20: 1.725, 25: 1.708, 30: 1.697, 40: 1.684,
+       60: 1.671, 120: 1.658}
 
 
 class ItemOutcome(NamedTuple):
@@ -36,10 +48,28 @@ class ItemOutcome(NamedTuple):
 
 @dataclass(frozen=True)
 class Sample:
-    """One accepted pilot item: its measured seconds and its input's size."""
+    """One accepted pilot item: its measured seconds and its input's size.
+
+    ``batch``: the measurement it shares with other items (a handler's batch, timed as a
+    whole and shared equally by its items); None: the item was timed on its own (a batch
+    of one, a command's or a render's own figure)."""
 
     seconds: float
     input_bytes: int | None = None
+    batch: int | None = None
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the volume pays before its items run, as the pilot measured it (None: not
+    measured). ``diagnostics_s``: the pilot's stages before its pilot stage (the volume
+    runs the same); ``dispatch_s``: from the pilot's dispatch to its runner's start (upload
+    and launch); ``proof_s``: the pilot's card stages (a node's card proof runs them)."""
+
+    diagnostics_s: float | None = None
+    dispatch_s: float | None = None
+    proof_s: float | None = None
+    ssh: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,9 +88,14 @@ class ForecastInputs:
     volume_bytes: int | None = None
     volume_max_bytes: int | None = None
     volume_where: str = ""
-    healthy_cards: int | None = None
+    healthy_cards: int | None = None   # proven on the pilot's node
     cards_per_worker: int = 1
     nodes: int = 1
+    pilot_node: int | None = 0         # which of the volume's nodes the pilot proved; None: none
+    gpus: bool = True                  # the volume's workers ask for cards (else: CPU workers)
+    cores: int | None = None           # the pilot node's cores (a CPU volume's workers)
+    batch_size: int = 1                # the volume's batch (its last round may idle workers)
+    setup: Setup = field(default_factory=Setup)
     peak_memory_gib: float | None = None
     card_memory_gib: float | None = None
     lease_starts_at: datetime | None = None
@@ -97,6 +132,19 @@ class Forecast:
         return next(f for f in self.figures if f.key == key)
 
 
+@dataclass(frozen=True)
+class Spread:
+    """The per-item time of the volume: its mean, its spread and how sure the pilot is."""
+
+    mean: float
+    sd: float
+    items: int         # items measured
+    units: int         # independent measurements (batches timed as a whole count once)
+    z: float           # the 90 % range's multiplier (Student's t for a small pilot)
+    skew: float | None
+    how: str           # where the spread came from, for the formula
+
+
 def forecast(inp: ForecastInputs) -> Forecast:
     """The forecast, or an explanation of why the pilot cannot support one."""
     refusal = _refusal(inp)
@@ -109,20 +157,21 @@ def forecast(inp: ForecastInputs) -> Forecast:
     size = f", {inp.volume_bytes:,} B" if inp.volume_bytes is not None else ", size unknown"
     figures.append(Figure("volume", "Volume inputs", f"{inp.volume_count:,} items{size}",
                           f"listed{_where(inp) or ' from volume.inputs'}"))
-    per_item = _per_item(inp, figures, notes, numbers)
-    workers, cards_used = _workers(inp, figures)
+    spread = _per_item(inp, figures, notes, numbers)
+    workers, cards_used, formula = volume_workers(inp)
+    figures.append(Figure("workers", "Workers", str(workers), formula))
     numbers.update(workers=workers, cards_used=cards_used)
     if workers < 1:
-        return Forecast(possible=False, reason=figures[-1].formula + ": no worker can run")
-    t50, t90 = per_item
-    low_s = inp.volume_count * t50 / workers
-    high_s = inp.volume_count * t90 / workers
-    items = f"{inp.volume_count:,} items"
+        return Forecast(possible=False, reason=formula + ": no worker can run")
+    proc = _processing(inp, spread, workers, figures, notes, numbers)
+    setup = _setup(inp, figures, numbers)
+    low_s, mid_s, high_s = (setup + p for p in proc)
     figures.append(Figure("wall", "Wall time of the volume",
                           f"{duration(low_s)} – {duration(high_s)}",
-                          f"{items} × {secs(t50)} p50 ÷ {plural(workers, 'worker')} = "
-                          f"{duration(low_s)}; × {secs(t90)} p90 = {duration(high_s)}"))
-    numbers.update(low_s=round(low_s, 3), high_s=round(high_s, 3))
+                          f"setup {duration(setup)} + processing {duration(proc[0])} – "
+                          f"{duration(proc[2])} = {duration(low_s)} – {duration(high_s)} "
+                          f"(middle {duration(mid_s)})"))
+    numbers.update(low_s=round(low_s, 3), mid_s=round(mid_s, 3), high_s=round(high_s, 3))
     fits = _lease(inp, low_s, high_s, figures, notes, numbers)
     _card_hours(inp, low_s, high_s, cards_used, figures, notes, numbers)
     _memory(inp, figures, notes)
@@ -148,17 +197,27 @@ def _refusal(inp: ForecastInputs) -> str | None:
 
 
 def _per_item(inp: ForecastInputs, figures: list[Figure], notes: list[str],
-              numbers: dict[str, Any]) -> tuple[float, float]:
-    """Per-item seconds at p50 and p90, at the volume's mean size when the fit holds."""
+              numbers: dict[str, Any]) -> Spread:
+    """The volume's per-item time: mean and spread, at the volume's mean size when the fit
+    holds (then the spread is the residuals')."""
     times = [s.seconds for s in inp.samples]
     p50, p90 = quantile(times, 0.5), quantile(times, 0.9)
     n = len(times)
-    figures.append(Figure("per_item", "Per-item time (pilot)", f"{secs(p50)} p50, {secs(p90)} p90",
-                          f"median and 90th percentile of {n} accepted items' measured times"))
-    numbers.update(samples=n, p50_s=p50, p90_s=p90)
+    spread = item_spread(inp.samples, times)
+    figures.append(Figure("per_item", "Per-item time (pilot)",
+                          f"{secs(spread.mean)} mean, {secs(spread.sd)} sd",
+                          f"{plural(n, 'accepted item')}' measured times: {spread.how}; "
+                          f"p50 {secs(p50)}, p90 {secs(p90)}"))
+    numbers.update(samples=n, p50_s=p50, p90_s=p90, mean_s=spread.mean, sd_s=spread.sd,
+                   units=spread.units)
+    if spread.units < 2:
+        notes.append(f"the pilot timed its items as {plural(spread.units, 'batch', 'batches')}"
+                     f" only: the spread between items was not measured and is assumed "
+                     f"({ASSUMED_CV:.0%} of the mean); a pilot of several batches (or "
+                     "task.batch_size 1) measures it")
     fit = size_fit(inp.samples)
     if fit is None:
-        return p50, p90
+        return spread
     a, b, r2 = fit
     numbers["fit"] = {"intercept_s": a, "slope_s_per_byte": b, "r2": round(r2, 4)}
     line = f"time = {secs(a)} + {b * 1000:.4g} ms/KB × size, R² = {r2:.2f}"
@@ -166,20 +225,139 @@ def _per_item(inp: ForecastInputs, figures: list[Figure], notes: list[str],
         why = ("the volume's sizes are unknown" if not inp.volume_bytes and r2 >= MIN_R2 and b > 0
                else f"time does not follow size well enough (R² {r2:.2f} < {MIN_R2})")
         figures.append(Figure("fit", "Time against size", f"R² = {r2:.2f} (not used)",
-                              f"least squares over {n} items: {line}; {why}: the range uses "
-                              "the per-item p50/p90"))
-        return p50, p90
+                              f"least squares over {n} items: {line}; {why}: the pilot's "
+                              "mean and spread apply"))
+        return spread
     residuals = [s.seconds - (a + b * float(s.input_bytes or 0)) for s in inp.samples]
     mean_v = inp.volume_bytes / inp.volume_count
-    base = a + b * mean_v
-    t50 = max(0.0, base + quantile(residuals, 0.5))
-    t90 = max(t50, base + quantile(residuals, 0.9))
+    base = max(0.0, a + b * mean_v)
+    rest = item_spread(inp.samples, residuals)
+    fitted = Spread(base, rest.sd, rest.items, rest.units, rest.z, rest.skew,
+                    f"{line} at the volume's mean size; spread of the residuals: {rest.how}")
     figures.append(Figure("fit", "Time against size", f"R² = {r2:.2f} (used)",
                           f"least squares over {n} items: {line}; at the volume's mean "
-                          f"{mean_v:,.0f} B: {secs(t50)} p50, {secs(t90)} p90 "
-                          "(fit + the residuals' p50/p90)"))
-    numbers.update(item_p50_s=t50, item_p90_s=t90)
-    return t50, t90
+                          f"{mean_v:,.0f} B: {secs(base)} per item, sd {secs(rest.sd)} "
+                          "(the residuals')"))
+    numbers.update(item_mean_s=base, item_sd_s=rest.sd)
+    return fitted
+
+
+def item_spread(samples: tuple[Sample, ...], values: list[float]) -> Spread:
+    """Mean and per-item sd of ``values`` (one per sample), batches counted as one
+    measurement each: a batch of k items timed as a whole has a mean whose variance is the
+    items' variance ÷ k, so the items' variance is Σ k (batch mean − mean)² ÷ (batches − 1).
+    One measurement only: the spread is assumed (``ASSUMED_CV``); never under ``MIN_CV``."""
+    groups: dict[Any, list[float]] = {}
+    for k, (sample, value) in enumerate(zip(samples, values)):
+        key = ("batch", sample.batch) if sample.batch is not None else ("item", k)
+        groups.setdefault(key, []).append(value)
+    units = [(len(vs), statistics.fmean(vs)) for vs in groups.values()]
+    n = sum(k for k, _ in units)
+    times = [s.seconds for s in samples]
+    scale = statistics.fmean(times)  # the spread's floor is relative to the items' time
+    mean = sum(k * v for k, v in units) / n
+    if len(units) < 2:
+        return Spread(mean, ASSUMED_CV * scale, n, len(units), Z90, None,
+                      f"one measurement of {plural(n, 'item')} (a batch timed as a whole): "
+                      f"sd assumed {ASSUMED_CV:.0%} of the mean")
+    var = sum(k * (v - mean) ** 2 for k, v in units) / (len(units) - 1)
+    sd = max(math.sqrt(var), MIN_CV * scale)
+    how = (f"sd over {plural(len(units), 'measurement')}" if len(units) == n else
+           f"sd from {plural(len(units), 'batch', 'batches')} of {plural(n, 'item')} "
+           "(each batch's mean, weighted by its items)")
+    if sd == MIN_CV * scale and var < sd * sd:
+        how += f", at least {MIN_CV:.0%} of the mean"
+    return Spread(mean, sd, n, len(units), t95(len(units) - 1), skewness([v for _, v in units]),
+                  how)
+
+
+def skewness(values: list[float]) -> float | None:
+    """The sample's skewness (Fisher's g1), None under 3 values or no spread."""
+    if len(values) < 3:
+        return None
+    m = statistics.fmean(values)
+    m2 = statistics.fmean([(v - m) ** 2 for v in values])
+    if m2 <= 0:
+        return None
+    return float(statistics.fmean([(v - m) ** 3 for v in values]) / m2 ** 1.5)
+
+
+def t95(df: int) -> float:
+    """Student's t at 95 % for ``df`` degrees of freedom (the next lower tabled df:
+    never narrower than the exact figure); the normal's beyond the table."""
+    if df < 1:
+        return T95[1]
+    if df > max(T95):
+        return Z90
+    return T95[max(d for d in T95 if d <= df)]
+
+
+def _processing(inp: ForecastInputs, sp: Spread, workers: int, figures: list[Figure],
+                notes: list[str], numbers: dict[str, Any]) -> tuple[float, float, float]:
+    """The items' time on the workers: middle ± z · sd_total, the high end widened by a
+    heavy tail and the last round of batches."""
+    count = inp.volume_count
+    mid = count * sp.mean / workers
+    # The total's uncertainty: the pilot's mean (items ÷ measured) and the volume's own
+    # variation (a sum of `count` items), shared by the workers.
+    sd_total = count * sp.sd * math.sqrt(1 / sp.items + 1 / count) / workers
+    tail = max(0.0, (sp.skew or 0.0) - SKEW_TAIL)
+    last_round = min(max(1, inp.batch_size), math.ceil(count / workers)) * sp.mean
+    low = max(0.0, mid - sp.z * sd_total)
+    high = mid + sp.z * sd_total * (1 + tail) + last_round
+    items = f"{count:,} items"
+    figures.append(Figure("processing", "Processing time",
+                          f"{duration(low)} – {duration(high)}",
+                          f"middle {items} × {secs(sp.mean)} mean ÷ "
+                          f"{plural(workers, 'worker')} = {duration(mid)}; ± {sp.z:.3g} × sd "
+                          f"{duration(sd_total)} ({secs(sp.sd)} × √({count:,}² ÷ {sp.items} "
+                          f"measured + {count:,}) ÷ {workers})"
+                          + (f", the high side × {1 + tail:.2f} (heavy tail: skewness "
+                             f"{sp.skew:.2f})" if tail else "")
+                          + f"; + one last batch {secs(last_round)} on the high side"))
+    if tail:
+        notes.append(f"the pilot's times have a heavy tail (skewness {sp.skew:.2f}): a few "
+                     "slow items weigh on the total; the high estimate is widened for it")
+    numbers.update(proc_low_s=round(low, 3), proc_mid_s=round(mid, 3),
+                   proc_high_s=round(high, 3), proc_sd_s=round(sd_total, 3), z=sp.z)
+    return low, mid, high
+
+
+def _setup(inp: ForecastInputs, figures: list[Figure], numbers: dict[str, Any]) -> float:
+    """What the volume pays before its items: each part with where its figure comes from."""
+    st, nodes = inp.setup, max(1, inp.nodes)
+    parts: list[tuple[str, str, float, str]] = []
+    if st.diagnostics_s is not None:
+        parts.append(("setup_diagnostics", "Setup: diagnostics", st.diagnostics_s,
+                      "the pilot's stages before its pilot stage, measured (the volume runs "
+                      "the same)"))
+    if st.dispatch_s is not None:
+        parts.append(("setup_dispatch", "Setup: dispatch", st.dispatch_s,
+                      "from the pilot's dispatch to its runner's start, measured (upload of "
+                      "the runner and project, launch)"))
+    if st.ssh and inp.volume_bytes:
+        upload = inp.volume_bytes / UPLOAD_BYTES_PER_S * nodes
+        parts.append(("setup_upload", "Setup: inputs upload", upload,
+                      f"{inp.volume_bytes:,} B ÷ {UPLOAD_BYTES_PER_S / 1e6:g} MB/s (estimated) "
+                      f"× {plural(nodes, 'node')}, one after another"))
+    if nodes > 1:
+        proof = st.proof_s if st.proof_s is not None else 0.0
+        parts.append(("setup_proof", "Setup: card proofs", proof,
+                      f"the pilot's card stages, measured: {secs(proof)}, on every node at once"))
+    ray = RAY_START_S * (nodes if nodes > 1 else 1)
+    parts.append(("setup_ray", "Setup: Ray start", ray,
+                  f"{RAY_START_S:g} s per attempt (a local Ray and its workers, measured on "
+                  "the embedded default)" + (f" × {nodes} nodes, one `ray start` after another"
+                                             if nodes > 1 else "")))
+    total = 0.0
+    for key, label, seconds, formula in parts:
+        figures.append(Figure(key, label, secs(seconds), formula))
+        numbers[key + "_s"] = round(seconds, 3)
+        total += seconds
+    figures.append(Figure("setup", "Setup", secs(total) if total < 60 else duration(total),
+                          " + ".join(secs(p[2]) for p in parts) + f" = {secs(total)}"))
+    numbers.update(setup_s=round(total, 3), ray_start_s=RAY_START_S)
+    return total
 
 
 def size_fit(samples: tuple[Sample, ...]) -> tuple[float, float, float] | None:
@@ -200,21 +378,53 @@ def size_fit(samples: tuple[Sample, ...]) -> tuple[float, float, float] | None:
     return a, b, r2
 
 
-def _workers(inp: ForecastInputs, figures: list[Figure]) -> tuple[int, int]:
-    """Workers the volume runs: healthy cards ÷ cards per worker, on each node."""
+def volume_workers(inp: ForecastInputs) -> tuple[int, int, str]:
+    """The workers the volume starts (runner/volume.py), the cards they hold, and how.
+
+    Cards: each node offers its own healthy cards, a worker takes ``cards_per_worker`` of
+    one node: Σ ⌊node's cards ÷ cards per worker⌋. The pilot's node offers the healthy
+    cards it proved; every other node its share of the rent until its card proof (at the
+    volume's dispatch) says otherwise. CPU: a local Ray starts one worker per core, at most
+    ``CPU_WORKERS_MAX``; a cluster (several nodes) one per core of every node. A CPU lot is
+    used whole."""
     nodes = max(1, inp.nodes)
+    if not inp.gpus:
+        return _cpu_workers(inp, nodes)
     cpw = max(1, inp.cards_per_worker)
-    if inp.healthy_cards is not None:
-        cards, source = min(inp.healthy_cards, inp.rented_cards), "healthy"
-    else:
-        cards, source = inp.rented_cards, "rented (no healthy-card count measured)"
-    per_node = cards // nodes
-    workers = nodes * (per_node // cpw)
-    figures.append(Figure("workers", "Workers", str(workers),
-                          f"{plural(cards, 'card')} {source} ÷ {plural(nodes, 'node')} = "
-                          f"{per_node} per node; ⌊{per_node} ÷ {cpw} per worker⌋ × "
-                          f"{plural(nodes, 'node')} = {plural(workers, 'worker')}"))
-    return workers, workers * cpw
+    share = inp.rented_cards // nodes
+    proven = inp.healthy_cards if inp.pilot_node is not None else None
+    others = nodes - (1 if proven is not None else 0)
+    workers = (proven // cpw if proven is not None else 0) + others * (share // cpw)
+    parts = []
+    if proven is not None:
+        which = "" if nodes == 1 else " on the pilot's node"
+        parts.append(f"{plural(proven, 'card')} healthy{which} (proven by the pilot) "
+                     f"→ ⌊{proven} ÷ {cpw}⌋ = {proven // cpw}")
+    if others:
+        unproven = ("no healthy-card count measured" if proven is None and nodes == 1 else
+                    "not proven yet: each node's card proof runs at the volume's dispatch")
+        parts.append(f"{plural(others, 'node')} × {share} rented "
+                     f"({plural(inp.rented_cards, 'card')} ÷ {plural(nodes, 'node')}; "
+                     f"{unproven}) → {others} × ⌊{share} ÷ {cpw}⌋ = {others * (share // cpw)}")
+    formula = (f"{'; '.join(parts)}; {cpw} card{'s' if cpw != 1 else ''} per worker: "
+               f"{plural(workers, 'worker')}")
+    return workers, workers * cpw, formula
+
+
+def _cpu_workers(inp: ForecastInputs, nodes: int) -> tuple[int, int, str]:
+    cores = inp.cores
+    known = f"{plural(cores, 'core')} on the pilot's node" if cores else \
+        "cores unknown (the pilot reported no cpu_count): 1 assumed"
+    cores = cores or 1
+    if nodes == 1:
+        workers = min(CPU_WORKERS_MAX, cores)
+        return workers, inp.rented_cards, (
+            f"CPU volume on a local Ray: one worker per core, at most {CPU_WORKERS_MAX}: "
+            f"min({CPU_WORKERS_MAX}, {known}) = {plural(workers, 'worker')}")
+    workers = cores * nodes
+    return workers, inp.rented_cards, (
+        f"CPU volume on a Ray cluster: one worker per core of every node: {known} × "
+        f"{plural(nodes, 'node')} (the others assumed alike) = {plural(workers, 'worker')}")
 
 
 def _lease(inp: ForecastInputs, low_s: float, high_s: float, figures: list[Figure],
@@ -338,8 +548,8 @@ def stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
 
 
-def plural(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
+def plural(count: int, word: str, many: str | None = None) -> str:
+    return f"{count:,} {word if count == 1 else many or word + 's'}"
 
 
 def _where(inp: ForecastInputs) -> str:

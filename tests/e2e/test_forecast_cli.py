@@ -4,6 +4,7 @@ the lease refused without --override and recorded with it, the actual time after
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tests.e2e.test_pilot_cli import preflight, project
@@ -39,7 +40,14 @@ def test_a_volume_past_the_lease_in_the_terminal(tmp_path: Path) -> None:
                      if r["kind"] == "volume")
     volume = json.loads(preflight(root, "show", volume_id, "--json").stdout)
     check = volume["forecast"]
-    assert check["actual_s"] > 0 and check["forecast_low_s"] == fc["low_s"]
+    # scored on the volume's work stage: one Ray start + the processing of its 12 items
+    assert check["actual_s"] > 0 and check["attempts"] == 1 and check["scored"] == "whole"
+    assert check["forecast_mid_s"] == round(fc["ray_start_s"] + fc["proc_mid_s"], 3)
+    # the forecast counted the workers the volume started (CPU: one per core, at most 4)
+    events = [json.loads(line) for line in
+              (Path(volume["run_dir"]) / "events.jsonl").read_text().splitlines()]
+    started = next(e for e in events if e["type"] == "volume.workers")["workers"]
+    assert fc["workers"] == len(started) == min(4, os.cpu_count() or 1)
     assert "Forecast against the actual" in ok.stdout
     # `preflight report` rewrites the report (now with both decisions) and prints its path
     written = preflight(root, "report", run_id[:22])
