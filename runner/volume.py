@@ -79,7 +79,6 @@ class Outstanding:
     batch: Batch
     worker: Worker
     since: float  # when it started running on its worker (handed out, or its turn came)
-    late: bool = False  # (kept for a result that still arrives after its worker's end)
 
 
 class Driver:
@@ -128,7 +127,7 @@ class Driver:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> Dict[str, Any]:
-        while self.queue or any(not o.late for o in self.out.values()):
+        while self.queue or self.out:
             self._hand_out()
             if self.queue and not any(w.usable for w in self.workers) and not self.starting:
                 raise StageFailure("pilot", "every worker of the volume was lost or excluded "
@@ -207,9 +206,6 @@ class Driver:
                                                      elapsed_s=reply.get("seconds"))
         o.worker.done += new
         self.re_executed += again
-        if o.late:
-            self.ctx.emit(ev.VOLUME_LATE, batch=o.batch.n, worker=o.worker.label,
-                          recorded=new, re_executed=again)
 
     # ------------------------------------------------------------------ failures
     def _failed(self, o: Outstanding, cause: str, detail: str) -> None:
