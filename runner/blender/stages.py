@@ -132,10 +132,10 @@ def device(ctx: StageContext) -> Dict[str, Any]:
                                 "HIP for AMD) or use a Blender build with that backend") from exc
     facts.update({"cycles_device": kind, "devices": [d["name"] for d in devices],
                   "count": len(devices), "device": "cpu" if kind == "CPU" else kind.lower()})
-    wanted = int(ctx.spec.hardware.cards_per_lot or 1)
+    wanted = ctx.spec.hardware.expected_cards()  # this node's share of the rent
     if kind != "CPU" and len(devices) < wanted:
-        raise StageFailure("device", f"Cycles sees {len(devices)} {kind} device(s), the lot "
-                           f"has {wanted} card(s): {view.describe()}", facts=facts,
+        raise StageFailure("device", f"Cycles sees {len(devices)} {kind} device(s), this node "
+                           f"has {wanted} card(s) rented: {view.describe()}", facts=facts,
                            error_type="MissingCards")
     return facts
 

@@ -287,3 +287,27 @@ def test_an_image_of_the_asked_size_is_accepted(tmp_path: Path) -> None:
     exe = fake_blender(wrong, "echo 'PREFLIGHT_RENDER {\"width\": 64, \"height\": 64}'; "
                               f"echo \"Saved: '{image}'\"")
     assert render_with(exe, tmp_path).reason == "image is 2x2, the render asked for 64x64"
+
+
+@pytest.mark.parametrize(("lots", "nodes", "ok"), [(2, 1, True), (4, 2, True), (4, 1, False)])
+def test_cycles_must_show_the_node_s_share_of_the_rent(tmp_path: Path, lots: int, nodes: int,
+                                                       ok: bool) -> None:
+    """The same rule as the device stage of any pilot (runner.spec.node_share): 4 cards
+    over 2 nodes is 2 on this node, which Cycles shows; 4 on one node is 2 missing."""
+    from runner.blender.stages import device
+    from runner.spec import RunSpec, node_share
+    from runner.stages import StageContext, StageFailure
+
+    exe = fake_blender(tmp_path, f"cat {OUTPUTS / 'cuda_h100x2.txt'}")
+    spec = RunSpec.from_dict({
+        "run_id": "r", "name": "b", "backend": "cuda", "preparation": "blender",
+        "inputs": {"dir": str(tmp_path)},
+        "hardware": {"gpu": "H100", "lots": lots, "cards_per_lot": 1, "nodes": nodes,
+                     "node_cards": node_share(lots, 1, nodes)}})
+    ctx = StageContext(spec=spec, run_dir=str(tmp_path), facts={"environment": {"path": exe}})
+    if ok:
+        assert device(ctx)["count"] == 2
+        return
+    with pytest.raises(StageFailure, match="this node has 4 card\\(s\\) rented") as caught:
+        device(ctx)
+    assert caught.value.error_type == "MissingCards"
