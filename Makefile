@@ -20,8 +20,11 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
+# The pilot of 12 documents, then its volume's forecast and the command that approves it:
+# the 3,000 documents of data/corpus are made here, the same bytes every time (not committed).
 demo: $(STAMP)
-	$(BIN)/preflight run manifests/pilote.yaml
+	$(BIN)/python data/make_corpus.py data/corpus 3000
+	$(BIN)/preflight run manifests/demo.yaml
 
 # System packages the tests need (a real sshd for the remote tests; Blender for the render
 # pilot tests, Debian's CPU-only build), through apt-get when it can; one clear line when it

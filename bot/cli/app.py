@@ -163,6 +163,12 @@ def _after_run(service: PilotService, run: dict[str, Any], decide: str | None, r
             reason = typer.prompt("Reason")
             user = typer.prompt("Decided by", default=user)
     if decide is None:
+        volume = (run.get("manifest_json") or {}).get("volume") or {}
+        if run.get("outcome") == "passed" and volume:
+            count = (volume.get("inputs") or {}).get("expected_count")
+            console.print(f"Approve the volume ({count} inputs): preflight decide {run['id']} "
+                          "approve --reason \"…\" --by NAME", highlight=False)
+            return
         console.print(f"Decide later: preflight decide {run['id']} "
                       f"{{{'|'.join(DECISIONS)}}} --reason \"...\" --by NAME", highlight=False)
         return
