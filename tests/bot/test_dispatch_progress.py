@@ -143,3 +143,21 @@ def test_stop_while_dispatching_ends_the_start_and_what_it_started(tmp_path: Pat
     dispatcher.go_on.set()
     service.resume(run_id)  # and it can be started again later
     assert service.follow(run_id, timeout=30)["status"] == "awaiting_decision"
+
+
+def test_a_start_with_no_steps_is_kept_alive_by_its_heartbeat(tmp_path: Path) -> None:
+    """A single long step (one big upload) reports nothing for minutes: the starting bot's
+    heartbeat is its sign of life."""
+    from bot.following import DispatchHeartbeat
+
+    service, dispatcher, _, run_id = make(tmp_path)
+    service.store.transition(run_id, ("planned",), "dispatching", started_at=(
+        datetime.now(timezone.utc) - timedelta(minutes=10)).isoformat())
+    beat = DispatchHeartbeat(service.store, run_id, every=3600)  # what start() runs
+    try:
+        watch_runs(service, datetime.now(timezone.utc))
+        assert service.store.get_run(run_id)["status"] == "dispatching"
+    finally:
+        beat.stop()
+    watch_runs(service, datetime.now(timezone.utc) + timedelta(seconds=300))
+    assert service.store.get_run(run_id)["status"] == "dispatch_failed"
