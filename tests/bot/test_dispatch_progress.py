@@ -161,3 +161,31 @@ def test_a_start_with_no_steps_is_kept_alive_by_its_heartbeat(tmp_path: Path) ->
         beat.stop()
     watch_runs(service, datetime.now(timezone.utc) + timedelta(seconds=300))
     assert service.store.get_run(run_id)["status"] == "dispatch_failed"
+
+
+class Quiet(NodeByNode):
+    """A start that reports no step: it waits, then launches its runner."""
+
+    def start(self, handle: Any) -> int | None:
+        self.entered.set()
+        assert self.go_on.wait(timeout=30)
+        return ScriptedDispatcher.start(self, handle)
+
+
+def test_a_runner_launched_after_its_run_was_settled_is_stopped_not_left_alone(
+        tmp_path: Path) -> None:
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    dispatcher = Quiet(lambda run: pilot_script(IDS, refuse=()))
+    service = PilotService(settings, Store(settings.db_path), {"local": dispatcher},
+                           RecordingNotifier())
+    run_id = service.submit(load_manifest_file(write_manifest(tmp_path)),
+                            submitter="bob").run_id
+    thread, errors = start_in_thread(service, run_id)
+    assert dispatcher.entered.wait(timeout=30)
+    watch_runs(service, datetime.now(timezone.utc) + timedelta(seconds=300))
+    assert service.store.get_run(run_id)["status"] == "dispatch_failed"
+    dispatcher.go_on.set()
+    thread.join(timeout=30)
+    assert [type(e) for e in errors] == [DispatchStopped]
+    assert dispatcher.stopped == [run_id]  # nobody would have followed it
+    assert service.store.get_run(run_id)["status"] == "dispatch_failed"
