@@ -285,8 +285,8 @@ class PilotService(Following):
             return self.store.get_run(run["id"])
         if not self.store.transition(run["id"], (S.RUNNING,), S.RUNNING, stop=stop):
             current = self.store.get_run(run["id"])["status"]
-            raise DispatchError(f"run {run['id']} is {current}: only a running run, or one "
-                                "being started, can be stopped")
+            raise DispatchError(f"run {run['id']} is {current}: only a running run can be "
+                                "stopped, or one being started")
         self._dispatcher(run).stop(self._handle(self.store.get_run(run["id"])))
         return self.follow(run["id"], timeout=timeout) if wait else self.store.get_run(run["id"])
 

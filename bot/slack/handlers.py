@@ -179,9 +179,10 @@ class Handlers:
         if why is not None:
             return False, why
         status = self.service.run(run_id)["status"]
-        if status == S.RUNNING:
+        if status in (S.RUNNING, S.DISPATCHING):  # being started: the start is ended
             return True, ""
-        return False, f"run {run_id} is {status}: only a running run can be stopped"
+        return False, (f"run {run_id} is {status}: only a running run can be stopped, "
+                       "or one being started")
 
     def awaiting(self, run_id: str, channel: str, thread_ts: str | None) -> tuple[bool, str]:
         """Whether a decision can be taken now, and if not, why (for an ephemeral)."""

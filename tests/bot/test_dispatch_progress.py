@@ -138,7 +138,7 @@ def test_stop_while_dispatching_ends_the_start_and_what_it_started(tmp_path: Pat
     assert [type(e) for e in errors] == [DispatchStopped]
     assert dispatcher.cleaned == [run_id] and not dispatcher.pending.get(run_id)  # no runner
     assert service.store.get_run(run_id)["status"] == "stopped"
-    with pytest.raises(Exception, match="only a running run, or one being started"):
+    with pytest.raises(Exception, match="only a running run can be stopped, or one being started"):
         service.stop(run_id, by="alice", reason="again", wait=False)
     dispatcher.go_on.set()
     service.resume(run_id)  # and it can be started again later
