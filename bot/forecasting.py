@@ -206,7 +206,8 @@ def _peak_memory(stages: list[dict[str, Any]]) -> float | None:
 
 
 # The events that say when each attempt's work stage ran (bot.following reads these).
-ATTEMPT_EVENTS = ("run.started", "stage.started", "stage.passed", "stage.failed", "progress")
+ATTEMPT_EVENTS = ("run.started", "stage.started", "stage.passed", "stage.failed", "progress",
+                  "volume.workers")
 
 
 def check_volume(volume_run: dict[str, Any], stages: list[dict[str, Any]],
@@ -243,7 +244,11 @@ def check_volume(volume_run: dict[str, Any], stages: list[dict[str, Any]],
                f"(range {low:.3g} – {high:.3g} s); "
                + (f"({actual:.3g} − {mid:.3g}) ÷ {mid:.3g} = {error:+.1f}%"
                   if error is not None else "no error: the forecast is 0 s"))
+    started = [len(e.data.get("workers") or []) for e in events or []
+               if e.type == "volume.workers"]
     return {"actual_s": round(actual, 3), "attempts": len(spans),
+            "workers_forecast": pilot_forecast.get("workers"),
+            "workers_started": started[-1] if started else None,
             "attempt_s": [round(s, 3) for s in spans], "items_done": done,
             "items_total": count, "scored": "whole" if share >= 1.0 else "partial",
             "forecast_low_s": round(low, 3), "forecast_mid_s": round(mid, 3),

@@ -71,13 +71,17 @@ def _check_message(run: dict[str, Any], fc: dict[str, Any]) -> Message:
     scope = (f"{done:,} of {total:,} items (the forecast scaled to them)"
              if fc.get("scored") == "partial" and done is not None and total else
              "the whole volume")
-    pairs = (("Actual processing time",
-              f"{duration(actual)}" + (f" over {attempts} attempts" if attempts > 1 else "")),
-             ("Scored on", scope),
-             ("Forecast", f"{duration(mid)} ({duration(low)} – {duration(high)})"),
-             ("Error against the middle", "—" if error is None else f"{error:+.1f}%"),
-             ("Within the range", "yes" if fc.get("within_range") else "no"),
-             ("Formula", str(fc.get("formula") or "")))
+    pairs: tuple[tuple[str, str], ...] = (
+        ("Actual processing time",
+         duration(actual) + (f" over {attempts} attempts" if attempts > 1 else "")),
+        ("Scored on", scope),
+        ("Forecast", f"{duration(mid)} ({duration(low)} – {duration(high)})"),
+        ("Error against the middle", "—" if error is None else f"{error:+.1f}%"),
+        ("Within the range", "yes" if fc.get("within_range") else "no"))
+    if fc.get("workers_started") is not None:
+        pairs += (("Workers", f"{fc['workers_started']} started (the last attempt), "
+                              f"{fc.get('workers_forecast')} forecast"),)
+    pairs += (("Formula", str(fc.get("formula") or "")),)
     return Message(run["id"], "forecast", (Heading("Forecast against the actual"), Fields(pairs)),
                    summary=f"{run['name']}: took {duration(actual)}, forecast "
                            f"{duration(low)} – {duration(high)}")

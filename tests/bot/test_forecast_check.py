@@ -84,9 +84,11 @@ def test_actual_counts_the_attempts_running_time_not_the_days_between() -> None:
     later for 1 h more: 2 h of work, not 2 days. The forecast for the whole volume: two
     Ray starts and the processing."""
     events = attempt(1, 0, 3600, end=None, done=500) + attempt(10, 2 * 86400, 3600, done=1000)
+    events.insert(5, event(14, "volume.workers", 2 * 86400 + 6, workers=[{"worker": "w0"}] * 3))
     assert attempt_seconds(events) == [3600.0, 3600.0]
-    check = check_volume({}, [], FORECAST, events, done=1000)
+    check = check_volume({}, [], {**FORECAST, "workers": 4}, events, done=1000)
     assert check is not None
+    assert (check["workers_started"], check["workers_forecast"]) == (3, 4)
     assert check["actual_s"] == 7200.0 and check["attempts"] == 2
     assert check["scored"] == "whole" and check["forecast_mid_s"] == 2 * 4.6 + 100.0
     assert check["error_pct"] == round((7200 - 109.2) / 109.2 * 100, 1)

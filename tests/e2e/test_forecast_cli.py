@@ -48,6 +48,7 @@ def test_a_volume_past_the_lease_in_the_terminal(tmp_path: Path) -> None:
               (Path(volume["run_dir"]) / "events.jsonl").read_text().splitlines()]
     started = next(e for e in events if e["type"] == "volume.workers")["workers"]
     assert fc["workers"] == len(started) == min(4, os.cpu_count() or 1)
+    assert check["workers_started"] == check["workers_forecast"] == fc["workers"]
     assert "Forecast against the actual" in ok.stdout
     # `preflight report` rewrites the report (now with both decisions) and prints its path
     written = preflight(root, "report", run_id[:22])
