@@ -153,6 +153,27 @@ def test_a_cpu_node_with_more_cores_than_the_worker_port_range_gets_a_port_per_w
     assert low == 11000 and high - low + 1 >= 128 + 16
 
 
+def test_a_card_stage_that_passed_with_its_verdict_kept_excludes_the_card(
+        tmp_path: Path) -> None:
+    """What the runner prints for a volume's spec: a card verdict passes the stage, the
+    verdict kept in facts.card_verdict (runner.cards.tolerate_card_verdict), and the later
+    card stages run on the healthy cards. The proof leaves the card out all the same."""
+    handle, copies = _handle(tmp_path)
+    verdict = {"type": "CardFault", "message": "GPU 1: 3 volatile uncorrected ECC error(s)"}
+    device = {"device": "cuda", "count": 3, "cards": {"0": {}, "1": {}, "2": {}},
+              "healthy_cards": [0, 2], "card_verdict": verdict}
+    out = (_line("torch", "passed", {}) + _line("device", "passed", device)
+           + _line("compute", "passed", {"healthy_cards": [0, 2]})
+           + _line("interconnect", "passed", {"healthy_cards": [0, 2]}))
+    nodes = _Nodes({"gpu-a": gpu_proof(2), "gpu-b": out})
+    assert start_volume_cluster(nodes, handle, copies) is not None
+    [command] = nodes.started("gpu-b")
+    assert " CUDA_VISIBLE_DEVICES=0,2 " in command and "--num-gpus 2 " in command
+    proof = json.loads(handle.spec_path.read_text())["volume"]["nodes"][1]
+    assert proof["excluded"] == [{"card": 1, "stage": "device",
+                                  "reason": verdict["message"]}]
+
+
 def test_a_faulty_card_is_left_out_and_told_to_the_user(tmp_path: Path) -> None:
     handle, copies = _handle(tmp_path)
     wrong = "bfloat16 matmul differs from the CPU reference: max relative error 0.5"
