@@ -39,6 +39,10 @@ class Settings:
     runner_env: tuple[tuple[str, str], ...] = ()
     # Whether db_path named an existing state database (found, not about to be created).
     state_found: bool = True
+    # `preflight serve --http`: the address it listens on (behind the team's proxy) and the
+    # largest request body it reads before the signature check.
+    http_host: str = "127.0.0.1"
+    http_max_body: int = 1024 * 1024
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *,
@@ -72,6 +76,8 @@ class Settings:
             contact_give_up_s=_seconds(env, "PREFLIGHT_SSH_GIVE_UP_S", 600.0),
             policy_path=_path(env.get("PREFLIGHT_POLICY")),
             runner_env=tuple(sorted((k, v) for k, v in env.items() if not k.startswith("SLACK_"))),
+            http_host=env.get("PREFLIGHT_HTTP_HOST") or "127.0.0.1",
+            http_max_body=_bytes(env, "PREFLIGHT_HTTP_MAX_BODY", 1024 * 1024),
         )
 
     def with_(self, **changes: object) -> Settings:
@@ -118,4 +124,20 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         from bot.errors import PreflightError
 
         raise PreflightError(f"{name}={raw!r}: expected a positive number of seconds")
+    return value
+
+
+def _bytes(env: Mapping[str, str], name: str, default: int) -> int:
+    """A positive whole number of bytes; an unusable value is one clear error."""
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        from bot.errors import PreflightError
+
+        raise PreflightError(f"{name}={raw!r}: expected a positive whole number of bytes")
     return value

@@ -19,7 +19,8 @@ def serve(
     http: bool = typer.Option(False, "--http", help="serve the Events API over HTTP instead of "
                               "Socket Mode (needs SLACK_SIGNING_SECRET)"),
     port: int = typer.Option(3000, "--port", help="HTTP port (0: any free port)"),
-    host: str = typer.Option("0.0.0.0", "--host", help="HTTP address to listen on"),
+    host: str = typer.Option("", "--host", help="HTTP address to listen on (default: "
+                             "PREFLIGHT_HTTP_HOST, else 127.0.0.1 behind the team's proxy)"),
 ) -> None:
     """Run the Slack bot: Socket Mode (needs SLACK_APP_TOKEN), or --http for the Events API."""
     from slack_sdk.errors import SlackApiError, SlackClientError
@@ -51,8 +52,8 @@ def serve(
         _die(f"cannot reach the Slack Web API at {settings.slack_api_url or 'slack.com'}: {exc}")
     finally:
         quiet.setLevel(level)
-    _run(settings, http=http, host=host, port=port, bot_user=str(who.get("user_id")),
-         policy=policy)
+    _run(settings, http=http, host=host or settings.http_host, port=port,
+         bot_user=str(who.get("user_id")), policy=policy)
 
 
 def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str,
@@ -77,7 +78,8 @@ def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str,
     try:
         if http:
             try:
-                server = HttpServer(bot.app, host, port, log_level="info")
+                server = HttpServer(bot.app, host, port, log_level="info",
+                                    max_body=settings.http_max_body)
             except OSError as exc:
                 _die(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
             for name in ("uvicorn", "uvicorn.access"):  # uvicorn's own handlers, set just now

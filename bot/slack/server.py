@@ -4,6 +4,10 @@ bolt's built-in ASGI handler calls the (synchronous) App on the event loop, so o
 request would hold up every other one; here ``App.dispatch`` runs in a thread, and the
 loop only reads bodies and writes responses. ``POST /slack/events`` takes events,
 interactivity and slash commands; ``GET /healthz`` answers ``ok`` for load balancers.
+
+The body is read before bolt can check its signature, so anyone who reaches the port can
+send one: a body over ``max_body`` bytes (declared in Content-Length, or streamed) is
+answered 413 as soon as the cap is passed, without reading the rest or parsing anything.
 """
 
 from __future__ import annotations
@@ -21,18 +25,47 @@ from slack_bolt.adapter.asgi.http_response import AsgiHttpResponse
 from slack_bolt.request import BoltRequest
 
 EVENTS_PATH = "/slack/events"
+MAX_BODY = 1024 * 1024  # Slack's own payloads are a few KiB; settings.http_max_body
+
+
+class BodyTooLarge(Exception):
+    """The request's body passed the cap; nothing of it is parsed."""
 
 
 class ThreadedSlackHandler(SlackRequestHandler):
     """bolt's ASGI adapter with the synchronous dispatch moved off the event loop."""
 
-    def __init__(self, app: App, path: str = EVENTS_PATH) -> None:
+    def __init__(self, app: App, path: str = EVENTS_PATH, max_body: int = MAX_BODY) -> None:
         super().__init__(app, path)
+        self.max_body = max_body
 
     async def dispatch(self, request: AsgiHttpRequest) -> BoltResponse:
-        bolt_request = BoltRequest(body=await request.get_raw_body(),
+        try:
+            body = await self._capped_body(request)
+        except BodyTooLarge:
+            return BoltResponse(status=413, body=f"request body over {self.max_body} bytes",
+                                headers={"content-type": "text/plain", "connection": "close"})
+        bolt_request = BoltRequest(body=body.decode("utf-8", "replace"),
                                    query=request.query_string, headers=request.get_headers())
         return await asyncio.to_thread(self.app.dispatch, bolt_request)
+
+    async def _capped_body(self, request: AsgiHttpRequest) -> bytes:
+        """The body, read chunk by chunk; BodyTooLarge once it (or what its Content-Length
+        announces) passes ``max_body``, with the rest left unread."""
+        for name, value in request.raw_headers:
+            if name.lower() == b"content-length" and (
+                    not value.strip().isdigit() or int(value) > self.max_body):
+                raise BodyTooLarge
+        chunks = bytearray()
+        while True:
+            message = await request.receive()
+            if message["type"] != "http.request":  # the client went away
+                raise BodyTooLarge
+            chunks += message.get("body", b"")
+            if len(chunks) > self.max_body:
+                raise BodyTooLarge
+            if not message.get("more_body", False):
+                return bytes(chunks)
 
     async def _get_http_response(self, method: str, path: str,
                                  request: AsgiHttpRequest) -> AsgiHttpResponse:
@@ -57,10 +90,11 @@ class HttpServer:
     """uvicorn serving a bolt App; ``start()`` runs it on a thread (tests, benches)."""
 
     def __init__(self, app: App, host: str = "127.0.0.1", port: int = 0,
-                 log_level: str = "warning") -> None:
+                 log_level: str = "warning", max_body: int = MAX_BODY) -> None:
         self.sock = listening_socket(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
-        config = uvicorn.Config(ThreadedSlackHandler(app), log_level=log_level, lifespan="off",
+        config = uvicorn.Config(ThreadedSlackHandler(app, max_body=max_body),
+                                log_level=log_level, lifespan="off",
                                 access_log=False, timeout_keep_alive=30)
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None

@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 from slack_sdk.signature import SignatureVerifier
 
 from tests.slack.conftest import SECRET, TOKEN
@@ -56,16 +58,23 @@ def test_invalid_token_is_one_line_without_the_token(tmp_path: Path,
 
 
 def test_http_mode_serves_signed_requests(tmp_path: Path, emulator: SlackEmulator) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "bot", "serve", "--http", "--port", "0",
-                             "--host", "127.0.0.1"], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-m", "bot", "serve", "--http", "--port", "0"],
+                            cwd=tmp_path,  # no --host: loopback by default (behind a proxy)
                             env=env_for(tmp_path, SLACK_BOT_TOKEN=TOKEN,
                                         SLACK_SIGNING_SECRET=SECRET,
-                                        SLACK_API_URL=emulator.api_url),
+                                        SLACK_API_URL=emulator.api_url,
+                                        PREFLIGHT_HTTP_MAX_BODY="1024"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert "listening on http://127.0.0.1:" in line, (line, proc.stderr and proc.stderr.read())
+        big = urllib.request.Request(line.split("listening on ", 1)[1].strip(),
+                                     data=b"x" * 2048, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:  # over the cap: not even parsed
+            urllib.request.urlopen(big, timeout=30)
+        refused.value.close()
+        assert refused.value.code == 413
         url = line.split("listening on ", 1)[1].strip()
         body = json.dumps({"type": "url_verification", "challenge": "c-123", "token": "x"})
         ts = str(int(time.time()))
