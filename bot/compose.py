@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bot.dispatch.base import Dispatcher
+from bot.dispatch.fetch import FetchLimits
 from bot.dispatch.local import LocalDispatcher
 from bot.dispatch.ssh import SSHDispatcher
 from bot.manifest.project_check import precheck_manifest
@@ -21,7 +22,9 @@ def make_dispatchers(settings: Settings) -> dict[str, Dispatcher]:
         "local": LocalDispatcher(settings.python, env=dict(settings.runner_env)),
         "ssh": SSHDispatcher(known_hosts=settings.ssh_known_hosts,
                              client_keys=list(settings.ssh_client_keys) or None,
-                             ssh_config=settings.ssh_config),
+                             ssh_config=settings.ssh_config,
+                             fetch_limits=FetchLimits(settings.fetch_max_bytes,
+                                                      settings.fetch_max_file_bytes)),
     }
 
 

@@ -36,7 +36,7 @@ import asyncssh
 
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle
 from bot.dispatch.card_proof import NodeCopy, proof_files
-from bot.dispatch.fetch import fetch_results
+from bot.dispatch.fetch import FetchLimits, fetch_results
 from bot.dispatch.node_scripts import HOLD_ENV, probe_command, stop_command
 from bot.dispatch.ray_cluster import RayCluster
 from bot.dispatch.ssh_session import SSHSessions
@@ -81,12 +81,14 @@ class SSHDispatcher(SSHSessions):
                  runner_package: Path | None = None, connect_timeout: float = 15.0,
                  backoff: tuple[float, float] = (0.25, 30.0), attempts: int = 4,
                  node_of: Callable[[RunHandle], dict[str, Any]] | None = None,
-                 ray_node: RayNodeOf = default_ray_node) -> None:
+                 ray_node: RayNodeOf = default_ray_node,
+                 fetch_limits: FetchLimits | None = None) -> None:
         super().__init__(known_hosts=known_hosts, client_keys=client_keys,
                          ssh_config=ssh_config, use_agent=use_agent,
                          connect_timeout=connect_timeout, backoff=backoff)
         self.runner_package = Path(runner_package or RUNNER_PACKAGE)
         self.attempts = attempts  # tries of a dispatch and of a results fetch
+        self.fetch_limits = fetch_limits or FetchLimits()  # the most a fetch brings back
         self.node_of = node_of or node_section
         self.ray_node = ray_node  # a several-node volume's Ray layout (volume_cluster.py)
         self.uploaded: dict[str, dict[str, int]] = {}  # run id -> bytes by kind

@@ -72,10 +72,10 @@ class _KillBeforeEvidence:
     def __init__(self, owner: FaultySSH, sftp: Any) -> None:
         self.owner, self.sftp = owner, sftp
 
-    async def get(self, src: str, dst: str, **kw: Any) -> Any:
-        if "/evidence/" in src:
+    async def lstat(self, path: str, *args: Any, **kw: Any) -> Any:
+        if "/evidence/" in path:  # the fetch looks at the evidence copy before copying it
             self.owner._fire("evidence")
-        return await self.sftp.get(src, dst, **kw)
+        return await self.sftp.lstat(path, *args, **kw)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sftp, name)

@@ -4,7 +4,8 @@ It lists the inputs named by the spec (so the test sees the paths were rewritten
 node), emits one ``item.done`` per input and, when ``task.params.gate_after`` is set,
 waits after that many items until a file ``go`` appears in the run directory; with
 ``task.params.die_after`` it says why on stderr after that many items and dies (exit 9)
-without ``run.finished``, like a runner the kernel killed.
+without ``run.finished``, like a runner the kernel killed. ``task.params.plant`` lists
+what the "team's code" leaves in the run directory before it ends (``plant``).
 """
 
 from __future__ import annotations
@@ -59,10 +60,26 @@ def main() -> int:
     emit("stage.started", stage="balance")
     emit("balance", accepted=len(inputs), refused=0, total=len(inputs), ok=True, problems=[])
     emit("stage.passed", stage="balance", facts={"ok": True})
+    plant(run_dir, params.get("plant") or [])
     emit("stage.skipped", stage="evidence", reason="no copy_to")
     emit("run.finished", status="passed", stage_reached="balance", first_error=None)
     out.close()
     return 0
+
+
+def plant(run_dir: str, entries: list) -> None:
+    """What a team's code may leave in its run directory: ``{"path", "link": target}`` a
+    symbolic link, ``{"path", "fifo": true}`` a FIFO, ``{"path", "bytes": n}`` a file."""
+    for entry in entries:
+        path = os.path.join(run_dir, entry["path"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if "link" in entry:
+            os.symlink(entry["link"], path)
+        elif entry.get("fifo"):
+            os.mkfifo(path)
+        else:
+            with open(path, "wb") as fh:
+                fh.write(b"x" * int(entry["bytes"]))
 
 
 if __name__ == "__main__":
