@@ -98,19 +98,37 @@ def preflight(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=1800, check=False)
 
 
+def as_json(done: subprocess.CompletedProcess[str]) -> Any:
+    """What a `--json` command printed; its output and error when it printed no JSON."""
+    try:
+        return json.loads(done.stdout)
+    except ValueError as exc:
+        raise RuntimeError(f"`preflight {' '.join(done.args[3:])}` exit {done.returncode}: "
+                           f"{done.stdout[-1500:]}{done.stderr[-1500:]}") from exc
+
+
 def show(root: Path, run_id: str) -> dict[str, Any]:
-    return dict(json.loads(preflight(root, "show", run_id, "--json").stdout))
+    return dict(as_json(preflight(root, "show", run_id, "--json")))
 
 
 def main() -> int:
     volume = int(sys.argv[1]) if len(sys.argv) > 1 else (100 if SMOKE else 2_000)
+    try:
+        return measure(volume)
+    except (RuntimeError, StopIteration, subprocess.TimeoutExpired) as exc:
+        print(f"the bench could not measure: {type(exc).__name__}: {exc}")
+        print(f"forecast_error: n/a (target within {TARGET_PCT:g}% of the middle) MISS")
+        return 1
+
+
+def measure(volume: int) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-forecast-") as tmp:
         root = Path(tmp) / "project"
         make_project(root, volume)
         began = time.monotonic()
         done = preflight(root, "run", "manifests/bench.yaml")
         if done.returncode == 0:
-            runs = json.loads(preflight(root, "runs", "--json").stdout)
+            runs = as_json(preflight(root, "runs", "--json"))
             pilot_id = next(r["id"] for r in runs if r["kind"] == "pilot")
             # the approval launches the volume and follows it to its end
             done = preflight(root, "decide", pilot_id, "approve", "--reason", "bench",
@@ -120,7 +138,7 @@ def main() -> int:
             print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
             print(f"forecast_error: n/a (target within {TARGET_PCT:g}% of the middle) MISS")
             return 1
-        runs = json.loads(preflight(root, "runs", "--json").stdout)
+        runs = as_json(preflight(root, "runs", "--json"))
         pilot = show(root, pilot_id)
         vol = show(root, next(r["id"] for r in runs if r["kind"] == "volume"))
     fc, check = pilot.get("forecast") or {}, vol.get("forecast") or {}

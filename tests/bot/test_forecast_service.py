@@ -117,3 +117,75 @@ def test_the_forecast_is_judged_again_at_approval_time(tmp_path: Path) -> None:
     with pytest.raises(DecisionRefused, match="after the lease ends"):
         service.decide(run_id, "approve", "it fitted yesterday", "alice")
     assert service.store.get_run(run_id)["forecast"]["fits"] is False
+
+
+def dated(events: list[dict[str, Any]], start: datetime, work_s: float,
+          upto: int | None = None) -> list[dict[str, Any]]:
+    """A volume attempt's events with their times: the work stage (``pilot``) runs
+    ``work_s`` seconds from ``start`` + 5 s, its items spread evenly over it; ``upto``: the
+    runner is killed after that many items (nothing after the item's progress)."""
+    items = sum(1 for e in events if e["type"] == "item.done")
+    out, seen, moment = [], 0, start
+    for event in events:
+        if event["type"] == "stage.started" and event.get("stage") == "pilot":
+            moment = start + timedelta(seconds=5)
+        elif event["type"] == "item.done":
+            seen += 1
+            moment = start + timedelta(seconds=5 + work_s * seen / items)
+        else:
+            ends_work = event["type"] == "progress" or event.get("stage") == "pilot"
+            moment += timedelta() if ends_work else timedelta(milliseconds=10)
+        out.append({**event, "ts": moment.isoformat(timespec="microseconds")})
+        if upto is not None and event["type"] == "progress" and seen == upto:
+            break
+    return out
+
+
+def test_after_a_kill_and_a_resume_actual_is_the_attempts_running_time(tmp_path: Path) -> None:
+    """The volume's driver killed after 3 of 6 items (30 s of its work stage), resumed two
+    days later for 60 s: actual 90 s over 2 attempts, not the two days between them."""
+    first = datetime(2026, 11, 1, 8, 0, tzinfo=timezone.utc)
+    attempts = [dated(pilot_script(IDS, refuse=(), finish=False), first, 60, upto=3),
+                dated(pilot_script(IDS, refuse=()), first + timedelta(days=2), 60)]
+
+    def script(run_id: str) -> list[dict[str, Any]]:
+        return timed(run_id) if run_id.endswith("-a1") else attempts.pop(0)
+
+    service, notifier, run_id = finished_pilot(
+        tmp_path, datetime.now(timezone.utc) - timedelta(hours=1), script=script)
+    volume_id = service.decide(run_id, "approve", "go", "alice")["volume_run"]
+    killed = service.follow(volume_id, timeout=30)
+    assert killed["first_error"]["type"] == "RunnerExited"
+    service.resume(volume_id)
+    assert service.follow(volume_id, timeout=30)["status"] == "finished"
+    check = service.store.get_run(volume_id)["forecast"]
+    assert (check["attempts"], check["attempt_s"], check["actual_s"]) == (2, [30.0, 60.0], 90.0)
+    assert check["scored"] == "whole" and check["items_done"] == 6
+    # two Ray starts and the processing of the 6 items
+    assert check["forecast_mid_s"] == 2 * 4.6 + 3.0
+    shown = texts(notifier.latest[(volume_id, "forecast")])
+    assert "1 min 30 s over 2 attempts" in shown
+
+
+def test_a_volume_that_ran_part_of_its_items_is_scored_on_them(tmp_path: Path) -> None:
+    """Its work stage failed after 3 of 6 items: the forecast it is held to is one Ray
+    start + half the processing, not the whole volume's."""
+    first = datetime(2026, 11, 1, 8, 0, tzinfo=timezone.utc)
+    part = dated(pilot_script(IDS, refuse=(), finish=False), first, 3, upto=3)
+    part += [{"type": "stage.failed", "stage": "pilot", "ts": part[-1]["ts"],
+              "error": {"type": "Interrupted", "message": "stopped"}},
+             {"type": "run.finished", "status": "failed", "stage_reached": "pilot",
+              "first_error": {"stage": "pilot", "type": "Interrupted", "message": "stopped"},
+              "ts": part[-1]["ts"]}]
+
+    def script(run_id: str) -> list[dict[str, Any]]:
+        return timed(run_id) if run_id.endswith("-a1") else part
+
+    service, notifier, run_id = finished_pilot(
+        tmp_path, datetime.now(timezone.utc) - timedelta(hours=1), script=script)
+    volume_id = service.decide(run_id, "approve", "go", "alice")["volume_run"]
+    service.follow(volume_id, timeout=30)
+    check = service.store.get_run(volume_id)["forecast"]
+    assert check["scored"] == "partial" and (check["items_done"], check["items_total"]) == (3, 6)
+    assert check["actual_s"] == 1.5 and check["forecast_mid_s"] == 4.6 + 1.5
+    assert "3 of 6 items" in texts(notifier.latest[(volume_id, "forecast")])
