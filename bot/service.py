@@ -21,6 +21,7 @@ from bot.errors import (
     DecisionRefused,
     DispatchError,
     DispatchStopped,
+    LeaseError,
     ManifestError,
     PolicyRefused,
     PreflightError,
@@ -367,19 +368,29 @@ class PilotService(Following):
                 "volume_run": self.store.volume_of(run["id"])}
 
     def _volume_refusal(self, run: dict[str, Any]) -> str | None:
-        """Why the volume an approval would launch cannot be created (its inputs folder,
-        count, ids), checked before the approval is recorded; None when it can."""
+        """Why the volume an approval would launch cannot be created or started (its inputs
+        folder, count, ids; its nodes' leases), checked before the approval is recorded;
+        None when it can."""
         from bot.pilot.prechecks import volume_problems
 
         try:
-            problems = volume_problems(load_manifest(
-                run["manifest_text"], source=f"run {run['id']}", base_dir=base_dir_of(run)))
+            loaded = load_manifest(run["manifest_text"], source=f"run {run['id']}",
+                                   base_dir=base_dir_of(run))
         except ManifestError as exc:  # the project's files changed since the pilot
-            problems = exc.problems
-        if not problems:
-            return None
-        return ("the volume cannot be launched: " + "; ".join(str(p) for p in problems)
-                + ". Fix the folder (or the manifest, in a new attempt) and approve again")
+            return self._cannot_launch([str(p) for p in exc.problems])
+        problems = [str(p) for p in volume_problems(loaded)]
+        if not problems and self.lease_guard is not None and loaded.manifest.volume:
+            try:  # the volume's nodes, as its dispatch will check them
+                self.lease_guard({**run, "kind": "volume", "node": volume_node(
+                    loaded.manifest).model_dump(mode="json")})
+            except LeaseError as exc:
+                problems = [str(exc)]
+        return self._cannot_launch(problems) if problems else None
+
+    @staticmethod
+    def _cannot_launch(problems: list[str]) -> str:
+        return ("the volume cannot be launched: " + "; ".join(problems) + ". Fix it (the "
+                "folder, the lease, or the manifest in a new attempt) and approve again")
 
     def _launch_or_reopen(self, run_id: str, record: dict[str, Any]) -> str | None:
         """Launch the volume of an approval. When its run cannot even be created, the

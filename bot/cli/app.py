@@ -178,6 +178,9 @@ def _after_run(service: PilotService, run: dict[str, Any], decide: str | None, r
     except DecisionRefused as exc:
         err_console.print(f"[red]decision refused (recorded):[/red] {exc}", highlight=False)
         return
+    except PreflightError as exc:  # recorded, but what it launches did not start
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        return
     if record.get("volume_run"):
         console.print(f"volume run {record['volume_run']} started")
 

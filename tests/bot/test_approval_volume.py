@@ -99,19 +99,38 @@ def test_a_volume_row_that_cannot_be_written_leaves_the_pilot_approvable(tmp_pat
     assert service.decision_refusal(pilot) is None
 
 
-def test_a_volume_created_but_not_started_keeps_the_approval_and_says_resume(
+def test_a_volume_node_without_a_lease_refuses_the_approval_before_it_is_recorded(
         tmp_path: Path) -> None:
     def lease_guard(run: dict[str, Any]) -> None:
         if run["kind"] == "volume":
             raise LeaseError("node gpu-b.example: no lease recorded")
 
     service, pilot = _passed_pilot(tmp_path, lease_guard=lease_guard)
-    with pytest.raises(DispatchError, match="no lease recorded") as caught:
+    with pytest.raises(DecisionRefused, match="no lease recorded"):
+        service.decide(pilot, "approve", "pilot clean", "alice")
+    assert service.store.get_run(pilot)["status"] == "awaiting_decision"
+    assert service.store.volume_of(pilot) is None
+
+
+class RefusingStart(ScriptedDispatcher):
+    """A node that refuses the volume's runner (unreachable, full disk...)."""
+
+    def start(self, handle: Any) -> int | None:
+        if handle.run_id.endswith("-v1"):
+            raise DispatchError("node gpu-b.example: connection refused")
+        return super().start(handle)
+
+
+def test_a_volume_created_but_not_started_keeps_the_approval_and_says_resume(
+        tmp_path: Path) -> None:
+    service, pilot = _passed_pilot(tmp_path)
+    service.dispatchers["local"] = RefusingStart(service.dispatchers["local"].script)
+    with pytest.raises(DispatchError, match="connection refused") as caught:
         service.decide(pilot, "approve", "pilot clean", "alice")
     volume = service.store.volume_of(pilot)
     assert volume is not None and f"preflight resume {volume}" in str(caught.value)
     assert service.store.get_run(pilot)["status"] == "decided"
-    assert service.store.get_run(volume)["status"] == "planned"
+    assert service.store.get_run(volume)["status"] == "dispatch_failed"
 
 
 def test_approving_a_pilot_without_a_volume_says_nothing_was_launched_and_why(

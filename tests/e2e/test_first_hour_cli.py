@@ -86,3 +86,20 @@ def test_no_user_name_warns_and_decide_says_how_to_name_yourself(pilot: Pilot) -
     text = " ".join(done.stderr.split())
     assert "unknown is not an approver" in text
     assert "--by NAME" in text and "PREFLIGHT_USER" in text
+
+
+def test_run_decide_approve_with_a_volume_node_not_leased_is_refused_in_words(
+        tmp_path: Path) -> None:
+    root = project(tmp_path)
+    manifest = root / "manifests" / "pilote.yaml"
+    manifest.write_text(manifest.read_text() + VOLUME.replace("dir: corpus", "dir: data/pilote")
+                        + "  nodes: [{kind: ssh, host: gpu-a.example, workdir: /srv/p}]\n")
+    done = preflight(root, "run", "manifests/pilote.yaml", "--decide", "approve", "--reason",
+                     "clean", "--by", "alice")
+    assert done.returncode == 0, done.stdout + done.stderr  # the pilot passed
+    _no_traceback(done)
+    said = " ".join(done.stderr.split())
+    assert "decision refused (recorded): the volume cannot be launched" in said
+    assert "gpu-a.example is not provisioned" in said
+    shown = preflight(root, "runs", "--json").stdout
+    assert '"status": "awaiting_decision"' in shown and '"kind": "volume"' not in shown
