@@ -77,7 +77,9 @@ def submit_modal(channel: str, response_url: str | None = None) -> dict[str, Any
 
 
 def decide_modal(run_id: str, decision: str, channel: str, thread_ts: str | None,
-                 forecast: dict[str, Any] | None = None) -> dict[str, Any]:
+                 forecast: dict[str, Any] | None = None,
+                 spend: list[str] | None = None) -> dict[str, Any]:
+    """``spend``: what approving launches (bot.messages.targets.spend_lines)."""
     label = DECISION_LABELS.get(decision, decision)
     hint = {"approve": "Approving a failed pilot needs the word `override` and why.",
             "stop": "Stops the runner and all it started; finished items are kept."}.get(
@@ -86,6 +88,9 @@ def decide_modal(run_id: str, decision: str, channel: str, thread_ts: str | None
         hint = ("The volume's high estimate ends after the lease: approving needs the word "
                 "`override` and why.")
     shown = forecast_blocks(forecast) if decision == "approve" else []
+    if decision == "approve" and spend:
+        shown.insert(0, section(clip("*Approving launches the volume on:*\n" + "\n".join(
+            f"• {escape(line)}" for line in spend), 2900)))
     return {
         "type": "modal", "callback_id": DECIDE_CALLBACK,
         "title": {"type": "plain_text", "text": clip(label, 24)},
@@ -117,7 +122,8 @@ def forecast_blocks(forecast: dict[str, Any] | None) -> list[dict[str, Any]]:
     mark = ":white_check_mark:" if fits is True else ":warning:" if fits is False else ""
     lines = [f"{mark} *{escape(fit_line(forecast))}*"]
     for fig in forecast.get("figures") or []:
-        if fig.get("key") in ("wall", "finish", "lease_end", "margin", "share", "cost"):
+        if fig.get("key") in ("workers", "setup", "wall", "finish", "lease_end", "margin",
+                              "share", "cost"):
             lines.append(f"• {escape(str(fig['label']))}: *{escape(str(fig['value']))}* "
                          f"— {escape(str(fig['formula']))}")
     lines += [f"• _{escape(str(note))}_" for note in forecast.get("notes") or []]

@@ -34,6 +34,7 @@ def test_a_volume_past_the_lease_needs_an_override_from_the_modal(
     emulator.wait_for(lambda: emulator.views)
     modal = str(next(iter(emulator.views.values()))["blocks"])
     assert "AFTER the lease" in modal and "Lease ends" in modal and "override" in modal
+    assert "Workers: *1*" in modal and "Setup: *" in modal   # what the wall time stands on
     h.decide_via_modal(run["id"], "approve", "pilot passed", user=APPROVER, thread_ts=ts)
     emulator.wait_for(lambda: refusals(h, run["id"]))
     assert "after the lease ends" in refusals(h, run["id"])[0]["refusal"]
