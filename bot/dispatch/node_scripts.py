@@ -153,9 +153,12 @@ os._exit(0)
 # supervisor, holds the node's workdir lock, so no other dispatch writes under its workers.
 HOLD_ENV = "PREFLIGHT_HOLD_RAY"
 HOLD_SCRIPT = r"""
-import os, sys, time
+import os, stat, sys, time
 path = os.path.join(os.environ.get("PREFLIGHT_HOLD_RAY", ""), "preflight.pgid")
-try:
+try:  # a group named in a temp dir that is not ours alone is nobody's word (ray_cluster.py)
+    st = os.lstat(os.path.dirname(path))
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        sys.exit(0)
     with open(path) as fh:
         group = int(fh.read())
 except (OSError, ValueError):

@@ -134,31 +134,110 @@ def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> list[Ray
     return sized
 
 
+# The run's Ray temp dir on the node (its sockets, logs and ``preflight.pgid``) has a
+# predictable name under a shared /tmp, so another user of the node could create it first
+# and choose which process group a stop kills. It is created 0700; one that already exists
+# and is not a real folder owned by the node user with no access for others is refused,
+# naming the path, before Ray starts; a stop trusts ``preflight.pgid`` only inside a folder
+# that passes the same check. (Keep the path short: Ray's AF_UNIX sockets live under it,
+# and a socket path must stay under 108 characters.)
+PRIVATE_DIR = r"""
+import os, stat, sys
+def not_private(d):
+    try:
+        st = os.lstat(d)
+    except FileNotFoundError:
+        return None
+    kind = "a link" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) \
+        else "not a folder"
+    if kind == "a folder" and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+        return None
+    return ("preflight: the Ray temp dir %s is %s of uid %d with mode %o, not a private "
+            "folder of this user (uid %d): another user may control it. Remove it (or ask "
+            "its owner to) and start again" % (d, kind, st.st_uid, stat.S_IMODE(st.st_mode),
+                                                os.getuid()))
+"""
 # Runs on the node: ``ray start`` in a process group of its own, whose id is written to
 # ``<temp dir>/preflight.pgid``; every Ray process it starts stays in that group (the
 # actors take their own, and die with their raylet), so stopping ends exactly this run's
 # Ray, not another Ray of the same user.
-GROUP_START = ("import os, sys\npid = os.fork()\nif pid:\n    sys.exit(os.waitstatus_to_exitcode("
-               "os.waitpid(pid, 0)[1]))\nos.setsid()\nos.makedirs(sys.argv[1], exist_ok=True)\n"
-               "with open(os.path.join(sys.argv[1], 'preflight.pgid'), 'w') as fh:\n"
-               "    fh.write(str(os.getpgid(0)))\nos.execv(sys.executable, [sys.executable] + "
-               "sys.argv[2:])")
+GROUP_START = PRIVATE_DIR + r"""
+d = sys.argv[1]
+os.makedirs(os.path.dirname(d) or ".", exist_ok=True)
+try:
+    os.mkdir(d, 0o700)
+except FileExistsError:
+    pass
+problem = not_private(d)
+if problem:
+    sys.stderr.write(problem + "\n")
+    sys.exit(3)
+pid = os.fork()
+if pid:
+    sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+os.setsid()
+fd = os.open(os.path.join(d, "preflight.pgid"),
+             os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+os.write(fd, str(os.getpgid(0)).encode())
+os.close(fd)
+os.execv(sys.executable, [sys.executable] + sys.argv[2:])
+"""
 # Stopping: SIGTERM to the group, then SIGKILL, each given up to 2 s; a member that ended
 # but is not reaped yet (a node whose init reaps late, as in many containers) counts as ended.
-GROUP_STOP = ("import os, signal, sys, time\npath = os.path.join(sys.argv[1], 'preflight.pgid')\n"
-              "try:\n    group = int(open(path).read())\nexcept (OSError, ValueError):\n"
-              "    sys.exit(0)\ndef gone(sig):\n    try:\n        os.killpg(group, sig)\n"
-              "    except ProcessLookupError:\n        return True\n    return False\n"
-              "def ended():\n    if gone(0):\n        return True\n    try:\n"
-              "        names = [n for n in os.listdir('/proc') if n.isdigit()]\n"
-              "    except OSError:\n        return False\n    for n in names:\n        try:\n"
-              "            f = open('/proc/' + n + '/stat').read().rsplit(') ', 1)[1].split()\n"
-              "        except (OSError, IndexError):\n            continue\n"
-              "        if int(f[2]) == group and f[0] not in ('Z', 'X'):\n"
-              "            return False\n    return True\n"
-              "for sig in (signal.SIGTERM, signal.SIGKILL):\n    if gone(sig):\n        break\n"
-              "    for _ in range(40):\n        time.sleep(0.05)\n        if ended():\n"
-              "            break\n    else:\n        continue\n    break\nos.remove(path)")
+GROUP_STOP = PRIVATE_DIR + r"""
+import signal, time
+d = sys.argv[1]
+problem = not_private(d)
+if problem:
+    sys.stderr.write(problem + "; its preflight.pgid was not trusted, nothing stopped\n")
+    sys.exit(3)
+path = os.path.join(d, "preflight.pgid")
+try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            sys.exit(0)
+        group = int(os.read(fd, 64))
+    finally:
+        os.close(fd)
+except (OSError, ValueError):
+    sys.exit(0)
+if group <= 1:
+    sys.exit(0)
+def gone(sig):
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        return True
+    return False
+def ended():
+    if gone(0):
+        return True
+    try:
+        names = [n for n in os.listdir('/proc') if n.isdigit()]
+    except OSError:
+        return False
+    for n in names:
+        try:
+            f = open('/proc/' + n + '/stat').read().rsplit(') ', 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(f[2]) == group and f[0] not in ('Z', 'X'):
+            return False
+    return True
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    if gone(sig):
+        break
+    for _ in range(40):
+        time.sleep(0.05)
+        if ended():
+            break
+    else:
+        continue
+    break
+os.remove(path)
+"""
 
 
 def start_command(node: RayNode, head: str | None) -> str:
