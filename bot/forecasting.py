@@ -246,7 +246,12 @@ def check_volume(volume_run: dict[str, Any], stages: list[dict[str, Any]],
                   if error is not None else "no error: the forecast is 0 s"))
     started = [len(e.data.get("workers") or []) for e in events or []
                if e.type == "volume.workers"]
+    ray = ray_start_seconds(events or [])
+    if ray:
+        formula += (f"; Ray and its workers took {' + '.join(f'{r:.3g} s' for r in ray)} "
+                    f"to start (forecast {per_start:g} s each)")
     return {"actual_s": round(actual, 3), "attempts": len(spans),
+            "ray_start_measured_s": [round(r, 3) for r in ray],
             "workers_forecast": pilot_forecast.get("workers"),
             "workers_started": started[-1] if started else None,
             "attempt_s": [round(s, 3) for s in spans], "items_done": done,
@@ -281,6 +286,22 @@ def attempt_seconds(events: list[Event]) -> list[float]:
         if start is not None and stop is not None:
             spans.append(max(0.0, (stop - start).total_seconds()))
     return spans
+
+
+def ray_start_seconds(events: list[Event]) -> list[float]:
+    """Per attempt, from its work stage's start to its workers' start (``volume.workers``):
+    what the forecast's "Ray start" estimates."""
+    out: list[float] = []
+    began: datetime | None = None
+    for event in events:
+        if event.type == "stage.started" and event.stage in WORK_STAGES:
+            began = _when(event.ts)
+        elif event.type == "volume.workers" and began is not None:
+            ready = _when(event.ts)
+            if ready is not None:
+                out.append(max(0.0, (ready - began).total_seconds()))
+            began = None
+    return out
 
 
 def work_seconds(stages: list[dict[str, Any]]) -> float | None:

@@ -89,6 +89,10 @@ def test_actual_counts_the_attempts_running_time_not_the_days_between() -> None:
     check = check_volume({}, [], {**FORECAST, "workers": 4}, events, done=1000)
     assert check is not None
     assert (check["workers_started"], check["workers_forecast"]) == (3, 4)
+    # the second attempt's Ray and workers were up 1 s into its work stage
+    assert check["ray_start_measured_s"] == [1.0]
+    assert check["formula"].endswith("Ray and its workers took 1 s to start (forecast 4.6 s "
+                                     "each)")
     assert check["actual_s"] == 7200.0 and check["attempts"] == 2
     assert check["scored"] == "whole" and check["forecast_mid_s"] == 2 * 4.6 + 100.0
     assert check["error_pct"] == round((7200 - 109.2) / 109.2 * 100, 1)
