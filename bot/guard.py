@@ -38,43 +38,65 @@ class PolicyGuard:
         self.store = store
         self.directory: Directory | None = None
 
-    def identity(self, user: str, origin: Origin) -> Identity:
+    def identity(self, user: str, origin: Origin, channel: str | None = None) -> Identity:
         groups = self.directory(user) if self.directory and origin == "slack" else frozenset()
-        return Identity(user, groups)
+        return Identity(user, groups, channel)
 
     # -- submit -------------------------------------------------------------------------
     def screen(self, text: str, *, source: str, base_dir: Path, user: str,
-               origin: Origin) -> None:
+               origin: Origin, channel: str | None = None) -> None:
         """Refuse a manifest before anything it names on disk is looked at."""
         try:
             data, marks = parse_text(text)
         except SourceError:
             return  # unreadable: load_manifest says where, and reads nothing
         refusals = checks.check_submission(self.policy, data, marks, origin=origin,
-                                           who=self.identity(user, origin), base_dir=base_dir)
+                                           who=self.identity(user, origin, channel),
+                                           base_dir=base_dir)
         self.refuse("submit", user, origin, _name(data) or source, refusals)
 
     def admit(self, loaded: LoadedManifest, *, user: str, origin: Origin,
-              inputs: Any | None = None) -> tuple[list[str], bool]:
+              inputs: Any | None = None, channel: str | None = None) -> tuple[list[str], bool]:
         """Check a loaded manifest again (whoever the caller is) and the files it would read;
         return the approvers and the two-person flag the run is recorded with."""
         m = loaded.manifest
         data, marks = parse_text(loaded.text)
         refusals = checks.check_submission(self.policy, data, marks, origin=origin,
-                                           who=self.identity(user, origin),
+                                           who=self.identity(user, origin, channel),
                                            base_dir=loaded.base_dir)
         self.refuse("submit", user, origin, m.name, refusals)
-        self.check_files(loaded, user=user, origin=origin, inputs=inputs)
+        self.check_files(loaded, user=user, origin=origin, inputs=inputs, channel=channel)
         return (checks.effective_approvers(self.policy, m.approvals.approvers, origin),
                 checks.two_person(self.policy, m.approvals.two_person))
 
     def check_files(self, loaded: LoadedManifest, *, user: str, origin: Origin,
-                    inputs: Any | None = None) -> None:
+                    inputs: Any | None = None, channel: str | None = None) -> None:
         """From Slack: the input and parameter files must not lead out of the roots (checked
         before the project check opens the parameter files)."""
         if origin == "slack":
-            refusals = checks.check_files(self.policy, _files(loaded, inputs), "file")
+            refusals = checks.check_files(self.policy, _files(loaded, inputs), "file",
+                                          self.identity(user, origin, channel))
             self.refuse("submit", user, origin, loaded.manifest.name, refusals)
+
+    def nodes_again(self, run: dict[str, Any], user: str, origin: Origin = "cli") -> None:
+        """A run submitted from Slack, started again (resume): its nodes and programs are
+        checked against the policy in force now, as at its submission."""
+        if not run.get("channel"):
+            return  # the terminal's run: nodes are not the policy's business
+        try:
+            data, marks = parse_text(str(run.get("manifest_text") or ""))
+        except SourceError:
+            return
+        refusals = checks.check_nodes(self.policy, data, marks)
+        self.refuse("resume", user, origin, str(run["id"]), refusals)
+
+    # -- act on a run: stop, decide, its buttons ----------------------------------------
+    def run_action(self, action: str, run: dict[str, Any], user: str, origin: Origin,
+                   channel: str | None) -> None:
+        """PolicyRefused (recorded) unless ``user`` may ``action`` this run from here."""
+        refusals = checks.check_run_action(self.policy, run,
+                                           self.identity(user, origin, channel), origin, action)
+        self.refuse(action, user, origin, str(run["id"]), refusals)
 
     # -- approve ------------------------------------------------------------------------
     def approval(self, run: dict[str, Any], user: str, origin: Origin) -> list[Refusal]:

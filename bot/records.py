@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.errors import RunNotFound
 from bot.guard import PolicyGuard
 from bot.pilot import leases as lease_rules
 from bot.pilot.cards import healthy_cards
+from bot.policy import checks
 from bot.policy.model import Origin
 from bot.store import Store
 
@@ -31,15 +33,35 @@ class Records:
         """The run with this id or unique id prefix, as a person types it."""
         return self.store.find_run(run_id)
 
-    def runs(self, limit: int = 50) -> list[dict[str, Any]]:
-        return self.store.list_runs(limit=limit)
+    def runs(self, limit: int = 50, *, channel: str | None = None) -> list[dict[str, Any]]:
+        """The newest runs; ``channel``: only that channel's (what a Slack channel sees)."""
+        return self.store.list_runs(limit=limit, channel=channel)
+
+    def runs_for(self, user: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The runs a Slack user is in scope for (their App Home): those they submitted or
+        may approve, every run for an admin."""
+        who = self.guard.identity(user, "slack")
+        admin = checks.holds(self.guard.policy, "admins", who)
+        return [r for r in self.store.list_runs(limit=max(limit, 200))
+                if admin or r.get("submitter") == user
+                or who.ids() & set(r.get("approvers") or [])][:limit]
+
+    def decisions_for(self, user: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The recent decisions on the runs ``runs_for`` shows that user."""
+        ids = {r["id"] for r in self.runs_for(user, limit=200)}
+        return [d for d in self.store.decisions(limit=max(limit, 200))
+                if d["run"] in ids][:limit]
 
     def active_runs(self) -> list[dict[str, Any]]:
         """The runs whose runner is running (what a restarted follower picks up)."""
         return self.store.active_runs()
 
-    def show(self, run_id: str) -> dict[str, Any]:
+    def show(self, run_id: str, *, channel: str | None = None) -> dict[str, Any]:
+        """A run with its stages and decisions; ``channel``: only a run of that channel
+        (RunNotFound otherwise: a channel does not see another's runs)."""
         run = self.store.find_run(run_id)
+        if channel is not None and run.get("channel") != channel:
+            raise RunNotFound(run_id, "no run of this channel has that id or name")
         return {**run, "stages": self.store.stages(run["id"]),
                 "decisions": self.store.decisions(run["id"]),
                 "volume_run": self.store.volume_of(run["id"]),

@@ -21,6 +21,7 @@ from bot.messages.model import (
     Text,
 )
 from bot.messages.progress import epoch, seconds_between
+from bot.messages.targets import spend_pairs
 from bot.pilot.plan import describe_lots, describe_price, plural
 from bot.pilot.states import ENDED, S
 from runner.events import STAGES
@@ -262,9 +263,12 @@ def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Me
     buttons = (Button("approve", "Approve scale-up", run["id"], "primary"),
                Button("fix-env", "Fix environment", run["id"], "danger"),
                Button("revise", "Revise configuration", run["id"]))
+    spend = spend_pairs(run)  # what an approval launches: nodes, cards, hosts
     return Message(run["id"], "decision",
                    (Heading("Decision"), Text("Launch the volume, fix the environment, or revise "
                                               "the configuration. A reason is required."),
+                    *((Text("Approving launches the volume on:"), Fields(tuple(spend)))
+                      if spend else ()),
                     *_refused(decisions), Actions(buttons)),
                    summary=f"{run['name']}: awaiting a decision")
 

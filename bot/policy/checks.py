@@ -18,7 +18,7 @@ from typing import Any
 from bot.manifest.source import SourceMap, format_loc
 from bot.pilot.leases import lease_key
 from bot.policy.load import Policy
-from bot.policy.model import Origin, parse_node
+from bot.policy.model import Origin, parse_node_entry
 
 LEASE_GATES = ("funds-confirmed", "provisioned")
 # Manifest paths relative to project.dir: (field path, read by the bot or the runner)
@@ -30,10 +30,12 @@ _PROJECT_PATHS: tuple[tuple[tuple[str, ...], bool], ...] = (
 
 @dataclass(frozen=True)
 class Identity:
-    """Who asks: a Slack user id (or the terminal's user) and the user groups they are in."""
+    """Who asks: a Slack user id (or the terminal's user), the user groups they are in, and
+    the channel the request comes from (None: the terminal, or no channel)."""
 
     user: str
     groups: frozenset[str] = frozenset()
+    channel: str | None = None
 
     def ids(self) -> frozenset[str]:
         return self.groups | {self.user}
@@ -98,9 +100,9 @@ def check_submission(policy: Policy, data: Any, marks: SourceMap, *, origin: Ori
         if not holds(policy, "submitters", who):
             out.append(Refusal("roles.submitters", f"<@{who.user}> may not submit pilots from "
                                "Slack", policy.where("roles.submitters")))
-        out += _check_node(policy, data, marks)
+        out += check_nodes(policy, data, marks)
         out += _check_approvers(policy, data, marks)
-    out += _check_paths(policy, data, marks, origin=origin, base_dir=base_dir)
+    out += _check_paths(policy, data, marks, origin=origin, base_dir=base_dir, who=who)
     return out
 
 
@@ -117,46 +119,95 @@ def _at(marks: SourceMap, loc: Sequence[Any]) -> str:
     return format_loc(loc) + (f" (line {line})" if line else "")
 
 
-def _check_node(policy: Policy, data: dict[str, Any], marks: SourceMap) -> list[Refusal]:
-    node = _section(data, "node") or {}
-    node = node if isinstance(node, dict) else {}
-    kind = node.get("kind", "local")
-    allowed = [parse_node(n) for n in policy.file.nodes] if policy.file.nodes is not None else None
-    listed = False
+def run_nodes(data: dict[str, Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Every node a run of this manifest may use, with its field path: the pilot's ``node``
+    and each ``volume.nodes[i]`` (a volume without a list runs on the pilot's node)."""
+    node = _section(data, "node")
+    out: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        (("node",), node if isinstance(node, dict) else {})]
+    listed = _section(data, "volume", "nodes")
+    for index, entry in enumerate(listed if isinstance(listed, list) else []):
+        out.append((("volume", "nodes", index), entry if isinstance(entry, dict) else {}))
+    return out
+
+
+def check_nodes(policy: Policy, data: dict[str, Any], marks: SourceMap) -> list[Refusal]:
+    """From Slack: each node a run may use (pilot, volume) is one the policy allows, and a
+    program the manifest names (``task.command``, ``blender.executable``) passes the gate
+    of every one of those nodes, by its kind and whether it is listed."""
+    data = data if isinstance(data, dict) else {}
+    allowed = ([parse_node_entry(n) for n in policy.file.nodes]
+               if policy.file.nodes is not None else None)
     out: list[Refusal] = []
+    judged: list[tuple[tuple[Any, ...], Any, bool]] = []
+    for loc, node in run_nodes(data):
+        kind = node.get("kind", "local")
+        refusals, listed = _check_one_node(policy, allowed, loc, node, marks)
+        out += refusals
+        judged.append((loc, kind, listed))
+    programs: list[tuple[str, ...]] = []
+    if _section(data, "task", "command") is not None:
+        programs.append(("task", "command"))
+    executable = _section(data, "blender", "executable")
+    if isinstance(executable, str) and executable != "blender":
+        # A program the manifest names, run on the node: the same gate as task.command.
+        programs.append(("blender", "executable"))
+    for program in programs:
+        seen: set[str] = set()
+        for loc, kind, listed in judged:
+            for refusal in _check_command(policy, kind, listed, marks, program, loc):
+                if refusal.rule not in seen:  # one line per rule: the first node that fails
+                    seen.add(refusal.rule)
+                    out.append(refusal)
+    return out
+
+
+def _check_one_node(policy: Policy, allowed: list[tuple[str | None, str, str | None]] | None,
+                    loc: tuple[Any, ...], node: dict[str, Any],
+                    marks: SourceMap) -> tuple[list[Refusal], bool]:
+    kind = node.get("kind", "local")
+    out: list[Refusal] = []
+    listed = False
+    entry: tuple[str | None, str, str | None] | None = None
     if kind == "local":
-        listed = allowed is not None and (None, "local") in allowed
+        listed = allowed is not None and any(k == "local" for _, k, _ in allowed)
         if not listed:
-            out.append(Refusal("nodes", f"{_at(marks, ('node', 'kind'))}: `local` runs on the "
+            out.append(Refusal("nodes", f"{_at(marks, (*loc, 'kind'))}: `local` runs on the "
                                "bot host itself, which a Slack manifest may not name",
                                policy.where("nodes")))
     elif isinstance(node.get("host"), str):
         port = node.get("port", 22)
         key = lease_key(node["host"], port if isinstance(port, int) else 22)
         user = node.get("user") if isinstance(node.get("user"), str) else None
-        listed = allowed is not None and any(k == key and u in (None, user) for u, k in allowed)
+        matches = [e for e in allowed or [] if e[1] == key and e[0] in (None, user)]
+        listed = bool(matches)
+        entry = matches[0] if matches else None
         if allowed is not None and not listed:
-            out.append(Refusal("nodes", f"{_at(marks, ('node', 'host'))}: node "
+            out.append(Refusal("nodes", f"{_at(marks, (*loc, 'host'))}: node "
                                f"{(user + '@') if user else ''}{key} is not one the bot may "
                                "use from Slack", policy.where("nodes")))
-    if _section(data, "task", "command") is not None:
-        out += _check_command(policy, kind, listed, marks)
-    executable = _section(data, "blender", "executable")
-    if isinstance(executable, str) and executable != "blender":
-        # A program the manifest names, run on the node: the same gate as task.command.
-        out += _check_command(policy, kind, listed, marks, ("blender", "executable"))
-    return out
+    pin = node.get("host_key_fingerprint")
+    if isinstance(pin, str) and (entry is None or entry[2] != pin):
+        # The pin replaces known_hosts: from Slack only the policy's own pin for that node.
+        out.append(Refusal("nodes", f"{_at(marks, (*loc, 'host_key_fingerprint'))}: a host "
+                           "key from a Slack manifest is accepted only when the policy's "
+                           "`nodes` entry for that node pins the same key "
+                           "(\"USER@HOST:PORT SHA256:…\"); otherwise known_hosts decides",
+                           policy.where("nodes")))
+    return out, listed
 
 
 def _check_command(policy: Policy, kind: Any, listed: bool, marks: SourceMap,
-                   loc: tuple[str, ...] = ("task", "command")) -> list[Refusal]:
+                   loc: tuple[str, ...] = ("task", "command"),
+                   node: tuple[Any, ...] = ("node",)) -> list[Refusal]:
     at = _at(marks, loc)
+    on = "" if node == ("node",) else f" ({format_loc(node)})"
     if kind == "local" and not policy.file.task_command.local:
-        return [Refusal("task_command.local", f"{at}: an external command on the bot host "
-                        "is not allowed from Slack", policy.where("task_command.local"))]
+        return [Refusal("task_command.local", f"{at}: an external command on the bot host"
+                        f"{on} is not allowed from Slack", policy.where("task_command.local"))]
     if kind == "ssh" and not (policy.file.task_command.ssh and listed):
         why = "is off" if not policy.file.task_command.ssh else "is only for nodes listed in nodes"
-        return [Refusal("task_command.ssh", f"{at}: an external command from Slack {why}",
+        return [Refusal("task_command.ssh", f"{at}: an external command from Slack{on} {why}",
                         policy.where("task_command.ssh" if not policy.file.task_command.ssh
                                      else "nodes"))]
     return []
@@ -176,18 +227,20 @@ def _check_approvers(policy: Policy, data: dict[str, Any], marks: SourceMap) -> 
 
 
 def _check_paths(policy: Policy, data: dict[str, Any], marks: SourceMap, *, origin: Origin,
-                 base_dir: Path) -> list[Refusal]:
+                 base_dir: Path, who: Identity) -> list[Refusal]:
     project = _section(data, "project", "dir")
     project_dir = _resolve(base_dir, project if isinstance(project, str) else ".")
     if project_dir is None:
         project_dir = Path("/nonexistent/unresolvable")  # its own refusal below says why
     if origin == "slack":
-        roots, where = policy.roots, policy.where("project_roots")
+        roots, key = policy.roots_for(who.channel, who.groups)
+        where, rule = policy.where(key), _roots_rule(key)
         wanted: list[tuple[tuple[str, ...], Path | None]] = [
             (("project", "dir"), _resolve(base_dir, project if isinstance(project, str)
                                           else "."))]
     else:  # the terminal: the manifest's directory tree and the project it names
         roots, where = (base_dir.resolve(), project_dir), "the CLI's rule (no policy key)"
+        rule = "project_roots"
         wanted = []
     for loc, read in _PROJECT_PATHS:
         value = _section(data, *loc)
@@ -198,10 +251,14 @@ def _check_paths(policy: Policy, data: dict[str, Any], marks: SourceMap, *, orig
         wanted.append((loc, _resolve(project_dir, value.removeprefix("file://"))))
     # The message says what was written, never where a link leads (that would tell a
     # Slack member about the bot host's files).
-    return [Refusal("project_roots", f"{_at(marks, loc)}: {_written(data, loc)} "
+    return [Refusal(rule, f"{_at(marks, loc)}: {_written(data, loc)} "
                     + ("resolves outside" if path is not None else "cannot be resolved within")
                     + f" the project roots ({', '.join(map(str, roots))})", where)
             for loc, path in wanted if path is None or not inside(path, roots)]
+
+
+def _roots_rule(key: str) -> str:
+    return "project_roots" if key == "project_roots" else "team_roots"
 
 
 def _written(data: dict[str, Any], loc: tuple[str, ...]) -> str:
@@ -209,19 +266,21 @@ def _written(data: dict[str, Any], loc: tuple[str, ...]) -> str:
     return repr(value) if isinstance(value, str) else "'.' (the default)"
 
 
-def check_files(policy: Policy, files: Iterable[Path], what: str) -> list[Refusal]:
+def check_files(policy: Policy, files: Iterable[Path], what: str,
+                who: Identity | None = None) -> list[Refusal]:
     """Files a Slack run would read (inputs, parameter files): a symlink leading out of the
-    roots is refused like a path written outside them."""
-    roots = policy.roots
+    roots (``who``'s: their channel's or group's) is refused like a path written outside."""
+    roots, key = policy.roots_for(who.channel, who.groups) if who else (policy.roots,
+                                                                         "project_roots")
     for file in files:
         try:
             target: Path | None = Path(file).resolve()
         except (OSError, RuntimeError, ValueError):  # a link loop
             target = None
         if target is None or not inside(target, roots):
-            return [Refusal("project_roots", f"{what} {Path(file).name!r} is a link leading "
+            return [Refusal(_roots_rule(key), f"{what} {Path(file).name!r} is a link leading "
                             f"outside the project roots ({', '.join(map(str, roots))})",
-                            policy.where("project_roots"))]
+                            policy.where(key))]
     return []
 
 
@@ -255,6 +314,29 @@ def check_approval(policy: Policy, run: dict[str, Any], who: Identity,
         return [Refusal(f"spending.{key}", f"{text}: approving it needs an admin",
                         policy.where(f"spending.{key}"))]
     return []
+
+
+# -- stop, revise, fix-env, and every button ------------------------------------------
+def check_run_action(policy: Policy, run: dict[str, Any], who: Identity, origin: Origin,
+                     action: str) -> list[Refusal]:
+    """From Slack a run is acted on only from the channel it belongs to, and ``stop``,
+    ``revise`` and ``fix-env`` only by its submitter, an approver (the policy's or the
+    run's) or an admin; ``approve`` keeps its own stricter rule (``check_approval``). The
+    terminal's ``--by`` is self-declared: not checked."""
+    if origin != "slack":
+        return []
+    if run.get("channel") != who.channel:
+        return [Refusal("channel", f"run {run['id']} belongs to another channel: it may only "
+                        f"be acted on ({action}) from the channel it was submitted in",
+                        "the run's own channel (fixed when it was submitted)")]
+    if action == "approve":
+        return []
+    if who.user == run.get("submitter") or holds(policy, "admins", who) or \
+            who.ids() & {*approver_pool(policy), *(run.get("approvers") or [])}:
+        return []
+    return [Refusal("roles.approvers", f"<@{who.user}> may not {action} run {run['id']}: only "
+                    f"its submitter <@{run.get('submitter')}>, an approver or an admin may",
+                    policy.where("roles.approvers"))]
 
 
 def over_caps(policy: Policy, plan: dict[str, Any]) -> list[tuple[str, str]]:

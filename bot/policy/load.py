@@ -38,11 +38,45 @@ class Policy:
         chosen = [Path(r) for r in roots] if roots is not None else [self.home / "projects"]
         return tuple(r.resolve() for r in chosen)
 
+    def roots_for(self, channel: str | None,
+                  groups: frozenset[str] = frozenset()) -> tuple[tuple[Path, ...], str]:
+        """The roots of a Slack request from ``channel`` by a member of ``groups``, and the
+        key that sets them: the ``team_roots`` entries naming that channel or one of those
+        groups (their union, plus ``project_roots`` where an entry is ``shared``), else the
+        global ``project_roots``."""
+        teams = [(i, t) for i, t in enumerate(self.file.team_roots)
+                 if (channel is not None and channel in t.channels) or groups & set(t.groups)]
+        if not teams:
+            return self.roots, "project_roots"
+        chosen = [Path(r).resolve() for _, t in teams for r in t.roots]
+        if any(t.shared for _, t in teams):
+            chosen += self.roots
+        return tuple(dict.fromkeys(chosen)), ", ".join(f"team_roots.{i}" for i, _ in teams)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What to say at start: a role held through a Slack user group is held by anyone
+        who can edit that group (in Slack's default settings, every full member)."""
+        roles = self.file.roles
+        out = []
+        for role in ("submitters", "approvers", "lease_operators", "admins"):
+            groups = [g for g in getattr(roles, role) or [] if g.startswith("S")]
+            if groups:
+                out.append(f"roles.{role} names Slack user group(s) {', '.join(groups)} "
+                           f"({self.where('roles.' + role)}): whoever may edit a group's "
+                           f"members holds this role; let only admins edit user groups "
+                           "(workspace settings → Permissions → User Groups) or list user "
+                           "ids instead")
+        return out
+
     def where(self, key: str) -> str:
-        """Where the rule ``key`` (dotted, e.g. ``roles.approvers``) is configured."""
+        """Where the rule ``key`` (dotted, e.g. ``roles.approvers``, ``team_roots.0``) is
+        configured; several keys separated by ", " are each placed."""
+        if ", " in key:
+            return "; ".join(self.where(k) for k in key.split(", "))
         if not self.from_file:
             return f"built-in default of {key} (no policy file at {self.path})"
-        loc = tuple(key.split("."))
+        loc = tuple(int(k) if k.isdigit() else k for k in key.split("."))
         found, rest = self.marks.resolve(loc)
         if found == loc and loc in self.marks.marks:
             return f"{self.path} line {self.marks.marks[loc][0]} ({key})"

@@ -7,10 +7,11 @@ is an error naming the key and its line, never a setting silently ignored.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from bot.errors import LeaseError
 from bot.pilot.leases import split_key
@@ -19,6 +20,11 @@ Origin = Literal["slack", "cli"]
 SLACK_ID = r"^[UWS][A-Z0-9]{2,30}$"
 SlackId = Annotated[str, Field(pattern=SLACK_ID, description="a Slack user id (U…, W…) or "
                                                               "user group id (S…)")]
+ChannelId = Annotated[str, Field(pattern=r"^[CG][A-Z0-9]{2,30}$",
+                                 description="a Slack channel id (C…, G…)")]
+GroupId = Annotated[str, Field(pattern=r"^S[A-Z0-9]{2,30}$",
+                               description="a Slack user group id (S…)")]
+FINGERPRINT = r"^SHA256:[A-Za-z0-9+/]{43}=?$"
 Int = Annotated[int, Strict()]
 
 
@@ -54,6 +60,31 @@ class Spending(Section):
     max_total_usd: Decimal | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
+class TeamRoots(Section):
+    """The project roots of one team: what a Slack manifest from its channels (or from a
+    member of its user groups) may name, instead of ``project_roots``."""
+
+    channels: list[ChannelId] = Field(default_factory=list,
+                                      description="channels whose manifests use these roots")
+    groups: list[GroupId] = Field(default_factory=list,
+                                  description="user groups whose members' manifests use them")
+    roots: list[str] = Field(min_length=1, description="absolute directories on the bot host")
+    shared: bool = Field(default=False,
+                         description="also the global project_roots (a shared area)")
+
+    @field_validator("roots")
+    @classmethod
+    def _roots(cls, value: list[str]) -> list[str]:
+        return _absolute(value)
+
+    @model_validator(mode="after")
+    def _someone(self) -> TeamRoots:
+        if not self.channels and not self.groups:
+            raise ValueError("name the channels (C…) and/or user groups (S…) these roots "
+                             "are for")
+        return self
+
+
 class PolicyFile(Section):
     """``$PREFLIGHT_POLICY`` (default ``$PREFLIGHT_HOME/policy.yaml``)."""
 
@@ -62,10 +93,14 @@ class PolicyFile(Section):
     roles: Roles = Field(default_factory=Roles)
     nodes: list[str] | None = Field(
         default=None, description='nodes a Slack manifest may name: "local", "HOST", '
-                                  '"HOST:PORT" or "USER@HOST[:PORT]"; null: any SSH node')
+                                  '"HOST:PORT" or "USER@HOST[:PORT]", each optionally '
+                                  'followed by its host key "SHA256:…"; null: any SSH node')
     project_roots: list[str] | None = Field(
         default=None, description="absolute directories Slack manifests may read and write "
                                   "in; null: $PREFLIGHT_HOME/projects")
+    team_roots: list[TeamRoots] = Field(
+        default_factory=list, description="per channel or user group: their own roots "
+                                          "instead of project_roots")
     task_command: TaskCommand = Field(default_factory=TaskCommand)
     approvals: Approvals = Field(default_factory=Approvals)
     spending: Spending = Field(default_factory=Spending)
@@ -80,20 +115,37 @@ class PolicyFile(Section):
     @field_validator("project_roots")
     @classmethod
     def _roots(cls, value: list[str] | None) -> list[str] | None:
-        for entry in value or []:
-            if not entry.startswith("/"):
-                raise ValueError(f"{entry!r} is not an absolute path: a root is a directory "
-                                 "on the bot host, e.g. /srv/preflight/projects")
-        return value
+        return None if value is None else _absolute(value)
+
+
+def _absolute(value: list[str]) -> list[str]:
+    for entry in value:
+        if not entry.startswith("/"):
+            raise ValueError(f"{entry!r} is not an absolute path: a root is a directory "
+                             "on the bot host, e.g. /srv/preflight/projects")
+    return value
 
 
 def parse_node(entry: str) -> tuple[str | None, str]:
     """``"local"`` -> (None, "local"); ``"u@h:2222"`` -> ("u", "h:2222") (the lease key)."""
+    user, key, _ = parse_node_entry(entry)
+    return user, key
+
+
+def parse_node_entry(entry: str) -> tuple[str | None, str, str | None]:
+    """A ``nodes`` entry: (user or None, lease key, pinned host key or None);
+    ``"u@h:2222 SHA256:…"`` pins the host key a Slack manifest may name for that node."""
     from bot.pilot.leases import lease_key
 
-    text = entry.strip()
+    text, _, pin = entry.strip().partition(" ")
+    pin = pin.strip()
+    if pin and not re.match(FINGERPRINT, pin):
+        raise ValueError(f"{entry!r}: after the node, expected its host key as "
+                         "\"SHA256:…\" (ssh-keygen -lf)")
     if text == "local":
-        return None, "local"
+        if pin:
+            raise ValueError(f"{entry!r}: local has no host key")
+        return None, "local", None
     user, _, address = text.rpartition("@")
     if not address or any(c.isspace() for c in text) or "/" in text:
         raise ValueError(f"{entry!r}: expected \"local\", HOST, HOST:PORT or USER@HOST[:PORT]")
@@ -101,4 +153,4 @@ def parse_node(entry: str) -> tuple[str | None, str]:
         host, port = split_key(address)
     except LeaseError as exc:
         raise ValueError(str(exc)) from exc
-    return (user or None), lease_key(host, port)
+    return (user or None), lease_key(host, port), (pin or None)

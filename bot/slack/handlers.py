@@ -118,7 +118,8 @@ class Handlers:
             self.ephemeral(channel, user, thread_ts, f":x: {escape(why)}")
             return None
         try:
-            record = self.service.decide(run_id, decision, reason, user, source="slack")
+            record = self.service.decide(run_id, decision, reason, user, source="slack",
+                                         channel=channel)
         except PolicyRefused as exc:
             self.refused(exc, user=user, channel=channel, thread_ts=thread_ts)
             return None
@@ -147,7 +148,11 @@ class Handlers:
             self.ephemeral(channel, user, thread_ts, f":x: {escape(why)}")
             return
         try:
-            run = self.service.stop(run_id, by=user, reason=reason, wait=False)
+            run = self.service.stop(run_id, by=user, reason=reason, wait=False,
+                                    origin="slack", channel=channel)
+        except PolicyRefused as exc:
+            self.refused(exc, user=user, channel=channel, thread_ts=thread_ts)
+            return
         except PreflightError as exc:
             self.ephemeral(channel, user, thread_ts, f":x: {escape(str(exc))}")
             return
@@ -184,6 +189,18 @@ class Handlers:
         return False, (f"run {run_id} is {status}: only a running run can be stopped, "
                        "or one being started")
 
+    def may_act(self, run_id: str, action: str, *, user: str, channel: str,
+                thread_ts: str | None) -> bool:
+        """Whether ``user`` may press this run's ``action`` button here (the policy: the
+        run's channel; stop, fix-env, revise need its submitter, an approver or an admin);
+        a refusal is recorded and told like any other."""
+        try:
+            self.service.may_act(run_id, action, user, channel=channel)
+        except PolicyRefused as exc:
+            self.refused(exc, user=user, channel=channel, thread_ts=thread_ts)
+            return False
+        return True
+
     def awaiting(self, run_id: str, channel: str, thread_ts: str | None) -> tuple[bool, str]:
         """Whether a decision can be taken now, and if not, why (for an ephemeral)."""
         why = self.not_here(run_id, channel, thread_ts)
@@ -207,9 +224,9 @@ class Handlers:
 
     # -- the App Home tab ---------------------------------------------------------
     def publish_home(self, user: str) -> None:
-        runs = self.service.runs(limit=100)
+        runs = self.service.runs_for(user, limit=100)
         active = [r for r in runs if r["status"] in OPEN]
-        decisions = self.service.decisions(limit=20)
+        decisions = self.service.decisions_for(user, limit=20)
         self.client.views_publish(user_id=user, view=home_view(active, decisions))
 
     # -- replies ------------------------------------------------------------------

@@ -13,6 +13,7 @@ from slack_bolt import Ack, App
 from slack_sdk import WebClient
 
 from bot.errors import PreflightError
+from bot.messages.targets import spend_lines
 from bot.pilot.leases import STATES as LEASE_STATES
 from bot.slack.blocks import escape
 from bot.slack.handlers import Handlers
@@ -125,11 +126,12 @@ def _on_command(h: Handlers) -> Callable[..., None]:
         elif verb == "run" and args:
             _run_named(h, ack, args[0], channel, user, command.get("response_url"))
         elif verb == "status":
-            _status(h, ack, args)
+            _status(h, ack, args, channel)
         elif verb == "stop":
             _stop(h, ack, args, channel, user)
         elif verb == "runs":
-            ack(text="Recent runs", blocks=runs_blocks(h.service.runs(limit=20)))
+            ack(text="Recent runs", blocks=runs_blocks(h.service.runs(limit=20,
+                                                                      channel=channel)))
         elif verb == "lease":
             ack(text=_lease(h, args, user, channel))
         else:
@@ -205,12 +207,14 @@ def _stop(h: Handlers, ack: Ack, args: list[str], channel: str, user: str) -> No
     h.stop(run_id, " ".join(args[1:]), user=user, channel=channel, thread_ts=None)
 
 
-def _status(h: Handlers, ack: Ack, args: list[str]) -> None:
+def _status(h: Handlers, ack: Ack, args: list[str], channel: str) -> None:
+    """A run of this channel (a run of another channel is not shown: not found here)."""
     try:
         if args:
-            ack(text="Run status", blocks=status_blocks(h.service.show(args[0])))
+            shown = h.service.show(args[0], channel=channel)
+            ack(text="Run status", blocks=status_blocks(shown))
             return
-        runs = h.service.runs(limit=10)
+        runs = h.service.runs(limit=10, channel=channel)
         ack(text="Recent runs", blocks=runs_blocks(runs))
     except PreflightError as exc:
         ack(text=escape(str(exc)))
@@ -261,9 +265,13 @@ def _on_button(h: Handlers) -> Callable[..., None]:
         if not ok:
             h.ephemeral(channel, user, thread_ts, f":information_source: {escape(why)}")
             return
+        if not h.may_act(run_id, decision, user=user, channel=channel, thread_ts=thread_ts):
+            return
         forecast = h.service.refresh_forecast(run_id) if decision == "approve" else None
+        spend = spend_lines(h.service.run(run_id)) if decision == "approve" else None
         client.views_open(trigger_id=body["trigger_id"],
-                          view=decide_modal(run_id, decision, channel, thread_ts, forecast))
+                          view=decide_modal(run_id, decision, channel, thread_ts, forecast,
+                                            spend))
     return on_button
 
 

@@ -34,6 +34,8 @@ def serve(
         policy = policy_for(settings)  # a broken policy file: the bot does not start
     except PolicyError as exc:
         _die(f"{exc}\nfix the policy file (docs/security.md lists every key) and start again")
+    for warning in policy.warnings:  # e.g. a role held through an editable user group
+        typer.echo(f"warning: {warning}", err=True)
     problem = describe_token_problem(settings, http=http)  # every missing token at once
     if problem:
         _die(problem)

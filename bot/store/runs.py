@@ -178,8 +178,12 @@ class RunsMixin(StoreBase):
             difflib.get_close_matches(typed, [i for i, _ in known], n=3, cutoff=0.6)
         return f"did you mean {' or '.join(close)}?" if close else None
 
-    def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
-        where, params = ("WHERE status = ?", [status]) if status else ("", [])
+    def list_runs(self, *, limit: int = 50, status: str | None = None,
+                  channel: str | None = None) -> list[dict[str, Any]]:
+        """The newest runs; ``status``, ``channel``: only those (a channel's own runs)."""
+        conds = [c for c, v in (("status = ?", status), ("channel = ?", channel)) if v]
+        params = [v for v in (status, channel) if v]
+        where = f"WHERE {' AND '.join(conds)}" if conds else ""
         sql = f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?"
         return [_decode(r) for r in self.db.query(sql, [*params, limit])]
 

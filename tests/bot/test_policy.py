@@ -235,3 +235,134 @@ def test_odd_values_are_refused_not_crashed_on(tmp_path: Path) -> None:
                                                 "user": 5, "port": "x"})
     assert submission(p, odd, base) == []  # the manifest's own validation refuses it
     assert checks.check_files(p, [base / "team" / "loop"], "file")
+
+
+# -- every node a run may use, host-key pins, roots per team, acting on a run ------------
+PIN = "SHA256:" + "A" * 43
+LISTED = {"kind": "ssh", "host": "gpu-1.example.net", "port": 2222, "user": "gpu"}
+
+
+def test_every_volume_node_passes_the_node_and_command_checks(tmp_path: Path) -> None:
+    base, _ = slack_project(tmp_path)
+    p = policy(tmp_path, "nodes: [gpu@gpu-1.example.net:2222]\n")
+    command = {"handler": None, "command": ["run.sh"]}
+    # The attack: the pilot names the allowed node, the volume the bot host.
+    bot_host = merged(project={"dir": "team"}, node=LISTED, task=command,
+                      volume={"inputs": {"dir": "data", "expected_count": 1},
+                              "nodes": [{"kind": "local"}]})
+    refusals = submission(p, bot_host, base)
+    assert [r.rule for r in refusals] == ["nodes", "task_command.local"]
+    assert refusals[0].message.startswith("volume.nodes[0].kind (line")
+    assert "(volume.nodes[0])" in refusals[1].message
+    handler = merged(project={"dir": "team"}, node=LISTED,
+                     volume={"inputs": {"dir": "data", "expected_count": 1},
+                             "nodes": [{"kind": "local"}]})
+    assert [r.rule for r in submission(p, handler, base)] == ["nodes"]  # project code too
+    unlisted = merged(project={"dir": "team"}, node=LISTED, task=command,
+                      volume={"inputs": {"dir": "data", "expected_count": 1},
+                              "nodes": [LISTED, {**LISTED, "host": "elsewhere.example"}]})
+    refusals = submission(p, unlisted, base)
+    assert [r.rule for r in refusals] == ["nodes", "task_command.ssh"]
+    assert refusals[0].message.startswith("volume.nodes[1].host (line")
+    assert "elsewhere.example:2222" in refusals[0].message
+    # The same manifest is allowed where the policy lists every node it uses.
+    both = policy(tmp_path, "nodes: [gpu@gpu-1.example.net:2222, elsewhere.example:2222]\n")
+    assert submission(both, unlisted, base) == []
+    local = policy(tmp_path, "nodes: [gpu@gpu-1.example.net:2222, local]\n"
+                             "task_command: {local: true}\n")
+    assert submission(local, bot_host, base) == []
+    assert submission(p, bot_host, base, origin="cli") == []  # the terminal: not its business
+
+
+def test_a_host_key_pin_from_slack_must_be_the_policys(tmp_path: Path) -> None:
+    base, _ = slack_project(tmp_path)
+    data = merged(project={"dir": "team"}, node={**LISTED, "host_key_fingerprint": PIN})
+    refusals = submission(policy(tmp_path, "nodes: [gpu@gpu-1.example.net:2222]\n"), data, base)
+    assert [r.rule for r in refusals] == ["nodes"]
+    assert refusals[0].message.startswith("node.host_key_fingerprint (line")
+    assert [r.rule for r in submission(default_policy(tmp_path), data, base)] == ["nodes"]
+    other = "SHA256:" + "B" * 43
+    pinned = policy(tmp_path, f"nodes: ['gpu@gpu-1.example.net:2222 {other}']\n")
+    assert [r.rule for r in submission(pinned, data, base)] == ["nodes"]
+    same = policy(tmp_path, f"nodes: ['gpu@gpu-1.example.net:2222 {PIN}']\n")
+    assert submission(same, data, base) == []
+    assert submission(default_policy(tmp_path), data, base, origin="cli") == []
+    volume = merged(project={"dir": "team"}, node=LISTED,
+                    volume={"inputs": {"dir": "data", "expected_count": 1},
+                            "nodes": [{**LISTED, "host_key_fingerprint": other}]})
+    refusals = submission(same, volume, base)
+    assert [r.rule for r in refusals] == ["nodes"]
+    assert refusals[0].message.startswith("volume.nodes[0].host_key_fingerprint (line")
+    with pytest.raises(PolicyError, match="SHA256"):
+        policy(tmp_path, "nodes: ['gpu-1.example.net SHA1:xyz']\n")
+
+
+def test_team_roots_keep_each_team_in_its_own_projects(tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    for team in ("a", "b", "shared"):
+        (projects / team / "data").mkdir(parents=True)
+    p = policy(tmp_path, f"nodes: [local]\nproject_roots: [{projects}/shared]\n"
+                         "team_roots:\n"
+                         f"  - channels: [C0TEAMA]\n    roots: [{projects}/a]\n"
+                         f"  - groups: [S0TEAMB]\n    roots: [{projects}/b]\n"
+                         "    shared: true\n")
+    team_a = Identity("U0MEMBER", channel="C0TEAMA")
+    team_b = Identity("U0MEMBER", frozenset({"S0TEAMB"}), channel="C0OTHER")
+
+    def rules(project: str, who: Identity) -> list[str]:  # project.dir and inputs.dir
+        return sorted({r.rule for r in submission(p, merged(project={"dir": project}),
+                                                  projects, who=who)})
+
+    assert rules("a", team_a) == []
+    refusals = submission(p, merged(project={"dir": "b"}), projects, who=team_a)
+    assert {r.rule for r in refusals} == {"team_roots"}
+    assert "project.dir (line" in refusals[0].message and "line 4 (team_roots.0)" in \
+        refusals[0].where
+    assert rules("shared", team_a) == ["team_roots"]  # not shared with team A
+    assert rules("b", team_b) == [] and rules("shared", team_b) == []
+    assert rules("a", team_b) == ["team_roots"]
+    nobody = Identity("U0MEMBER", channel="C0ELSE")  # no team: the global project_roots
+    assert rules("shared", nobody) == [] and rules("a", nobody) == ["project_roots"]
+    link = projects / "a" / "data" / "x.txt"
+    link.symlink_to(projects / "b" / "data" / "y.txt")
+    assert [r.rule for r in checks.check_files(p, [link], "file", team_a)] == ["team_roots"]
+    assert checks.check_files(p, [link], "file", team_b) == []  # it leads into b's root
+    for text, words in (("team_roots:\n  - roots: [/srv/a]\n", "name the channels"),
+                        ("team_roots:\n  - channels: [C0A]\n    roots: [/srv/a]\n    x: 1\n",
+                         "unknown key 'x'"),
+                        ("team_roots:\n  - channels: [U0A]\n    roots: [/srv/a]\n", "U0A"),
+                        ("team_roots:\n  - channels: [C0A]\n    roots: [a]\n", "absolute")):
+        with pytest.raises(PolicyError, match=words):
+            policy(tmp_path, text)
+
+
+def test_acting_on_a_run_needs_its_channel_and_a_role(tmp_path: Path) -> None:
+    p = policy(tmp_path, "roles: {approvers: [U0LEAD], admins: [U0ADMIN]}\n")
+    run = {"id": "run-1", "channel": "C0TEAM", "submitter": "U0OWNER", "approvers": ["U0RUNAPP"]}
+
+    def rules(user: str, action: str, channel: str | None = "C0TEAM",
+              origin: str = "slack") -> list[str]:
+        who = Identity(user, channel=channel)
+        return [r.rule for r in checks.check_run_action(p, run, who, origin,  # type: ignore[arg-type]
+                                                        action)]
+
+    for action in ("stop", "revise", "fix-env"):
+        assert rules("U0MEMBER", action) == ["roles.approvers"]
+        assert all(rules(u, action) == [] for u in ("U0OWNER", "U0LEAD", "U0ADMIN", "U0RUNAPP"))
+        assert rules("U0OWNER", action, "C0ELSE") == ["channel"]
+        assert rules("U0MEMBER", action, None, "cli") == []  # the terminal's --by
+    assert rules("U0MEMBER", "approve") == []  # approve: check_decision and check_approval
+    assert rules("U0LEAD", "approve", "C0ELSE") == ["channel"]
+    refusal = checks.check_run_action(p, run, Identity("U0MEMBER", channel="C0TEAM"), "slack",
+                                      "stop")[0]
+    assert "only its submitter <@U0OWNER>, an approver or an admin" in refusal.message
+    assert "line 1 (roles.approvers)" in refusal.where
+
+
+def test_roles_held_through_a_user_group_warn_at_start(tmp_path: Path) -> None:
+    p = policy(tmp_path, "roles:\n  approvers: [U0LEAD, S0LEADS]\n  admins: [U0ADMIN]\n")
+    assert len(p.warnings) == 1
+    assert "roles.approvers names Slack user group(s) S0LEADS" in p.warnings[0]
+    assert "line 2" in p.warnings[0]
+    assert policy(tmp_path, "roles: {approvers: [U0LEAD]}\n").warnings == []
+    assert default_policy(tmp_path).warnings == []
