@@ -1,9 +1,12 @@
 """Gathers what the forecast needs from a finished pilot, and checks it after the volume.
 
 The arithmetic is ``bot.pilot.forecast`` (pure); this module reads its inputs: the pilot's
-``item.done`` events (per-item seconds and input bytes), the facts of its stages (healthy
-cards, memory peak), the plan (cards, price, lease) and the volume's inputs, listed where
+``item.done`` events (per-item seconds and input bytes, a batch's items grouped back into
+one measurement), the facts and times of its stages (healthy cards, cores, memory peak, the
+setup it measured), the plan (cards, price, lease) and the volume's inputs, listed where
 the bot can see them (``volume.inputs.dir`` under the project directory, on the bot host).
+After the volume, ``check_volume`` sets the seconds its attempts' work stage ran beside
+the forecast for the items they recorded.
 """
 
 from __future__ import annotations
