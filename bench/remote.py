@@ -42,6 +42,8 @@ def snapshot(dest: Path) -> Path:
 
 
 def main() -> int:
+    import shutil
+
     from bot.compose import make_dispatchers
     from bot.dispatch.ssh import RUNNER_PACKAGE
     from bot.manifest.load import load_manifest
@@ -57,7 +59,10 @@ def main() -> int:
         root = Path(tmp)
         settings = Settings.from_env({"PREFLIGHT_HOME": str(root / "home")})
         store = Store(settings.db_path)
-        ssh = sshd.dispatcher(runner_package=RUNNER_PACKAGE)
+        # fixed copies, as the project's below: the work tree may change meanwhile
+        package = root / "runner-package" / "runner"
+        shutil.copytree(RUNNER_PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+        ssh = sshd.dispatcher(runner_package=package)
         local = make_dispatchers(settings)["local"]
         service = PilotService(settings, store, {"local": local, "ssh": ssh}, NullNotifier())
         provision(store, sshd.lease_key)

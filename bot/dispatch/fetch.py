@@ -40,6 +40,7 @@ T = TypeVar("T")
 GIB = 1 << 30
 BLOCK = 256 * 1024  # bytes per SFTP read
 IN_FLIGHT = 16  # reads of one file in flight at once
+FILES_AT_ONCE = 8  # files fetched at the same time (a round trip each would add up)
 # Written by the bot, read back by it (where the run is, what it sent, which nodes run its
 # Ray, its report): the node's copy never replaces them ("ray_cluster.json" is
 # volume_cluster.CLUSTER_FILE, "report.html"/"report-summary.png" bot.reporting's).
@@ -109,14 +110,16 @@ async def _copy(dispatcher: SSHDispatcher, conn: Any, handle: RunHandle,
         staging = _fresh(handle.run_dir / ".fetch")
         names = [n for n in await sftp.listdir(run_dir)
                  if n not in (".", "..") and n not in BOT_FILES and not n.startswith(".fetch")]
-        for name in names:
-            await _get(sftp, f"{run_dir}/{name}", staging / name, name, budget)
+        gate = asyncio.Semaphore(FILES_AT_ONCE)
+        await _all(_get(sftp, f"{run_dir}/{name}", staging / name, name, budget, gate=gate)
+                   for name in names)
         src = f"{evidence.get('remote')}/{handle.run_id}"
         copied = None
         if evidence.get("local") and await sftp.exists(src):
             dest = Path(evidence["local"])
             copied = _fresh(dest / f".fetch-{handle.run_id}")
-            await _get(sftp, src, copied / handle.run_id, f"evidence copy {src}", budget)
+            await _get(sftp, src, copied / handle.run_id, f"evidence copy {src}", budget,
+                       gate=gate)
         # Complete: only now does anything replace what the bot host had.
         for name in names:
             _replace(staging / name, handle.run_dir / name)
@@ -166,24 +169,36 @@ class _Budget:
             "directory)")
 
 
+async def _all(steps: Any) -> None:
+    """Run ``steps`` (coroutines) at once; once all have ended, raise the first failure in
+    their order (none is left running behind the caller)."""
+    for result in await asyncio.gather(*steps, return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result
+
+
 async def _get(sftp: Any, src: str, dst: Path, rel: str, budget: _Budget,
-               attrs: Any = None) -> None:
-    """Copy ``src`` (a folder or a regular file on the node) to the new path ``dst``."""
+               attrs: Any = None, *, gate: asyncio.Semaphore) -> None:
+    """Copy ``src`` (a folder or a regular file on the node) to the new path ``dst``; the
+    files of a folder at once, ``gate`` allowing so many files in all."""
     if attrs is None or attrs.permissions is None:
         attrs = await sftp.lstat(src)  # never follows a link
     mode = attrs.permissions or 0
     if stat.S_ISDIR(mode):
         dst.mkdir(mode=0o755)  # new: the staging folder is the bot's own, made fresh
+        entries = []
         async for entry in sftp.scandir(src):
             name = entry.filename
             if name in (".", ".."):
                 continue
             if "/" in name or "\0" in name:
                 raise _refused(budget.run_id, f"{rel}/{name}", "a name with a slash")
-            await _get(sftp, f"{src}/{name}", dst / name, f"{rel}/{name}", budget,
-                       entry.attrs)
+            entries.append((name, entry.attrs))
+        await _all(_get(sftp, f"{src}/{name}", dst / name, f"{rel}/{name}", budget, found,
+                        gate=gate) for name, found in entries)
     elif stat.S_ISREG(mode):
-        await _get_file(sftp, src, dst, rel, budget, int(attrs.size or 0))
+        async with gate:
+            await _get_file(sftp, src, dst, rel, budget, int(attrs.size or 0))
     else:
         raise _refused(budget.run_id, rel, await _what(sftp, src, mode))
 

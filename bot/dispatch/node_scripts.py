@@ -1,8 +1,8 @@
 """The text that runs on a node: Python scripts for its own interpreter, shell commands.
 
-``HASH_SCRIPT`` hashes every file under some roots (with the same skip rules as the local
-side), ``LAUNCH_SCRIPT`` takes the workdir's lock and starts the runner detached; the shell
-commands probe or stop a runner. The scripts run with the node's interpreter
+``LAUNCH_SCRIPT`` takes the workdir's lock, hashes every file under some roots (with the
+same skip rules as the local side: ``HASH_FUNCTION``) and starts the runner detached; the
+shell commands probe or stop a runner. The scripts run with the node's interpreter
 (Python >= 3.9, standard library only); nothing here touches the network or local files.
 They must run alone on the node, before the runner package is there, so their few
 temp-file-and-rename writes are written out here instead of importing ``runner.files``.
@@ -16,39 +16,48 @@ from typing import Any
 # Runs on the node with its own interpreter (Python >= 3.9, standard library only).
 # The same skip rules as ``files``: what is never sent (a virtual environment built on the
 # node, caches, runs/) is neither hashed (a torch venv is gigabytes) nor removed as stale.
-HASH_SCRIPT = r"""
+# ``hashes(skip, top, roots)``: root -> relative path -> sha256; LAUNCH_SCRIPT's "hash".
+HASH_FUNCTION = r"""
 import hashlib, json, os, sys
-skip, top = json.loads(sys.argv[1])
-out = {}
-for root in sys.argv[2:]:
-    os.makedirs(root, exist_ok=True)
-    files = {}
-    for base, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in skip
-                   and not (base == root and d in top)
-                   and not os.path.exists(os.path.join(base, d, "pyvenv.cfg"))]
-        for name in names:
-            path = os.path.join(base, name)
-            if name.endswith(".pyc") or os.path.islink(path) or not os.path.isfile(path):
-                continue
-            h = hashlib.sha256()
-            with open(path, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-            files[os.path.relpath(path, root).replace(os.sep, "/")] = h.hexdigest()
-    out[root] = files
-sys.stdout.write(json.dumps(out))
+
+def hashes(skip, top, roots):
+    out = {}
+    for root in roots:
+        os.makedirs(root, exist_ok=True)
+        files = {}
+        for base, dirs, names in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in skip
+                       and not (base == root and d in top)
+                       and not os.path.exists(os.path.join(base, d, "pyvenv.cfg"))]
+            for name in names:
+                path = os.path.join(base, name)
+                if name.endswith(".pyc") or os.path.islink(path) or not os.path.isfile(path):
+                    continue
+                h = hashlib.sha256()
+                with open(path, "rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(chunk)
+                files[os.path.relpath(path, root).replace(os.sep, "/")] = h.hexdigest()
+        out[root] = files
+    return out
 """
 
-# Runs on the node: takes the workdir's lock, then, on "launch" from the bot, starts the
-# runner detached (its own session, output to runner.log, exit status to exit_code); a
-# JSON object after "launch" on the same line is added to the runner's environment. The
-# lock (``dispatch.lock``: run, pid, process start time) names a live process for as long
-# as the workdir is in use: this process while the bot uploads, then the runner's
+# Runs on the node: takes the workdir's lock, then answers the bot's lines on stdin, all
+# under the lock and in this one SSH session (each session costs the node's login shell
+# start-up, and an SFTP channel is one more session):
+# - "hash [skip, top, roots, dirs]" (JSON): makes the directories the upload writes into
+#   and prints the hashes of the files under the roots (one JSON line);
+# - "put [path, size]" then that many bytes: writes the file (a temporary file renamed);
+# - "sync": prints the files it could not write since the last sync ({"failed": [...]});
+# - "launch": starts the runner detached (its own session, output to runner.log, exit
+#   status to exit_code); a JSON object after "launch" on the same line is added to the
+#   runner's environment.
+# The lock (``dispatch.lock``: run, pid, process start time) names a live process for as
+# long as the workdir is in use: this process while the bot uploads, then the runner's
 # supervisor; it is dropped when the runner ends or when the bot goes away before the
 # launch (stdin closed). A lock whose pid is dead, a zombie or another process is stale.
-LAUNCH_SCRIPT = r"""
-import fcntl, json, os, subprocess, sys, time
+LAUNCH_SCRIPT = HASH_FUNCTION + r"""
+import fcntl, subprocess, time
 lock, run, run_dir, cwd, pkg = sys.argv[1:6]
 argv = sys.argv[6:]
 
@@ -111,7 +120,67 @@ sys.stdout.write(json.dumps({"held": held} if held else {"locked": run}) + "\n")
 sys.stdout.flush()
 if held:
     sys.exit(3)
-word, _, extra = sys.stdin.readline().strip().partition(" ")
+def command():
+    return sys.stdin.buffer.readline().decode("utf-8").strip().partition(" ")[::2]
+
+def put(path, size):
+    # the bytes are read in full even when the file cannot be written: the next line follows
+    tmp, fh, error = "%s.%d.part" % (path, os.getpid()), None, None
+    try:
+        fh = open(tmp, "wb")
+    except OSError as exc:
+        error = exc
+    while size:
+        chunk = sys.stdin.buffer.read(min(size, 1 << 20))
+        if not chunk:  # stdin closed in the middle of a file: the bot is gone
+            if fh is not None:
+                fh.close()
+                os.remove(tmp)
+            raise EOFError(path)
+        size -= len(chunk)
+        if fh is not None and error is None:
+            try:
+                fh.write(chunk)
+            except OSError as exc:
+                error = exc
+    if fh is not None:
+        try:
+            fh.close()
+        except OSError as exc:
+            error = error or exc
+    if error is None:
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            error = exc
+    if error is not None:
+        if fh is not None:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+        failed.append("%s: %s" % (path, error.strerror or error))
+
+failed = []
+word, extra = command()
+while word in ("hash", "put", "sync"):
+    if word == "hash":
+        skip, top, roots, dirs = json.loads(extra)
+        for path in dirs:
+            os.makedirs(path, exist_ok=True)
+        sys.stdout.write(json.dumps(hashes(skip, top, roots)) + "\n")
+        sys.stdout.flush()
+    elif word == "put":
+        try:
+            put(*json.loads(extra))
+        except EOFError:
+            word = ""
+            break
+    else:
+        sys.stdout.write(json.dumps({"failed": failed}) + "\n")
+        sys.stdout.flush()
+        failed = []
+    word, extra = command()
 if word != "launch":
     locked(release)
     sys.exit(0)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import posixpath
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -265,10 +266,11 @@ class SSHDispatcher(SSHSessions):
         still holding it."""
         plan = UploadPlan(await self._workdir(node), handle, self.runner_package,
                           load_spec(handle.spec_path))
-        launcher = await self._lock(node, plan, plan.hold_command(node.python) if hold
-                                    else None)
+        launcher, hashes = await self._lock(node, plan, plan.hold_command(node.python) if hold
+                                            else None)
         try:
-            sent, _files = await self._send(node, plan, handle, proof_files(plan))
+            sent, _files = await self._send(node, plan, handle, launcher, hashes,
+                                            proof_files(plan))
         except BaseException:
             await _release(launcher)
             raise
@@ -276,23 +278,27 @@ class SSHDispatcher(SSHSessions):
             await _release(launcher)
         return plan, launcher if hold else None, sent
 
-    async def _send(self, node: SSHNode, plan: UploadPlan, handle: RunHandle,
+    async def _send(self, node: SSHNode, plan: UploadPlan, handle: RunHandle, launcher: Any,
+                    hashes: dict[str, dict[str, str]],
                     extra: dict[str, bytes]) -> tuple[dict[str, int], list[str]]:
-        """What differs from the node's copy, then the run's own files (and ``extra``)."""
-        hashes = parse_hashes(await self._exec(node, plan.hash_command(node.python)),
-                              node.where, node.python)
-        sent, files = await self._upload(node, plan, hashes)
-        sent["run"] = await self._put_bytes(node, {**plan.run_files(handle), **extra})
-        return sent, files
+        """What differs from the node's copy (``hashes``, read by the launcher under the
+        lock), then the run's own files (and ``extra``), all written by the launcher."""
+        changes = plan.changes(hashes)
+        run_files = {**plan.run_files(handle), **extra}
+        await self._stream(node, launcher, changes.send, run_files)
+        if changes.remove:
+            await self._remove(node, changes.remove)
+        return {**changes.sent, "run": sum(len(d) for d in run_files.values())}, \
+            [dst for _, dst in changes.send]
 
     async def _dispatch(self, handle: RunHandle, node: SSHNode,
                         env: dict[str, str]) -> int | None:
         spec = load_spec(handle.spec_path)
         plan = UploadPlan(await self._workdir(node), handle, self.runner_package, spec)
         # The workdir's lock first: nothing is hashed, sent or removed under a live runner.
-        launcher = await self._lock(node, plan)
+        launcher, hashes = await self._lock(node, plan)
         try:
-            sent, files = await self._send(node, plan, handle, {})
+            sent, files = await self._send(node, plan, handle, launcher, hashes, {})
             self.uploaded_files[handle.run_id] = files
             self.uploaded[handle.run_id] = sent
             layout = plan.layout(node, sent)
@@ -310,28 +316,35 @@ class SSHDispatcher(SSHSessions):
         write_layout(handle.run_dir / "remote.json", {**layout, "pid": pid})
         return pid
 
-    async def _lock(self, node: SSHNode, plan: UploadPlan, command: str | None = None) -> Any:
-        """Start the node's launcher: it holds the workdir's lock until told to launch."""
+    async def _lock(self, node: SSHNode, plan: UploadPlan,
+                    command: str | None = None) -> tuple[Any, dict[str, dict[str, str]]]:
+        """Start the node's launcher: it holds the workdir's lock until told to launch; and
+        the node's hashes of the files under the plan's roots, read by the launcher under
+        that lock. One SSH session for both (each costs the node's login shell start-up),
+        the connection's SFTP channel started meanwhile for the upload."""
         async def work(conn: Any) -> tuple[Any, str]:
             proc = await conn.create_process(
-                command or plan.launch_command(node.python, plan.resume))
-            reply = await proc.stdout.readline()
-            if not reply:
-                await _cut_off(proc, "before the launcher answered")
+                command or plan.launch_command(node.python, plan.resume), encoding=None)
+            # read by the launcher once it holds the lock
+            proc.stdin.write(plan.hash_request().encode())
+            reply = await _line(proc, "before the launcher answered")
             return proc, reply
 
         launcher, reply = await self.guarded(node, work)
         try:
             lock_holder(reply, node.where, plan.workdir, node.python, plan.run_id)
-        except DispatchError:
+            hashes = parse_hashes(await self.guarded(node, lambda _conn: _line(
+                launcher, "before the launcher printed the file hashes")),
+                node.where, node.python)
+        except BaseException:
             await _release(launcher)
             raise
-        return launcher
+        return launcher, hashes
 
     async def _launch(self, node: SSHNode, launcher: Any, env: dict[str, str]) -> int:
         async def work(conn: Any) -> str:
-            launcher.stdin.write(f"launch {json.dumps(env)}\n" if env else "launch\n")
-            out = str(await launcher.stdout.read())
+            launcher.stdin.write((f"launch {json.dumps(env)}\n" if env else "launch\n").encode())
+            out = bytes(await launcher.stdout.read()).decode("utf-8", errors="replace")
             if not out.strip():
                 await _cut_off(launcher, "before the launcher printed the runner's pid")
             return out
@@ -345,45 +358,119 @@ class SSHDispatcher(SSHSessions):
         home = (await self._exec(node, "pwd")).strip()
         return posixpath.join(home, workdir[2:] if workdir.startswith("~/") else workdir)
 
-    async def _upload(self, node: SSHNode, plan: UploadPlan,
-                      remote: dict[str, dict[str, str]]) -> tuple[dict[str, int], list[str]]:
-        changes = plan.changes(remote)
-        todo, stale = changes.send, changes.remove
+    async def _stream(self, node: SSHNode, launcher: Any, send: list[tuple[Path, str]],
+                      data: dict[str, bytes]) -> None:
+        """Sends files to the launcher's standard input (``put``): ``send`` (local path,
+        remote path), then ``data`` (remote path -> bytes); then ``sync``: an error names
+        the files the node could not write."""
+        async def work(conn: Any) -> str:
+            for src, dst in send:
+                await _put_file(launcher, src, dst)
+            for dst, raw in data.items():
+                launcher.stdin.write(_put_header(dst, len(raw)) + raw)
+                await launcher.stdin.drain()
+            launcher.stdin.write(b"sync\n")
+            return await _line(launcher, "before the launcher confirmed the upload")
 
+        reply = await self.guarded(node, work)
+        try:
+            failed = json.loads(reply)["failed"]
+        except (ValueError, KeyError, TypeError):
+            failed = [f"the launcher answered {reply.strip()[:200]!r}"]
+        if failed:
+            raise DispatchError(f"{node.where}: the upload failed: {'; '.join(failed[:5])}")
+
+    async def _remove(self, node: SSHNode, stale: list[str]) -> None:
+        """Files the project no longer has, removed from the node's copy (over SFTP)."""
         async def work(conn: Any) -> None:
             sftp = await self.sftp_of(conn)
-            for parent in sorted({posixpath.dirname(dst) for _, dst in todo}):
-                await sftp.makedirs(parent, exist_ok=True)
-            # many small files: keep several SFTP requests in flight, not one at a time
-            for i in range(0, len(todo), 16):
-                await asyncio.gather(*(sftp.put(str(src), dst) for src, dst in todo[i:i + 16]))
             for i in range(0, len(stale), 16):
                 await asyncio.gather(*(sftp.remove(path) for path in stale[i:i + 16]))
 
         await self.guarded(node, work)
-        return changes.sent, [dst for _, dst in todo]
-
-    async def _put_bytes(self, node: SSHNode, files: dict[str, bytes]) -> int:
-        async def work(conn: Any) -> None:
-            sftp = await self.sftp_of(conn)
-            for path, data in files.items():
-                await sftp.makedirs(posixpath.dirname(path), exist_ok=True)
-                async with sftp.open(path, "wb") as fh:
-                    await fh.write(data)
-
-        await self.guarded(node, work)
-        return sum(len(d) for d in files.values())
 
     # -- state and results -------------------------------------------------------------
     def _probe(self, handle: RunHandle) -> str:
+        """``probe_command``'s answer, read over SFTP where the node has /proc (a command
+        would cost a session, its login shell's start-up, at every look of the follower)."""
         node, layout = locate(handle)
         if not self.backoff.may_try(conn_key(node)):
             return "unknown"
-        command = probe_command(layout.get("pid"), layout["run_dir"])
         try:
-            return self._call(self._exec(node, command), 60).strip() or "unknown"
+            state = self._call(self._probe_files(node, layout.get("pid"), layout["run_dir"]), 60)
+            if state is None:  # no /proc on the node: the shell's kill -0
+                command = probe_command(layout.get("pid"), layout["run_dir"])
+                state = self._call(self._exec(node, command), 60).strip()
+            return state or "unknown"
         except NodeUnreachable:
             return "unknown"
+
+    async def _probe_files(self, node: SSHNode, pid: Any, run_dir: str) -> str | None:
+        """``done`` (exit_code written), ``starting`` (no pid anywhere yet), ``alive`` (its
+        /proc entry, not a zombie) or ``dead``; None when the node has no /proc."""
+        async def work(conn: Any) -> str | None:
+            sftp = await self.sftp_of(conn)
+            if await sftp.exists(f"{run_dir}/exit_code"):
+                return "done"
+            known = pid if isinstance(pid, int) and pid > 1 else None
+            if known is None:
+                raw = (await _small_file(sftp, f"{run_dir}/runner.pid") or b"").strip()
+                if not raw:
+                    return "starting"
+                if not raw.isdigit():
+                    return "dead"
+                known = int(raw)
+            stat = await _small_file(sftp, f"/proc/{known}/stat")
+            if stat is None:
+                return "dead" if await sftp.exists("/proc/self/stat") else None
+            return "dead" if stat.rsplit(b")", 1)[-1].split()[:1] == [b"Z"] else "alive"
+
+        return await self.guarded(node, work)
+
+
+async def _small_file(sftp: Any, path: str) -> bytes | None:
+    """The first 4 KiB of a node's file (a pid file, a /proc entry); None if it is absent."""
+    try:
+        async with sftp.open(path, "rb") as fh:
+            return bytes(await fh.read(4096))
+    except asyncssh.SFTPNoSuchFile:
+        return None
+
+
+async def _line(proc: Any, when: str) -> str:
+    """One line of a remote process's binary output ('' once it ended, told apart from a
+    drop by ``_cut_off``)."""
+    line = bytes(await proc.stdout.readline())
+    if not line:
+        await _cut_off(proc, when)
+    return line.decode("utf-8", errors="replace")
+
+
+def _put_header(path: str, size: int) -> bytes:
+    return ("put " + json.dumps([path, size]) + "\n").encode()
+
+
+async def _put_file(launcher: Any, src: Path, dst: str) -> None:
+    """One local file to the launcher (``put``), read and sent 1 MiB at a time. A local
+    file that cannot be read is a DispatchError (the caller's release then closes the
+    launcher's stdin mid-file: it drops the lock); a drop while writing stays a drop."""
+    try:
+        fh = open(src, "rb")
+    except OSError as exc:
+        raise DispatchError(f"{src}: cannot read it to send it: {exc}") from exc
+    with fh:
+        left = os.fstat(fh.fileno()).st_size
+        launcher.stdin.write(_put_header(dst, left))
+        while left:
+            try:
+                chunk = fh.read(min(left, 1 << 20))
+            except OSError as exc:
+                raise DispatchError(f"{src}: cannot read it to send it: {exc}") from exc
+            if not chunk:
+                raise DispatchError(f"{src}: the file shrank while it was sent; dispatch again")
+            launcher.stdin.write(chunk)
+            await launcher.stdin.drain()
+            left -= len(chunk)
 
 
 async def _cut_off(proc: Any, when: str) -> None:

@@ -47,6 +47,7 @@ class SSHSessions:
         self.backoff = Backoff(*backoff)
         self._conns: dict[ConnKey, Any] = {}
         self._sftp: dict[int, Any] = {}  # id(connection) -> its SFTP client
+        self._sftp_locks: dict[int, asyncio.Lock] = {}  # id(connection) -> its start's lock
         self.connects = 0
         self._locks: dict[ConnKey, asyncio.Lock] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -106,7 +107,7 @@ class SSHSessions:
         conns, self._conns = list(self._conns.values()), {}
         for sftp in self._sftp.values():
             sftp.exit()
-        self._sftp = {}
+        self._sftp, self._sftp_locks = {}, {}
         for conn in conns:
             conn.close()
             await conn.wait_closed()
@@ -153,16 +154,21 @@ class SSHSessions:
             raise NodeUnreachable(f"{node.where}: cannot connect: {exc}") from exc
 
     async def sftp_of(self, conn: Any) -> Any:
+        """The connection's SFTP client, started once (callers at the same time share it)."""
         sftp = self._sftp.get(id(conn))
         if sftp is None:
-            sftp = await conn.start_sftp_client()
-            self._sftp[id(conn)] = sftp
+            async with self._sftp_locks.setdefault(id(conn), asyncio.Lock()):
+                sftp = self._sftp.get(id(conn))
+                if sftp is None:
+                    sftp = await conn.start_sftp_client()
+                    self._sftp[id(conn)] = sftp
         return sftp
 
     def _drop(self, node: SSHNode) -> None:
         stale = self._conns.pop(conn_key(node), None)
         if stale is not None:
             sftp = self._sftp.pop(id(stale), None)
+            self._sftp_locks.pop(id(stale), None)
             if sftp is not None:
                 sftp.exit()
             stale.close()

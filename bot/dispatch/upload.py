@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ import yaml
 
 import runner
 from bot.dispatch.base import RunHandle
-from bot.dispatch.node_scripts import HASH_SCRIPT, HOLD_SCRIPT, LAUNCH_SCRIPT, python_command
+from bot.dispatch.node_scripts import HOLD_SCRIPT, LAUNCH_SCRIPT, python_command
 from bot.errors import DispatchError, NodeUnreachable
 from runner.evidence import file_sha256
 from runner.files import write_json_atomic
@@ -188,7 +189,7 @@ def launched_pid(out: str, node: str) -> int:
 
 
 def parse_hashes(out: str, node: str, python: str) -> dict[str, dict[str, str]]:
-    """The node's answer to ``hash_command`` (JSON), or an error saying what it printed."""
+    """The launcher's answer to ``hash_request`` (JSON), or an error saying what it printed."""
     try:
         hashes = json.loads(out)
     except ValueError:
@@ -232,6 +233,7 @@ class UploadPlan:
         self.package = package
         self.skip = {handle.run_dir.parent.resolve()}
         self.extra: dict[Path, str] = {}
+        self._trees: list[tuple[str, str, dict[str, tuple[Path, str]]]] | None = None
         inputs = Path(spec["inputs"]["dir"]).resolve()
         if not _under(inputs, self.local_project):
             self.extra[inputs] = f"{workdir}/inputs/{inputs.name}-{_tag(str(inputs))}"
@@ -247,12 +249,23 @@ class UploadPlan:
         return [self.remote_pkg_root, self.remote_project, *self.extra.values()]
 
     def trees(self) -> list[tuple[str, str, dict[str, tuple[Path, str]]]]:
+        """(kind, remote root, relative path -> (local path, sha256)); read once per plan."""
+        if self._trees is not None:
+            return self._trees
         out = [("runner", self.remote_pkg_root, {f"runner/{rel}": v for rel, v in
                                                 files(self.package, set(), top=False).items()}),
                ("project", self.remote_project, files(self.local_project, self.skip))]
         out += [("project", remote, files(local, self.skip))
                 for local, remote in self.extra.items()]
+        self._trees = out
         return out
+
+    def remote_dirs(self) -> list[str]:
+        """Every directory the upload may write into: the run's, and each one holding a
+        file of the local trees (the launcher makes them, with the hashes)."""
+        dirs = {posixpath.dirname(f"{root}/{rel}") for _kind, root, local in self.trees()
+                for rel in local}
+        return sorted(dirs | {self.remote_run_dir})
 
     def changes(self, remote: dict[str, dict[str, str]]) -> Changes:
         """Given the node's hashes (root -> relative path -> sha256), what to send and remove."""
@@ -293,10 +306,12 @@ class UploadPlan:
                 f"{self.remote_run_dir}/manifest.yaml":
                     _read_or_empty(handle.run_dir / "manifest.yaml")}
 
-    def hash_command(self, python: str) -> str:
-        """Prints the node's hashes of every file under ``roots()`` (JSON, for ``changes``)."""
-        rules = json.dumps([sorted(SKIP_DIRS), sorted(SKIP_TOP)])
-        return python_command(python, HASH_SCRIPT, rules, *self.roots())
+    def hash_request(self) -> str:
+        """The launcher's stdin line asking it to make ``remote_dirs()`` and print the
+        node's hashes of every file under ``roots()``: one JSON line (for ``changes``),
+        under the workdir's lock."""
+        return "hash " + json.dumps([sorted(SKIP_DIRS), sorted(SKIP_TOP), self.roots(),
+                                     self.remote_dirs()]) + "\n"
 
     def hold_command(self, python: str) -> str:
         """Like ``launch_command``, but what it launches holds the workdir's lock while the

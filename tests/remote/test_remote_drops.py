@@ -2,7 +2,7 @@
 
 Each test kills the sshd processes serving the bot (``Sshd.kill_connections``) at one
 moment, through a fault hook in a dispatcher subclass that the test arms (no sleeps):
-during the upload, during a status probe (the command cut off with no exit status),
+during the upload, during a status probe (its connection gone under it),
 during the pilot while a ``preflight follow`` process follows it, and during the evidence
 fetch. In every case the run ends with its true outcome, every id once, every event seq
 once, and the follower's exit code says what happened. A node that stays unreachable makes
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.dispatch.ssh import RUNNER_PACKAGE, SSHDispatcher
-from bot.dispatch.upload import SSHNode, UploadPlan
+from bot.dispatch.upload import SSHNode
 from bot.manifest.load import load_manifest
 from tests.remote.remote_kit import (
     assert_exactly_once,
@@ -49,18 +49,15 @@ class FaultySSH(SSHDispatcher):
             self.fired.append(moment)
             assert self.sshd.kill_connections() >= 1
 
-    async def _upload(self, node: SSHNode, plan: UploadPlan,
-                      remote: dict[str, dict[str, str]]) -> Any:
+    async def _stream(self, node: SSHNode, launcher: Any, send: list[tuple[Path, str]],
+                      data: dict[str, bytes]) -> None:
         self._fire("upload")
-        return await super()._upload(node, plan, remote)
+        return await super()._stream(node, launcher, send, data)
 
-    async def _exec(self, node: SSHNode, command: str, *, check: bool = True) -> str:
-        if self.armed == "probe" and "echo starting" in command:
-            self.armed = None
-            self.fired.append("probe")
-            # The sshd serving this very command dies under it: it ends with no exit status.
-            command = "kill -9 $PPID; sleep 5; " + command
-        return await super()._exec(node, command, check=check)
+    async def _probe_files(self, node: SSHNode, pid: Any, run_dir: str) -> str | None:
+        # The sshd serving the probe dies under it: its SFTP requests get no answer.
+        self._fire("probe")
+        return await super()._probe_files(node, pid, run_dir)
 
     async def sftp_of(self, conn: Any) -> Any:
         return _KillBeforeEvidence(self, await super().sftp_of(conn))
@@ -114,8 +111,7 @@ def test_drop_during_upload_dispatch_is_redone_and_the_pilot_passes(tmp_path: Pa
         bot.close()
 
 
-def test_probe_cut_off_with_no_exit_status_is_no_contact_not_a_failure(tmp_path: Path,
-                                                                       sshd: Sshd) -> None:
+def test_probe_cut_off_is_no_contact_not_a_failure(tmp_path: Path, sshd: Sshd) -> None:
     workdir = tmp_path / "node"
     manifest = write_project(tmp_path / "project", sshd.node(workdir), count=4, gate_after=2)
     bot = make_bot(tmp_path / "home", faulty(sshd))
