@@ -297,6 +297,17 @@ class SSHDispatcher(SSHSessions):
         plan = UploadPlan(await self._workdir(node), handle, self.runner_package, spec)
         # The workdir's lock first: nothing is hashed, sent or removed under a live runner.
         launcher, hashes = await self._lock(node, plan)
+        # The follower reads the events over SFTP: its channel starts while the files go
+        # (a failure here is left to the follower's first read, which goes through guarded).
+        warm = asyncio.ensure_future(self._warm_sftp(node))
+        try:
+            return await self._send_and_launch(handle, node, env, plan, launcher, hashes)
+        finally:
+            await warm
+
+    async def _send_and_launch(self, handle: RunHandle, node: SSHNode, env: dict[str, str],
+                               plan: UploadPlan, launcher: Any,
+                               hashes: dict[str, dict[str, str]]) -> int | None:
         try:
             sent, files = await self._send(node, plan, handle, launcher, hashes, {})
             self.uploaded_files[handle.run_id] = files
@@ -315,6 +326,13 @@ class SSHDispatcher(SSHSessions):
             return None
         write_layout(handle.run_dir / "remote.json", {**layout, "pid": pid})
         return pid
+
+    async def _warm_sftp(self, node: SSHNode) -> None:
+        """The connection's SFTP channel started; a failure is left to the next use."""
+        try:
+            await self.sftp_of(await self._conn(node))
+        except (OSError, asyncssh.Error, asyncio.TimeoutError, DispatchError):
+            pass
 
     async def _lock(self, node: SSHNode, plan: UploadPlan,
                     command: str | None = None) -> tuple[Any, dict[str, dict[str, str]]]:
@@ -455,7 +473,7 @@ async def _put_file(launcher: Any, src: Path, dst: str) -> None:
     file that cannot be read is a DispatchError (the caller's release then closes the
     launcher's stdin mid-file: it drops the lock); a drop while writing stays a drop."""
     try:
-        fh = open(src, "rb")
+        fh = os.fdopen(os.open(src, os.O_RDONLY | os.O_NOFOLLOW), "rb")  # never via a link
     except OSError as exc:
         raise DispatchError(f"{src}: cannot read it to send it: {exc}") from exc
     with fh:
