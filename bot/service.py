@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.dispatch.base import Dispatcher
+from bot.dispatch.inputs_check import record_inputs
 from bot.errors import (
     DecisionRefused,
     DispatchError,
@@ -126,6 +127,7 @@ class PilotService(Following):
             (run_dir / "manifest.yaml").write_text(loaded.text, encoding="utf-8")
             spec_path = run_dir / "spec.json"
             spec_path.write_text(spec.to_json(), encoding="utf-8")
+            record_inputs(run_dir, spec.inputs.dir, spec.inputs.pattern)  # held at dispatch
             manifest_json = m.model_dump(mode="json")
             self._create_run(run_dir, {
                 "id": run_id, "name": m.name, "attempt": attempt, "kind": kind,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import runner
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, read_tail
+from bot.dispatch.inputs_check import recheck_run
 from bot.errors import DispatchError
 from runner.events import Event, read_events
 
@@ -51,6 +52,7 @@ class LocalDispatcher:
         return found
 
     def start(self, handle: RunHandle) -> int | None:
+        recheck_run(handle.run_dir, handle.spec_path)  # the inputs are still those checked
         python = self.python_for(handle)
         argv = [python, "-m", "runner", str(handle.spec_path),
                 "--run-dir", str(handle.run_dir)]

@@ -28,6 +28,7 @@ import yaml
 
 import runner
 from bot.dispatch.base import RunHandle
+from bot.dispatch.inputs_check import checked_files, recheck_inputs
 from bot.dispatch.node_scripts import HOLD_SCRIPT, LAUNCH_SCRIPT, python_command
 from bot.errors import DispatchError, NodeUnreachable
 from runner.evidence import file_sha256
@@ -234,7 +235,10 @@ class UploadPlan:
         self.skip = {handle.run_dir.parent.resolve()}
         self.extra: dict[Path, str] = {}
         self._trees: list[tuple[str, str, dict[str, tuple[Path, str]]]] | None = None
-        inputs = Path(spec["inputs"]["dir"]).resolve()
+        # The inputs as checked at submission, checked again now (a DispatchError when the
+        # folder or a file was swapped meanwhile); outside the project, exactly those go.
+        self.inputs = recheck_inputs(handle.run_dir, spec)
+        inputs = self.inputs.dir
         if not _under(inputs, self.local_project):
             self.extra[inputs] = f"{workdir}/inputs/{inputs.name}-{_tag(str(inputs))}"
         copy_to = (spec.get("results") or {}).get("copy_to")
@@ -255,8 +259,8 @@ class UploadPlan:
         out = [("runner", self.remote_pkg_root, {f"runner/{rel}": v for rel, v in
                                                 files(self.package, set(), top=False).items()}),
                ("project", self.remote_project, files(self.local_project, self.skip))]
-        out += [("project", remote, files(local, self.skip))
-                for local, remote in self.extra.items()]
+        out += [("project", remote, checked_files(self.inputs) if local == self.inputs.dir
+                 else files(local, self.skip)) for local, remote in self.extra.items()]
         self._trees = out
         return out
 
