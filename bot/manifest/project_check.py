@@ -18,7 +18,15 @@ from bot.errors import Problem, ProjectCheckError
 from bot.manifest.git_head import git_commit as git_commit  # re-exported for the service
 from bot.manifest.load import LoadedManifest
 from bot.manifest.secrets import find_secrets
-from bot.manifest.source import DOCUMENT, FieldPath, SourceError, SourceMap, format_loc, parse_text
+from bot.manifest.source import (
+    DOCUMENT,
+    MAX_BYTES,
+    FieldPath,
+    SourceError,
+    SourceMap,
+    format_loc,
+    parse_text,
+)
 
 _HOME = re.compile(r"^(?:~(?:[/\\]|$)|/home/|/Users/|/root(?:/|$)|[A-Za-z]:[\\/]Users[\\/])")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -32,6 +40,7 @@ _PROJECT_PATHS: tuple[tuple[FieldPath, bool], ...] = (
     (("volume", "inputs", "dir"), True), (("results", "runs_dir"), False),
     (("results", "copy_to"), False),
 )
+_VALUE_FILE_MAX_BYTES = 16 * 1024 * 1024
 _NODE_SIDE = ("node",)  # the node's own paths are explicit parameters, not assumptions
 
 
@@ -197,8 +206,9 @@ def _scan_manifest_text(text: str, source: str) -> list[Problem]:
 
 
 def _scan_values(text: str, source: str, *, manifest_paths: bool) -> list[Problem]:
-    try:
-        data, source_map = parse_text(text)
+    try:  # a parameter file may be larger than a manifest; its aliases are capped alike
+        data, source_map = parse_text(text, max_bytes=MAX_BYTES if manifest_paths
+                                      else _VALUE_FILE_MAX_BYTES)
     except SourceError as exc:
         return [Problem(p.loc, p.message, p.line, p.column, file=source) for p in exc.problems]
     problems: list[Problem] = []

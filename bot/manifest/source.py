@@ -92,12 +92,14 @@ def _is_tag(element: Any) -> bool:
     return isinstance(element, str) and any(c in element for c in "[]()")
 
 
-def parse_text(text: str, *, keep_duplicates: bool = False) -> tuple[Any, SourceMap]:
+def parse_text(text: str, *, keep_duplicates: bool = False,
+               max_bytes: int = MAX_BYTES) -> tuple[Any, SourceMap]:
     """Data and source map of ``text``; SourceError with located problems when unparsable.
 
     A repeated key raises too, unless ``keep_duplicates``: then each one is listed in
     ``SourceMap.duplicates`` (the last value is kept) so the caller reports it beside every
-    other problem of the document instead of hiding them.
+    other problem of the document instead of hiding them. Text over ``max_bytes`` and alias
+    bombs (``MAX_ALIASES``, ``MAX_ALIAS_VALUES``) are refused before anything is built.
     """
     text = text.lstrip("\ufeff")
     if text.lstrip().startswith("{"):
@@ -105,9 +107,9 @@ def parse_text(text: str, *, keep_duplicates: bool = False) -> tuple[Any, Source
         # hold a raw tab, so replacing them changes nothing but whitespace.
         text = text.replace("\t", " ")
     size = len(text.encode("utf-8", "surrogatepass"))
-    if size > MAX_BYTES:
+    if size > max_bytes:
         raise SourceError([Problem(DOCUMENT, f"the text is {size // 1024} KiB, more than the "
-                                   f"{MAX_BYTES // 1024} KiB a manifest may hold", 1, 1)])
+                                   f"{max_bytes // 1024} KiB that may be read", 1, 1)])
     try:
         _check_aliases(text)
     except yaml.YAMLError as exc:
