@@ -35,7 +35,10 @@ def test_the_shipped_example_loads_and_every_rule_names_its_line() -> None:
     p = load_policy(REPO / "docs" / "policy.example.yaml", home=Path("/srv/preflight"))
     assert p.file.roles.approvers == ["U012LEAD001", "U012LEAD002"]
     assert p.where("roles.approvers").endswith("policy.example.yaml line 15 (roles.approvers)")
-    assert p.roots == (Path("/srv/preflight/projects"),)
+    assert p.roots == (Path("/srv/preflight/shared"),)
+    assert p.roots_for("C012TEAMA01")[0] == (Path("/srv/preflight/projects/team-a"),
+                                             Path("/srv/preflight/shared"))
+    assert p.warnings and "S0PILOTTEAM" in p.warnings[0]
     assert "not set" in p.where("roles.nonexistent")
 
 
