@@ -203,6 +203,9 @@ def _stop(h: Handlers, ack: Ack, args: list[str], channel: str, user: str) -> No
     except PreflightError as exc:
         ack(text=escape(str(exc)))
         return
+    if not h.may_act(run_id, "stop", user=user, channel=channel, thread_ts=None):
+        ack(text=":no_entry: Refused by the bot's policy (recorded; nothing was stopped).")
+        return
     ack(text=f"Stopping `{escape(run_id)}`…")
     h.stop(run_id, " ".join(args[1:]), user=user, channel=channel, thread_ts=None)
 

@@ -81,6 +81,7 @@ def test_stop_needs_the_runs_channel_and_a_role_and_resume_checks_the_nodes_agai
     ts, run_id = running_run(h, emulator, project(tmp_path))
     # From another channel, even by its submitter: refused (the rule: the run's channel).
     _, body = h.command(f"stop {run_id} not mine to stop", user=SUBMITTER, channel=OTHER)
+    assert "Refused by the bot's policy" in body and "Stopping" not in body
     emulator.wait_for(lambda: [e for e in emulator.ephemerals if e["channel"] == OTHER])
     note = [e for e in emulator.ephemerals if e["channel"] == OTHER][-1]["text"]
     assert "rule `channel`" in note and "belongs to another channel" in note
