@@ -139,8 +139,11 @@ def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> list[Ray
 # and choose which process group a stop kills. It is created 0700; one that already exists
 # and is not a real folder owned by the node user with no access for others is refused,
 # naming the path, before Ray starts; a stop trusts ``preflight.pgid`` only inside a folder
-# that passes the same check. (Keep the path short: Ray's AF_UNIX sockets live under it,
-# and a socket path must stay under 108 characters.)
+# that passes the same check. Ray itself gets a folder inside it (``RAY_SUBDIR``), since
+# Ray makes its temp dir 0777 on purpose; the private folder around it keeps other users
+# out. (Keep the path short: Ray's AF_UNIX sockets live under it, and a socket path must
+# stay under 108 characters.)
+RAY_SUBDIR = "ray"
 PRIVATE_DIR = r"""
 import os, stat, sys
 def not_private(d):
@@ -254,7 +257,7 @@ def start_command(node: RayNode, head: str | None) -> str:
         env.append(f"{NODE_RUN_DIR_ENV}={shlex.quote(node.run_dir)}")
     args = [node.python, "-c", GROUP_START, node.temp_dir, "-m", "ray.scripts.scripts",
             "start", "--disable-usage-stats", "--node-ip-address", node.address,
-            *gpus, "--temp-dir", node.temp_dir, *node.ports.flags()]
+            *gpus, "--temp-dir", f"{node.temp_dir}/{RAY_SUBDIR}", *node.ports.flags()]
     if head is None:
         args += ["--head", "--port", str(node.ports.gcs), "--include-dashboard=false"]
     else:

@@ -15,11 +15,19 @@ from pathlib import Path
 import pytest
 
 from bot.dispatch.node_scripts import HOLD_SCRIPT
-from bot.dispatch.ray_cluster import GROUP_START, GROUP_STOP, RayNode, stop_command
+from bot.dispatch.ray_cluster import (
+    GROUP_START,
+    GROUP_STOP,
+    RAY_SUBDIR,
+    RayNode,
+    start_command,
+    stop_command,
+)
 
 # Stands in for ``-m ray.scripts.scripts start ...``: leaves a mark, then lives on in the
 # process group GROUP_START made (as Ray's daemons do) while the command returns.
 FAKE_RAY = ("import os, subprocess, sys\nopen(sys.argv[1], 'w').write('ran')\n"
+            "os.makedirs(sys.argv[2], exist_ok=True)\nos.chmod(sys.argv[2], 0o777)\n"  # as Ray does
             "d = subprocess.DEVNULL\n"
             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], "
             "stdin=d, stdout=d, stderr=d)")
@@ -27,7 +35,8 @@ FAKE_RAY = ("import os, subprocess, sys\nopen(sys.argv[1], 'w').write('ran')\n"
 
 def start(temp_dir: Path, mark: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", GROUP_START, str(temp_dir), "-c", FAKE_RAY,
-                           str(mark)], capture_output=True, text=True, timeout=60)
+                           str(mark), str(temp_dir / RAY_SUBDIR)], capture_output=True,
+                          text=True, timeout=60)
 
 
 def stop(temp_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -145,6 +154,7 @@ def test_the_workdir_hold_ignores_a_group_in_a_loose_temp_dir(
     assert done.returncode == 0  # ends at once instead of holding while that group lives
 
 
-def test_the_stop_command_names_the_node_temp_dir() -> None:
+def test_ray_gets_a_folder_inside_the_private_temp_dir() -> None:
     node = RayNode("u@h:22", "h", temp_dir="/tmp/pf-ray-0123abcd-0")
+    assert "--temp-dir /tmp/pf-ray-0123abcd-0/ray " in start_command(node, None)
     assert stop_command(node).endswith("/tmp/pf-ray-0123abcd-0")
