@@ -33,6 +33,21 @@ class Records:
         """The run with this id or unique id prefix, as a person types it."""
         return self.store.find_run(run_id)
 
+    def find_in(self, run_id: str, channel: str) -> dict[str, Any]:
+        """Like ``find``, among the runs of ``channel`` only: an id, ``latest``, a pilot's
+        name or a unique id prefix; another channel's runs are never named, not even in
+        a did-you-mean."""
+        mine = self.store.list_runs(limit=1000, channel=channel)
+        hits = ([r for r in mine if r["id"] == run_id]
+                or (mine[:1] if run_id == "latest" else [])
+                or [r for r in mine if r["name"] == run_id][:1]
+                or [r for r in mine if run_id and r["id"].startswith(run_id)])
+        if len(hits) != 1:
+            raise RunNotFound(run_id, "no run of this channel has that id or name" if not hits
+                              else f"{len(hits)} runs of this channel start with it: type "
+                                   "more of the id")
+        return hits[0]
+
     def runs(self, limit: int = 50, *, channel: str | None = None) -> list[dict[str, Any]]:
         """The newest runs; ``channel``: only that channel's (what a Slack channel sees)."""
         return self.store.list_runs(limit=limit, channel=channel)
@@ -59,9 +74,7 @@ class Records:
     def show(self, run_id: str, *, channel: str | None = None) -> dict[str, Any]:
         """A run with its stages and decisions; ``channel``: only a run of that channel
         (RunNotFound otherwise: a channel does not see another's runs)."""
-        run = self.store.find_run(run_id)
-        if channel is not None and run.get("channel") != channel:
-            raise RunNotFound(run_id, "no run of this channel has that id or name")
+        run = self.store.find_run(run_id) if channel is None else self.find_in(run_id, channel)
         return {**run, "stages": self.store.stages(run["id"]),
                 "decisions": self.store.decisions(run["id"]),
                 "volume_run": self.store.volume_of(run["id"]),

@@ -155,15 +155,26 @@ def test_each_team_names_only_its_own_projects(tmp_path: Path, emulator: SlackEm
 def test_a_channel_sees_its_own_runs_and_the_home_tab_the_users(
         tmp_path: Path, emulator: SlackEmulator, make_harness: Any) -> None:
     h: Harness = make_harness(ReplayDispatcher())
-    h.mention(f"```yaml\n{project(tmp_path)}```", user=SUBMITTER)
+    text = project(tmp_path)
+    h.mention(f"```yaml\n{text}```", user=SUBMITTER)
     emulator.wait_for(lambda: h.store.list_runs())
     run_id = str(h.settle(str(h.store.list_runs()[0]["id"]))["id"])
-    for verb in ("runs", "status", f"status {run_id}", "status latest"):
+    for verb in ("runs", "status", f"status {run_id}", "status latest", "status pilote-demo",
+                 f"status {run_id[:8]}"):
         _, elsewhere = h.command(verb, user=MEMBER, channel=OTHER)
+        assert "no run" in elsewhere or "No runs" in elsewhere, verb
         assert run_id not in elsewhere.replace(f"no run '{run_id}'", ""), verb
-        assert "pilote-demo" not in elsewhere.replace(f"no run '{run_id}'", ""), verb
         _, here = h.command(verb, user=MEMBER)
         assert run_id in here, verb
+    # The other channel's own (newer) run: each channel's `latest` and name are its own.
+    h.mention(f"```yaml\n{text}```", user=SUBMITTER, channel=OTHER)
+    emulator.wait_for(lambda: len(h.store.list_runs()) == 2)
+    other_id = str(h.settle(str(h.store.list_runs()[0]["id"]))["id"])
+    for verb in ("status latest", "status pilote-demo", "runs"):
+        _, here = h.command(verb, user=MEMBER)
+        assert run_id in here and other_id not in here, verb
+        _, there = h.command(verb, user=MEMBER, channel=OTHER)
+        assert other_id in there and run_id not in there, verb
     h.event({"type": "app_home_opened", "user": MEMBER, "channel": "D0HOME", "tab": "home"})
     h.event({"type": "app_home_opened", "user": SUBMITTER, "channel": "D0HOME", "tab": "home"})
     emulator.wait_for(lambda: MEMBER in emulator.home and SUBMITTER in emulator.home)
