@@ -18,22 +18,24 @@ def node_label(node: dict[str, Any]) -> str:
     return f"ssh {user}{node.get('host')}:{node.get('port', 22)}"
 
 
-def volume_nodes(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The nodes the volume of this pilot would run on (none: no volume section)."""
+def volume_nodes(run: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The nodes the volume of this pilot would run on, each with its field path (none:
+    no volume section; no ``volume.nodes``: the pilot's ``node``)."""
     manifest = run.get("manifest_json") or {}
     volume = manifest.get("volume")
     if not isinstance(volume, dict):
         return []
     nodes = volume.get("nodes")
     if isinstance(nodes, list) and nodes:
-        return [n for n in nodes if isinstance(n, dict)]
+        return [(f"volume.nodes[{i}]", n) for i, n in enumerate(nodes) if isinstance(n, dict)]
     node = manifest.get("node")
-    return [node if isinstance(node, dict) else {"kind": "local"}]
+    return [("node", node if isinstance(node, dict) else {"kind": "local"})]
 
 
 def spend_pairs(run: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) lines of what approving this pilot launches; empty without a volume."""
-    nodes = volume_nodes(run)
+    placed = volume_nodes(run)
+    nodes = [n for _, n in placed]
     if not nodes:
         return []
     plan = run.get("plan") or {}
@@ -42,8 +44,7 @@ def spend_pairs(run: dict[str, Any]) -> list[tuple[str, str]]:
     cards = (f"{plan.get('total_cards')} {plan.get('gpu')} card(s) "
              f"({plan.get('lots')} lot(s) x {plan.get('cards_per_lot')}) for "
              f"{plan.get('days')} day(s), {plan.get('total_usd')} USD")
-    return [("Volume nodes", "; ".join(f"volume.nodes[{i}]: {node_label(n)}"
-                                       for i, n in enumerate(nodes))),
+    return [("Volume nodes", "; ".join(f"{where}: {node_label(n)}" for where, n in placed)),
             ("Cards", cards), ("Hosts", ", ".join(hosts))]
 
 
