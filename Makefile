@@ -43,10 +43,14 @@ system-deps:
 	  echo "warning: cannot install$$missing (needs apt-get as root); install them yourself" >&2; \
 	fi
 
+# Two pytest workers (pytest-xdist), each test file whole on one of them (a session
+# fixture, e.g. the remote tests' sshd, is set up once per worker); PYTEST_ARGS= runs the
+# suite in one process as before.
+PYTEST_ARGS ?= -n 2 --dist loadfile
 test: $(STAMP) system-deps
 	$(BIN)/ruff check bot runner tests bench
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check bot runner tests bench

@@ -27,7 +27,7 @@ the run's CPU: (watching per item × items + the re-check) over the runner's CPU
 (target at most 2 %). ``BENCH_SHOW=1`` also prints what the follower printed.
 
 Run from the repository root: ``.venv/bin/python bench/follow.py [ITEMS]``;
-``PREFLIGHT_BENCH_SMOKE=1``: 2,000 items (a smoke run that checks the bench runs to its verdict
+``PREFLIGHT_BENCH_SMOKE=1``: 3,000 items (a smoke run that checks the bench runs to its verdict
 line, not the target). Exit 0 once the verdict is printed (PASS or MISS), 1 if the run
 could not be measured.
 """
@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 SMOKE = os.environ.get("PREFLIGHT_BENCH_SMOKE") == "1"
-ITEMS = int(sys.argv[1]) if len(sys.argv) > 1 else (2000 if SMOKE else 20_000)
+ITEMS = int(sys.argv[1]) if len(sys.argv) > 1 else (3000 if SMOKE else 20_000)
 TARGET_SHARE = 0.02
 TICK = os.sysconf("SC_CLK_TCK")
 
