@@ -16,15 +16,19 @@ slack_sdk's retry handler; a send that still fails is kept and retried.
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
 from bot.errors import PreflightError
+from bot.manifest.secrets import classify_value, redact_secrets
 from bot.messages.model import Attachment, Message
 from bot.slack.blocks import Rendered, render
 from bot.store import Store
@@ -33,6 +37,7 @@ log = logging.getLogger(__name__)
 
 TRANSPORT = "slack"
 RETRY_DELAY = 2.0
+MAX_UPLOAD_BYTES = 64 << 20  # the most the bot uploads as one file (balance.csv, report)
 EVENT_TYPE = "preflight_message"  # the metadata event type of every message the bot posts
 Fault = Callable[[str, Message], None]  # a test's hook: called at named points of a send
 
@@ -248,10 +253,15 @@ class SlackNotifier:
         key = f"file:{attachment.title}"
         if self.store.message_ref(run["id"], key, TRANSPORT) is not None:
             return
+        try:
+            data = attachable(run, attachment)
+        except PreflightError as exc:
+            log.warning("not uploading %s of run %s: %s", attachment.title, run["id"], exc)
+            return
         channel, thread_ts = self._thread_of(run)
         try:
             resp = self.client.files_upload_v2(channel=channel, thread_ts=thread_ts,
-                                               file=attachment.path, filename=attachment.title,
+                                               file=data, filename=attachment.title,
                                                title=attachment.title)
         except (SlackApiError, SlackClientError, OSError) as exc:
             log.warning("uploading %s of run %s failed: %s", attachment.title, run["id"], _why(exc))
@@ -264,6 +274,42 @@ class SlackNotifier:
             return str(run["channel"]), str(run["thread_ts"])
         root = self.store.message_ref(run["id"], "thread", TRANSPORT)
         return str(run["channel"]), (str(root["ref"]) if root else None)
+
+
+def attachable(run: dict[str, Any], attachment: Attachment) -> bytes:
+    """The bytes the bot may upload for ``attachment``: a regular file inside the run's
+    directory (its folder resolved and compared, the file itself opened with
+    ``O_NOFOLLOW``: a link is refused, never followed), at most ``MAX_UPLOAD_BYTES``, with
+    every credential-looking value redacted (``redact_secrets``; a binary file that holds
+    one is refused whole). A run's files are written by the team's code: a file name the
+    bot chose says nothing of what is in it (docs/security.md)."""
+    run_dir = Path(run["run_dir"]).resolve()
+    given = Path(attachment.path)
+    path = given.parent.resolve() / given.name
+    if run_dir not in path.parents:
+        raise PreflightError(f"{attachment.path}: not inside the run directory {run_dir}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise PreflightError(f"{path}: cannot be attached ({exc.strerror}; a symbolic link "
+                             "is never followed)") from exc
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise PreflightError(f"{path}: not a regular file, not attached")
+        if info.st_size > MAX_UPLOAD_BYTES:
+            raise PreflightError(f"{path}: {info.st_size} bytes, over the "
+                                 f"{MAX_UPLOAD_BYTES} bytes the bot uploads")
+        data = fh.read(MAX_UPLOAD_BYTES + 1)[:MAX_UPLOAD_BYTES]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        what = classify_value(data.decode("latin-1"))
+        if what is not None:
+            raise PreflightError(f"{path}: a binary file that holds what looks like {what}: "
+                                 "not attached") from None
+        return data
+    return redact_secrets(text).encode("utf-8")
 
 
 def _why(exc: Exception) -> str:
