@@ -169,6 +169,11 @@ def settle_evidence(run: dict[str, Any], evidence: dict[str, Any] | None,
     if isinstance(claimed, str) and home is not None and (
             claimed == home or (not is_url(claimed) and os.path.normpath(claimed) == home)):
         return {**evidence, "dest": home}
+    if home is None:  # no results.copy_to: no evidence is expected, none is written
+        why = (f"the runner said it copied the evidence to {claimed!r}, but the manifest "
+               "names no results.copy_to: nothing is written there")
+        log.warning("run %s: %s", run.get("id"), why)
+        return {**evidence, "dest": None, "node_dest": claimed, "dest_refused": why}
     why = (f"the runner said it copied the evidence to {claimed!r}, not to {home!r} where "
            "the bot sent it (results.copy_to / run id): the claim is refused and nothing "
            "is written there")

@@ -137,6 +137,10 @@ class ReplayDispatcher:
         ids = sorted(p.name.rsplit(".", 1)[0] for p in
                      Path(spec["inputs"]["dir"]).glob(spec["inputs"].get("pattern", "*")))
         events = pilot_events(handle.run_id, ids, self.refused, self.fail_stage, self.seconds)
+        copy_to = (spec.get("results") or {}).get("copy_to")
+        for event in events:  # the runner copies the evidence to copy_to/<run id>
+            if event["type"] == "evidence" and copy_to:
+                event["dest"] = f"{copy_to}/{handle.run_id}"
         self.started.append(handle.run_id)
         thread = threading.Thread(target=self._write, args=(handle, events, ids), daemon=True)
         self._threads[handle.run_id] = thread
