@@ -44,7 +44,8 @@ system-deps:
 	fi
 
 # Two pytest workers (pytest-xdist), each test file whole on one of them (a session
-# fixture, e.g. the remote tests' sshd, is set up once per worker); PYTEST_ARGS= runs the
+# fixture, e.g. the remote tests' sshd, is set up once per worker), the files that start a
+# local Ray one after another (their group: tests/conftest.py); PYTEST_ARGS= runs the
 # suite in one process as before.
 PYTEST_ARGS ?= -n 2 --dist loadfile
 test: $(STAMP) system-deps

@@ -22,3 +22,28 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+
+# Test files that start a local Ray, or look for Ray's processes on the whole machine
+# (tests/volume/kit.py's our_actor_pids): under `make test`'s two pytest-xdist workers
+# (--dist loadfile) they are one unit of work, so two of them never run at the same time.
+# Every other file is a unit of its own: its tests stay on one worker, with its fixtures.
+# (xdist's own --dist loadgroup renames test ids in a way pytest 9 no longer sees.)
+RAY_FILES = ("tests/volume/", "tests/remote/test_ray_", "tests/remote/test_volume_",
+             "tests/e2e/test_first_hour_cli.py", "tests/e2e/test_forecast_cli.py",
+             "tests/test_bench.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class RayFilesTogether(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "ray" if path.startswith(RAY_FILES) else path
+
+    return RayFilesTogether(config, log)
