@@ -1,9 +1,10 @@
 """Atomic file writes: the one helper of the runner and the bot (part of the contract).
 
-A file is written under a temporary name in its own directory, ``.<name>.tmp-<pid>``,
-flushed and fsynced, then renamed over the final name. A crash at any instant leaves the
-previous file or the complete new one, never a truncated file under the final name; a
-leftover temporary file is recognised by ``is_temp_name`` (hidden, ``.tmp-`` inside).
+A file is written under a temporary name in its own directory, ``.<name>.tmp-<pid>``
+(opened with ``O_NOFOLLOW``: never through a link), flushed and fsynced, then renamed over
+the final name (a link under that name is replaced, not followed). A crash at any instant
+leaves the previous file or the complete new one, never a truncated file under the final
+name; a leftover temporary file is recognised by ``is_temp_name`` (hidden, ``.tmp-`` inside).
 Standard library only.
 """
 
@@ -34,8 +35,10 @@ def atomic_open(path: str | os.PathLike[str], binary: bool = False) -> Iterator[
     without an exception (an exception removes the temporary file)."""
     final = os.fspath(path)
     tmp = temp_path(final)
-    fh: IO[Any] = (open(tmp, "wb") if binary
-                   else open(tmp, "w", encoding="utf-8", newline=""))
+    # O_NOFOLLOW: a link planted under the temporary name is an error, never written through
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+    fh: IO[Any] = (os.fdopen(fd, "wb") if binary
+                   else os.fdopen(fd, "w", encoding="utf-8", newline=""))
     try:
         yield fh
         fh.flush()

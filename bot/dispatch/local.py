@@ -21,6 +21,7 @@ from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, read_tail
 from bot.dispatch.inputs_check import recheck_run
 from bot.errors import DispatchError
 from runner.events import Event, read_events
+from runner.files import write_text_atomic
 
 RUNNER_ROOT = Path(runner.__file__).resolve().parent.parent
 
@@ -64,7 +65,9 @@ class LocalDispatcher:
             p for p in (str(RUNNER_ROOT), str(handle.project_dir), env.get("PYTHONPATH", "")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
         try:
-            log = open(handle.run_dir / "runner.log", "ab")
+            # never through a link the run's code left there (a resume appends to it)
+            log = os.fdopen(os.open(handle.run_dir / "runner.log", os.O_WRONLY | os.O_CREAT
+                                    | os.O_APPEND | os.O_NOFOLLOW, 0o644), "ab")
         except OSError as exc:
             raise DispatchError(f"cannot write {handle.run_dir / 'runner.log'}: {exc}") from exc
         try:
@@ -80,7 +83,7 @@ class LocalDispatcher:
         self._procs[handle.run_id] = proc
         # Reap the runner as soon as it ends, whoever is (or is not) following it.
         threading.Thread(target=proc.wait, name=f"reap-{handle.run_id}", daemon=True).start()
-        (handle.run_dir / "runner.pid").write_text(f"{proc.pid}\n")
+        write_text_atomic(handle.run_dir / "runner.pid", f"{proc.pid}\n")
         return proc.pid
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:

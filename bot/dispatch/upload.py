@@ -112,8 +112,14 @@ class Backoff:
 
 
 def mirror(path: Path, offset: int, data: bytes) -> None:
-    """Write ``data`` at ``offset`` of the local copy of a remote file."""
-    with open(path, "r+b" if path.exists() else "wb") as fh:
+    """Write ``data`` at ``offset`` of the local copy of a remote file (never through a
+    symbolic link: ``O_NOFOLLOW``; a link there is an error naming the path)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise DispatchError(f"{path}: cannot write the local copy of the node's events "
+                            f"({exc.strerror}); it must be a regular file") from exc
+    with os.fdopen(fd, "wb") as fh:  # no O_TRUNC: what is before ``offset`` stays
         fh.seek(offset)
         fh.write(data)
 
@@ -365,8 +371,8 @@ def verify_fetched(handle: RunHandle, dest: Path) -> None:
     from runner.evidence import verify_evidence
 
     report = verify_evidence(str(dest))
-    (handle.run_dir / "evidence-fetch.json").write_text(
-        json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    # temporary file + rename: a link left under that name is replaced, never followed
+    write_json_atomic(handle.run_dir / "evidence-fetch.json", report.to_dict())
     if not report.ok:
         raise DispatchError(f"evidence of {handle.run_id} fetched to {dest} but it does not "
                             f"verify: {'; '.join(report.problems[:5])}")

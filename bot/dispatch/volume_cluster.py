@@ -27,6 +27,7 @@ from bot.dispatch.card_proof import NodeCopy, NodeProof, prove_nodes
 from bot.dispatch.ray_cluster import RayCluster, RayNode, RayPorts, start_cluster, stop_cluster
 from bot.dispatch.upload import SSHNode, load_spec
 from bot.errors import DispatchError
+from runner.files import write_text_atomic
 
 CLUSTER_FILE = "ray_cluster.json"
 RayNodeOf = Callable[[int, SSHNode, str, bool], RayNode]
@@ -147,6 +148,4 @@ def _read(path: Path) -> list[tuple[SSHNode, RayNode]]:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=2))  # temp file + rename, no link followed
