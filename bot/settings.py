@@ -39,13 +39,13 @@ class Settings:
     runner_env: tuple[tuple[str, str], ...] = ()
     # Whether db_path named an existing state database (found, not about to be created).
     state_found: bool = True
-    # The most a results fetch brings back from a node: in all, and for one file (bytes).
-    fetch_max_bytes: int = 4 << 30
-    fetch_max_file_bytes: int = 2 << 30
     # `preflight serve --http`: the address it listens on (behind the team's proxy) and the
     # largest request body it reads before the signature check.
     http_host: str = "127.0.0.1"
     http_max_body: int = 1024 * 1024
+    # The most a results fetch brings back from a node: in all, and for one file (bytes).
+    fetch_max_bytes: int = 4 << 30
+    fetch_max_file_bytes: int = 2 << 30
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *,
@@ -131,21 +131,6 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         raise PreflightError(f"{name}={raw!r}: expected a positive number of seconds")
     return value
 
-
-def _bytes(env: Mapping[str, str], name: str, default: int) -> int:
-    """A positive whole number of bytes; an unusable value is one clear error."""
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value <= 0:
-        from bot.errors import PreflightError
-
-        raise PreflightError(f"{name}={raw!r}: expected a positive whole number of bytes")
-    return value
 
 def _bytes(env: Mapping[str, str], name: str, default: int) -> int:
     """A positive whole number of bytes; an unusable value is one clear error."""
