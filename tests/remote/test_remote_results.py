@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +196,34 @@ def _socket(path: Path) -> None:
         sock.bind(str(short))
     os.rename(short, path)
     short.parent.rmdir()
+
+
+def test_a_link_in_the_nodes_evidence_copy_refuses_the_fetch_and_keeps_the_bots_copy(
+        tmp_path: Path, sshd: Sshd) -> None:
+    from bot.dispatch.ssh import RUNNER_PACKAGE
+    from bot.manifest.load import load_manifest
+    from tests.remote.test_remote_pilot import REPO, pilote_over_ssh
+
+    workdir, evidence = tmp_path / "node", tmp_path / "evidence"
+    text = pilote_over_ssh(sshd, workdir, evidence, sys.executable)
+    bot = make_bot(tmp_path / "home", sshd.dispatcher(runner_package=RUNNER_PACKAGE))
+    try:
+        provision(bot.store, sshd.lease_key)
+        loaded = load_manifest(text, source="pilote-ssh.yaml", base_dir=REPO / "manifests")
+        run_id = bot.service.submit(loaded, submitter="alice").run_id
+        bot.service.start(run_id)
+        run = bot.service.follow(run_id, timeout=120)
+        assert run["evidence"]["verified"], run["evidence"]
+        kept = tree_digest(evidence)
+        [node_copy] = (workdir / "evidence").glob(f"*/{run_id}")
+        (node_copy / "outputs" / "leak").symlink_to("../../../../../bot-home/.bashrc")
+        handle = bot.service._handle(bot.store.get_run(run_id))
+        try:
+            bot.dispatcher.fetch_results(handle)
+            raise AssertionError("fetched a link")
+        except DispatchError as exc:
+            assert f"run {run_id}: the node's results hold 'evidence copy " in str(exc)
+            assert f"{run_id}/outputs/leak', which is a symbolic link" in str(exc), str(exc)
+        assert tree_digest(evidence) == kept  # the verified copy stays as it was
+    finally:
+        bot.close()
