@@ -11,7 +11,13 @@ temp-file-and-rename writes are written out here instead of importing ``runner.f
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Any
+
+# Runs on the node inside LAUNCH_SCRIPT ("tar"): unpacks the upload's archive stream,
+# refusing links, absolute paths and ".." members (bot/dispatch/node_untar.py, a module of
+# its own so its tests import it as it is).
+UNTAR_FUNCTION = Path(__file__).with_name("node_untar.py").read_text(encoding="utf-8")
 
 # Runs on the node with its own interpreter (Python >= 3.9, standard library only).
 # The same skip rules as ``files``: what is never sent (a virtual environment built on the
@@ -48,6 +54,8 @@ def hashes(skip, top, roots):
 # - "hash [skip, top, roots, dirs]" (JSON): makes the directories the upload writes into
 #   and prints the hashes of the files under the roots (one JSON line);
 # - "put [path, size]" then that many bytes: writes the file (a temporary file renamed);
+# - "tar" then one tar archive in chunks ("<n>" line, n bytes; "0" ends it): unpacks it
+#   under the workdir (node_untar.py: links, absolute and ".." members refused);
 # - "sync": prints the files it could not write since the last sync ({"failed": [...]});
 # - "launch": starts the runner detached (its own session, output to runner.log, exit
 #   status to exit_code); a JSON object after "launch" on the same line is added to the
@@ -56,7 +64,7 @@ def hashes(skip, top, roots):
 # long as the workdir is in use: this process while the bot uploads, then the runner's
 # supervisor; it is dropped when the runner ends or when the bot goes away before the
 # launch (stdin closed). A lock whose pid is dead, a zombie or another process is stale.
-LAUNCH_SCRIPT = HASH_FUNCTION + r"""
+LAUNCH_SCRIPT = HASH_FUNCTION + UNTAR_FUNCTION + r"""
 import fcntl, subprocess, time
 lock, run, run_dir, cwd, pkg = sys.argv[1:6]
 argv = sys.argv[6:]
@@ -163,7 +171,7 @@ def put(path, size):
 
 failed = []
 word, extra = command()
-while word in ("hash", "put", "sync"):
+while word in ("hash", "put", "tar", "sync"):
     if word == "hash":
         skip, top, roots, dirs = json.loads(extra)
         for path in dirs:
@@ -174,6 +182,12 @@ while word in ("hash", "put", "sync"):
         try:
             put(*json.loads(extra))
         except EOFError:
+            word = ""
+            break
+    elif word == "tar":
+        try:
+            failed += untar(os.path.dirname(lock), Chunks(sys.stdin.buffer))
+        except EOFError:  # stdin closed in the middle of the archive: the bot is gone
             word = ""
             break
     else:

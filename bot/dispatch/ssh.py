@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import posixpath
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -35,6 +34,7 @@ from typing import Any, TypeVar
 
 import asyncssh
 
+from bot.dispatch.archive import Entry, write_archive
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.fetch import FetchLimits, fetch_results
@@ -230,7 +230,7 @@ class SSHDispatcher(SSHSessions):
             async with gate:
                 plan, launcher, sent = await self._tries(
                     f"prepare volume.nodes[{i}] for run {handle.run_id}",
-                    partial(self._prepare, handle, node, i > 0))
+                    partial(self._prepare, handle, node, i > 0, i))
             if launcher is not None:
                 launchers[i] = launcher
             await asyncio.to_thread(handle.progress, {
@@ -258,19 +258,24 @@ class SSHDispatcher(SSHSessions):
                 await asyncio.sleep(self.backoff.delay(attempt))
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def _prepare(self, handle: RunHandle, node: SSHNode,
-                       hold: bool) -> tuple[UploadPlan, Any, dict[str, int]]:
+    async def _prepare(self, handle: RunHandle, node: SSHNode, hold: bool,
+                       index: int = 0) -> tuple[UploadPlan, Any, dict[str, int]]:
         """One volume node's own copy of the run (runner, project, inputs, spec and the
         card proof's spec) in its own workdir, sent under that workdir's lock, and the
         bytes sent by kind; with ``hold`` the launcher that holds the lock is returned,
-        still holding it."""
+        still holding it. Its archive's progress is reported as ``uploading`` steps of
+        ``volume.nodes[index]`` (bytes done of bytes in all)."""
+        def report(done: int, total: int) -> None:
+            handle.progress({"node": node.where, "index": index, "phase": "uploading",
+                             "bytes_done": done, "bytes_total": total})
+
         plan = UploadPlan(await self._workdir(node), handle, self.runner_package,
                           load_spec(handle.spec_path))
         launcher, hashes = await self._lock(node, plan, plan.hold_command(node.python) if hold
                                             else None)
         try:
             sent, _files = await self._send(node, plan, handle, launcher, hashes,
-                                            proof_files(plan))
+                                            proof_files(plan), report)
         except BaseException:
             await _release(launcher)
             raise
@@ -279,13 +284,16 @@ class SSHDispatcher(SSHSessions):
         return plan, launcher if hold else None, sent
 
     async def _send(self, node: SSHNode, plan: UploadPlan, handle: RunHandle, launcher: Any,
-                    hashes: dict[str, dict[str, str]],
-                    extra: dict[str, bytes]) -> tuple[dict[str, int], list[str]]:
+                    hashes: dict[str, dict[str, str]], extra: dict[str, bytes],
+                    report: Callable[[int, int], None] | None = None
+                    ) -> tuple[dict[str, int], list[str]]:
         """What differs from the node's copy (``hashes``, read by the launcher under the
-        lock), then the run's own files (and ``extra``), all written by the launcher."""
+        lock), then the run's own files (and ``extra``), all written by the launcher from
+        one archive stream."""
         changes = plan.changes(hashes)
         run_files = {**plan.run_files(handle), **extra}
-        await self._stream(node, launcher, changes.send, run_files)
+        await self._stream(node, launcher, changes.send, run_files, workdir=plan.workdir,
+                           report=report)
         if changes.remove:
             await self._remove(node, changes.remove)
         return {**changes.sent, "run": sum(len(d) for d in run_files.values())}, \
@@ -377,16 +385,28 @@ class SSHDispatcher(SSHSessions):
         return posixpath.join(home, workdir[2:] if workdir.startswith("~/") else workdir)
 
     async def _stream(self, node: SSHNode, launcher: Any, send: list[tuple[Path, str]],
-                      data: dict[str, bytes]) -> None:
-        """Sends files to the launcher's standard input (``put``): ``send`` (local path,
-        remote path), then ``data`` (remote path -> bytes); then ``sync``: an error names
-        the files the node could not write."""
+                      data: dict[str, bytes], workdir: str = "",
+                      report: Callable[[int, int], None] | None = None) -> None:
+        """Sends the files as one tar stream on the launcher's standard input (``tar``,
+        ``bot/dispatch/archive.py``): ``send`` (local path, remote path), then ``data``
+        (remote path -> bytes), every remote path under ``workdir``; then ``sync``: an
+        error names the files the node could not write or the member it refused.
+        ``report(bytes done, bytes in all)`` hears of the progress (from the writer's
+        thread)."""
+        entries: list[Entry] = [*send, *((raw, dst) for dst, raw in data.items())]
+        base = workdir or _common_workdir([dst for _src, dst in entries])
+        loop = asyncio.get_running_loop()
+
+        async def push(chunk: bytes) -> None:
+            launcher.stdin.write(chunk)
+            await launcher.stdin.drain()
+
+        def send_chunk(chunk: bytes) -> None:
+            asyncio.run_coroutine_threadsafe(push(chunk), loop).result()
+
         async def work(conn: Any) -> str:
-            for src, dst in send:
-                await _put_file(launcher, src, dst)
-            for dst, raw in data.items():
-                launcher.stdin.write(_put_header(dst, len(raw)) + raw)
-                await launcher.stdin.drain()
+            launcher.stdin.write(b"tar\n")
+            await asyncio.to_thread(write_archive, entries, base, send_chunk, report)
             launcher.stdin.write(b"sync\n")
             return await _line(launcher, "before the launcher confirmed the upload")
 
@@ -464,31 +484,9 @@ async def _line(proc: Any, when: str) -> str:
     return line.decode("utf-8", errors="replace")
 
 
-def _put_header(path: str, size: int) -> bytes:
-    return ("put " + json.dumps([path, size]) + "\n").encode()
-
-
-async def _put_file(launcher: Any, src: Path, dst: str) -> None:
-    """One local file to the launcher (``put``), read and sent 1 MiB at a time. A local
-    file that cannot be read is a DispatchError (the caller's release then closes the
-    launcher's stdin mid-file: it drops the lock); a drop while writing stays a drop."""
-    try:
-        fh = os.fdopen(os.open(src, os.O_RDONLY | os.O_NOFOLLOW), "rb")  # never via a link
-    except OSError as exc:
-        raise DispatchError(f"{src}: cannot read it to send it: {exc}") from exc
-    with fh:
-        left = os.fstat(fh.fileno()).st_size
-        launcher.stdin.write(_put_header(dst, left))
-        while left:
-            try:
-                chunk = fh.read(min(left, 1 << 20))
-            except OSError as exc:
-                raise DispatchError(f"{src}: cannot read it to send it: {exc}") from exc
-            if not chunk:
-                raise DispatchError(f"{src}: the file shrank while it was sent; dispatch again")
-            launcher.stdin.write(chunk)
-            await launcher.stdin.drain()
-            left -= len(chunk)
+def _common_workdir(paths: list[str]) -> str:
+    """The folder every remote path lies under (a caller that names no workdir)."""
+    return posixpath.commonpath([posixpath.dirname(p) for p in paths]) if paths else "/"
 
 
 async def _cut_off(proc: Any, when: str) -> None:

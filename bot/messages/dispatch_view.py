@@ -14,8 +14,8 @@ from bot.messages.model import Heading, Message, Text
 from runner.events import DISPATCH_NODE, Event
 
 PHASES = ("uploaded", "proved", "ray_up", "launching")
-LABELS = {"uploaded": "copy sent", "proved": "cards proven", "ray_up": "Ray up",
-          "launching": "driver launching"}
+LABELS = {"uploading": "sending its copy", "uploaded": "copy sent", "proved": "cards proven",
+          "ray_up": "Ray up", "launching": "driver launching"}
 NODES_SHOWN = 12
 
 
@@ -30,6 +30,9 @@ def node_line(data: dict[str, Any]) -> str:
     """One node's latest step: "volume.nodes[3] gpu-3:22: cards proven (8 card(s))"."""
     phase = str(data.get("phase"))
     text = f"volume.nodes[{data.get('index')}] {data.get('node')}: {LABELS.get(phase, phase)}"
+    if phase == "uploading" and isinstance(data.get("bytes_total"), int):
+        text += (f" ({int(data.get('bytes_done') or 0) / 1e6:.1f} of "
+                 f"{data['bytes_total'] / 1e6:.1f} MB)")
     if phase == "uploaded" and isinstance(data.get("bytes"), int):
         text += f" ({data['bytes'] / 1e6:.1f} MB sent)"
     if phase == "proved":

@@ -50,9 +50,9 @@ class FaultySSH(SSHDispatcher):
             assert self.sshd.kill_connections() >= 1
 
     async def _stream(self, node: SSHNode, launcher: Any, send: list[tuple[Path, str]],
-                      data: dict[str, bytes]) -> None:
+                      data: dict[str, bytes], **kw: Any) -> None:
         self._fire("upload")
-        return await super()._stream(node, launcher, send, data)
+        return await super()._stream(node, launcher, send, data, **kw)
 
     async def _probe_files(self, node: SSHNode, pid: Any, run_dir: str) -> str | None:
         # The sshd serving the probe dies under it: its SFTP requests get no answer.

@@ -35,8 +35,8 @@ class CountingCopies(SSHDispatcher):
         self.fail = fail
         self.now = self.peak = 0
 
-    async def _prepare(self, handle: RunHandle, node: SSHNode,
-                       hold: bool) -> tuple[Any, Any, dict[str, int]]:
+    async def _prepare(self, handle: RunHandle, node: SSHNode, hold: bool,
+                       index: int = 0) -> tuple[Any, Any, dict[str, int]]:
         self.now += 1
         self.peak = max(self.peak, self.now)
         for _ in range(3):

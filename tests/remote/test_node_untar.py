@@ -1,0 +1,134 @@
+"""The upload's archive on the node: the launcher's ``tar`` command (``node_untar.py`` in
+``LAUNCH_SCRIPT``), run here with the bare interpreter a node has, fed the framed stream
+the bot writes (``bot/dispatch/archive.py``), and fed archives made to escape the workdir.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bot.dispatch.archive import END, frame, write_archive
+from bot.dispatch.node_untar import Chunks, untar
+from tests.remote.test_launcher_upload import launcher
+
+
+def framed(raw: bytes) -> bytes:
+    return b"".join(frame(raw[i:i + 700]) for i in range(0, len(raw), 700)) + END
+
+
+def archive(add: Callable[[tarfile.TarFile], None]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        add(tar)
+    return buf.getvalue()
+
+
+def member(name: str, data: bytes = b"x", kind: bytes = tarfile.REGTYPE,
+           link: str = "") -> Callable[[tarfile.TarFile], None]:
+    def add(tar: tarfile.TarFile) -> None:
+        good = tarfile.TarInfo("proj/before.txt")
+        good.size = 2
+        tar.addfile(good, io.BytesIO(b"ok"))
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname = kind, link
+        info.size = len(data) if kind == tarfile.REGTYPE else 0
+        tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+        after = tarfile.TarInfo("proj/after.txt")
+        after.size = 2
+        tar.addfile(after, io.BytesIO(b"no"))
+    return add
+
+
+def test_the_bots_archive_is_unpacked_by_the_launcher_then_it_reads_on(
+        tmp_path: Path) -> None:
+    workdir = tmp_path / "node"
+    local = tmp_path / "big.bin"
+    local.write_bytes(bytes(range(256)) * 9000 + b"\nsync\nlaunch\n")  # lines of the protocol
+    chunks: list[bytes] = []
+    seen: list[tuple[int, int]] = []
+    sent = write_archive([(local, f"{workdir}/proj/a/big.bin"),
+                          (b"{}", f"{workdir}/runs/r1/spec.json")], str(workdir),
+                         chunks.append, lambda done, total: seen.append((done, total)))
+    total = local.stat().st_size + 2
+    assert sent == total and seen[0] == (0, total) and seen[-1] == (total, total)
+    with launcher(workdir, "sh", "-c", "cat proj/a/big.bin > out.bin") as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b"tar\n" + b"".join(chunks) + b"sync\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline()) == {"failed": []}
+        proc.stdin.write(b"launch\n")
+        proc.stdin.close()
+        assert int(proc.stdout.read().strip()) > 1
+    assert (workdir / "runs" / "r1" / "spec.json").read_bytes() == b"{}"
+    assert (workdir / "proj" / "a" / "big.bin").read_bytes() == local.read_bytes()
+
+
+@pytest.mark.parametrize(("name", "kind", "link", "why"), [
+    ("proj/key", tarfile.SYMTYPE, "/home/bot/.ssh/id_ed25519", "a link"),
+    ("proj/hard", tarfile.LNKTYPE, "proj/before.txt", "a link"),
+    ("/tmp/evil.txt", tarfile.REGTYPE, "", "an absolute path"),
+    ("proj/../../evil.txt", tarfile.REGTYPE, "", "'..' in its path"),
+    ("proj/fifo", tarfile.FIFOTYPE, "", "not a regular file or a folder"),
+    ("proj/dev", tarfile.CHRTYPE, "", "not a regular file or a folder"),
+])
+def test_a_malicious_member_is_refused_by_the_launcher_naming_it(
+        tmp_path: Path, name: str, kind: bytes, link: str, why: str) -> None:
+    workdir = tmp_path / "node"
+    stream = framed(archive(member(name, kind=kind, link=link)))
+    with launcher(workdir, "true") as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b"tar\n" + stream + b"sync\n")
+        proc.stdin.flush()
+        failed = json.loads(proc.stdout.readline())["failed"]
+        proc.stdin.close()  # no launch: the lock is dropped
+        proc.wait(30)
+    assert failed == [f"archive member {name!r} refused: {why}"]
+    assert (workdir / "proj" / "before.txt").read_bytes() == b"ok"
+    assert not (workdir / "proj" / "after.txt").exists()  # nothing after the refusal
+    assert not (tmp_path / "evil.txt").exists() and not (workdir / "proj" / "key").exists()
+    assert not (workdir / "proj" / "hard").exists() and not (workdir / "proj" / "fifo").exists()
+
+
+def test_a_file_whose_folder_is_a_link_out_of_the_workdir_is_refused(tmp_path: Path) -> None:
+    workdir, outside = tmp_path / "node", tmp_path / "outside"
+    (workdir / "proj").mkdir(parents=True)
+    outside.mkdir()
+    (workdir / "proj" / "cfg").symlink_to(outside)  # left by the team's code on the node
+    stream = framed(archive(member("proj/cfg/authorized_keys", b"ssh-ed25519 AAAA")))
+    failed = untar(str(workdir), Chunks(io.BytesIO(stream + b"sync\n")))
+    assert failed == ["archive member 'proj/cfg/authorized_keys' refused: its folder leads "
+                      "out through a link"]
+    assert list(outside.iterdir()) == []
+
+
+def test_a_file_left_as_a_link_is_replaced_never_written_through(tmp_path: Path) -> None:
+    workdir, target = tmp_path / "node", tmp_path / "bashrc"
+    (workdir / "proj").mkdir(parents=True)
+    target.write_text("mine")
+    (workdir / "proj" / "run.py").symlink_to(target)
+    raw = io.BytesIO(framed(archive(member("proj/run.py", b"print(1)"))) + b"sync\n")
+    assert untar(str(workdir), Chunks(raw)) == []
+    assert target.read_text() == "mine"
+    assert (workdir / "proj" / "run.py").read_bytes() == b"print(1)"
+    assert not (workdir / "proj" / "run.py").is_symlink()
+    assert raw.readline() == b"sync\n"  # the archive is read to its end mark, no further
+
+
+def test_a_stream_cut_in_the_middle_is_the_bot_gone(tmp_path: Path) -> None:
+    stream = framed(archive(member("proj/x.bin", b"y" * 5000)))
+    with pytest.raises(EOFError):
+        untar(str(tmp_path), Chunks(io.BytesIO(stream[:3000])))
+
+
+def test_the_start_message_shows_a_nodes_copy_under_way() -> None:
+    from bot.messages.dispatch_view import node_line
+
+    assert node_line({"node": "gpu-1:22", "index": 1, "phase": "uploading",
+                      "bytes_done": 2_500_000, "bytes_total": 10_000_000}) == (
+        "volume.nodes[1] gpu-1:22: sending its copy (2.5 of 10.0 MB)")
