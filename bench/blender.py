@@ -29,14 +29,14 @@ from typing import List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from runner.blender.frames import frame_id  # noqa: E402
 from runner.blender.process import first_error  # noqa: E402
 from runner.blender.render import RenderSetup, frame_paths, render_argv, render_items  # noqa: E402
 from runner.blender.scene import make_blend  # noqa: E402
 from runner.events import EventWriter  # noqa: E402
+from runner.frames import frame_id  # noqa: E402
 from runner.inputs import Item  # noqa: E402
 from runner.ledger import Ledger, ledger_path  # noqa: E402
-from runner.stages import StageContext  # noqa: E402
+from runner.stage import StageContext  # noqa: E402
 from runner.stages.pilot import Recorder  # noqa: E402
 
 TARGET = 0.10

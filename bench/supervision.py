@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 from runner.events import EventWriter  # noqa: E402
 from runner.inputs import list_inputs  # noqa: E402
 from runner.spec import RunSpec  # noqa: E402
-from runner.stages import StageContext  # noqa: E402
+from runner.stage import StageContext  # noqa: E402
 from runner.stages.pilot import pilot  # noqa: E402
 
 SMOKE = os.environ.get("PREFLIGHT_BENCH_SMOKE") == "1"

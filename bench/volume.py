@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from runner.inputs import list_dir  # noqa: E402
 from runner.ledger import Ledger  # noqa: E402
 from runner.spec import RunSpec  # noqa: E402
-from runner.stages import StageContext  # noqa: E402
+from runner.stage import StageContext  # noqa: E402
 from runner.stages.pilot import Recorder  # noqa: E402
 
 WORKERS = 4

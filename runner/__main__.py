@@ -50,7 +50,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 def chosen_stages(parser: argparse.ArgumentParser, text: str) -> List[Any]:
     """The rows of the stage table named in ``text``; a usage error names an unknown one."""
-    from runner.stages import STAGE_TABLE
+    from runner.stage import STAGE_TABLE
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     known = [s.name for s in STAGE_TABLE]
@@ -92,7 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"runner: cannot open {events_path}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from runner.stages.ladder import Ladder
+    from runner.ladder import Ladder
 
     try:
         writer.emit(RUN_STARTED, spec=spec_summary(spec), runner_version=__version__,

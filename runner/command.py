@@ -18,7 +18,7 @@ import subprocess
 from typing import Any, Dict, List, Sequence
 
 from runner.inputs import Item
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 from runner.threads import command_env
 
 CHUNK = 1000

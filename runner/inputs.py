@@ -3,7 +3,7 @@
 An item's id is its file name without the final extension (``doc-01.txt`` -> ``doc-01``),
 the same rule the bot's manifest loader uses, so both sides agree on the ids to expect.
 With ``inputs.frames`` (the Blender preparation) each file is a .blend and every frame of
-it is one item, ``shot01.blend#0007`` (runner.blender.frames), its path the .blend file.
+it is one item, ``shot01.blend#0007`` (runner.frames), its path the .blend file.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def list_inputs(spec: RunSpec) -> List[Item]:
 def list_frames(directory: str, pattern: str, frames: Any) -> List[Item]:
     """One item per frame of each matching file, sorted by id; InputsError for a frame
     selection that cannot be read (the message names ``inputs.frames``)."""
-    from runner.blender.frames import FramesError, frame_id, parse_frames
+    from runner.frames import FramesError, frame_id, parse_frames
 
     try:
         numbers = parse_frames(frames)

@@ -20,7 +20,15 @@ import threading
 from types import FrameType
 from typing import Any, Callable, Optional
 
+from runner.spec import RunSpec
+
 DEFAULT_ITEM_TIMEOUT_S = 300.0
+
+
+def item_timeout(spec: RunSpec) -> float:
+    """The spec's ``task.item_timeout_s``, else the default."""
+    value = getattr(spec.task, "item_timeout_s", DEFAULT_ITEM_TIMEOUT_S)
+    return float(value) if isinstance(value, (int, float)) else DEFAULT_ITEM_TIMEOUT_S
 
 
 class ItemTimedOut(BaseException):

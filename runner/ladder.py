@@ -35,7 +35,7 @@ from runner import events as ev
 from runner.cards import tolerate_card_verdict
 from runner.files import write_json_atomic
 from runner.spec import RunSpec
-from runner.stages import STAGE_TABLE, StageContext, StageDef, stage_target, stage_timeout
+from runner.stage import STAGE_TABLE, StageContext, StageDef, stage_target, stage_timeout
 from runner.watchdog import Worker, resolve_stage, run_stage_here, timed_out_result
 
 PASSED, FAILED, SOFT_SKIP, BLOCKED = "passed", "failed", "skipped", "blocked"

@@ -1,5 +1,10 @@
 """The stage framework: what a stage is, how it fails, and the table of stages.
 
+The stages themselves live in ``runner/stages/`` (and ``runner/blender/stages.py``); they
+import this module and nothing here imports them: the table names them as
+"module:function" strings, which the watchdog resolves when a stage runs. The loop over
+the table is ``runner/ladder.py``.
+
 A stage is a function ``run(ctx: StageContext) -> dict`` returning its facts (JSON-able
 values only: str, int, float, bool, None, lists and dicts of those). It reports trouble by
 raising:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from runner import events as ev
 from runner.inputs import Item
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 from runner.volume_queue import (
     DIED,
     LATE,
@@ -443,7 +443,7 @@ def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[
         size = max(1, int(vspec.batch_size or ctx.spec.task.batch_size or 1))
         batches = [Batch(n, remaining[i:i + size])
                    for n, i in enumerate(range(0, len(remaining), size))]
-        from runner.stages.batches import item_timeout
+        from runner.itemtimeout import item_timeout
 
         facts.update(Driver(ctx, recorder, ray, workers, batches,
                             float(vspec.batch_timeout_s or 0),

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 
 from runner.raypin import RAY_VERSION, install_command
 from runner.spec import NODE_RUN_DIR_ENV
-from runner.stages import StageFailure
+from runner.stage import StageFailure
 
 SESSION_FILE = "ray_session.json"
 
@@ -218,8 +218,7 @@ class _Worker:
             self.ctx = make_context(run_spec, outputs_dir)
             self.ctx.device = device
             self.threads = actor_threads(spec)
-            from runner.itemtimeout import ItemClock
-            from runner.stages.batches import item_timeout
+            from runner.itemtimeout import ItemClock, item_timeout
 
             self.clock = ItemClock(item_timeout(run_spec))
         except Exception as exc:  # reported by where(), the driver's first call

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from runner.stages import StageFailure, StageSkipped
+from runner.stage import StageFailure, StageSkipped
 
 Result = Dict[str, Any]
 _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
@@ -253,7 +253,7 @@ def _safe(value: Any) -> Any:
 def run_stage_here(name: str, ctx: Any, target: Optional[str] = None) -> Result:
     """Run one stage in this process and describe the outcome (shared with the parent);
     ``target`` ("module:function", the ladder's own table row) else the stage table's."""
-    from runner.stages import STAGES_BY_NAME, stage_target
+    from runner.stage import STAGES_BY_NAME, stage_target
     from runner.stages.hints import describe_error
 
     target = target or stage_target(STAGES_BY_NAME[name], ctx.spec)
@@ -284,7 +284,7 @@ def worker_main(channel_fd: int) -> None:
     os.dup2(2, 1)  # keep stray prints of stages out of the parent's event stream
     sys.stdout = sys.stderr
     from runner.spec import load_spec
-    from runner.stages import StageContext
+    from runner.stage import StageContext
 
     channel = _Channel(channel_fd)
     commands: queue.Queue[Result] = queue.Queue()

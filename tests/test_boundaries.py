@@ -10,7 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACT = {"runner", "runner.spec", "runner.events", "runner.balance", "runner.evidence",
-            "runner.inputs", "runner.errors", "runner.files", "runner.blender.frames",
+            "runner.inputs", "runner.errors", "runner.files", "runner.frames",
             "runner.raypin"}
 
 
@@ -196,4 +196,38 @@ def test_no_import_cycle_in_bot_or_runner() -> None:
     graph = import_graph()
     assert "bot.service" in graph and "bot.following" in graph["bot.service"]
     cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def runner_parts(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The runner's import graph by part: a sub-package (``runner.stages``,
+    ``runner.blender``, ``runner.workloads``) is one node, a top-level module another."""
+
+    def part(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    parts: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module == "runner" or not module.startswith("runner."):
+            continue
+        edges = parts.setdefault(part(module), set())
+        edges |= {part(t) for t in targets if t.startswith("runner.") and part(t) != part(module)}
+    return parts
+
+
+def test_runner_parts_collapse_sub_packages() -> None:
+    graph = {"runner.stages.pilot": {"runner.volume", "runner.stage"},
+             "runner.volume": {"runner.stages.batches"}, "runner.stage": set()}
+    parts = runner_parts(graph)
+    assert parts == {"runner.stages": {"runner.volume", "runner.stage"},
+                     "runner.volume": {"runner.stages"}, "runner.stage": set()}
+    assert find_cycle(parts) is not None
+
+
+def test_no_import_cycle_between_runner_parts() -> None:
+    """The arrows in runner/ point one way: the framework (runner/stage.py) <- the stages,
+    blender/, workloads/, volume <- the ladder; a stage module never imports back up."""
+    parts = runner_parts(import_graph())
+    assert {"runner.stage", "runner.stages", "runner.ladder"} <= set(parts)
+    cycle = find_cycle(parts)
     assert cycle is None, " -> ".join(cycle or [])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.blender.frames import CATEGORY
+from runner.frames import CATEGORY
 
 # ``parts`` and ``report`` are bot.manifest.rules' Parts and Report (that module calls
 # this one, so it is not imported back).

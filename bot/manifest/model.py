@@ -23,8 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from runner.blender.frames import FramesError, parse_frames
 from runner.events import STAGES
+from runner.frames import FramesError, parse_frames
 
 API_VERSION = "preflight/v1"
 SLUG = r"^[a-z0-9][a-z0-9._-]{0,62}$"

@@ -11,7 +11,7 @@ from bot.manifest.model import Manifest
 from bot.pilot.plan import Plan
 from bot.pilot.volume_limits import volume_limits
 from bot.pilot.volume_nodes import node_count
-from runner.blender.frames import CATEGORY
+from runner.frames import CATEGORY
 from runner.spec import (
     BlenderSpec,
     DiagnosticsSpec,

@@ -21,7 +21,6 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from runner.blender.frames import CATEGORY, split_frame_id
 from runner.blender.png import ImageError, check_image
 from runner.blender.process import (
     BlenderNotFound,
@@ -31,6 +30,7 @@ from runner.blender.process import (
     run_blender,
     saved_paths,
 )
+from runner.frames import CATEGORY, split_frame_id
 
 INFO_MARKER = "PREFLIGHT_RENDER "
 MISSING_EXIT = 3

@@ -20,7 +20,7 @@ from runner.blender.handler import setup_for
 from runner.blender.process import BlenderNotFound, first_error, host_peak_mib, render_seconds
 from runner.blender.render import FrameResult, RenderSetup, render_frame
 from runner.blender.scene import scene_script
-from runner.stages import StageContext, StageFailure, StageSkipped
+from runner.stage import StageContext, StageFailure, StageSkipped
 
 GIB_MIB = 1024.0
 COMPUTE_SIZE, COMPUTE_SAMPLES = 128, 16
@@ -29,13 +29,13 @@ COMPUTE_SIZE, COMPUTE_SAMPLES = 128, 16
 def environment(ctx: StageContext) -> Dict[str, Any]:
     """Blender is found, at a good version, with its add-ons and licences; the project's
     requirements file, when the manifest names one, is checked as for any pilot."""
-    from runner.stages.environment import environment as requirements_check
+    from runner.requirements import check_project_requirements
 
     cfg = ctx.spec.blender
     exe = checks.find_executable(cfg.executable)
     facts: Dict[str, Any] = {"executable": cfg.executable, "path": exe}
     if ctx.spec.project.requirements:
-        facts["requirements"] = requirements_check(ctx)
+        facts["requirements"] = check_project_requirements(ctx.spec)
     if exe is None:
         raise StageFailure("environment", f"Blender executable {cfg.executable!r} not found"
                            + (" on PATH" if os.sep not in cfg.executable else ""),

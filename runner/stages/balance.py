@@ -14,7 +14,7 @@ from runner.files import atomic_open, write_json_atomic
 from runner.inputs import Item
 from runner.ledger import Anomaly, LedgerError, Row, ledger_path
 from runner.spec import RunSpec
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 from runner.stages.pilot import list_stage_inputs, open_ledger
 
 EVENT_SAMPLE_REFUSED_MAX = 100

@@ -12,10 +12,10 @@ import time
 from typing import Any, Dict, List
 
 from runner.inputs import InputsError, Item, list_inputs
-from runner.itemtimeout import DEFAULT_ITEM_TIMEOUT_S, ItemClock, ItemTimedOut
+from runner.itemtimeout import ItemClock, ItemTimedOut
 from runner.ledger import Ledger, LedgerError, ledger_path
 from runner.spec import RunSpec
-from runner.stages import StageFailure
+from runner.stage import StageFailure
 
 
 class Batches:
@@ -63,11 +63,6 @@ class Batches:
         self.timed_out.append(item.id)
         self.recorded += self.recorder.record(
             [item.id], [{"id": item.id, "status": "refused", "reason": reason}])
-
-
-def item_timeout(spec: RunSpec) -> float:
-    value = getattr(spec.task, "item_timeout_s", DEFAULT_ITEM_TIMEOUT_S)
-    return float(value) if isinstance(value, (int, float)) else DEFAULT_ITEM_TIMEOUT_S
 
 
 def in_flight(spec: RunSpec, run_dir: str) -> str:

@@ -15,7 +15,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from runner.cards import card_label, healthy_cards, judge_count, judge_health
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 
 GIB = 1024 ** 3
 HINT_FAULT = ("ask the provider for a replacement node (or a replacement card); or approve "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Tuple
 
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 
 # Max relative error of a device matmul against a float64 CPU product of the same
 # (already rounded) inputs: accumulation error only. fp32 allows TF32 on GPUs.

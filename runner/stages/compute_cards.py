@@ -15,7 +15,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional
 
 from runner.cards import card_label, healthy_cards, judge_results, judge_speed
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 
 BARRIER_TIMEOUT_S = 120.0
 Measure = Callable[..., Any]

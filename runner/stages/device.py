@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any, Dict, List
 
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 
 GIB = 1024 ** 3
 

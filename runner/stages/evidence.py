@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from runner.stages import StageContext, StageFailure, StageSkipped
+from runner.stage import StageContext, StageFailure, StageSkipped
 
 
 def _not_produced(run_dir: str) -> list[str]:

@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from runner.spec import RunSpec
-from runner.stages import StageContext, StageFailure, StageSkipped
+from runner.stage import StageContext, StageFailure, StageSkipped
 from runner.stages.hints import describe_error
 
 TRITON_SOURCE = '''

@@ -13,7 +13,7 @@ import sysconfig
 import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
-from runner.stages import StageFailure
+from runner.stage import StageFailure
 
 _RUNNER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.cards import card_label, healthy_cards, judge_link, judge_pairs, pair_rounds
-from runner.stages import (
+from runner.stage import (
     STAGES_BY_NAME,
     StageContext,
     StageFailure,

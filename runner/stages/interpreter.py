@@ -8,7 +8,7 @@ import re
 import sys
 from typing import Any, Dict
 
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 
 
 def interpreter(ctx: StageContext) -> Dict[str, Any]:

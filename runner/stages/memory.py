@@ -19,7 +19,7 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional
 
-from runner.stages import StageContext, StageFailure, StageSkipped
+from runner.stage import StageContext, StageFailure, StageSkipped
 
 GIB = 1024 ** 3
 

@@ -14,7 +14,7 @@ from runner.files import is_temp_name
 from runner.inputs import InputsError, Item, list_inputs
 from runner.ledger import Anomaly, Ledger, LedgerError, Row, ledger_path
 from runner.spec import RunSpec
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 
 
 class Recorder:
@@ -228,7 +228,8 @@ def _run_task(ctx: StageContext, remaining: List[Item], recorder: Recorder) -> D
 def _run_handler(ctx: StageContext, remaining: List[Item],
                  recorder: Recorder) -> Dict[str, Any]:
     """The handler batch by batch under the per-item timeout (runner/stages/batches.py)."""
-    from runner.stages.batches import Batches, item_timeout
+    from runner.itemtimeout import item_timeout
+    from runner.stages.batches import Batches
     from runner.workloads import HandlerError, load_handler, make_context
 
     spec = ctx.spec

@@ -8,7 +8,7 @@ from typing import Any, Dict
 
 from runner import __version__
 from runner.files import write_text_atomic
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 
 GIB = 1024 ** 3
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict
 
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 
 BACKEND_INDEX = {"cuda": "https://download.pytorch.org/whl/cu126",
                  "rocm": "https://download.pytorch.org/whl/rocm6.3"}

@@ -232,7 +232,7 @@ def handle(items: List[Item], ctx: Any) -> List[Dict[str, Any]]:
 
 def train_pilot(ctx: Any, remaining: List[Item], recorder: Any) -> Dict[str, Any]:
     """The resume test in new processes (A, B, C), then the shards into the ledger."""
-    from runner.stages import StageFailure
+    from runner.stage import StageFailure
 
     spec = ctx.spec
     ref = spec.task.trainer
@@ -339,7 +339,7 @@ def _judge(facts: Dict[str, Any], key: str, tol: Optional[float], failure: Any) 
 
 
 def _proc(job: str) -> None:
-    from runner.stages import StageFailure
+    from runner.stage import StageFailure
 
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)

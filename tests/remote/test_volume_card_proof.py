@@ -23,7 +23,7 @@ from bot.errors import DispatchError, NodeUnreachable
 from bot.messages.volume_view import volume_message
 from runner.events import Event
 from runner.raypin import RAY_VERSION
-from runner.stages import StageContext
+from runner.stage import StageContext
 from runner.volume import report_node_proofs
 from tests.runner.test_stages_kit import REPO, runner_env
 from tests.volume.kit import events, make_volume

@@ -12,7 +12,7 @@ import pytest
 
 from runner.ledger import Ledger, Row, ledger_path
 from runner.spec import RunSpec
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 from runner.stages import balance as balance_stage
 
 COLUMNS = ["id", "status", "category", "reason", "output", "input_bytes"]

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from runner.blender.cycles import NoDevice, ProbeError, choose_device, parse_probe
-from runner.blender.frames import FramesError, frame_id, parse_frames, split_frame_id
 from runner.blender.png import ImageError, check_image, read_png
 from runner.blender.process import (
     first_error,
@@ -20,6 +19,7 @@ from runner.blender.process import (
     render_seconds,
     saved_paths,
 )
+from runner.frames import FramesError, frame_id, parse_frames, split_frame_id
 from runner.inputs import InputsError, list_frames
 
 OUTPUTS = Path(__file__).parent / "blender_outputs"
@@ -296,7 +296,7 @@ def test_cycles_must_show_the_node_s_share_of_the_rent(tmp_path: Path, lots: int
     over 2 nodes is 2 on this node, which Cycles shows; 4 on one node is 2 missing."""
     from runner.blender.stages import device
     from runner.spec import RunSpec, node_share
-    from runner.stages import StageContext, StageFailure
+    from runner.stage import StageContext, StageFailure
 
     exe = fake_blender(tmp_path, f"cat {OUTPUTS / 'cuda_h100x2.txt'}")
     spec = RunSpec.from_dict({

@@ -22,7 +22,7 @@ from runner.blender.scene import make_blend
 from runner.blender.stages import _check_version, device, environment
 from runner.events import read_events
 from runner.spec import RunSpec
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 from tests.processes import alive, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

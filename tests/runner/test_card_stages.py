@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from runner.spec import RunSpec
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 from runner.stages.cardset import join_cards, judge_cards
 from runner.stages.compute_cards import judge_compute, measure_all
 from runner.stages.smi import parse_nvidia_cards

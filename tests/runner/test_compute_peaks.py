@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner.spec import RunSpec
-from runner.stages import StageContext
+from runner.stage import StageContext
 from runner.stages.compute import compute
 
 with warnings.catch_warnings():

@@ -66,7 +66,7 @@ DRIVER = r'''
 import sys
 from runner.events import EventWriter
 from runner.spec import load_spec
-from runner.stages import StageContext
+from runner.stage import StageContext
 from runner.stages.pilot import pilot
 run_dir = sys.argv[2]
 spec = load_spec(sys.argv[1])

@@ -16,7 +16,7 @@ import pytest
 
 from runner.collective import CollectiveError, run_allreduce
 from runner.spec import RunSpec
-from runner.stages import StageContext, StageFailure, StageSkipped
+from runner.stage import StageContext, StageFailure, StageSkipped
 from runner.stages.interconnect import interconnect
 
 pytest.importorskip("torch")

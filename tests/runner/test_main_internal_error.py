@@ -11,7 +11,7 @@ from tests.runner.test_stages_kit import REPO, runner_env, write_spec
 
 # Injected through sitecustomize, the way a broken installation would break the runner.
 BROKEN_LADDER = '''
-import runner.stages.ladder as ladder
+import runner.ladder as ladder
 
 def run(self):
     raise RuntimeError("ladder bug for the test")

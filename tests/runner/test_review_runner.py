@@ -13,7 +13,7 @@ import pytest
 
 from runner.ledger import Ledger
 from runner.spec import RunSpec, SpecError
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 from runner.stages import balance as balance_stage
 from runner.stages import pilot as pilot_stage
 from tests.runner.test_stages_kit import events_of, finished, run_runner, write_spec

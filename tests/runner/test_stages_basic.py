@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runner.spec import RunSpec
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 from runner.stages.interpreter import interpreter, python_constraint
 from runner.stages.prepare import prepare
 

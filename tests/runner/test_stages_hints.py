@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner.events import STAGES
-from runner.stages import STAGE_TABLE, StageDef, StageFailure, stage_timeout
+from runner.stage import STAGE_TABLE, StageDef, StageFailure, stage_timeout
 from runner.stages.device import device_warnings
 from runner.stages.hints import describe_error, hint_for
 from runner.stages.smi import parse_cuda_version, parse_nvidia_smi, parse_rocm_smi
@@ -117,7 +117,7 @@ def test_device_warnings_for_model_and_arch() -> None:
 
 def test_where_is_never_a_frame_of_the_runner_itself(tmp_path: Path) -> None:
     from runner.spec import RunSpec
-    from runner.stages import StageContext
+    from runner.stage import StageContext
     from runner.watchdog import run_stage_here
 
     spec = RunSpec.from_dict({"run_id": "r", "name": "n", "project": {"dir": str(tmp_path)},

@@ -14,7 +14,7 @@ import pytest
 from runner.events import EventWriter
 from runner.inputs import list_inputs
 from runner.spec import RunSpec
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 from runner.stages import balance as balance_stage
 from runner.stages import pilot as pilot_stage
 from runner.workloads import make_context

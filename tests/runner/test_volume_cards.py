@@ -14,9 +14,9 @@ from typing import Any
 
 from runner import events as ev
 from runner.cards import tolerate_card_verdict
+from runner.ladder import Ladder
 from runner.spec import RunSpec, VolumeSpec
-from runner.stages import StageContext, StageDef, StageFailure
-from runner.stages.ladder import Ladder
+from runner.stage import StageContext, StageDef, StageFailure
 
 HEALTHY = [0, 1, 2, 4, 5, 6, 7]
 

@@ -20,7 +20,7 @@ import pytest
 from runner.inputs import Item
 from runner.ledger import Ledger
 from runner.spec import RunSpec
-from runner.stages import StageContext, StageFailure
+from runner.stage import StageContext, StageFailure
 from runner.stages.pilot import Recorder
 from runner.volume import MIN_TIMEOUT_S, Batch, Driver, Worker, healthy_cards
 

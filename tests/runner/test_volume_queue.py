@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from runner.inputs import Item
 from runner.spec import RunSpec
-from runner.stages import STAGES_BY_NAME, stage_timeout
+from runner.stage import STAGES_BY_NAME, stage_timeout
 from runner.volume_queue import DIED, LATE, RAISED, TIMEOUT, Batch, BatchQueue, refusal_reason
 
 

@@ -14,7 +14,7 @@ import pytest
 from runner.events import EventWriter, read_events
 from runner.ledger import Ledger
 from runner.spec import RunSpec
-from runner.stages import StageContext, StageFailure, StageSkipped
+from runner.stage import StageContext, StageFailure, StageSkipped
 from runner.stages import balance as balance_stage
 from runner.stages import evidence as evidence_stage
 from runner.stages import pilot as pilot_stage
