@@ -1,0 +1,182 @@
+"""A torch shim for the simulated cluster, loaded only in tests (this folder first on the
+node's PYTHONPATH): the real, CPU-only torch, made to show the node's simulated cards.
+
+It loads the installed torch in its own place (``sys.modules["torch"]`` is the real
+module when this import ends), then patches it:
+
+- ``torch.version.cuda`` is set (a CUDA build, as the torch stage checks);
+- ``torch.cuda``: ``is_available()`` True, ``device_count()`` the node's cards (after
+  ``CUDA_VISIBLE_DEVICES``), ``get_device_properties(i)`` the name, memory, UUID, bus id
+  and capability of the recorded ``nvidia-smi`` row (tests/cluster_kit/cards.py),
+  ``mem_get_info`` its free/total memory; the current device per thread; synchronize,
+  caches and peak statistics do nothing;
+- a tensor asked for on ``cuda[:i]`` is made on the CPU, each dimension cut to
+  ``SIM_MAX_DIM`` (so the compute stage's matmuls are small CPU matmuls and the
+  interconnect's buffers small: their figures are not a card's);
+- ``torch.distributed``: the ``nccl`` backend is gloo.
+
+Nothing of Preflight is changed: the runner's stages run as they are on a GPU node.
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import threading
+
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_path = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE]
+_spec = importlib.machinery.PathFinder.find_spec("torch", _path)
+if _spec is None or _spec.loader is None:
+    raise ImportError("the torch shim found no installed torch to wrap")
+_real = importlib.util.module_from_spec(_spec)
+sys.modules["torch"] = _real
+_spec.loader.exec_module(_real)
+
+_cards_spec = importlib.util.spec_from_file_location(
+    "_preflight_sim_cards", os.path.join(os.path.dirname(_HERE), "cards.py"))
+assert _cards_spec is not None and _cards_spec.loader is not None
+_cards_mod = importlib.util.module_from_spec(_cards_spec)
+_cards_spec.loader.exec_module(_cards_mod)
+
+SIM_MAX_DIM = int(os.environ.get("PREFLIGHT_SIM_MAX_DIM", "128"))
+_ALL = _cards_mod.cards()
+_visible_env = os.environ.get("CUDA_VISIBLE_DEVICES")
+if _visible_env is None:
+    _VISIBLE = list(range(len(_ALL)))
+else:
+    _VISIBLE = [int(c) for c in _visible_env.split(",") if c.strip().isdigit()
+                and int(c) < len(_ALL)]
+_local = threading.local()
+
+
+class _Props:
+    def __init__(self, row):
+        self.name = row["name"]
+        self.total_memory = int(float(row["memory_mib"])) << 20
+        self.multi_processor_count = 132
+        self.uuid = row["uuid"]
+        domain, bus, rest = row["bus_id"].split(":")
+        self.pci_domain_id = int(domain, 16)
+        self.pci_bus_id = int(bus, 16)
+        self.pci_device_id = int(rest.split(".")[0], 16)
+        major, minor = row["capability"].split(".")
+        self.major, self.minor = int(major), int(minor)
+
+    def __repr__(self):
+        return f"_CudaDeviceProperties(name='{self.name}', simulated)"
+
+
+def _row(index=None):
+    index = _current() if index is None else _index(index)
+    return _ALL[_VISIBLE[index]]
+
+
+def _index(device):
+    if isinstance(device, int):
+        return device
+    text = str(device)
+    return int(text.split(":")[1]) if ":" in text else _current()
+
+
+def _current():
+    return getattr(_local, "device", 0)
+
+
+def _set_device(device):
+    _local.device = _index(device)
+
+
+def _mem_get_info(device=None):
+    row = _row(device)
+    return int(float(row["memory_free_mib"])) << 20, int(float(row["memory_mib"])) << 20
+
+
+def _zero(*_a, **_k):
+    return 0
+
+
+def _nothing(*_a, **_k):
+    return None
+
+
+_cuda = _real.cuda
+for _name, _value in {
+        "is_available": lambda: bool(_VISIBLE), "device_count": lambda: len(_VISIBLE),
+        "get_device_properties": lambda d=None: _Props(_row(d)),
+        "get_device_name": lambda d=None: _row(d)["name"],
+        "get_device_capability": lambda d=None: (_Props(_row(d)).major, _Props(_row(d)).minor),
+        "get_arch_list": lambda: ["sm_80", "sm_90"], "current_device": _current,
+        "set_device": _set_device, "synchronize": _nothing, "empty_cache": _nothing,
+        "reset_peak_memory_stats": _nothing, "mem_get_info": _mem_get_info,
+        "max_memory_allocated": _zero, "max_memory_reserved": _zero,
+        "memory_allocated": _zero, "memory_reserved": _zero, "is_initialized": lambda: True,
+}.items():
+    setattr(_cuda, _name, _value)
+_real.version.cuda = _cards_mod.CUDA_VERSION
+
+
+def _is_cuda(device):
+    if device is None:
+        return False
+    return str(getattr(device, "type", device)).startswith("cuda")
+
+
+def _on_cpu(device):
+    return "cpu" if _is_cuda(device) else device
+
+
+def _small(size):
+    return tuple(min(int(n), SIM_MAX_DIM) for n in size)
+
+
+def _factory(real):
+    def make(*size, **kwargs):
+        if not _is_cuda(kwargs.get("device")):
+            return real(*size, **kwargs)
+        kwargs["device"] = "cpu"
+        if len(size) == 1 and isinstance(size[0], (tuple, list)):
+            return real(_small(size[0]), **kwargs)
+        return real(*_small(size), **kwargs)
+    return make
+
+
+def _full(size, fill, **kwargs):
+    if _is_cuda(kwargs.get("device")):
+        kwargs["device"] = "cpu"
+        size = _small(size)
+    return _real_full(size, fill, **kwargs)
+
+
+_real_full = _real.full
+for _name in ("randn", "rand", "zeros", "ones", "empty"):
+    setattr(_real, _name, _factory(getattr(_real, _name)))
+_real.full = _full
+
+_Tensor = _real.Tensor
+_real_to = _Tensor.to
+
+
+def _to(self, *args, **kwargs):
+    args = tuple(_on_cpu(a) if isinstance(a, (str, _real.device)) else a for a in args)
+    if "device" in kwargs:
+        kwargs["device"] = _on_cpu(kwargs["device"])
+    return _real_to(self, *args, **kwargs)
+
+
+_Tensor.to = _to
+_Tensor.cuda = lambda self, *a, **k: self
+
+try:
+    import torch.distributed as _dist
+
+    _real_init = _dist.init_process_group
+
+    def _init_process_group(backend=None, *args, **kwargs):
+        if backend in ("nccl", "rccl"):
+            backend = "gloo"
+        return _real_init(backend, *args, **kwargs)
+
+    _dist.init_process_group = _init_process_group
+except ImportError:  # a torch without distributed: the interconnect stage says so
+    pass
