@@ -22,7 +22,7 @@ import math
 import statistics
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from runner.spec import HardwareSpec
+from runner.spec import CARD_STAGES, CARD_VERDICTS, HardwareSpec
 
 SLOW_RATIO = 0.8
 Pair = Tuple[int, int]
@@ -263,12 +263,6 @@ def healthy_cards(cards: Iterable[int], *unhealthy: Iterable[int]) -> List[int]:
     for group in unhealthy:
         bad.update(group)
     return sorted(c for c in cards if c not in bad)
-
-
-# The failures that judge cards (device, compute, interconnect): each leaves the cards it
-# did not blame in ``healthy_cards``. In a volume's run they exclude cards, never the run.
-CARD_STAGES = ("device", "compute", "interconnect")
-CARD_VERDICTS = frozenset({"CardFault", "SlowCard", "WrongResult", "SlowLink"})
 
 
 def tolerate_card_verdict(spec: Any, stage: str, result: Dict[str, Any]) -> Dict[str, Any]:

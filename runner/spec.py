@@ -38,6 +38,28 @@ def node_share(lots: int, cards_per_lot: int, nodes: int = 1) -> int:
     return max(1, rented // max(1, int(nodes)))
 
 
+# The card stages in the ladder's order: ``device`` names the cards without faults,
+# ``compute`` takes out the wrong and slow ones, ``interconnect`` the card in every slow
+# pair; each reports ``healthy_cards`` in its facts (a failing stage keeps its facts).
+CARD_STAGES = ("device", "compute", "interconnect")
+# The failures that judge cards: each leaves the cards it did not blame in
+# ``healthy_cards``. In a volume's run they exclude cards, never the run.
+CARD_VERDICTS = frozenset({"CardFault", "SlowCard", "WrongResult", "SlowLink"})
+
+
+def healthy_cards(facts: Dict[str, Any]) -> Optional[List[int]]:
+    """The run's healthy cards from its stages' facts by stage name, or None when no card
+    stage reported them: the latest card stage that reported a list of card indices (ints;
+    a JSON ``true`` is no card). The runner's volume and the bot read them by this rule."""
+    for stage in reversed(CARD_STAGES):
+        stage_facts = facts.get(stage)
+        cards = stage_facts.get("healthy_cards") if isinstance(stage_facts, dict) else None
+        if isinstance(cards, list) and all(isinstance(c, int) and not isinstance(c, bool)
+                                           for c in cards):
+            return sorted(cards)
+    return None
+
+
 @dataclass(frozen=True)
 class HardwareSpec:
     """The cards rented, as the catalog knows them. ``lots`` x ``cards_per_lot`` is the

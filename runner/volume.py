@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from runner import events as ev
 from runner.inputs import Item
+from runner.spec import healthy_cards
 from runner.stage import StageContext, StageFailure
 from runner.volume_queue import (
     DIED,
@@ -463,15 +464,6 @@ def report_node_proofs(ctx: StageContext, nodes: List[Dict[str, Any]]) -> None:
             ctx.emit(ev.VOLUME_CARD_EXCLUDED, node=node.get("where"), host=node.get("host"),
                      cards=[str(card.get("card"))], stage=card.get("stage"),
                      reason=card.get("reason"))
-
-
-def healthy_cards(facts: Dict[str, Dict[str, Any]]) -> Optional[List[int]]:
-    """The cards this run's own card stages proved healthy (the latest stage that said)."""
-    for stage in ("interconnect", "compute", "device"):
-        cards = (facts.get(stage) or {}).get("healthy_cards")
-        if isinstance(cards, list) and all(isinstance(c, int) for c in cards):
-            return sorted(cards)
-    return None
 
 
 def _worker_factory(ctx: StageContext, ray: Any, vspec: Any) -> Callable[[int], Any]:

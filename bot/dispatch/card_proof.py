@@ -22,14 +22,13 @@ from typing import Any, Protocol
 
 from bot.dispatch.upload import SSHNode, UploadPlan
 from bot.errors import DispatchError
+from runner.spec import CARD_STAGES, CARD_VERDICTS
 
 # Not memory: it runs the user's workload, which the pilot measured; not the pilot and
 # what follows it: the driver's run does those.
 PROOF_STAGES = ("prepare", "interpreter", "torch", "device", "compute", "interconnect")
-CARD_STAGES = ("device", "compute", "interconnect")
-# Failures that judge cards (runner/stages/cardset.py, compute_cards.py, interconnect.py):
-# they leave ``healthy_cards`` in their facts, and the node goes on with those.
-CARD_VERDICTS = frozenset({"CardFault", "SlowCard", "WrongResult", "SlowLink"})
+# CARD_VERDICTS: failures that judge cards (runner/stages/cardset.py, compute_cards.py,
+# interconnect.py) leave ``healthy_cards`` in their facts, and the node goes on with those.
 PROOF_DIR, PROOF_SPEC = "card-proof", "card-proof.json"
 
 

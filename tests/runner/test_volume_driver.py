@@ -328,3 +328,14 @@ def test_the_volume_uses_the_latest_card_stage_s_healthy_cards() -> None:
              "interconnect": {}}
     assert healthy_cards(facts) == [0, 2, 3]
     assert healthy_cards({"device": {"device": "cpu"}}) is None
+
+
+def test_the_volume_and_the_bot_read_healthy_cards_by_one_rule() -> None:
+    """A boolean is no card index (JSON's true is not card 1): the runner's volume and the
+    bot's report read a stage's healthy_cards alike, from runner.spec's one rule."""
+    from bot.pilot.cards import healthy_cards as bot_healthy_cards
+
+    for cards, expected in (([True, 1], None), (["0"], None), ([3, 1], [1, 3]), ([], [])):
+        facts = {"compute": {"healthy_cards": cards}}
+        assert healthy_cards(facts) == expected
+        assert bot_healthy_cards([{"stage": "compute", "facts": facts["compute"]}]) == expected
