@@ -151,11 +151,11 @@ def recheck_seconds(service: Any, run_id: str) -> float:
     """CPU seconds of the bot's re-check of this run's balance (median of 3): what
     finishing a run costs per item, timed here on the database the follower wrote."""
     run = service.store.get_run(run_id)
-    balance = service._recorded(run_id, "balance")  # the runner's balance event
+    balance = service.follower._recorded(run_id, "balance")  # the runner's balance event
     times = []
     for _ in range(3):
         start = time.process_time()
-        service._recheck_balance(run, balance)
+        service.follower._recheck_balance(run, balance)
         times.append(time.process_time() - start)
     return sorted(times)[1]
 

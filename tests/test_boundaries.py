@@ -97,7 +97,7 @@ def test_only_the_store_talks_sql() -> None:
 
 PURE = ("bot/manifest/", "bot/pilot/")
 NOT_FROM_PURE = ("bot.store", "bot.dispatch", "bot.slack", "bot.cli", "bot.console",
-                 "bot.service", "bot.compose", "bot.schedule", "bot.records")
+                 "bot.service", "bot.compose", "bot.schedule")
 
 
 def test_manifest_and_pilot_import_no_store_dispatch_transport_or_service() -> None:
@@ -194,7 +194,8 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_no_import_cycle_in_bot_or_runner() -> None:
     graph = import_graph()
-    assert "bot.service" in graph and "bot.following" in graph["bot.service"]
+    assert "bot.service.pilot_service" in graph \
+        and "bot.service.follower" in graph["bot.service.pilot_service"]
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
 

@@ -43,7 +43,7 @@ IN_FLIGHT = 16  # reads of one file in flight at once
 FILES_AT_ONCE = 8  # files fetched at the same time (a round trip each would add up)
 # Written by the bot, read back by it (where the run is, what it sent, which nodes run its
 # Ray, its report): the node's copy never replaces them ("ray_cluster.json" is
-# volume_cluster.CLUSTER_FILE, "report.html"/"report-summary.png" bot.reporting's).
+# volume_cluster.CLUSTER_FILE, "report.html"/"report-summary.png" bot.service.report_files's).
 BOT_FILES = frozenset({"spec.json", "manifest.yaml", "remote.json", "evidence-fetch.json",
                        "ray_cluster.json", "report.html", "report-summary.png"})
 

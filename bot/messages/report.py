@@ -1,7 +1,7 @@
 """``report.html``: one self-contained page that tells a run's story, worth forwarding.
 
 ``render_report(ReportData) -> str`` is pure: the data comes from the store and the run
-directory (``bot/reporting.py`` gathers and writes it). The page has no external asset
+directory (``bot/service/report_files.py`` gathers and writes it). The page has no external asset
 (inline CSS, inline SVG plots from ``bot.messages.plots``), opens offline and prints.
 Each section carries an ``id`` (plan, forecast, stages, devices, compute, memory, balance,
 decisions, checksums, and resume for a training pilot) so tests and readers can find it.

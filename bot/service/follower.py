@@ -1,32 +1,42 @@
 """Following a run: its events recorded then published, a runner that died or a start
 that was interrupted settled, and a finished run judged (balance re-checked against the
-recorded item events, results fetched once, verdict, forecast, report)."""
+recorded item events, results fetched once, verdict, forecast, report).
+
+``Follower`` is given the store, the dispatchers and the ``Publisher`` it posts through;
+``PilotService`` holds one and hands on ``follow``, ``pump``, ``catch_up`` and ``reap``.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from bot.dispatch.base import Dispatcher, RunHandle
 from bot.errors import (
     ContactLost,
     DispatchError,
     NodeUnreachable,
     PreflightError,
 )
-from bot.messages.progress import ProgressMeter
 from bot.messages.views import MAX_TABLE_ROWS
 from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
 from bot.messages.volume_view import progress_of
 from bot.pilot.cards import CARD_STAGES
+from bot.pilot.clock import now_utc
 from bot.pilot.death import runner_death
 from bot.pilot.decisions import end_state
 from bot.pilot.states import S
 from bot.pilot.verdict import judge
-from bot.publishing import Publishing, now_utc
-from bot.reporting import ReportFiles, settle_evidence
+from bot.service.forecast_inputs import ATTEMPT_EVENTS, check_volume, forecast_for
+from bot.service.handles import dispatcher_for, handle_for
+from bot.service.publisher import Publisher
+from bot.service.report_files import settle_evidence
+from bot.settings import Settings
+from bot.store import Store
 from runner.events import (
     BALANCE,
     EVIDENCE,
@@ -69,8 +79,22 @@ class DispatchHeartbeat:
         self._thread.join(timeout=5)
 
 
-class Following(Publishing):
-    """The follow, watch and finish half of ``PilotService``."""
+class Follower:
+    """Follows, watches and finishes runs; what it learns is recorded, then published."""
+
+    def __init__(self, settings: Settings, store: Store, dispatchers: Mapping[str, Dispatcher],
+                 publisher: Publisher) -> None:
+        self.settings = settings
+        self.store = store
+        self.dispatchers = dispatchers  # the service's own mapping: a change there is seen here
+        self.publisher = publisher
+        self._finish_checked: set[str] = set()
+
+    def _dispatcher(self, run: dict[str, Any]) -> Dispatcher:
+        return dispatcher_for(self.dispatchers, run)
+
+    def _handle(self, run: dict[str, Any]) -> RunHandle:
+        return handle_for(run)
 
     def follow(self, run_id: str, *, stop: threading.Event | None = None,
                poll: float = 0.1, timeout: float | None = None) -> dict[str, Any]:
@@ -132,17 +156,16 @@ class Following(Publishing):
         stage_changed = any(e.type in STAGE_EVENT_TYPES for e in fresh)
         progress = [e for e in fresh if e.type == PROGRESS]
         if progress:  # only the latest counts: nothing per item here
-            meter = self._progress.setdefault(run_id, ProgressMeter())
             reported = progress_of(progress[-1].data)
-            meter.update(reported.done, reported.total, time.monotonic(), reported.pace)
+            self.publisher.note_progress(run_id, reported.done, reported.total, reported.pace)
         if any(e.type in VOLUME_NOTES for e in fresh):
-            self._publish_volume(run_id)
+            self.publisher.publish_volume(run_id)
         if stage_changed:
-            self._publish_status(run_id)
+            self.publisher.publish_status(run_id)
         if any(e.type in STAGE_EVENT_TYPES and e.stage in CARD_STAGES for e in fresh):
-            self._publish_cards(run_id)
+            self.publisher.publish_cards(run_id)
         elif any(e.type == PROGRESS for e in fresh):
-            self._maybe_publish_progress(run_id)
+            self.publisher.maybe_publish_progress(run_id)
         # run.finished is looked for when it arrives, and once per run in this process (a
         # run whose run.finished was recorded by a bot that stopped before finishing it).
         if (any(e.type == RUN_FINISHED for e in fresh) or run_id not in self._finish_checked) \
@@ -220,13 +243,13 @@ class Following(Publishing):
         if not self.store.transition(run["id"], (S.DISPATCHING,), S.DISPATCH_FAILED,
                                      first_error=error):
             return False
-        self._publish_outcome(run["id"])
+        self.publisher.publish_outcome(run["id"])
         return True
 
     def _finish(self, run_id: str) -> None:
         # A Slack follower and the watch job may both see run.finished: one finishes it
         # (fetching results once); the other finds it no longer running.
-        with self._run_lock(run_id):
+        with self.publisher.run_lock(run_id):
             if self.store.get_run(run_id)["status"] == S.RUNNING:
                 self._finish_locked(run_id)
 
@@ -240,7 +263,7 @@ class Following(Publishing):
         handle = self._handle(run)
         try:
             # the copy the team controls, verified here; the bot decides where evidence
-            # lives, the node's "dest" is only a claim (reporting.settle_evidence)
+            # lives, the node's "dest" is only a claim (report_files.settle_evidence)
             evidence = settle_evidence(run, evidence,
                                        self._dispatcher(run).fetch_results(handle))
         except PreflightError as exc:
@@ -258,15 +281,12 @@ class Following(Publishing):
                                  verdict=verdict, balance=balance, evidence=evidence,
                                  environment=environment, forecast=self._forecast(run, stages),
                                  finished_at=now_utc(), exit_code=finished.data.get("exit_code")):
-            self._publish_outcome(run_id)
-            self._progress.pop(run_id, None)
-            self._status_base.pop(run_id, None)
+            self.publisher.publish_outcome(run_id)
+            self.publisher.forget(run_id)
 
     def _forecast(self, run: dict[str, Any], stages: list[dict[str, Any]]
                   ) -> dict[str, Any] | None:
         """A pilot's forecast of its volume; a volume's actual time against that forecast."""
-        from bot.forecasting import ATTEMPT_EVENTS, check_volume, forecast_for
-
         try:
             if run.get("kind") == "volume":
                 parent = self.store.get_run(run["parent_run"]) if run.get("parent_run") else {}
@@ -300,19 +320,6 @@ class Following(Publishing):
             return new
         return old
 
-    def write_report(self, run_id: str, *, strict: bool = False) -> ReportFiles | None:
-        """(Re)write the run's report.html and picture; a failure is logged, never fatal
-        to the run (``strict`` raises it instead, for `preflight report`)."""
-        from bot.reporting import write_report
-
-        try:
-            return write_report(self.store, run_id)
-        except Exception:
-            if strict:
-                raise
-            log.exception("writing the report of run %s failed", run_id)
-            return None
-
     def _runner_died(self, run_id: str) -> None:
         run = self.store.get_run(run_id)
         handle = self._handle(run)
@@ -325,7 +332,7 @@ class Following(Publishing):
         if self.store.transition(run_id, (S.RUNNING,), end_state(run), outcome="failed",
                                  first_error=run.get("first_error") or error, verdict=verdict,
                                  finished_at=now_utc(), exit_code=code):
-            self._publish_outcome(run_id)
+            self.publisher.publish_outcome(run_id)
 
     def _recheck_balance(self, run: dict[str, Any], balance: dict[str, Any]) -> dict[str, Any]:
         """Apply the balance rules again to the item events the bot itself recorded."""
@@ -355,11 +362,6 @@ class Following(Publishing):
                  f"recorded: {[ours.get(k) for k in disagreements]})"}]
         merged["recheck"] = {k: ours.get(k) for k in ("accepted", "refused", "total", "ok")}
         return merged
-
-    def _publish_outcome(self, run_id: str) -> None:
-        self.write_report(run_id)  # every run that ended has one, whichever way it ended
-        for message in self.thread_messages(run_id)[1:]:
-            self._publish(message)
 
     def _recorded(self, run_id: str, etype: str) -> dict[str, Any] | None:
         events = self._since_resume(run_id, etype)

@@ -208,7 +208,7 @@ def _peak_memory(stages: list[dict[str, Any]]) -> float | None:
     return None
 
 
-# The events that say when each attempt's work stage ran (bot.following reads these).
+# The events that say when each attempt's work stage ran (bot.service.follower reads these).
 ATTEMPT_EVENTS = ("run.started", "stage.started", "stage.passed", "stage.failed", "progress",
                   "volume.workers")
 

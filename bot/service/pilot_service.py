@@ -1,9 +1,12 @@
 """PilotService: the one orchestrator. submit → plan → dispatch → follow → decide.
 
 It knows no Slack and no SQL: it is given a store, dispatchers (by node kind) and a
-notifier, and every transport (console, Slack) calls it. Every event is recorded in the
-store before any message is published, and the follower's position is stored with it, so
-a restarted bot continues from the last consumed ``seq`` without losing or repeating posts.
+notifier, and every transport (console, Slack) calls it. It is built by composition: it
+holds its ``Records`` (what transports read), a ``Publisher`` (the notifier, the message
+locks, posting) and a ``Follower`` (pump, finish, reap), and hands their public methods on.
+Every event is recorded in the store before any message is published, and the follower's
+position is stored with it, so a restarted bot continues from the last consumed ``seq``
+without losing or repeating posts.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ import shutil
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.base import Dispatcher
+from bot.dispatch.base import Dispatcher, RunHandle
 from bot.dispatch.inputs_check import record_inputs
 from bot.errors import (
     DecisionRefused,
@@ -27,25 +31,28 @@ from bot.errors import (
     PolicyRefused,
     PreflightError,
 )
-from bot.following import DISPATCH_GRACE_S, DispatchHeartbeat, Following
-from bot.guard import PolicyGuard
 from bot.manifest.load import LoadedManifest, load_manifest
 from bot.manifest.project_check import git_commit
 from bot.messages import views
 from bot.messages.dispatch_view import dispatch_message
-from bot.messages.model import Notifier
-from bot.messages.progress import ProgressMeter
+from bot.messages.model import Message, Notifier
+from bot.pilot.clock import new_run_id, now_utc
 from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec, runs_dir_for
 from bot.pilot.states import RESUMABLE, S
 from bot.pilot.volume_nodes import volume_node
 from bot.policy import Policy, default_policy
+from bot.policy.guard import PolicyGuard
 from bot.policy.model import Origin
-from bot.publishing import base_dir_of, new_run_id, now_utc
+from bot.service.follower import DISPATCH_GRACE_S, DispatchHeartbeat, Follower
+from bot.service.handles import base_dir_of, dispatcher_for, handle_for
+from bot.service.publisher import Publisher
+from bot.service.records import Records
+from bot.service.report_files import ReportFiles
 from bot.settings import Settings
 from bot.store import Store
 from runner.errors import RunnerError
-from runner.events import DISPATCH_NODE
+from runner.events import DISPATCH_NODE, Event
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +68,7 @@ class Submission:
     loaded: LoadedManifest
 
 
-class PilotService(Following):
+class PilotService:
     def __init__(self, settings: Settings, store: Store, dispatchers: Mapping[str, Dispatcher],
                  notifier: Notifier, *, lease_guard: LeaseGuard | None = None,
                  precheck: Precheck | None = None, progress_interval: float = 0.2,
@@ -70,17 +77,147 @@ class PilotService(Following):
         self.store = store
         self.guard = PolicyGuard(policy or default_policy(settings.home, settings.policy_path,
                                                           settings.approvers), store)
-        self.dispatchers = dict(dispatchers)
-        self.notifier = notifier
+        self._dispatchers = dict(dispatchers)
         self.lease_guard = lease_guard
         self.precheck = precheck
-        self.progress_interval = progress_interval
-        self._progress: dict[str, ProgressMeter] = {}
-        self._status_base: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
-        self._finish_checked: set[str] = set()
-        self._last_progress_post: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._run_locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()  # one new run directory at a time
+        self.records = Records(store, self.guard)
+        self.publisher = Publisher(store, notifier, progress_interval=progress_interval)
+        self.follower = Follower(settings, store, self._dispatchers, self.publisher)
+
+    # -- the parts it holds ----------------------------------------------------------
+    @property
+    def dispatchers(self) -> dict[str, Dispatcher]:
+        """The dispatchers by node kind (one mapping, shared with the follower)."""
+        return self._dispatchers
+
+    @dispatchers.setter
+    def dispatchers(self, dispatchers: Mapping[str, Dispatcher]) -> None:
+        self._dispatchers.clear()
+        self._dispatchers.update(dispatchers)
+
+    @property
+    def notifier(self) -> Notifier:
+        return self.publisher.notifier
+
+    @notifier.setter
+    def notifier(self, notifier: Notifier) -> None:
+        self.publisher.notifier = notifier
+
+    @property
+    def progress_interval(self) -> float:
+        """How often, at most, a progress count is published (seconds)."""
+        return self.publisher.progress_interval
+
+    @progress_interval.setter
+    def progress_interval(self, seconds: float) -> None:
+        self.publisher.progress_interval = seconds
+
+    def _dispatcher(self, run: dict[str, Any]) -> Dispatcher:
+        return dispatcher_for(self._dispatchers, run)
+
+    def _handle(self, run: dict[str, Any], *, resume: bool = False) -> RunHandle:
+        return handle_for(run, resume=resume)
+
+    def _publish(self, message: Message) -> None:
+        self.publisher.publish(message)
+
+    # -- reading (Records) -------------------------------------------------------------
+    def run(self, run_id: str) -> dict[str, Any]:
+        """The run with exactly this id (RunNotFound otherwise)."""
+        return self.records.run(run_id)
+
+    def find(self, run_id: str) -> dict[str, Any]:
+        """The run with this id or unique id prefix, as a person types it."""
+        return self.records.find(run_id)
+
+    def find_in(self, run_id: str, channel: str) -> dict[str, Any]:
+        """Like ``find``, among the runs of ``channel`` only (``Records.find_in``)."""
+        return self.records.find_in(run_id, channel)
+
+    def runs(self, limit: int = 50, *, channel: str | None = None) -> list[dict[str, Any]]:
+        """The newest runs; ``channel``: only that channel's (what a Slack channel sees)."""
+        return self.records.runs(limit, channel=channel)
+
+    def runs_for(self, user: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The runs a Slack user is in scope for (their App Home)."""
+        return self.records.runs_for(user, limit)
+
+    def decisions_for(self, user: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The recent decisions on the runs ``runs_for`` shows that user."""
+        return self.records.decisions_for(user, limit)
+
+    def active_runs(self) -> list[dict[str, Any]]:
+        """The runs whose runner is running (what a restarted follower picks up)."""
+        return self.records.active_runs()
+
+    def show(self, run_id: str, *, channel: str | None = None) -> dict[str, Any]:
+        """A run with its stages and decisions (``Records.show``)."""
+        return self.records.show(run_id, channel=channel)
+
+    def healthy_cards(self, run_id: str) -> list[int] | None:
+        """The cards the run proved healthy: the ones a volume may use (None: not known)."""
+        return self.records.healthy_cards(run_id)
+
+    def decisions(self, run_id: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
+        return self.records.decisions(run_id, limit=limit)
+
+    def run_for_thread(self, channel: str, thread_ts: str) -> str | None:
+        """The run a chat thread belongs to, if any."""
+        return self.records.run_for_thread(channel, thread_ts)
+
+    def claim_event(self, event_id: str) -> bool:
+        """True the first time a transport's event id is seen (a retried delivery: False)."""
+        return self.records.claim_event(event_id)
+
+    def leases(self, *, include_ended: bool = True) -> list[dict[str, Any]]:
+        return self.records.leases(include_ended=include_ended)
+
+    def lease_of(self, node: str) -> dict[str, Any] | None:
+        """The current lease of a node (``host`` or ``host:port``), if any."""
+        return self.records.lease_of(node)
+
+    def lease_changes(self, lease_id: int) -> list[dict[str, Any]]:
+        return self.records.lease_changes(lease_id)
+
+    def change_lease(self, node: str, state: str, user: str, *, origin: Origin,
+                     note: str | None = None, starts_at: str | None = None,
+                     days: int | None = None) -> dict[str, Any]:
+        """One lease state change, refused by the policy unless ``user`` may make it
+        (``Records.change_lease``)."""
+        return self.records.change_lease(node, state, user, origin=origin, note=note,
+                                          starts_at=starts_at, days=days)
+
+    # -- publishing (Publisher) and following (Follower) ---------------------------------
+    def thread_messages(self, run_id: str) -> list[Message]:
+        """Every message of the run's thread as it stands now (for re-rendering)."""
+        return self.publisher.thread_messages(run_id)
+
+    def write_report(self, run_id: str, *, strict: bool = False) -> ReportFiles | None:
+        """(Re)write the run's report.html and picture (``Publisher.write_report``)."""
+        return self.publisher.write_report(run_id, strict=strict)
+
+    def follow(self, run_id: str, *, stop: threading.Event | None = None,
+               poll: float = 0.1, timeout: float | None = None) -> dict[str, Any]:
+        """Consume the run's events until it finishes (``Follower.follow``)."""
+        return self.follower.follow(run_id, stop=stop, poll=poll, timeout=timeout)
+
+    def pump(self, run_id: str) -> list[Event]:
+        """Read, record, then publish whatever the runner appended since last time."""
+        return self.follower.pump(run_id)
+
+    def catch_up(self, run_ids: list[str]) -> list[str]:
+        """A restarted bot: record and finish what ran while nobody followed."""
+        return self.follower.catch_up(run_ids)
+
+    def reap(self, run_id: str, *, now: datetime | None = None) -> bool:
+        """Close a run whose runner ended, or whose start was interrupted, while nobody
+        followed it; True if closed (``Follower.reap``)."""
+        return self.follower.reap(run_id, now=now)
+
+    def refresh_forecast(self, run_id: str) -> dict[str, Any] | None:
+        """The pilot's forecast again, from now (``Follower.refresh_forecast``)."""
+        return self.follower.refresh_forecast(run_id)
 
     # -- submit -------------------------------------------------------------------
     def submit_text(self, text: str, *, source: str, base_dir: Path, submitter: str,
@@ -208,7 +345,7 @@ class PilotService(Following):
                                      first_error={"stage": "dispatch",
                                                   "type": type(exc).__name__,
                                                   "message": str(exc)}):
-                self._publish_outcome(run_id)
+                self.publisher.publish_outcome(run_id)
             raise
         finally:
             heartbeat.stop()
@@ -219,7 +356,7 @@ class PilotService(Following):
             raise DispatchStopped(f"run {run_id} is {self.store.get_run(run_id)['status']}: "
                                   "it was stopped while it was being started; the runner "
                                   "it launched is stopped")
-        self._publish_status(run_id)
+        self.publisher.publish_status(run_id)
 
     def _dispatch_step(self, run_id: str) -> Callable[[dict[str, Any]], None]:
         """The dispatch's report of a step: recorded (a sign of life), shown in the thread,
@@ -284,7 +421,7 @@ class PilotService(Following):
             # what it started; what is already up (Ray on the nodes) is stopped here too,
             # also when the bot that started it is gone.
             self._stop_quietly(run["id"], self._handle(self.store.get_run(run["id"])))
-            self._publish_outcome(run["id"])
+            self.publisher.publish_outcome(run["id"])
             return self.store.get_run(run["id"])
         if not self.store.transition(run["id"], (S.RUNNING,), S.RUNNING, stop=stop):
             current = self.store.get_run(run["id"])["status"]
@@ -337,7 +474,7 @@ class PilotService(Following):
 
         # Under the run's lock: the outcome (with the buttons) is always published before the
         # decision replaces it, even when a click races the follower that finished the run.
-        with self._run_lock(run_id):
+        with self.publisher.run_lock(run_id):
             record = self.store.decide_run(run_id, base)
             if record is None:  # another decision won the race
                 current = self._with_decision(self.store.get_run(run_id))

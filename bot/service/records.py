@@ -1,8 +1,8 @@
 """What the transports read, and the lease records they change: through the service.
 
-``PilotService`` inherits these so that Slack, the console and the CLI never reach into the
-store: they ask the service for a run, the runs, the decisions, a thread's run, or record a
-lease change (whose rules are ``bot.pilot.leases``).
+``PilotService`` holds a ``Records`` and hands its methods on, so that Slack, the console
+and the CLI never reach into the store: they ask the service for a run, the runs, the
+decisions, a thread's run, or record a lease change (whose rules are ``bot.pilot.leases``).
 """
 
 from __future__ import annotations
@@ -10,19 +10,20 @@ from __future__ import annotations
 from typing import Any
 
 from bot.errors import RunNotFound
-from bot.guard import PolicyGuard
 from bot.pilot import leases as lease_rules
 from bot.pilot.cards import healthy_cards
 from bot.policy import checks
+from bot.policy.guard import PolicyGuard
 from bot.policy.model import Origin
 from bot.store import Store
 
 
 class Records:
-    """Read access and lease records; the host class provides ``store``."""
+    """Read access to the runs and the lease records, on the service's store and guard."""
 
-    store: Store
-    guard: PolicyGuard
+    def __init__(self, store: Store, guard: PolicyGuard) -> None:
+        self.store = store
+        self.guard = guard
 
     # -- runs -----------------------------------------------------------------------
     def run(self, run_id: str) -> dict[str, Any]:

@@ -83,7 +83,7 @@ def _launched_by(store: Store, parent: dict[str, Any]) -> dict[str, Any]:
 def _engine(store: Store, run: dict[str, Any], stages: list[dict[str, Any]],
             items: int) -> dict[str, Any]:
     """A volume's workers, pace and attempts (started, stopped, resumed) from its events."""
-    from bot.forecasting import work_seconds
+    from bot.service.forecast_inputs import work_seconds
 
     workers = store.events_of_type(run["id"], "volume.workers")
     attempts = [{"at": e.ts, "resume": bool(e.data.get("resume"))}

@@ -1,4 +1,4 @@
-"""What the forecast reads from a run (bot/forecasting.py): the pilot's items as timed
+"""What the forecast reads from a run (bot/service/forecast_inputs.py): the pilot's items as timed
 measurements, its setup, and after the volume the attempts' running time against it."""
 
 from __future__ import annotations
@@ -8,8 +8,14 @@ from typing import Any
 
 import pytest
 
-from bot.forecasting import attempt_seconds, check_volume, measured_setup, pilot_node, samples
 from bot.pilot.forecast import ItemOutcome
+from bot.service.forecast_inputs import (
+    attempt_seconds,
+    check_volume,
+    measured_setup,
+    pilot_node,
+    samples,
+)
 from runner.events import Event
 
 T0 = datetime(2026, 12, 1, 8, 0, 0, tzinfo=timezone.utc)

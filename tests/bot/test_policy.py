@@ -206,8 +206,8 @@ def test_secrets_are_redacted_from_outgoing_text() -> None:
 
 def test_a_config_link_out_of_the_roots_is_refused_before_it_is_read(tmp_path: Path) -> None:
     from bot.errors import PolicyRefused
-    from bot.guard import PolicyGuard
     from bot.manifest.load import load_manifest
+    from bot.policy.guard import PolicyGuard
     from bot.store import Store
     from tests.bot.manifest_helpers import make_project
 

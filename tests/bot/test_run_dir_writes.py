@@ -16,8 +16,8 @@ from bot.dispatch.upload import mirror, verify_fetched
 from bot.errors import DispatchError
 from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
-from bot.reporting import ReportError, add_to_evidence
 from bot.service import PilotService
+from bot.service.report_files import ReportError, add_to_evidence
 from bot.settings import Settings
 from bot.store import Store
 from runner.evidence import SUMS

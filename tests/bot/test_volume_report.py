@@ -9,8 +9,8 @@ from typing import Any
 from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
 from bot.messages.report import ReportData, render_report
-from bot.reporting import gather
 from bot.service import PilotService
+from bot.service.report_files import gather
 from bot.settings import Settings
 from bot.store import Store
 from tests.bot.fakes import ScriptedDispatcher, pilot_script, write_manifest

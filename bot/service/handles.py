@@ -1,0 +1,31 @@
+"""A run's dispatcher (by its node's kind) and its handle: what the service and its
+follower hand a dispatcher to act on the run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bot.dispatch.base import Dispatcher, RunHandle
+from bot.errors import DispatchError
+
+
+def dispatcher_for(dispatchers: Mapping[str, Dispatcher], run: dict[str, Any]) -> Dispatcher:
+    """The dispatcher of the run's node kind (DispatchError naming the kinds there are)."""
+    kind = (run.get("node") or {}).get("kind", "local")
+    try:
+        return dispatchers[kind]
+    except KeyError as exc:
+        raise DispatchError(f"node.kind {kind!r}: no dispatcher configured for it "
+                            f"(available: {', '.join(sorted(dispatchers))})") from exc
+
+
+def handle_for(run: dict[str, Any], *, resume: bool = False) -> RunHandle:
+    return RunHandle(run_id=run["id"], run_dir=Path(run["run_dir"]),
+                     spec_path=Path(run["spec_path"]), project_dir=Path(str(run["project_dir"])),
+                     pid=run.get("pid"), resume=resume, node=run.get("node"))
+
+
+def base_dir_of(run: dict[str, Any]) -> Path:
+    return Path(run["base_dir"])
