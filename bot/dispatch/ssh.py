@@ -37,6 +37,7 @@ import asyncssh
 from bot.dispatch.archive import Entry, write_archive
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle
 from bot.dispatch.card_proof import NodeCopy, proof_files
+from bot.dispatch.corpus import check_listing
 from bot.dispatch.fetch import FetchLimits, fetch_results
 from bot.dispatch.node_scripts import HOLD_ENV, probe_command, stop_command
 from bot.dispatch.ray_cluster import RayCluster
@@ -296,6 +297,9 @@ class SSHDispatcher(SSHSessions):
                            report=report)
         if changes.remove:
             await self._remove(node, changes.remove)
+        if plan.on_nodes:  # the corpus is the node's own: it must equal the bot's copy
+            command, rows = await asyncio.to_thread(plan.corpus_check, node.python)
+            check_listing(node.where, plan.on_nodes, rows, await self._exec(node, command))
         return {**changes.sent, "run": sum(len(d) for d in run_files.values())}, \
             [dst for _, dst in changes.send]
 

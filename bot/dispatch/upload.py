@@ -28,7 +28,9 @@ import yaml
 
 import runner
 from bot.dispatch.base import RunHandle
+from bot.dispatch.corpus import corpus_command, corpus_on_nodes, expected_rows
 from bot.dispatch.inputs_check import checked_files, recheck_inputs
+from bot.dispatch.node_corpus import Row
 from bot.dispatch.node_scripts import HOLD_SCRIPT, LAUNCH_SCRIPT, python_command
 from bot.errors import DispatchError, NodeUnreachable
 from runner.evidence import file_sha256
@@ -245,7 +247,11 @@ class UploadPlan:
         # folder or a file was swapped meanwhile); outside the project, exactly those go.
         self.inputs = recheck_inputs(handle.run_dir, spec)
         inputs = self.inputs.dir
-        if not _under(inputs, self.local_project):
+        # A corpus already on the node (volume.inputs.on_nodes) is checked there, never sent
+        self.on_nodes = corpus_on_nodes(handle.run_dir, spec)
+        if self.on_nodes:
+            self.skip.add(inputs)
+        elif not _under(inputs, self.local_project):
             self.extra[inputs] = f"{workdir}/inputs/{inputs.name}-{_tag(str(inputs))}"
         copy_to = (spec.get("results") or {}).get("copy_to")
         self.evidence: dict[str, Any] = {}
@@ -304,7 +310,7 @@ class UploadPlan:
         spec: dict[str, Any] = json.loads(json.dumps(self.spec))
         spec["project"]["dir"] = self.remote_project
         spec["project"]["requirements"] = self.map_path(spec["project"].get("requirements"))
-        spec["inputs"]["dir"] = self.map_path(spec["inputs"]["dir"])
+        spec["inputs"]["dir"] = self.on_nodes or self.map_path(spec["inputs"]["dir"])
         if self.evidence:
             spec["results"]["copy_to"] = self.evidence["remote"]
         return spec
@@ -338,6 +344,14 @@ class UploadPlan:
         argv += ["--resume"] if resume else []
         return python_command(python, LAUNCH_SCRIPT, self.lock, self.run_id, run_dir,
                               self.remote_project, self.remote_pkg_root, *argv)
+
+    def corpus_check(self, python: str) -> tuple[str, list[Row]]:
+        """The command listing the node's copy of the corpus (``on_nodes``) and the rows
+        it must equal (the bot's checked copy)."""
+        assert self.on_nodes
+        rows = expected_rows(checked_files(self.inputs))
+        pattern = str((self.spec.get("inputs") or {}).get("pattern") or "*")
+        return corpus_command(python, self.on_nodes, pattern, rows), rows
 
     def layout(self, node: SSHNode, sent: dict[str, int]) -> dict[str, Any]:
         """``remote.json`` before the launch (no pid yet: a restarted bot still finds it)."""

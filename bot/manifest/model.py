@@ -197,6 +197,24 @@ class VolumeInputs(Section):
     expected_count: Int = Field(ge=1)
     expected_refusals: list[NonEmpty] = Field(default_factory=list)
     frames: Frames | None = None
+    on_nodes: NonEmpty | None = Field(
+        default=None,
+        description="an absolute path on every volume node (its own copy, or shared storage "
+                    "mounted there) holding the same files as `dir`: listed and checksummed "
+                    "on each node at dispatch, used in place, never uploaded (ssh nodes)")
+
+    @field_validator("on_nodes")
+    @classmethod
+    def _node_path(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.startswith("/"):
+            raise ValueError("an absolute path on the nodes (it is not a bot-host path)")
+        if any(c in value for c in "\0\n\r"):
+            raise ValueError("a path without NUL or line breaks")
+        if ".." in value.split("/"):
+            raise ValueError("a path without '..'")
+        return value.rstrip("/") or "/"
 
 
 class Volume(Section):

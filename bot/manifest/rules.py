@@ -131,6 +131,10 @@ def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
                           required=_volume_is_local(parts))
     if parts.volume is not None:
         check_volume(parts.volume, gpu, parts.hardware, report)
+        if parts.volume.inputs.on_nodes and _volume_is_local(parts):
+            report.problem(("volume", "inputs", "on_nodes"), "a corpus already on the nodes "
+                           "is for a volume on ssh nodes; this one runs on this machine: "
+                           "give volume.inputs.dir alone")
     for finding in find_secrets(data):
         report.problem(finding.path, finding.message)
 

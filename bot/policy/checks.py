@@ -9,6 +9,7 @@ here reads a file's content.
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -102,6 +103,7 @@ def check_submission(policy: Policy, data: Any, marks: SourceMap, *, origin: Ori
                                "Slack", policy.where("roles.submitters")))
         out += check_nodes(policy, data, marks)
         out += _check_approvers(policy, data, marks)
+        out += _check_corpus_on_nodes(policy, data, marks)
     out += _check_paths(policy, data, marks, origin=origin, base_dir=base_dir, who=who)
     return out
 
@@ -255,6 +257,31 @@ def _check_paths(policy: Policy, data: dict[str, Any], marks: SourceMap, *, orig
                     + ("resolves outside" if path is not None else "cannot be resolved within")
                     + f" the project roots ({', '.join(map(str, roots))})", where)
             for loc, path in wanted if path is None or not inside(path, roots)]
+
+
+def _check_corpus_on_nodes(policy: Policy, data: dict[str, Any],
+                           marks: SourceMap) -> list[Refusal]:
+    """A corpus already on the nodes (``volume.inputs.on_nodes``) is a path on the nodes,
+    not on the bot host: from Slack only under one of ``node_corpus_roots``, never with
+    ``..`` (the files there are checked against the bot's copy, never uploaded)."""
+    loc = ("volume", "inputs", "on_nodes")
+    value = _section(data, *loc)
+    if value is None:
+        return []
+    roots = policy.file.node_corpus_roots
+    where = policy.where("node_corpus_roots")
+    if not roots:
+        return [Refusal("node_corpus_roots", f"{_at(marks, loc)}: a corpus already on the "
+                        "nodes may not be named from Slack: the policy lists no "
+                        "node_corpus_roots", where)]
+    text = value if isinstance(value, str) else ""
+    path = posixpath.normpath(text) if text.startswith("/") else ""
+    if not path or ".." in text.split("/") or not any(
+            path == root.rstrip("/") or path.startswith(root.rstrip("/") + "/")
+            for root in roots):
+        return [Refusal("node_corpus_roots", f"{_at(marks, loc)}: {value!r} is not under the "
+                        f"node corpus roots ({', '.join(roots)})", where)]
+    return []
 
 
 def _roots_rule(key: str) -> str:

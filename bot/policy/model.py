@@ -101,6 +101,10 @@ class PolicyFile(Section):
     team_roots: list[TeamRoots] = Field(
         default_factory=list, description="per channel or user group: their own roots "
                                           "instead of project_roots")
+    node_corpus_roots: list[str] | None = Field(
+        default=None, description="absolute directories on the nodes under which a Slack "
+                                  "manifest's volume.inputs.on_nodes may lie (a corpus "
+                                  "already on the nodes); null: on_nodes refused from Slack")
     task_command: TaskCommand = Field(default_factory=TaskCommand)
     approvals: Approvals = Field(default_factory=Approvals)
     spending: Spending = Field(default_factory=Spending)
@@ -116,6 +120,14 @@ class PolicyFile(Section):
     @classmethod
     def _roots(cls, value: list[str] | None) -> list[str] | None:
         return None if value is None else _absolute(value)
+
+    @field_validator("node_corpus_roots")
+    @classmethod
+    def _node_roots(cls, value: list[str] | None) -> list[str] | None:
+        for entry in value or []:
+            if not entry.startswith("/") or ".." in entry.split("/"):
+                raise ValueError(f"{entry!r}: an absolute path on the nodes, without '..'")
+        return value
 
 
 def _absolute(value: list[str]) -> list[str]:

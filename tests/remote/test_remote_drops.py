@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,10 @@ class FaultySSH(SSHDispatcher):
             assert self.sshd.kill_connections() >= 1
 
     async def _stream(self, node: SSHNode, launcher: Any, send: list[tuple[Path, str]],
-                      data: dict[str, bytes], **kw: Any) -> None:
+                      data: dict[str, bytes], workdir: str = "",
+                      report: Callable[[int, int], None] | None = None) -> None:
         self._fire("upload")
-        return await super()._stream(node, launcher, send, data, **kw)
+        return await super()._stream(node, launcher, send, data, workdir, report)
 
     async def _probe_files(self, node: SSHNode, pid: Any, run_dir: str) -> str | None:
         # The sshd serving the probe dies under it: its SFTP requests get no answer.

@@ -1,0 +1,94 @@
+"""A volume's corpus already on its nodes (``volume.inputs.on_nodes``): checked, used in place.
+
+A million inputs are not sent to every node when the team has them there already (copied
+beforehand, or on storage every node mounts at the same path). The manifest names that
+path in ``volume.inputs.on_nodes``; ``volume.inputs.dir`` stays the bot's own copy, which
+the manifest's checks list (``pattern``, ``expected_count``, ``expected_refusals``) and
+which the submission records (``inputs.checked.json``). At dispatch each node lists its
+copy with the runner's rule and checksums every file (``node_corpus.py``, run with the
+node's interpreter); its listing's digest must equal the one of the bot's copy (name, size
+and SHA-256 of each file, in name order), or the node is refused, naming it and the first
+input that differs. Nothing of the corpus is uploaded; the node's spec reads its inputs
+from ``on_nodes``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bot.dispatch.node_corpus import Row, listing_digest
+from bot.errors import DispatchError
+from runner.inputs import item_id
+
+NODE_CORPUS_SCRIPT = Path(__file__).with_name("node_corpus.py").read_text(encoding="utf-8")
+
+
+def corpus_on_nodes(run_dir: Path, spec: dict[str, Any]) -> str | None:
+    """``volume.inputs.on_nodes`` of a volume run's manifest (None: the corpus is sent)."""
+    if not spec.get("volume"):
+        return None
+    try:
+        data = yaml.safe_load((run_dir / "manifest.yaml").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, yaml.YAMLError) as exc:
+        raise DispatchError(f"{run_dir / 'manifest.yaml'}: cannot read volume.inputs: "
+                            f"{exc}") from exc
+    volume = data.get("volume") if isinstance(data, dict) else None
+    inputs = volume.get("inputs") if isinstance(volume, dict) else None
+    value = inputs.get("on_nodes") if isinstance(inputs, dict) else None
+    return str(value) if value else None
+
+
+def expected_rows(files: dict[str, tuple[Path, str]]) -> list[Row]:
+    """The bot's copy as the node lists its own: (name, size, sha256) in name order."""
+    return [(name, os.stat(path).st_size, digest) for name, (path, digest)
+            in sorted(files.items())]
+
+
+def corpus_command(python: str, on_nodes: str, pattern: str, rows: list[Row]) -> str:
+    """The node's listing of ``on_nodes``: prints its digest (and its rows if it differs)."""
+    return " ".join(shlex.quote(a) for a in (python, "-c", NODE_CORPUS_SCRIPT, on_nodes,
+                                             pattern, listing_digest(rows)))
+
+
+def check_listing(where: str, on_nodes: str, rows: list[Row], reply: str) -> None:
+    """The node's answer against the bot's copy; a DispatchError naming the node and the
+    first input (by id) that differs."""
+    refuse = (f"{where}: its copy of the corpus at volume.inputs.on_nodes {on_nodes} differs "
+              "from the bot's volume.inputs.dir")
+    again = ("; the volume is not started on a corpus other than the one checked: make the "
+             "node's copy equal (or drop on_nodes to have it sent)")
+    try:
+        answer = json.loads(reply)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise DispatchError(f"{where}: the listing of volume.inputs.on_nodes {on_nodes} "
+                            f"printed {reply.strip()[:200]!r}")
+    if answer.get("error"):
+        raise DispatchError(f"{where}: volume.inputs.on_nodes {on_nodes} cannot be listed "
+                            f"on the node ({answer['error']}){again}")
+    if answer.get("digest") == listing_digest(rows):
+        return
+    theirs = {str(r[0]): (int(r[1]), str(r[2])) for r in answer.get("files") or []}
+    ours = {name: (size, sha) for name, size, sha in rows}
+    for name in sorted(set(theirs) | set(ours), key=lambda n: (item_id(n), n)):
+        if name not in theirs:
+            raise DispatchError(f"{refuse}: first differing input {item_id(name)!r} "
+                                f"({name} is missing on the node){again}")
+        if name not in ours:
+            raise DispatchError(f"{refuse}: first differing input {item_id(name)!r} "
+                                f"({name} is on the node, not in the bot's copy){again}")
+        if theirs[name] != ours[name]:
+            what = "size" if theirs[name][0] != ours[name][0] else "SHA-256"
+            raise DispatchError(f"{refuse}: first differing input {item_id(name)!r} "
+                                f"({name}: its {what} differs){again}")
+    raise DispatchError(f"{refuse}: its listing's digest differs ({answer.get('count')} "
+                        f"file(s) there, {len(rows)} here){again}")

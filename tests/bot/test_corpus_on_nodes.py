@@ -1,0 +1,136 @@
+"""A volume corpus already on the nodes (``volume.inputs.on_nodes``): the manifest field,
+the policy's rule for a Slack manifest, the node's listing (the runner's rule) and the
+comparison that names the first differing input. Over a real sshd: test_volume_copies.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.dispatch.corpus import NODE_CORPUS_SCRIPT, check_listing, expected_rows
+from bot.dispatch.node_corpus import listing_digest
+from bot.errors import DispatchError
+from bot.manifest.source import parse_text
+from bot.policy import Identity, checks, default_policy, load_policy
+from runner.inputs import list_dir
+from tests.bot.manifest_helpers import dump, locs, make_project, merged
+
+NODE = {"kind": "ssh", "host": "gpu-1.example.net", "port": 2222, "user": "gpu"}
+
+
+def volume(on_nodes: Any, **more: Any) -> dict[str, Any]:
+    return {"inputs": {"dir": "data/pilote", "pattern": "doc-*.txt", "expected_count": 12,
+                       "on_nodes": on_nodes}, "nodes": [NODE, {**NODE, "host": "gpu-2"}],
+            **more}
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("data/corpus", "an absolute path on the nodes"),
+    ("/data/../home/gpu/.ssh", "a path without '..'"),
+])
+def test_on_nodes_must_be_an_absolute_node_path_without_dotdot(
+        tmp_path: Path, value: str, why: str) -> None:
+    root = make_project(tmp_path)
+    found = locs(root, dump(merged(node=NODE, volume=volume(value))))
+    assert why in found["volume.inputs.on_nodes"].message
+
+
+def test_on_nodes_is_for_ssh_nodes_not_this_machine(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    local = merged(node={"kind": "local"}, volume={**volume("/data/corpus"),
+                                                   "nodes": [{"kind": "local"}]})
+    assert "runs on this machine" in locs(root, dump(local))["volume.inputs.on_nodes"].message
+
+
+def slack(policy_text: str | None, data: dict[str, Any], tmp_path: Path) -> list[Any]:
+    base = tmp_path / "projects"
+    (base / "team" / "data" / "pilote").mkdir(parents=True, exist_ok=True)
+    if policy_text is None:
+        policy = default_policy(tmp_path)
+    else:
+        (tmp_path / "policy.yaml").write_text(policy_text, encoding="utf-8")
+        policy = load_policy(tmp_path / "policy.yaml", home=tmp_path)
+    parsed, marks = parse_text(dump(data))
+    return [r for r in checks.check_submission(policy, parsed, marks, origin="slack",
+                                               who=Identity("U0MEMBER"), base_dir=base)
+            if r.rule == "node_corpus_roots"]
+
+
+def test_a_slack_manifest_names_a_node_corpus_only_under_the_policys_roots(
+        tmp_path: Path) -> None:
+    data = merged(project={"dir": "team"}, node=NODE, volume=volume("/data/corpus/v2"))
+    refused = slack(None, data, tmp_path)  # no node_corpus_roots: refused from Slack
+    assert len(refused) == 1
+    assert refused[0].message.startswith("volume.inputs.on_nodes (line")
+    assert "lists no node_corpus_roots" in refused[0].message
+    assert slack("node_corpus_roots: [/data/corpus]\n", data, tmp_path) == []
+    outside = merged(project={"dir": "team"}, node=NODE, volume=volume("/home/gpu/.ssh"))
+    refused = slack("node_corpus_roots: [/data/corpus]\n", outside, tmp_path)
+    assert "'/home/gpu/.ssh' is not under the node corpus roots (/data/corpus)" in \
+        refused[0].message
+    assert "policy.yaml line 1 (node_corpus_roots)" in refused[0].where
+    sneaky = merged(project={"dir": "team"}, node=NODE, volume=volume("/data/corpus/../..x"))
+    assert slack("node_corpus_roots: [/data/corpus]\n", sneaky, tmp_path)
+    prefix = merged(project={"dir": "team"}, node=NODE, volume=volume("/data/corpus-other"))
+    assert slack("node_corpus_roots: [/data/corpus]\n", prefix, tmp_path)
+
+
+def test_the_nodes_listing_is_the_runners_and_agrees_with_the_bots_rows(
+        tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("doc-2.txt", "doc-1.txt", ".hidden.txt", "other.bin"):
+        (corpus / name).write_text(name)
+    (corpus / "doc-sub.txt").mkdir()  # a folder that matches: not an input
+    (corpus / "doc-3.txt").symlink_to(corpus / "doc-1.txt")  # the runner reads it: one
+    items = list_dir(str(corpus), "doc-*.txt")
+    files = {os.path.basename(i.path): (Path(i.path), _sha(Path(i.path))) for i in items}
+    rows = expected_rows(files)
+    out = subprocess.run([sys.executable, "-c", NODE_CORPUS_SCRIPT, str(corpus), "doc-*.txt",
+                          listing_digest(rows)], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == {"count": 3, "digest": listing_digest(rows)}
+    check_listing("gpu-1:22", "/data/corpus", rows, out.stdout)  # agrees: nothing raised
+    (corpus / "doc-2.txt").write_text("changed")
+    out = subprocess.run([sys.executable, "-c", NODE_CORPUS_SCRIPT, str(corpus), "doc-*.txt",
+                          listing_digest(rows)], capture_output=True, text=True, check=True)
+    with pytest.raises(DispatchError) as refused:
+        check_listing("gpu-1:22", "/data/corpus", rows, out.stdout)
+    assert str(refused.value).startswith(
+        "gpu-1:22: its copy of the corpus at volume.inputs.on_nodes /data/corpus differs from "
+        "the bot's volume.inputs.dir: first differing input 'doc-2' (doc-2.txt: its size "
+        "differs)")
+
+
+@pytest.mark.parametrize(("theirs", "why"), [
+    ([["a.txt", 1, "x"], ["c.txt", 1, "z"]], "'b' (b.txt is missing on the node)"),
+    ([["a.txt", 1, "x"], ["b.txt", 1, "y"], ["bb.txt", 1, "q"], ["c.txt", 1, "z"]],
+     "'bb' (bb.txt is on the node, not in the bot's copy)"),
+    ([["a.txt", 1, "x"], ["b.txt", 1, "Y"], ["c.txt", 1, "z"]],
+     "'b' (b.txt: its SHA-256 differs)"),
+])
+def test_the_first_differing_input_is_named(theirs: list[list[Any]], why: str) -> None:
+    rows = [("a.txt", 1, "x"), ("b.txt", 1, "y"), ("c.txt", 1, "z")]
+    reply = json.dumps({"count": len(theirs), "digest": "other", "files": theirs})
+    with pytest.raises(DispatchError, match="first differing input " + why.replace("(", r"\(")
+                       .replace(")", r"\)")):
+        check_listing("gpu-2:22", "/data/corpus", rows, reply)
+
+
+def test_a_node_without_the_folder_is_refused_saying_so() -> None:
+    with pytest.raises(DispatchError, match="gpu-2:22: volume.inputs.on_nodes /data/corpus "
+                                            "cannot be listed on the node"):
+        check_listing("gpu-2:22", "/data/corpus", [],
+                      json.dumps({"error": "/data/corpus: No such file or directory"}))
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
