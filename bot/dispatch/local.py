@@ -19,6 +19,7 @@ from pathlib import Path
 import runner
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, read_tail
 from bot.dispatch.inputs_check import recheck_run
+from bot.dispatch.node_launcher import running
 from bot.errors import DispatchError
 from runner.events import Event, read_events
 from runner.files import write_text_atomic
@@ -96,13 +97,7 @@ class LocalDispatcher:
         pid = handle.pid or _pid_file(handle.run_dir)
         if pid is None:
             return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return _not_zombie(pid)
+        return running(pid) is not None
 
     def exit_code(self, handle: RunHandle) -> int | None:
         proc = self._procs.get(handle.run_id)
@@ -151,7 +146,7 @@ def _group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return _not_zombie(pgid) or _has_other_members(pgid)
+    return running(pgid) is not None or _has_other_members(pgid)
 
 
 def _has_other_members(pgid: int) -> bool:
@@ -176,11 +171,3 @@ def _pid_file(run_dir: Path) -> int | None:
         return int((run_dir / "runner.pid").read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True

@@ -39,6 +39,7 @@ from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.corpus import check_listing
 from bot.dispatch.fetch import FetchLimits, fetch_results
+from bot.dispatch.node_launcher import stat_fields
 from bot.dispatch.node_scripts import HOLD_ENV, probe_command, stop_command
 from bot.dispatch.ray_cluster import RayCluster
 from bot.dispatch.ssh_session import SSHSessions
@@ -465,7 +466,7 @@ class SSHDispatcher(SSHSessions):
             stat = await _small_file(sftp, f"/proc/{known}/stat")
             if stat is None:
                 return "dead" if await sftp.exists("/proc/self/stat") else None
-            return "dead" if stat.rsplit(b")", 1)[-1].split()[:1] == [b"Z"] else "alive"
+            return "dead" if stat_fields(stat)[:1] == ["Z"] else "alive"
 
         return await self.guarded(node, work)
 
