@@ -10,9 +10,9 @@ from bot.dispatch.local import LocalDispatcher
 from bot.dispatch.ssh import SSHDispatcher
 from bot.manifest.project_check import precheck_manifest
 from bot.messages.model import Notifier
-from bot.pilot import leases
 from bot.policy import Policy, policy_for
 from bot.service import PilotService
+from bot.service.leases import lease_guard_for
 from bot.settings import Settings
 from bot.store import Store
 
@@ -40,6 +40,6 @@ def make_service(settings: Settings, notifier: Notifier | Callable[[Store], Noti
     if not hasattr(notifier, "publish"):
         notifier = notifier(store)
     return PilotService(settings, store, make_dispatchers(settings), notifier,
-                        lease_guard=leases.lease_guard_for(store), policy=policy,
+                        lease_guard=lease_guard_for(store), policy=policy,
                         precheck=precheck_manifest)
 

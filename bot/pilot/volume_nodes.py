@@ -1,7 +1,7 @@
 """Which node a volume's driver runs on: ``volume.nodes[0]``, else the pilot's node.
 
 Its lease is checked by the dispatch guard like a pilot's; the other nodes' leases by
-``bot.pilot.leases.check_volume_leases``.
+``bot.service.leases.check_volume_leases``.
 """
 
 from __future__ import annotations

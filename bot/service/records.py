@@ -2,7 +2,8 @@
 
 ``PilotService`` holds a ``Records`` and hands its methods on, so that Slack, the console
 and the CLI never reach into the store: they ask the service for a run, the runs, the
-decisions, a thread's run, or record a lease change (whose rules are ``bot.pilot.leases``).
+decisions, a thread's run, or record a lease change (whose rules are ``bot.pilot.leases``,
+applied on the store by ``bot.service.leases``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from bot.pilot.cards import healthy_cards
 from bot.policy import checks
 from bot.policy.guard import PolicyGuard
 from bot.policy.model import Origin
+from bot.service.leases import set_state
 from bot.store import Store
 
 
@@ -116,5 +118,5 @@ class Records:
         lease rules refuse it."""
         self.guard.lease_change(lease_rules.normalize_node(node), state, user, origin)
         by = f"<@{user}>" if origin == "slack" else user
-        return lease_rules.set_state(self.store, node, state, by, note=note,
+        return set_state(self.store, node, state, by, note=note,
                                      starts_at=starts_at, days=days)

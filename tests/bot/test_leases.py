@@ -10,15 +10,14 @@ import pytest
 from bot.errors import LeaseError
 from bot.pilot.leases import (
     STATES,
-    check_dispatch,
     due_actions,
     lease_end,
     lease_key,
     normalize_node,
-    set_state,
     split_key,
     unsecured,
 )
+from bot.service.leases import check_dispatch, set_state
 from bot.store import Store
 
 NODE = "gpu-1.example.net"
@@ -160,7 +159,7 @@ def test_a_bad_port_in_a_node_is_refused_naming_it(store: Store, text: str) -> N
 
 def test_a_volume_s_other_nodes_need_a_provisioned_lease_named_with_their_line(
         store: Store) -> None:
-    from bot.pilot.leases import lease_guard_for
+    from bot.service.leases import lease_guard_for
 
     text = ("volume:\n  inputs: {dir: c, expected_count: 3}\n  nodes:\n"
             "    - {kind: ssh, host: gpu-1.example.net}\n"

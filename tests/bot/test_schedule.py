@@ -11,9 +11,10 @@ import pytest
 from bot.errors import PreflightError
 from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
-from bot.pilot.leases import parse_time, set_state
+from bot.pilot.leases import parse_time
 from bot.schedule import BotScheduler, check_leases, remind_evidence, watch_runs
 from bot.service import PilotService
+from bot.service.leases import set_state
 from bot.settings import Settings
 from bot.store import Store
 from tests.bot.fakes import ScriptedDispatcher, pilot_script, write_manifest

@@ -12,8 +12,8 @@ from typing import Any
 from bot.dispatch.ssh import SSHDispatcher
 from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
-from bot.pilot.leases import lease_guard_for, set_state
 from bot.service import PilotService
+from bot.service.leases import lease_guard_for, set_state
 from bot.settings import Settings
 from bot.store import Store
 from runner.events import Event, read_events

@@ -200,7 +200,7 @@ def test_dispatch_to_a_lease_not_provisioned_is_refused(tmp_path: Path, sshd: Ss
         lease = bot.store.current_lease(sshd.lease_key)
         assert lease is not None and lease["state"] == "ordered" and lease["days"] == 3
         for state in ("payment-notified", "funds-confirmed"):
-            from bot.pilot.leases import set_state
+            from bot.service.leases import set_state
 
             set_state(bot.store, sshd.lease_key, state, "alice")
             with pytest.raises(LeaseError, match=f"'{state}'"):

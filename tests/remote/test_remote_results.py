@@ -15,8 +15,8 @@ from typing import Any
 
 from bot.dispatch.fetch import FetchLimits
 from bot.errors import DispatchError
-from bot.pilot.leases import lease_guard_for
 from bot.service import PilotService
+from bot.service.leases import lease_guard_for
 from bot.settings import Settings
 from bot.slack.app import make_client
 from bot.slack.notifier import SlackNotifier

@@ -16,9 +16,9 @@ from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import RUNNER_PACKAGE, SSHNode
 from bot.manifest.project_check import precheck_manifest
 from bot.messages.model import RecordingNotifier
-from bot.pilot.leases import lease_guard_for
 from bot.policy import policy_for
 from bot.service import PilotService
+from bot.service.leases import lease_guard_for
 from bot.settings import Settings
 from bot.store import Store
 from runner.events import Event
