@@ -3,7 +3,8 @@
 It knows no Slack and no SQL: it is given a store, dispatchers (by node kind) and a
 notifier, and every transport (console, Slack) calls it. It is built by composition: it
 holds its ``Records`` (what transports read), a ``Publisher`` (the notifier, the message
-locks, posting) and a ``Follower`` (pump, finish, reap), and hands their public methods on.
+locks, posting), a ``Follower`` (pump, finish, reap) and the scheduled ``Watch``, and hands
+their public methods on.
 Every event is recorded in the store before any message is published, and the follower's
 position is stored with it, so a restarted bot continues from the last consumed ``seq``
 without losing or repeating posts.
@@ -49,6 +50,7 @@ from bot.service.handles import base_dir_of, dispatcher_for, handle_for
 from bot.service.publisher import Publisher
 from bot.service.records import Records
 from bot.service.report_files import ReportFiles
+from bot.service.watch import Watch
 from bot.settings import Settings
 from bot.store import Store
 from runner.errors import RunnerError
@@ -84,6 +86,7 @@ class PilotService:
         self.records = Records(store, self.guard)
         self.publisher = Publisher(store, notifier, progress_interval=progress_interval)
         self.follower = Follower(settings, store, self._dispatchers, self.publisher)
+        self.watch = Watch(store, self.follower, self.publisher, self.stop)
 
     # -- the parts it holds ----------------------------------------------------------
     @property
@@ -218,6 +221,21 @@ class PilotService:
     def refresh_forecast(self, run_id: str) -> dict[str, Any] | None:
         """The pilot's forecast again, from now (``Follower.refresh_forecast``)."""
         return self.follower.refresh_forecast(run_id)
+
+    # -- the scheduled watch (Watch) ---------------------------------------------------
+    def watch_runs(self, now: datetime) -> list[Message]:
+        """One watch pass: pump each active run, alert a stall once, announce a return once."""
+        return self.watch.watch_runs(now)
+
+    def check_leases(self, now: datetime) -> list[Message]:
+        """Post the 24 h / 2 h lease reminders once each, and end leases at expiry (their
+        runs stopped)."""
+        return self.watch.check_leases(now)
+
+    def remind_evidence(self, now: datetime) -> list[Message]:
+        """One reminder per pilot whose balance is 30 min old and whose evidence is
+        unverified."""
+        return self.watch.remind_evidence(now)
 
     # -- submit -------------------------------------------------------------------
     def submit_text(self, text: str, *, source: str, base_dir: Path, submitter: str,
