@@ -146,8 +146,9 @@ def pilot_cost(root: Path) -> tuple[int, dict[str, int]]:
         text = make_project(root, real_docs=True)
         write_policy(root)
         settings = settings_for(root, emu)
+        local = LocalDispatcher(sys.executable, env=dict(Settings.from_env().runner_env))
         service = PilotService(settings, Store(settings.db_path),
-                               {"local": LocalDispatcher(sys.executable)}, NullNotifier(),
+                               {"local": local}, NullNotifier(),
                                policy=policy_for(settings))
         bot = SlackBot(settings, service)
         thread = emu.user_message(CHANNEL, "pilot", "U1")

@@ -232,3 +232,19 @@ def test_no_import_cycle_between_runner_parts() -> None:
     assert {"runner.stage", "runner.stages", "runner.ladder"} <= set(parts)
     cycle = find_cycle(parts)
     assert cycle is None, " -> ".join(cycle or [])
+
+
+SETTINGS_READERS = ("bot/settings.py", "bot/cli/", "bot/slack/serve.py")
+
+
+def test_only_the_entry_points_build_settings_from_the_environment() -> None:
+    """Settings is built once where the bot starts and passed down; a dispatcher is given
+    what it needs (the local runner's environment), it never reads it itself."""
+    bad = []
+    for path in modules("bot"):
+        if _importer(path).startswith(SETTINGS_READERS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "from_env":
+                bad.append(where(path, node.lineno))
+    assert bad == []

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner.events import Event
+from bot.errors import DispatchError
+from runner.events import Event, EventFormatError
 
 LOG_TAIL_BYTES = 64 * 1024  # of the runner's output kept to describe a runner that died
 # How a start reports its steps (``runner.events.DISPATCH_NODE``'s fields: node, index,
@@ -71,6 +72,14 @@ class Dispatcher(Protocol):
         """Release what the dispatcher holds open (connections, an event loop); a later
         call opens them again."""
 
+
+
+def events_error(handle: RunHandle, where: str, exc: EventFormatError) -> DispatchError:
+    """The bot's error for a line of the runner's ``events.jsonl`` that is not an event:
+    the run, the file (``where``) and what to do; raise it ``from exc``."""
+    return DispatchError(f"run {handle.run_id}: {where} has a line that is not an event "
+                         f"({exc}); the run cannot be followed past it: look at that file "
+                         f"and the runner's log, then `preflight stop {handle.run_id}`")
 
 
 def read_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:

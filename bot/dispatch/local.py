@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import runner
-from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, read_tail
+from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, read_tail
 from bot.dispatch.inputs_check import recheck_run
 from bot.dispatch.node_launcher import running
 from bot.errors import DispatchError
-from runner.events import Event, read_events
+from runner.events import Event, EventFormatError, read_events
 from runner.files import write_text_atomic
 
 RUNNER_ROOT = Path(runner.__file__).resolve().parent.parent
@@ -30,12 +30,9 @@ RUNNER_ROOT = Path(runner.__file__).resolve().parent.parent
 class LocalDispatcher:
     """Runs the runner as a detached local process with the given interpreter."""
 
-    def __init__(self, python: str, *, env: dict[str, str] | None = None) -> None:
-        """``env``: what the runner inherits (default: the entry point's, minus Slack secrets)."""
-        if env is None:
-            from bot.settings import Settings
-
-            env = dict(Settings.from_env().runner_env)
+    def __init__(self, python: str, *, env: dict[str, str]) -> None:
+        """``env``: what the runner inherits (``Settings.runner_env``: the entry point's
+        environment minus Slack secrets; the dispatcher never reads the environment)."""
         self.python = python
         self.env = env
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -88,7 +85,11 @@ class LocalDispatcher:
         return proc.pid
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
-        return read_events(str(handle.run_dir / "events.jsonl"), offset, expand=False)
+        path = handle.run_dir / "events.jsonl"
+        try:
+            return read_events(str(path), offset, expand=False)
+        except EventFormatError as exc:
+            raise events_error(handle, str(path), exc) from exc
 
     def is_alive(self, handle: RunHandle) -> bool:
         proc = self._procs.get(handle.run_id)

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import asyncssh
 
 from bot.dispatch.archive import Entry, write_archive
-from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle
+from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.corpus import check_listing
 from bot.dispatch.fetch import FetchLimits, fetch_results
@@ -66,7 +66,7 @@ from bot.dispatch.volume_cluster import (
     volume_nodes,
 )
 from bot.errors import DispatchError, NodeUnreachable
-from runner.events import Event, parse_chunk
+from runner.events import Event, EventFormatError, parse_chunk
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -122,8 +122,12 @@ class SSHDispatcher(SSHSessions):
         backoff says not to try yet): the caller decides how long to keep trying."""
         node, layout = locate(handle)
         self._may_try(node)
-        chunk = self._call(self._read(node, layout["run_dir"] + "/events.jsonl", offset), 60)
-        events, new_offset = parse_chunk(chunk, offset, expand=False)
+        path = layout["run_dir"] + "/events.jsonl"
+        chunk = self._call(self._read(node, path, offset), 60)
+        try:
+            events, new_offset = parse_chunk(chunk, offset, expand=False)
+        except EventFormatError as exc:
+            raise events_error(handle, f"{path} on {node.host}", exc) from exc
         if new_offset > offset:
             mirror(handle.run_dir / "events.jsonl", offset, chunk[: new_offset - offset])
         return events, new_offset

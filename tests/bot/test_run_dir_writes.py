@@ -73,7 +73,7 @@ def test_the_fetched_evidence_report_replaces_a_link_instead_of_following_it(
 def test_a_local_resume_never_appends_the_runner_log_through_a_link(
         tmp_path: Path, bashrc: Path) -> None:
     settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path / "project")})
-    local = LocalDispatcher(sys.executable)
+    local = LocalDispatcher(sys.executable, env=dict(Settings.from_env().runner_env))
     service = PilotService(settings, Store(settings.db_path), {"local": local},
                            RecordingNotifier())
     loaded = load_manifest_file(write_manifest(tmp_path / "project"))

@@ -17,6 +17,7 @@ from typing import Any
 from bot.dispatch.local import LocalDispatcher
 from bot.manifest.load import load_manifest
 from bot.policy import Policy
+from bot.settings import Settings
 from tests.slack.conftest import APPROVER, CHANNEL, Harness, team_policy
 from tests.slack.emulator import SlackEmulator
 from tests.slack.fakes import ReplayDispatcher, make_project
@@ -62,7 +63,8 @@ def test_a_local_command_from_slack_is_refused(tmp_path: Path, emulator: SlackEm
                                                make_harness: Any) -> None:
     marker = tmp_path / "marker"
     text = command_manifest(tmp_path, marker)
-    h: Harness = make_harness(LocalDispatcher(sys.executable), policy=strict(tmp_path))
+    local = LocalDispatcher(sys.executable, env=dict(Settings.from_env().runner_env))
+    h: Harness = make_harness(local, policy=strict(tmp_path))
     ts, (status, _) = h.mention(f"```yaml\n{text}```", user=MEMBER)
     assert status == 200
     note = refused_in_thread(h, emulator, ts, MEMBER)
@@ -83,7 +85,8 @@ def test_a_local_command_runs_where_the_policy_allows_it(tmp_path: Path,
     marker = tmp_path / "marker"
     text = command_manifest(tmp_path, marker, real_docs=True)
     allowed = strict(tmp_path, "nodes: [local]\ntask_command: {local: true}\n")
-    h: Harness = make_harness(LocalDispatcher(sys.executable), policy=allowed)
+    local = LocalDispatcher(sys.executable, env=dict(Settings.from_env().runner_env))
+    h: Harness = make_harness(local, policy=allowed)
     h.mention(f"```yaml\n{text}```", user=MEMBER)
     emulator.wait_for(lambda: h.store.list_runs())
     h.settle(h.store.list_runs()[0]["id"], timeout=120)

@@ -10,6 +10,7 @@ from typing import Any
 
 from bot.dispatch.base import RunHandle
 from bot.dispatch.local import LocalDispatcher
+from bot.settings import Settings
 from tests.slack.conftest import APPROVER, CHANNEL, Harness
 from tests.slack.emulator import SlackEmulator
 from tests.slack.fakes import make_project
@@ -18,7 +19,8 @@ from tests.slack.fakes import make_project
 def test_real_pilot_in_one_thread(tmp_path: Path, emulator: SlackEmulator,
                                   make_harness: Any) -> None:
     text = make_project(tmp_path, real_docs=True)
-    h: Harness = make_harness(LocalDispatcher(sys.executable))
+    local = LocalDispatcher(sys.executable, env=dict(Settings.from_env().runner_env))
+    h: Harness = make_harness(local)
     ts, (status, _) = h.mention(f"```yaml\n{text}```")
     assert status == 200
     emulator.wait_for(lambda: h.store.list_runs())
