@@ -451,9 +451,37 @@ def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[
                             pilot_batch_s=float(vspec.pilot_batch_s or 0),
                             item_timeout_s=item_timeout(ctx.spec),
                             in_flight=int(vspec.in_flight or 1), spawn=spawn).run())
+        if vspec.address:  # several nodes: their handlers' files come to the head
+            facts["node_outputs"] = collect_node_outputs(ctx, ray, workers)
         return facts
     finally:
         volume_ray.stop(ray, [w.actor for w in workers], ctx.run_dir)
+
+
+def collect_node_outputs(ctx: StageContext, ray: Any, workers: List[Worker]) -> Dict[str, Any]:
+    """One live worker of each node lists its node's ``outputs/``; the files of every
+    node but the head are copied to the head's, checked (runner/volume_outputs.py), before
+    the evidence stage checksums them. A failure here leaves the files on their nodes and
+    is told in the facts; it never fails the volume."""
+    from runner.volume_outputs import collect_outputs
+
+    live = [w for w in workers if w.usable]
+    try:
+        listings = ray.get([w.actor.outputs_listing.remote() for w in live], timeout=600)
+        chosen: Dict[str, Tuple[Worker, Dict[str, Any]]] = {}
+        for worker, listing in zip(live, listings):
+            run_dir = listing.get("run_dir")
+            if run_dir and run_dir not in chosen:
+                chosen[str(run_dir)] = (worker, listing)
+        pairs = list(chosen.values())
+        facts = collect_outputs(ctx.run_dir, [listing for _w, listing in pairs],
+                                lambda i, rel, off, n: ray.get(
+                                    pairs[i][0].actor.outputs_chunk.remote(rel, off, n),
+                                    timeout=600))
+    except Exception as exc:  # a worker lost meanwhile, Ray gone: the files stay there
+        facts = {"files": 0, "bytes": 0, "refused": [
+            f"the nodes' outputs were not collected: {type(exc).__name__}: {exc}"]}
+    return dict(facts)
 
 
 def report_node_proofs(ctx: StageContext, nodes: List[Dict[str, Any]]) -> None:

@@ -237,6 +237,22 @@ class _Worker:
                 else f"off: {self.clock.why_off if self.clock is not None else 'not loaded'}",
                 "run_dir": self.node_run_dir}
 
+    def outputs_listing(self) -> Dict[str, Any]:
+        """This node's ``outputs/`` as ``runner.volume_outputs.node_listing`` sees it (a
+        several-node volume: its own copy of the run; one machine: nothing)."""
+        import socket
+
+        from runner.volume_outputs import node_listing
+
+        listing = node_listing(self.node_run_dir)
+        listing["where"] = f"{socket.gethostname()}:{self.node_run_dir}"
+        return listing
+
+    def outputs_chunk(self, rel: str, offset: int, size: int) -> bytes:
+        from runner.volume_outputs import read_chunk
+
+        return read_chunk(self.node_run_dir, rel, offset, size)
+
     def run(self, batch: List[List[Any]]) -> Dict[str, Any]:
         from runner.inputs import Item
 
