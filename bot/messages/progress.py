@@ -3,9 +3,8 @@ that turns a run's ``progress`` events into items per second and an ETA (no I/O)
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from bot.messages.model import Progress
+from bot.pilot.clock import read_time
 
 MIN_WINDOW_S = 1.0  # a rate over less than this is noise: none is shown
 
@@ -63,17 +62,12 @@ def progress_words(p: Progress) -> str:
 
 def seconds_between(start: str | None, end: str | None) -> float | None:
     """Seconds between two ISO-8601 times (the events' ``ts``), or None."""
-    if not start or not end:
+    began, ended = read_time(start), read_time(end)
+    if began is None or ended is None:
         return None
-    try:
-        return max(0.0, (datetime.fromisoformat(end) - datetime.fromisoformat(start))
-                   .total_seconds())
-    except ValueError:
-        return None
+    return max(0.0, (ended - began).total_seconds())
 
 
 def epoch(stamp: str | None) -> float | None:
-    try:
-        return datetime.fromisoformat(stamp).timestamp() if stamp else None
-    except ValueError:
-        return None
+    moment = read_time(stamp)
+    return moment.timestamp() if moment is not None else None

@@ -10,13 +10,13 @@ decisions, checksums, and resume for a training pilot) so tests and readers can 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from html import escape
 from typing import Any
 
 from bot.messages import plots
 from bot.messages.forecast_view import fit_line
 from bot.pilot.cards import healthy_cards
+from bot.pilot.clock import read_time
 from bot.pilot.forecast import duration
 
 CSS = """
@@ -172,7 +172,7 @@ def _forecast(data: ReportData) -> str:
 
 def stage_bars(stages: list[dict[str, Any]]) -> list[tuple[str, float, float, str]]:
     """(name, start s, duration s, state) of each stage that started, from the first start."""
-    timed = [(s, parse_time(s.get("started_at")), parse_time(s.get("ended_at"))) for s in stages]
+    timed = [(s, read_time(s.get("started_at")), read_time(s.get("ended_at"))) for s in stages]
     starts = [b for _, b, _ in timed if b is not None]
     if not starts:
         return []
@@ -182,20 +182,11 @@ def stage_bars(stages: list[dict[str, Any]]) -> list[tuple[str, float, float, st
             for s, b, e in timed if b is not None]
 
 
-def parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _stages(data: ReportData) -> str:
     bars = stage_bars(data.stages)
     rows = []
     for s in data.stages:
-        b, e = parse_time(s.get("started_at")), parse_time(s.get("ended_at"))
+        b, e = read_time(s.get("started_at")), read_time(s.get("ended_at"))
         length = f"{(e - b).total_seconds():.3f}" if b and e else ""
         detail = (s.get("error") or {}).get("message") if s.get("error") else s.get("reason")
         rows.append((s["stage"], s.get("state"), length, detail or ""))

@@ -1,8 +1,10 @@
-"""Run ids and the recorded time: both from the UTC clock, nothing else read."""
+"""Run ids and the recorded time: both from the UTC clock, nothing else read; and the one
+rule by which a recorded time (the store's, an event's ``ts``, a lease's) is read back."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 
 def new_run_id(name: str, attempt: int, kind: str = "pilot") -> str:
@@ -15,3 +17,14 @@ def new_run_id(name: str, attempt: int, kind: str = "pilot") -> str:
 def now_utc() -> str:
     """Now, as the store records times (ISO 8601, seconds, UTC)."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def read_time(value: Any) -> datetime | None:
+    """A recorded time (ISO 8601; "Z" or an offset, else naive as written) as a datetime;
+    None when there is none or the text is not a time."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return None

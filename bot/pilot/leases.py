@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bot.errors import LeaseError
+from bot.pilot.clock import read_time
 from bot.pilot.states import S
 
 STATES = ("ordered", "payment-notified", "funds-confirmed", "provisioned", "ended")
@@ -88,18 +89,21 @@ def check_transition(node: str, old: str, new: str) -> None:
 
 
 def normalize_time(value: str, what: str) -> str:
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
+    parsed = read_time(value)
+    if parsed is None:
         raise LeaseError(f"{what}: {value!r} is not an ISO-8601 time "
-                         "(e.g. 2026-03-01T09:00:00+00:00)") from exc
+                         "(e.g. 2026-03-01T09:00:00+00:00)")
     if parsed.tzinfo is None:
         raise LeaseError(f"{what}: {value!r} has no timezone; add one (e.g. +00:00)")
     return parsed.astimezone(timezone.utc).isoformat(timespec="seconds")
 
 
 def parse_time(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+    """A recorded time in UTC; ValueError when ``value`` is not one."""
+    parsed = read_time(value)
+    if parsed is None:
+        raise ValueError(f"{value!r} is not an ISO-8601 time")
+    return parsed.astimezone(timezone.utc)
 
 
 def lease_end(lease: dict[str, Any]) -> datetime | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from bot.pilot.clock import read_time
 from bot.pilot.forecast import duration, secs
 
 TIME_MARGIN = 2.0          # × the forecast's high estimate
@@ -101,9 +102,7 @@ def volume_limits(manifest: dict[str, Any], plan: dict[str, Any],
 
 def _lease_end(plan: dict[str, Any], forecast: dict[str, Any] | None) -> datetime | None:
     for value in ((forecast or {}).get("lease_end"), plan.get("ends_at")):
-        if isinstance(value, str) and value:
-            try:
-                return datetime.fromisoformat(value)
-            except ValueError:
-                continue
+        moment = read_time(value) if isinstance(value, str) else None
+        if moment is not None:
+            return moment
     return None

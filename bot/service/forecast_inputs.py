@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.pilot.cards import healthy_cards as run_healthy_cards
+from bot.pilot.clock import read_time
 from bot.pilot.forecast import ForecastInputs, ItemOutcome, Sample, Setup, forecast, plural
 from runner.events import Event
 from runner.inputs import InputsError, list_dir
@@ -149,13 +150,10 @@ def stage_seconds(stage: dict[str, Any]) -> float | None:
 
 
 def _when(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    moment = read_time(value)
+    if moment is None or moment.tzinfo:
+        return moment
+    return moment.replace(tzinfo=timezone.utc)
 
 
 def _cores(stages: list[dict[str, Any]]) -> int | None:

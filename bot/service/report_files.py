@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from bot.errors import PreflightError
-from bot.messages.report import ReportData, parse_time, render_report, stage_bars
+from bot.messages.report import ReportData, render_report, stage_bars
+from bot.pilot.clock import read_time
 from bot.store import Store
 from runner.evidence import SUMS, file_sha256, is_url, join_dest
 from runner.files import write_bytes_atomic
@@ -47,13 +48,13 @@ class ReportFiles:
 def gather(store: Store, run_id: str) -> ReportData:
     run = store.get_run(run_id)
     stages = store.stages(run_id)
-    starts = [t for t in (parse_time(s.get("started_at")) for s in stages) if t is not None]
+    starts = [t for t in (read_time(s.get("started_at")) for s in stages) if t is not None]
     zero = min(starts) if starts else None
     times: list[float] = []
     points: list[tuple[float, float]] = []
     outcomes = store.item_outcomes(run_id)
     for item in outcomes:
-        when = parse_time(item.ts)
+        when = read_time(item.ts)
         if zero is not None and when is not None:
             times.append((when - zero).total_seconds())
         seconds, size = item.elapsed_s, item.input_bytes
