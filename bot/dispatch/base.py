@@ -7,7 +7,8 @@ bot) resumes exactly where it stopped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -72,6 +73,30 @@ class Dispatcher(Protocol):
         """Release what the dispatcher holds open (connections, an event loop); a later
         call opens them again."""
 
+
+
+def json_object(text: str) -> dict[str, Any] | None:
+    """The one JSON object a node printed (a launcher's or a listing's answer), or None when
+    it printed anything else (a login banner, nothing, another JSON value)."""
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def first_difference(ours: Mapping[str, Any], theirs: Mapping[str, Any],
+                     key: Callable[[str], Any] | None = None) -> tuple[str, str] | None:
+    """The first name (in ``key``'s order, else sorted) at which two listings differ, and
+    how: ``missing`` (ours only), ``extra`` (theirs only) or ``differs``; None when equal."""
+    for name in sorted(set(ours) | set(theirs), key=key):
+        if name not in theirs:
+            return name, "missing"
+        if name not in ours:
+            return name, "extra"
+        if ours[name] != theirs[name]:
+            return name, "differs"
+    return None
 
 
 def events_error(handle: RunHandle, where: str, exc: EventFormatError) -> DispatchError:

@@ -14,7 +14,6 @@ from ``on_nodes``.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from bot.dispatch.base import first_difference, json_object
 from bot.dispatch.node_corpus import Row, listing_digest
 from bot.errors import DispatchError
 from runner.inputs import item_id
@@ -65,11 +65,8 @@ def check_listing(where: str, on_nodes: str, rows: list[Row], reply: str) -> Non
               "from the bot's volume.inputs.dir")
     again = ("; the volume is not started on a corpus other than the one checked: make the "
              "node's copy equal (or drop on_nodes to have it sent)")
-    try:
-        answer = json.loads(reply)
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
+    answer = json_object(reply)
+    if answer is None:
         raise DispatchError(f"{where}: the listing of volume.inputs.on_nodes {on_nodes} "
                             f"printed {reply.strip()[:200]!r}")
     if answer.get("error"):
@@ -79,16 +76,15 @@ def check_listing(where: str, on_nodes: str, rows: list[Row], reply: str) -> Non
         return
     theirs = {str(r[0]): (int(r[1]), str(r[2])) for r in answer.get("files") or []}
     ours = {name: (size, sha) for name, size, sha in rows}
-    for name in sorted(set(theirs) | set(ours), key=lambda n: (item_id(n), n)):
-        if name not in theirs:
-            raise DispatchError(f"{refuse}: first differing input {item_id(name)!r} "
-                                f"({name} is missing on the node){again}")
-        if name not in ours:
-            raise DispatchError(f"{refuse}: first differing input {item_id(name)!r} "
-                                f"({name} is on the node, not in the bot's copy){again}")
-        if theirs[name] != ours[name]:
-            what = "size" if theirs[name][0] != ours[name][0] else "SHA-256"
-            raise DispatchError(f"{refuse}: first differing input {item_id(name)!r} "
-                                f"({name}: its {what} differs){again}")
+    first = first_difference(ours, theirs, key=lambda n: (item_id(n), n))
+    if first is not None:
+        name, how = first
+        if how == "missing":
+            why = f"{name} is missing on the node"
+        elif how == "extra":
+            why = f"{name} is on the node, not in the bot's copy"
+        else:
+            why = f"{name}: its {'size' if theirs[name][0] != ours[name][0] else 'SHA-256'} differs"
+        raise DispatchError(f"{refuse}: first differing input {item_id(name)!r} ({why}){again}")
     raise DispatchError(f"{refuse}: its listing's digest differs ({answer.get('count')} "
                         f"file(s) there, {len(rows)} here){again}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bot.dispatch.base import first_difference
 from bot.errors import DispatchError
 from runner.files import write_text_atomic
 from runner.inputs import InputsError, list_dir
@@ -79,18 +80,14 @@ def recheck_inputs(run_dir: Path, spec: dict[str, Any]) -> CheckedInputs:
         if not isinstance(before, dict):  # not listable at submission either: the runner
             return CheckedInputs(Path(checked), {})  # reports it, and nothing is read
         raise DispatchError(f"{exc}{again}") from exc
-    if isinstance(before, dict):
-        for name in sorted(set(now) | set(before)):
-            if name not in before:
-                raise DispatchError(f"{refuse}: {name!r} was added after the check at "
-                                    f"submission{again}")
-            if name not in now:
-                raise DispatchError(f"{refuse}: {name!r} is gone since the check at "
-                                    f"submission{again}")
-            if now[name] != before[name]:
-                raise DispatchError(f"{refuse}: {name!r} now leads elsewhere than when it "
-                                    f"was checked at submission{again}")
-    else:  # nothing listed at submission: no input may lead out of the folder
+    first = first_difference(before, now) if isinstance(before, dict) else None
+    if first is not None:
+        name, how = first
+        change = {"extra": "was added after the check at submission",
+                  "missing": "is gone since the check at submission",
+                  "differs": "now leads elsewhere than when it was checked at submission"}
+        raise DispatchError(f"{refuse}: {name!r} {change[how]}{again}")
+    if not isinstance(before, dict):  # nothing listed at submission: none may lead out
         for name, target in now.items():
             if not Path(target).is_relative_to(checked):
                 raise DispatchError(f"{refuse}: {name!r} is a link leading out of the "

@@ -27,7 +27,7 @@ from typing import Any, Optional
 import yaml
 
 import runner
-from bot.dispatch.base import RunHandle
+from bot.dispatch.base import RunHandle, json_object
 from bot.dispatch.corpus import corpus_command, corpus_on_nodes, expected_rows
 from bot.dispatch.inputs_check import checked_files, recheck_inputs
 from bot.dispatch.node_corpus import Row
@@ -168,13 +168,10 @@ def lock_holder(reply: str, node: str, workdir: str, python: str, run_id: str = 
     """Checks the first line the launcher printed: the lock is ours, or who holds it. Held
     by this very run: the launcher of a dispatch whose connection dropped, about to see its
     stdin close and let go; ``NodeUnreachable`` makes the dispatch try again."""
-    try:
-        answer = json.loads(reply)
-    except ValueError:
-        answer = None
-    if isinstance(answer, dict) and answer.get("locked"):
+    answer = json_object(reply) or {}
+    if answer.get("locked"):
         return
-    held = answer.get("held") if isinstance(answer, dict) else None
+    held = answer.get("held")
     if not isinstance(held, dict):
         raise DispatchError(f"{node}: node.python {python!r} did not answer the launcher "
                             f"(got {reply.strip()[:200]!r}); is it Python >= 3.9 on a POSIX "
@@ -199,11 +196,8 @@ def launched_pid(out: str, node: str) -> int:
 
 def parse_hashes(out: str, node: str, python: str) -> dict[str, dict[str, str]]:
     """The launcher's answer to ``hash_request`` (JSON), or an error saying what it printed."""
-    try:
-        hashes = json.loads(out)
-    except ValueError:
-        hashes = None
-    if not isinstance(hashes, dict):
+    hashes = json_object(out)
+    if hashes is None:
         raise DispatchError(f"{node}: node.python {python!r} did not print the file hashes "
                             f"(got {out.strip()[:200]!r}); is it Python >= 3.9 and does the "
                             "login print nothing on stdout?")
