@@ -255,6 +255,8 @@ def _check_attempts(events: list[Any], ids: list[str], seen: list[Counter[str]],
     assert seen[3] - seen[2] == Counter(set(ids) - at_stop) + trial[2]
     facts = stage_facts(runs[2], "pilot")
     assert facts is not None and facts["remaining"] == len(ids) - len(at_stop)
+    assert facts["node_outputs"]["nodes"] == 1 and facts["node_outputs"]["files"] > 0
+    assert facts["node_outputs"]["refused"] == []
     assert facts["engine"] == "ray" and facts["re_executed_total"] == 0  # none came back twice
 
 
@@ -272,6 +274,12 @@ def _check_nodes(remote: Path, layout: TwoNodesOneHost, ids: list[str]) -> None:
         assert out["path"].endswith(f"/{item}.txt") and out["text"] == item
         used.add(node)
     assert used == {0, 1}
+    # The files the handler wrote itself on the second node were collected to the head
+    # (runner/volume_outputs.py): every item's file is in the head's outputs/.
+    other = layout.workdirs[1] / "runs" / remote.name / "outputs" / "files"
+    assert list(other.glob("*.bin"))  # written there by node 1's workers
+    collected = {p.stem: p.read_text() for p in (remote / "outputs" / "files").glob("*.bin")}
+    assert sorted(collected) == ids and all(collected[i] == i for i in ids)
     for w in layout.workdirs:
         proof = (w / "runs" / remote.name / "card-proof" / "events.jsonl").read_text()
         assert '"stage": "compute"' in proof and '"stage.passed"' in proof

@@ -46,6 +46,10 @@ def handle(items, ctx):
         with open(it.path, encoding="utf-8") as fh:
             text = fh.read()
         n = int(it.id.split("-")[1])
+        files = os.path.join(ctx.outputs_dir, "files")  # written on the worker's own node
+        os.makedirs(files, exist_ok=True)
+        with open(os.path.join(files, it.id + ".bin"), "w", encoding="utf-8") as fh:
+            fh.write(it.id)
         out.append({"id": it.id, "status": "accepted", "category": "odd" if n % 2 else "even",
                     "output": {"path": it.path, "text": text, "module": __file__,
                                "runner": runner.__file__, "raylet": raylet}})
