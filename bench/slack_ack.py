@@ -33,11 +33,10 @@ from slack_bolt import App  # noqa: E402
 from slack_sdk.signature import SignatureVerifier  # noqa: E402
 
 from bot.dispatch.local import LocalDispatcher  # noqa: E402
-from bot.messages.model import NullNotifier  # noqa: E402
 from bot.policy import policy_for  # noqa: E402
 from bot.service import PilotService  # noqa: E402
 from bot.settings import Settings  # noqa: E402
-from bot.slack.app import SlackBot, make_client  # noqa: E402
+from bot.slack.app import SlackBot, SlackTransport, make_client  # noqa: E402
 from bot.slack.server import HttpServer  # noqa: E402
 from bot.store import Store  # noqa: E402
 from tests.slack.emulator import SlackEmulator  # noqa: E402
@@ -125,9 +124,10 @@ def loaded(emu: SlackEmulator, root: Path) -> tuple[list[float], int]:
     settings = settings_for(root, emu)
     store = Store(settings.db_path)
     replay = ReplayDispatcher(pause_after=5, pace=0.01)
-    service = PilotService(settings, store, {"local": replay}, NullNotifier(),
-                           policy=policy_for(settings))
-    bot = SlackBot(settings, service)
+    transport = SlackTransport(settings)
+    service = PilotService(settings, store, {"local": replay}, transport.notifier(store),
+                           policy=policy_for(settings), directory=transport.directory)
+    bot = SlackBot(settings, service, transport)
     with HttpServer(bot.app) as server:
         blast(server.url, "warm")
         root_ts = emu.user_message(CHANNEL, "bench", "U1")
@@ -147,10 +147,11 @@ def pilot_cost(root: Path) -> tuple[int, dict[str, int]]:
         write_policy(root)
         settings = settings_for(root, emu)
         local = LocalDispatcher(sys.executable, env=dict(Settings.from_env().runner_env))
-        service = PilotService(settings, Store(settings.db_path),
-                               {"local": local}, NullNotifier(),
-                               policy=policy_for(settings))
-        bot = SlackBot(settings, service)
+        transport = SlackTransport(settings)
+        store = Store(settings.db_path)
+        service = PilotService(settings, store, {"local": local}, transport.notifier(store),
+                               policy=policy_for(settings), directory=transport.directory)
+        bot = SlackBot(settings, service, transport)
         thread = emu.user_message(CHANNEL, "pilot", "U1")
         run_id = submitted(bot.handlers.submit(text, source="bench", user="U1", channel=CHANNEL,
                                                thread_ts=thread), emu)

@@ -11,6 +11,7 @@ from bot.dispatch.ssh import SSHDispatcher
 from bot.manifest.project_check import precheck_manifest
 from bot.messages.model import Notifier
 from bot.policy import Policy, policy_for
+from bot.policy.guard import Directory
 from bot.service import PilotService
 from bot.service.leases import lease_guard_for
 from bot.settings import Settings
@@ -29,11 +30,14 @@ def make_dispatchers(settings: Settings) -> dict[str, Dispatcher]:
 
 
 def make_service(settings: Settings, notifier: Notifier | Callable[[Store], Notifier], *,
-                 policy: Policy | None = None) -> PilotService:
-    """The service on the settings' SQLite state; ``notifier`` may need that store.
+                 policy: Policy | None = None,
+                 directory: Directory | None = None) -> PilotService:
+    """The service on the settings' SQLite state; ``notifier`` may need that store (the
+    Slack transport's keeps its message references there: it passes a factory).
 
     ``policy``: the bot's policy, read from ``settings`` when not given (PolicyError when
-    the file is broken: nothing starts on a policy that cannot be read).
+    the file is broken: nothing starts on a policy that cannot be read). ``directory``:
+    the transport's user groups (Slack's), for roles that name a group.
     """
     policy = policy or policy_for(settings)
     store = Store(settings.db_path)
@@ -41,5 +45,5 @@ def make_service(settings: Settings, notifier: Notifier | Callable[[Store], Noti
         notifier = notifier(store)
     return PilotService(settings, store, make_dispatchers(settings), notifier,
                         lease_guard=lease_guard_for(store), policy=policy,
-                        precheck=precheck_manifest)
+                        precheck=precheck_manifest, directory=directory)
 

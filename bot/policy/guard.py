@@ -23,8 +23,9 @@ from bot.policy.load import Policy
 from bot.policy.model import Origin
 from runner.inputs import InputsError
 
-# Slack user id -> the user groups (S…) they are in; set by the Slack transport.
-Directory = Callable[[str], frozenset[str]]
+# (Slack user id, the user groups the policy's roles name) -> those groups the user is in;
+# given by the Slack transport (bot.slack.directory) to the service it builds.
+Directory = Callable[[str, Sequence[str]], frozenset[str]]
 
 
 class RefusalStore(Protocol):
@@ -33,13 +34,15 @@ class RefusalStore(Protocol):
 
 
 class PolicyGuard:
-    def __init__(self, policy: Policy, store: RefusalStore) -> None:
+    def __init__(self, policy: Policy, store: RefusalStore, *,
+                 directory: Directory | None = None) -> None:
         self.policy = policy
         self.store = store
-        self.directory: Directory | None = None
+        self.directory = directory
 
     def identity(self, user: str, origin: Origin, channel: str | None = None) -> Identity:
-        groups = self.directory(user) if self.directory and origin == "slack" else frozenset()
+        groups = (self.directory(user, checks.group_ids(self.policy))
+                  if self.directory and origin == "slack" else frozenset())
         return Identity(user, groups, channel)
 
     # -- submit -------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from bot.pilot.specbuild import build_spec, runs_dir_for
 from bot.pilot.states import RESUMABLE, S
 from bot.pilot.volume_nodes import volume_node
 from bot.policy import Policy, default_policy
-from bot.policy.guard import PolicyGuard
+from bot.policy.guard import Directory, PolicyGuard
 from bot.policy.model import Origin
 from bot.service.follower import DISPATCH_GRACE_S, DispatchHeartbeat, Follower
 from bot.service.handles import base_dir_of, dispatcher_for, handle_for
@@ -74,11 +74,14 @@ class PilotService:
     def __init__(self, settings: Settings, store: Store, dispatchers: Mapping[str, Dispatcher],
                  notifier: Notifier, *, lease_guard: LeaseGuard | None = None,
                  precheck: Precheck | None = None, progress_interval: float = 0.2,
-                 policy: Policy | None = None) -> None:
+                 policy: Policy | None = None, directory: Directory | None = None) -> None:
+        """``directory``: who is in which user group (the Slack transport's), for the
+        policy's roles that name a group."""
         self.settings = settings
         self.store = store
         self.guard = PolicyGuard(policy or default_policy(settings.home, settings.policy_path,
-                                                          settings.approvers), store)
+                                                          settings.approvers), store,
+                                 directory=directory)
         self._dispatchers = dict(dispatchers)
         self.lease_guard = lease_guard
         self.precheck = precheck
@@ -102,10 +105,6 @@ class PilotService:
     @property
     def notifier(self) -> Notifier:
         return self.publisher.notifier
-
-    @notifier.setter
-    def notifier(self, notifier: Notifier) -> None:
-        self.publisher.notifier = notifier
 
     @property
     def progress_interval(self) -> float:

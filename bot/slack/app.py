@@ -15,15 +15,15 @@ from slack_sdk.http_retry.builtin_handlers import (
 )
 from slack_sdk.web import SlackResponse
 
+from bot.errors import PreflightError
 from bot.manifest.secrets import redact_secrets
-from bot.policy.checks import group_ids
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.slack.directory import SlackDirectory
 from bot.slack.followers import Followers
 from bot.slack.handlers import Handlers
 from bot.slack.listeners import register
-from bot.slack.notifier import SlackNotifier
+from bot.slack.notifier import MessageRefs, SlackNotifier
 
 DEFAULT_API_URL = "https://slack.com/api/"
 _TOKEN = re.compile(r"xox[abposr]-[A-Za-z0-9-]+|xapp-[A-Za-z0-9-]+")
@@ -98,20 +98,47 @@ def make_client(settings: Settings, *, rate_limit_retries: int = 5) -> WebClient
                          RateLimitErrorRetryHandler(max_retry_count=rate_limit_retries)])
 
 
-class SlackBot:
-    """One running bot. ``service.notifier`` is replaced by the Slack notifier."""
+class SlackTransport:
+    """What Slack hands the service it is built with (``bot.compose.make_service``): its
+    notifier, made on the service's store (``notifier``, a factory: the notifier keeps its
+    message references there) and its directory of user groups (``directory``)."""
 
-    def __init__(self, settings: Settings, service: PilotService, *,
-                 client: WebClient | None = None,
-                 socket_mode: bool = False, min_interval: float = 1.0,
-                 token_verification: bool = True, workers: int = 8) -> None:
+    def __init__(self, settings: Settings, *, client: WebClient | None = None,
+                 min_interval: float = 1.0) -> None:
+        self.client = client or make_client(settings)
+        self.directory = SlackDirectory(self.client)
+        self.min_interval = min_interval
+        self._notifier: SlackNotifier | None = None
+
+    def notifier(self, refs: MessageRefs) -> SlackNotifier:
+        """The Slack notifier on ``refs`` (made once: the service and the bot share it)."""
+        if self._notifier is None:
+            self._notifier = SlackNotifier(self.client, refs, min_interval=self.min_interval)
+        return self._notifier
+
+    @property
+    def made_notifier(self) -> SlackNotifier:
+        if self._notifier is None:
+            raise PreflightError("the Slack transport's notifier was never given to a "
+                                 "service: build the service with transport.notifier")
+        return self._notifier
+
+
+class SlackBot:
+    """One running bot, on a service built with its transport's notifier and directory:
+
+        transport = SlackTransport(settings)
+        service = make_service(settings, transport.notifier, directory=transport.directory)
+        bot = SlackBot(settings, service, transport)
+    """
+
+    def __init__(self, settings: Settings, service: PilotService, transport: SlackTransport,
+                 *, socket_mode: bool = False, token_verification: bool = True,
+                 workers: int = 8) -> None:
         self.settings = settings
         self.service = service
-        self.client = client or make_client(settings)
-        self.notifier = SlackNotifier(self.client, service.store, min_interval=min_interval)
-        service.notifier = self.notifier
-        service.guard.directory = SlackDirectory(self.client,
-                                                 lambda: group_ids(service.guard.policy))
+        self.client = transport.client
+        self.notifier = transport.made_notifier
         self.followers = Followers(service)
         bolt_log = logging.getLogger("bot.slack.bolt")
         bolt_log.addFilter(_CLIENT_GIVEN)  # the same object: added once however many bots

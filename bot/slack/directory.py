@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -14,22 +14,21 @@ log = logging.getLogger(__name__)
 
 
 class SlackDirectory:
-    """``directory(user)``: the groups among ``groups()`` that ``user`` belongs to.
+    """``directory(user, groups)``: the groups among ``groups`` (the ones the policy's
+    roles name, given by the policy guard at each look) that ``user`` belongs to.
 
     Each group's members are cached for ``ttl`` seconds. A lookup Slack refuses counts as
     no members (fail closed: a role given through a group is then not granted), logged.
     """
 
-    def __init__(self, client: WebClient, groups: Callable[[], Iterable[str]], *,
-                 ttl: float = 60.0) -> None:
+    def __init__(self, client: WebClient, *, ttl: float = 60.0) -> None:
         self.client = client
-        self.groups = groups
         self.ttl = ttl
         self._cache: dict[str, tuple[float, frozenset[str]]] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, user: str) -> frozenset[str]:
-        return frozenset(g for g in self.groups() if user in self._members(g))
+    def __call__(self, user: str, groups: Iterable[str]) -> frozenset[str]:
+        return frozenset(g for g in groups if user in self._members(g))
 
     def _members(self, group: str) -> frozenset[str]:
         now = time.monotonic()

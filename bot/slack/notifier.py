@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -31,7 +31,6 @@ from bot.errors import PreflightError
 from bot.manifest.secrets import classify_value, redact_secrets
 from bot.messages.model import Attachment, Message
 from bot.slack.blocks import Rendered, render
-from bot.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +39,20 @@ RETRY_DELAY = 2.0
 MAX_UPLOAD_BYTES = 64 << 20  # the most the bot uploads as one file (balance.csv, report)
 EVENT_TYPE = "preflight_message"  # the metadata event type of every message the bot posts
 Fault = Callable[[str, Message], None]  # a test's hook: called at named points of a send
+
+
+class MessageRefs(Protocol):
+    """What the notifier keeps of each message: where it was posted (its ``ts`` and
+    channel), the intent noted before a post, and when it was last sent. The bot's store
+    is one; the notifier reads the run (its channel and thread) from it too."""
+
+    def get_run(self, run_id: str) -> dict[str, Any]: ...
+    def message_ref(self, run_id: str, key: str, transport: str) -> dict[str, Any] | None: ...
+    def set_message_ref(self, run_id: str, key: str, transport: str, ref: str,
+                        channel: str | None = None) -> None: ...
+    def record_post_intent(self, run_id: str, key: str) -> bool: ...
+    def record_sent(self, run_id: str, key: str, at: float) -> None: ...
+    def last_sent(self, run_id: str, key: str) -> float | None: ...
 
 
 @dataclass
@@ -54,7 +67,7 @@ class _Slot:
 
 
 class SlackNotifier:
-    def __init__(self, client: WebClient, store: Store, *, min_interval: float = 1.0,
+    def __init__(self, client: WebClient, store: MessageRefs, *, min_interval: float = 1.0,
                  fault: Fault | None = None) -> None:
         self.client = client
         self.store = store

@@ -61,14 +61,15 @@ def serve(
 def _run(settings: Settings, *, http: bool, host: str, port: int, bot_user: str,
          policy: Any) -> None:
     from bot.compose import make_service
-    from bot.messages.model import NullNotifier
-    from bot.slack.app import SlackBot, install_log_redaction
+    from bot.slack.app import SlackBot, SlackTransport, install_log_redaction
     from bot.slack.server import HttpServer
 
-    service = make_service(settings, NullNotifier(), policy=policy)
+    transport = SlackTransport(settings)
+    service = make_service(settings, transport.notifier, policy=policy,
+                           directory=transport.directory)
     said = (f"policy: {policy.path}" if policy.from_file else
             f"policy: built-in defaults (no file at {policy.path})")
-    bot = SlackBot(settings, service, socket_mode=not http,
+    bot = SlackBot(settings, service, transport, socket_mode=not http,
                    token_verification=False)
     from bot.schedule import BotScheduler
 

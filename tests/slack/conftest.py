@@ -17,11 +17,10 @@ import pytest
 from slack_sdk.signature import SignatureVerifier
 
 from bot.dispatch.base import Dispatcher
-from bot.messages.model import NullNotifier
 from bot.policy import Policy, load_policy
 from bot.service import PilotService
 from bot.settings import Settings
-from bot.slack.app import SlackBot
+from bot.slack.app import SlackBot, SlackTransport
 from bot.slack.server import HttpServer
 from bot.store import Store
 from tests.slack.emulator import SlackEmulator
@@ -76,9 +75,12 @@ class Harness:
         self.emulator = emulator
         self.store = Store(settings.db_path)
         self.dispatcher = dispatcher
-        self.service = PilotService(settings, self.store, {"local": dispatcher}, NullNotifier(),
-                                    policy=policy or team_policy(settings.home))
-        self.bot = SlackBot(settings, self.service, min_interval=min_interval)
+        transport = SlackTransport(settings, min_interval=min_interval)
+        self.service = PilotService(settings, self.store, {"local": dispatcher},
+                                    transport.notifier(self.store),
+                                    policy=policy or team_policy(settings.home),
+                                    directory=transport.directory)
+        self.bot = SlackBot(settings, self.service, transport)
         self.server = HttpServer(self.bot.app).start()
         self.verifier = SignatureVerifier(settings.slack_signing_secret or "")
 
