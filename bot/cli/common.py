@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from bot.compose import make_service
 from bot.errors import PreflightError
@@ -19,6 +20,12 @@ def fail(message: str, code: int) -> typer.Exit:
     """Print ``message`` as an error and return the exit to raise."""
     err_console.print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(code)
+
+
+def fail_on(exc: PreflightError) -> typer.Exit:
+    """A PreflightError as the error line (its text shown as written, never read as
+    markup) and the exit to raise with its exit code."""
+    return fail(escape(str(exc)), exc.exit_code)
 
 
 def build_service(settings: Settings, notifier: Notifier, *,

@@ -8,17 +8,14 @@ from contextlib import contextmanager
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from bot.cli.common import build_service, console, fail_on
 from bot.errors import PreflightError
 from bot.pilot import leases as lease_rules
 from bot.service import PilotService
 from bot.settings import Settings
-
-console = Console()
-err_console = Console(stderr=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -34,19 +31,13 @@ def register(app: typer.Typer) -> None:
 @contextmanager
 def _service() -> Iterator[PilotService]:
     """The service on the state directory (leases go through it), closed afterwards."""
-    from bot.compose import make_service
     from bot.messages.model import NullNotifier
 
-    service = make_service(Settings.from_env(), NullNotifier())
+    service = build_service(Settings.from_env(), NullNotifier(), create=True)
     try:
         yield service
     finally:
         service.close()
-
-
-def _fail(exc: PreflightError) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-    return typer.Exit(exc.exit_code)
 
 
 def lease_list() -> None:
@@ -55,7 +46,7 @@ def lease_list() -> None:
         with _service() as service:
             rows = service.leases()
     except PreflightError as exc:
-        raise _fail(exc) from exc
+        raise fail_on(exc) from exc
     table = Table("node", "state", "starts at", "days", "ends at", "updated")
     for row in rows:
         end = lease_rules.lease_end(row)
@@ -78,7 +69,7 @@ def lease_show(node: str = typer.Argument(..., help=NODE_HELP)) -> None:
                 raise PreflightError(f"no lease recorded for {node}")
             changes = service.lease_changes(int(lease["id"]))
     except PreflightError as exc:
-        raise _fail(exc) from exc
+        raise fail_on(exc) from exc
     end = lease_rules.lease_end(lease)
     console.print(f"[bold]{escape(node)}[/bold]: {lease['state']}  "
                   f"(starts {lease['starts_at'] or '?'}, {lease['days'] or '?'} days, "
@@ -101,17 +92,12 @@ def lease_set(
     note: Optional[str] = typer.Option(None, help="free text kept with the change"),
 ) -> None:
     """Record a lease state change (one step at a time; `ended` from any state)."""
-    from bot.cli.common import build_service
-    from bot.messages.model import NullNotifier
-
-    service = build_service(Settings.from_env(), NullNotifier(), create=True)
     try:
-        lease = service.change_lease(node, state, by, origin="cli", note=note,
-                                     starts_at=starts_at, days=days)
+        with _service() as service:
+            lease = service.change_lease(node, state, by, origin="cli", note=note,
+                                         starts_at=starts_at, days=days)
     except PreflightError as exc:
-        raise _fail(exc) from exc
-    finally:
-        service.close()
+        raise fail_on(exc) from exc
     console.print(f"{escape(lease['node'])}: lease is now [bold]{lease['state']}[/bold] "
                   f"(recorded by {escape(by)})", highlight=False)
 
@@ -119,24 +105,23 @@ def lease_set(
 def watch(once: bool = typer.Option(False, help="run each job once now and exit")) -> None:
     """Run the scheduled jobs (run watch, lease and evidence reminders) in the foreground."""
     from bot import schedule
-    from bot.cli.common import build_service
     from bot.console.notifier import ConsoleNotifier
 
     settings = Settings.from_env()
     try:
         service = build_service(settings, ConsoleNotifier(console), create=True)
     except PreflightError as exc:
-        raise _fail(exc) from exc
+        raise fail_on(exc) from exc
     try:
         if once:
             now = schedule.utcnow()
-            sent = (schedule.watch_runs(service, now) + schedule.check_leases(service, now)
-                    + schedule.remind_evidence(service, now))
+            sent = (service.watch_runs(now) + service.check_leases(now)
+                    + service.remind_evidence(now))
             console.print(f"{len(sent)} alert(s) or reminder(s) sent")
             return
         _watch_forever(settings, service)
     except PreflightError as exc:
-        raise _fail(exc) from exc
+        raise fail_on(exc) from exc
     finally:
         close_dispatchers(service)
 
