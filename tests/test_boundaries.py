@@ -125,6 +125,74 @@ def test_nothing_imports_a_transport_but_the_entry_point() -> None:
     assert bad == []
 
 
+STORE_FREE = ("bot/slack/", "bot/cli/", "bot/console/")
+
+
+def test_transports_never_reach_the_store() -> None:
+    """A transport asks the service: it imports nothing of bot.store and reads no
+    ``<something>.store`` (a service's store). The Slack notifier keeps its message
+    references through its own protocol (``MessageRefs``), handed the store by
+    ``bot.compose.make_service``; it reads them as ``self.store``."""
+    bad = [f"{where(p, n)} imports {m}" for p, m, n in _bot_imports()
+           if _importer(p).startswith(STORE_FREE)
+           and (m == "bot.store" or m.startswith("bot.store."))]
+    for path in modules("bot"):
+        if not _importer(path).startswith(STORE_FREE):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "bot" \
+                    and any(a.name == "store" for a in node.names):
+                bad.append(f"{where(path, node.lineno)} imports bot.store")
+            if isinstance(node, ast.Attribute) and node.attr == "store" \
+                    and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                bad.append(f"{where(path, node.lineno)} reads {ast.unparse(node)}")
+    assert bad == []
+
+
+IO_MODULES = {"os", "subprocess", "sqlite3", "sqlite_utils", "shutil", "socket", "tempfile",
+              "asyncssh", "urllib", "http", "io"}
+IO_METHODS = {"read_text", "read_bytes", "write_text", "write_bytes", "open", "mkdir",
+              "unlink", "rmdir", "touch", "iterdir", "glob", "rglob", "exists", "is_file",
+              "is_dir", "stat", "lstat"}
+
+
+def pilot_io(path: Path) -> list[tuple[int, str]]:
+    """What in a module of the pure rules does I/O, by line: an I/O module imported,
+    ``open()``, a Path's reads and writes, ``os.``, or a ``store`` handed in to act on."""
+    found = [(n, f"imports {m}") for m, n in imports(path) if m.split(".")[0] in IO_MODULES]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "open":
+            found.append((node.lineno, "calls open()"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in IO_METHODS:
+            found.append((node.lineno, f"calls .{node.func.attr}()"))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "os":
+            found.append((node.lineno, f"uses os.{node.attr}"))
+        elif isinstance(node, ast.arg) and node.arg == "store":
+            found.append((node.lineno, "is handed a store"))
+    return sorted(found)
+
+
+def test_the_pilot_io_finder_finds_io(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import os\nfrom pathlib import Path\n\n\ndef f(store, p: Path) -> str:\n"
+                      "    os.getpid()\n    open('x')\n    return p.read_text()\n",
+                      encoding="utf-8")
+    assert pilot_io(sample) == [(1, "imports os"), (5, "is handed a store"),
+                                (6, "uses os.getpid"), (7, "calls open()"),
+                                (8, "calls .read_text()")]
+
+
+def test_pilot_does_no_io() -> None:
+    """bot/pilot/ is the pure rules: values in, decisions out. Reading files, the store or
+    the environment is the service's (bot/service/) or the manifest loader's."""
+    bad = [f"{where(path, line)} {what}" for path in modules("bot")
+           if _importer(path).startswith("bot/pilot/") for line, what in pilot_io(path)]
+    assert bad == []
+
+
 # -- no import cycle, not even inside a function ----------------------------------------
 
 def _module_name(path: Path) -> str:
