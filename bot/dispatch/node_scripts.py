@@ -66,13 +66,15 @@ def _pid_of(pid: Any, run_dir: str) -> str:
 
 
 def probe_command(pid: int | None, run_dir: str) -> str:
-    """Prints ``done`` (exit_code written), ``alive`` (running, not a zombie), ``dead``, or
-    ``starting`` (no pid known anywhere yet: not dead, the events will tell)."""
+    """Prints ``done`` (exit_code written), ``alive`` (the pid answers ``kill -0``), ``dead``,
+    or ``starting`` (no pid known anywhere yet: not dead, the events will tell). The SSH
+    dispatcher runs it only on a node without /proc: where there is one, it reads the
+    runner's /proc entry over SFTP by the launcher's rule (``node_launcher.stat_fields``: a
+    zombie is dead), so this command has no /proc to look at."""
     quoted = shlex.quote(run_dir)
     return (f"p={_pid_of(pid, run_dir)}; if [ -e {quoted}/exit_code ]; then echo done; "
             "elif [ -z \"$p\" ]; then echo starting; "
-            "elif kill -0 \"$p\" 2>/dev/null && [ \"$(cut -d')' -f2 /proc/$p/stat "
-            "2>/dev/null | cut -c2)\" != Z ]; then echo alive; else echo dead; fi")
+            "elif kill -0 \"$p\" 2>/dev/null; then echo alive; else echo dead; fi")
 
 
 def stop_command(pid: int | None, run_dir: str, grace_s: int = 10) -> str:

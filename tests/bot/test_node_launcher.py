@@ -34,3 +34,24 @@ def test_a_zombie_is_not_running_for_the_launcher_nor_the_local_dispatcher(
     assert running(proc.pid) is None  # reaped: gone
     fields = running(os.getpid())
     assert fields is not None and fields[0] in ("R", "S")
+
+
+
+def test_the_shell_probe_of_a_node_without_proc(tmp_path: Path) -> None:
+    """probe_command (a node where the SFTP probe finds no /proc): done, starting, alive
+    (the pid answers kill -0) or dead."""
+    from bot.dispatch.node_scripts import probe_command
+
+    def probe(pid: int | None) -> str:
+        return subprocess.run(["sh", "-c", probe_command(pid, str(tmp_path))],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    assert probe(None) == "starting"
+    assert probe(os.getpid()) == "alive"
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    assert probe(ended.pid) == "dead"
+    (tmp_path / "runner.pid").write_text(f"{os.getpid()}\n")
+    assert probe(None) == "alive"
+    (tmp_path / "exit_code").write_text("0\n")
+    assert probe(os.getpid()) == "done"
