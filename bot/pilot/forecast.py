@@ -29,6 +29,7 @@ SKEW_TAIL = 1.0            # skewness above this is a heavy tail: the high end w
 CPU_WORKERS_MAX = 4        # a local Ray: one CPU worker per core, at most this (runner/volume.py)
 RAY_START_S = 4.6          # a local Ray and its workers, per attempt (measured, embedded default)
 UPLOAD_BYTES_PER_S = 50e6  # an SSH node's upload of the inputs, when not measured
+HASH_BYTES_PER_S = 500e6  # a node reading and hashing its copy of the corpus (on_nodes)
 # Student's t, 95th percentile, by degrees of freedom (a small pilot's mean is uncertain).
 T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
        9: 1.833, 10: 1.812, 11: 1.796, 12: 1.782, 13: 1.771, 14: 1.761, 15: 1.753, 16: 1.746,
@@ -70,6 +71,7 @@ class Setup:
     dispatch_s: float | None = None
     proof_s: float | None = None
     ssh: bool = False
+    inputs_on_nodes: bool = False  # volume.inputs.on_nodes: checked there, not uploaded
 
 
 @dataclass(frozen=True)
@@ -335,11 +337,18 @@ def _setup(inp: ForecastInputs, figures: list[Figure], numbers: dict[str, Any]) 
         parts.append(("setup_dispatch", "Setup: dispatch", st.dispatch_s,
                       "from the pilot's dispatch to its runner's start, measured (upload of "
                       "the runner and project, launch)"))
-    if st.ssh and inp.volume_bytes:
+    if st.ssh and inp.volume_bytes and st.inputs_on_nodes:
+        parts.append(("setup_upload", "Setup: inputs checked on the nodes",
+                      inp.volume_bytes / HASH_BYTES_PER_S,
+                      f"{inp.volume_bytes:,} B ÷ {HASH_BYTES_PER_S / 1e6:g} MB/s (estimated), "
+                      "read and hashed on every node at once (volume.inputs.on_nodes: none "
+                      "uploaded)"))
+    elif st.ssh and inp.volume_bytes:
         upload = inp.volume_bytes / UPLOAD_BYTES_PER_S * nodes
         parts.append(("setup_upload", "Setup: inputs upload", upload,
                       f"{inp.volume_bytes:,} B ÷ {UPLOAD_BYTES_PER_S / 1e6:g} MB/s (estimated) "
-                      f"× {plural(nodes, 'node')}, one after another"))
+                      f"× {plural(nodes, 'node')}, the bot's uplink shared by the nodes' "
+                      "copies"))
     if nodes > 1:
         proof = st.proof_s if st.proof_s is not None else 0.0
         parts.append(("setup_proof", "Setup: card proofs", proof,

@@ -62,7 +62,8 @@ def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
         pilot_node=pilot_node(manifest.get("node"), volume.get("nodes")),
         gpus=manifest.get("backend") in ("cuda", "rocm") and plan.get("vendor") != "none",
         cores=_cores(stages), batch_size=int(volume.get("batch_size") or batch),
-        setup=measured_setup(run, stages, runner_started, _volume_node(manifest, volume)),
+        setup=measured_setup(run, stages, runner_started, _volume_node(manifest, volume),
+                             on_nodes=bool((volume.get("inputs") or {}).get("on_nodes"))),
         peak_memory_gib=_peak_memory(stages), card_memory_gib=plan.get("memory_per_card_gib"),
         lease_starts_at=datetime.fromisoformat(starts) if starts else None)
     return forecast(inputs).to_dict()
@@ -122,8 +123,10 @@ AFTER_STAGES = ("pilot", "balance", "evidence")
 
 
 def measured_setup(run: dict[str, Any], stages: list[dict[str, Any]],
-                   runner_started: str | None, node: dict[str, Any]) -> Setup:
-    """What the pilot measured of the volume's setup: its diagnostics, its dispatch."""
+                   runner_started: str | None, node: dict[str, Any], *,
+                   on_nodes: bool = False) -> Setup:
+    """What the pilot measured of the volume's setup: its diagnostics, its dispatch;
+    ``on_nodes``: the volume's corpus is already on its nodes (checked, not uploaded)."""
     diagnostics = proof = 0.0
     seen = False
     for stage in stages:
@@ -139,7 +142,8 @@ def measured_setup(run: dict[str, Any], stages: list[dict[str, Any]],
     if began is not None and started is not None and started >= began:
         dispatch = (started - began).total_seconds()
     return Setup(diagnostics_s=diagnostics if seen else None, dispatch_s=dispatch,
-                 proof_s=proof if seen else None, ssh=node.get("kind") == "ssh")
+                 proof_s=proof if seen else None, ssh=node.get("kind") == "ssh",
+                 inputs_on_nodes=on_nodes)
 
 
 def stage_seconds(stage: dict[str, Any]) -> float | None:

@@ -134,3 +134,21 @@ def _sha(path: Path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_forecast_counts_a_corpus_on_the_nodes_as_checked_not_uploaded() -> None:
+    from bot.pilot.forecast import Setup, forecast
+    from tests.bot.test_forecast import h100
+
+    def upload(on_nodes: bool) -> Any:
+        return forecast(h100(rented_cards=16, lots=16, nodes=2, healthy_cards=8,
+                             volume_bytes=500_000_000,
+                             setup=Setup(diagnostics_s=6.0, dispatch_s=1.5, proof_s=4.0,
+                                         ssh=True, inputs_on_nodes=on_nodes)))
+
+    sent, checked = upload(False), upload(True)
+    assert sent.numbers["setup_upload_s"] == 20.0  # 500 MB ÷ 50 MB/s × 2 nodes
+    assert checked.numbers["setup_upload_s"] == 1.0  # 500 MB ÷ 500 MB/s, every node at once
+    assert checked.figure("setup_upload").formula == (
+        "500,000,000 B ÷ 500 MB/s (estimated), read and hashed on every node at once "
+        "(volume.inputs.on_nodes: none uploaded)")

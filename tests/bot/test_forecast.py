@@ -165,13 +165,14 @@ def test_the_setup_of_a_cluster_each_part_with_its_formula() -> None:
                        volume_bytes=500_000_000,
                        setup=Setup(diagnostics_s=6.0, dispatch_s=1.5, proof_s=4.0, ssh=True)))
     n = fc.numbers
-    # 500 MB ÷ 50 MB/s on each of 2 nodes, one after another
+    # 500 MB ÷ 50 MB/s for each of 2 nodes, through the bot's one uplink
     assert (n["setup_diagnostics_s"], n["setup_dispatch_s"], n["setup_upload_s"],
             n["setup_proof_s"], n["setup_ray_s"]) == (6.0, 1.5, 20.0, 4.0, 2 * RAY_START_S)
     assert n["setup_s"] == pytest.approx(6.0 + 1.5 + 20.0 + 4.0 + 2 * RAY_START_S)
     assert n["low_s"] == pytest.approx(n["setup_s"] + n["proc_low_s"], abs=1e-3)
     assert fc.figure("setup_upload").formula == ("500,000,000 B ÷ 50 MB/s (estimated) × "
-                                                 "2 nodes, one after another")
+                                                 "2 nodes, the bot's uplink shared by the "
+                                                 "nodes' copies")
     assert "on every node at once" in fc.figure("setup_proof").formula
     assert "× 2 nodes, one `ray start` after another" in fc.figure("setup_ray").formula
     assert fc.figure("setup").formula == "6 s + 1.5 s + 20 s + 4 s + 9.2 s = 40.7 s"
