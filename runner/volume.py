@@ -294,7 +294,9 @@ class Driver:
             alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
         except Exception:
             return
-        for node in sorted({w.node for w in self.workers if w.usable and w.node}):
+        # every node a worker ran on, its workers lost already or not: a raylet killed
+        # fails its actors' calls at once, before the cluster marks the node dead
+        for node in sorted({w.node for w in self.workers if w.node} - self.lost_nodes):
             if node not in alive:
                 self._drop_node(node, "the node left the Ray cluster (not alive in "
                                       "ray.nodes())")

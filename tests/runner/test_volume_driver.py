@@ -339,3 +339,36 @@ def test_the_volume_and_the_bot_read_healthy_cards_by_one_rule() -> None:
         facts = {"compute": {"healthy_cards": cards}}
         assert healthy_cards(facts) == expected
         assert bot_healthy_cards([{"stage": "compute", "facts": facts["compute"]}]) == expected
+
+
+class SlowToNotice(FakeRay):
+    """Ray's GCS notices a dead node late: the first look after its workers' calls failed
+    still finds it alive (the real cluster: a raylet killed, its actors' calls fail at
+    once with ActorUnavailableError, the node is marked dead seconds later)."""
+
+    def __init__(self, workers: int, **kw: Any) -> None:
+        super().__init__(workers, **kw)
+        self.looks: Counter[str] = Counter()
+
+    def nodes(self) -> list[dict[str, Any]]:
+        out = super().nodes()
+        for n in out:
+            if not n["Alive"]:
+                self.looks[n["NodeID"]] += 1
+                n["Alive"] = self.looks[n["NodeID"]] == 1
+        return out
+
+
+def test_a_node_noticed_dead_after_its_workers_were_lost_is_still_reported_lost(
+        tmp_path: Path) -> None:
+    """Its workers were lost as dead workers (the node still looked alive): when the node
+    leaves the cluster, the thread is still told which node was lost."""
+    ray = SlowToNotice(3, dies={1}, hang={"i039"})
+    driver, ledger, events = _driver(tmp_path, ray, 40, timeout=30, in_flight=2)
+    facts = driver.run()
+    _every_id_once(ledger, 40)
+    lost = [d for e, d in events if e == "volume.node_lost"]
+    assert [d["node"] for d in lost] == ["node1"], events
+    assert "left the Ray cluster" in lost[0]["reason"] and lost[0]["workers"] == ["w1@h[1]"]
+    assert facts["nodes_lost"] == 1
+    assert [d["worker"] for e, d in events if e == "volume.worker_lost"] == ["w1@h[1]"]
