@@ -28,7 +28,7 @@ import yaml
 
 import runner
 from bot.dispatch.base import RunHandle, json_object
-from bot.dispatch.corpus import corpus_command, corpus_on_nodes, expected_rows
+from bot.dispatch.corpus import corpus_command, corpus_on_nodes, reference_rows
 from bot.dispatch.inputs_check import checked_files, recheck_inputs
 from bot.dispatch.node_corpus import Row
 from bot.dispatch.node_scripts import HOLD_SCRIPT, LAUNCH_SCRIPT, python_command
@@ -343,7 +343,7 @@ class UploadPlan:
         """The command listing the node's copy of the corpus (``on_nodes``) and the rows
         it must equal (the bot's checked copy)."""
         assert self.on_nodes
-        rows = expected_rows(checked_files(self.inputs))
+        rows = reference_rows(self.inputs)
         pattern = str((self.spec.get("inputs") or {}).get("pattern") or "*")
         return corpus_command(python, self.on_nodes, pattern, rows), rows
 

@@ -152,3 +152,20 @@ def test_the_forecast_counts_a_corpus_on_the_nodes_as_checked_not_uploaded() -> 
     assert checked.figure("setup_upload").formula == (
         "500,000,000 B ÷ 500 MB/s (estimated), read and hashed on every node at once "
         "(volume.inputs.on_nodes: none uploaded)")
+
+
+def test_the_bots_copy_is_hashed_once_for_every_node_until_a_file_changes(
+        tmp_path: Path) -> None:
+    from bot.dispatch.corpus import reference_rows
+    from bot.dispatch.inputs_check import CheckedInputs
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(3):
+        (corpus / f"doc-{i}.txt").write_text(f"text {i}")
+    inputs = CheckedInputs(corpus, {p.name: p for p in corpus.iterdir()})
+    first = reference_rows(inputs)
+    assert reference_rows(inputs) is first  # the second node: no second read
+    (corpus / "doc-1.txt").write_text("changed, longer")
+    again = reference_rows(inputs)
+    assert again is not first and again[1][1:] == (15, _sha(corpus / "doc-1.txt"))
