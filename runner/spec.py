@@ -197,6 +197,7 @@ class VolumeSpec:
     in_flight: int = 2
     time_limit_s: float = 0.0
     nodes: Optional[List[Dict[str, Any]]] = None
+    outputs_on_nodes: bool = False  # handlers' files stay on their nodes, listed on the head
 
 
 @dataclass(frozen=True)

@@ -454,18 +454,22 @@ def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[
                             item_timeout_s=item_timeout(ctx.spec),
                             in_flight=int(vspec.in_flight or 1), spawn=spawn).run())
         if vspec.address:  # several nodes: their handlers' files come to the head
-            facts["node_outputs"] = collect_node_outputs(ctx, ray, workers)
+            facts["node_outputs"] = collect_node_outputs(
+                ctx, ray, workers, keep_on_nodes=bool(vspec.outputs_on_nodes))
         return facts
     finally:
         volume_ray.stop(ray, [w.actor for w in workers], ctx.run_dir)
 
 
-def collect_node_outputs(ctx: StageContext, ray: Any, workers: List[Worker]) -> Dict[str, Any]:
+def collect_node_outputs(ctx: StageContext, ray: Any, workers: List[Worker], *,
+                         keep_on_nodes: bool = False) -> Dict[str, Any]:
     """One live worker of each node lists its node's ``outputs/``; the files of every
     node but the head are copied to the head's, checked (runner/volume_outputs.py), before
-    the evidence stage checksums them. A failure here leaves the files on their nodes and
-    is told in the facts; it never fails the volume."""
-    from runner.volume_outputs import collect_outputs
+    the evidence stage checksums them; with ``keep_on_nodes`` (``volume.outputs_on_nodes``)
+    they stay there and only each node's listing (paths, sizes, SHA-256) is written on the
+    head. A failure here leaves the files on their nodes and is told in the facts; it never
+    fails the volume."""
+    from runner.volume_outputs import collect_outputs, record_outputs
 
     live = [w for w in workers if w.usable]
     try:
@@ -476,6 +480,8 @@ def collect_node_outputs(ctx: StageContext, ray: Any, workers: List[Worker]) -> 
             if run_dir and run_dir not in chosen:
                 chosen[str(run_dir)] = (worker, listing)
         pairs = list(chosen.values())
+        if keep_on_nodes:
+            return record_outputs(ctx.run_dir, [listing for _w, listing in pairs])
         facts = collect_outputs(ctx.run_dir, [listing for _w, listing in pairs],
                                 lambda i, rel, off, n: ray.get(
                                     pairs[i][0].actor.outputs_chunk.remote(rel, off, n),

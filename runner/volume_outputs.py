@@ -22,7 +22,7 @@ import os
 import stat
 from typing import Any, Callable, Dict, List, Optional
 
-from runner.files import is_temp_name
+from runner.files import is_temp_name, write_json_atomic
 
 MAX_FILE_BYTES = 2 << 30
 MAX_BYTES = 4 << 30  # in all, per node
@@ -108,6 +108,31 @@ def collect_outputs(head_run_dir: str, listings: List[Listing],
             else:
                 facts["files"] += 1
                 facts["bytes"] += int(size)
+    return facts
+
+
+def record_outputs(head_run_dir: str, listings: List[Listing]) -> Dict[str, Any]:
+    """``volume.outputs_on_nodes``: the files stay on their nodes; each node's listing
+    (where, run directory, relative path -> [size, sha256], what it refused) is written on
+    the head as ``outputs/on_nodes/node-<i>.json``, so the evidence checksums the list and
+    the list checksums the files. Returns the facts (files and bytes listed, nodes)."""
+    facts: Dict[str, Any] = {"files": 0, "bytes": 0, "nodes": 0, "refused": [],
+                             "kept_on_nodes": True}
+    head = os.path.realpath(head_run_dir)
+    for i, listing in enumerate(listings):
+        run_dir = listing.get("run_dir")
+        if not run_dir or os.path.realpath(str(run_dir)) == head:
+            continue
+        facts["nodes"] += 1
+        files = listing.get("files") or {}
+        facts["files"] += len(files)
+        facts["bytes"] += sum(int(size) for size, _sha in files.values())
+        where = str(listing.get("where") or run_dir)
+        facts["refused"] += [f"{where}: {why}" for why in (listing.get("refused") or [])[:5]]
+        os.makedirs(os.path.join(head, "outputs", "on_nodes"), exist_ok=True)
+        write_json_atomic(os.path.join(head, "outputs", "on_nodes", f"node-{i}.json"),
+                          {"where": where, "run_dir": run_dir, "files": files,
+                           "refused": listing.get("refused") or []})
     return facts
 
 

@@ -236,6 +236,12 @@ class Volume(Section):
         default=None, ge=1,
         description="seconds a worker may hold a batch before it is excluded and the batch "
                     "split (null: 10 × the slowest batch, the pilot's before any, >= 60 s)")
+    outputs_on_nodes: bool = Field(
+        default=False,
+        description="files handlers write into ctx.outputs_dir stay on the node that wrote "
+                    "them (<workdir>/runs/<run>/outputs/ of each node); the head keeps each "
+                    "node's list of them with their SHA-256 (outputs/on_nodes/), in the "
+                    "evidence. false: they are collected to the head")
     in_flight: Int = Field(default=2, ge=1, le=16,
                            description="batches each worker holds at once (run one after "
                                        "another, so its cards do not wait for the driver)")

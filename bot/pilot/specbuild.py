@@ -131,7 +131,8 @@ def _volume(loaded: LoadedManifest, plan: Plan,
                       gpus=loaded.manifest.backend in ("cuda", "rocm") and plan.vendor != "none",
                       batch_timeout_s=limits.batch_timeout_s,
                       pilot_batch_s=limits.pilot_batch_s, in_flight=limits.in_flight,
-                      time_limit_s=limits.time_limit_s)
+                      time_limit_s=limits.time_limit_s,
+                      outputs_on_nodes=volume.outputs_on_nodes)
 
 
 def runs_dir_for(loaded: LoadedManifest, default: Path) -> Path:

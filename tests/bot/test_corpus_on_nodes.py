@@ -169,3 +169,23 @@ def test_the_bots_copy_is_hashed_once_for_every_node_until_a_file_changes(
     (corpus / "doc-1.txt").write_text("changed, longer")
     again = reference_rows(inputs)
     assert again is not first and again[1][1:] == (15, _sha(corpus / "doc-1.txt"))
+
+
+def test_outputs_on_nodes_reaches_the_volumes_spec(tmp_path: Path) -> None:
+    from bot.manifest.load import load_manifest_file
+    from bot.pilot.plan import make_plan
+    from bot.pilot.specbuild import build_spec
+    from runner.spec import RunSpec
+    from tests.bot.fakes import write_manifest
+
+    def volume_spec(extra: str) -> Any:
+        path = write_manifest(tmp_path, extra="volume:\n  inputs: {dir: data/pilote, "
+                              "expected_count: 4}\n" + extra)
+        loaded = load_manifest_file(path)
+        assert loaded.manifest.volume is not None
+        spec = build_spec(loaded, make_plan(loaded), "v1",
+                          inputs=loaded.manifest.volume.inputs, kind="volume")
+        return RunSpec.from_dict(spec.to_dict()).volume  # what the runner reads
+
+    assert volume_spec("").outputs_on_nodes is False  # collected to the head
+    assert volume_spec("  outputs_on_nodes: true\n").outputs_on_nodes is True

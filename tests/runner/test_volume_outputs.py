@@ -120,3 +120,22 @@ def test_a_head_file_of_the_same_name_is_kept_and_named(
     assert facts["refused"] == [f"{os.uname().nodename}:{n1}: outputs/summary.txt: the head "
                                 "holds another file under that name (kept)"]
     assert (head / "outputs" / "summary.txt").read_bytes() == b"the head's"
+
+
+def test_outputs_kept_on_their_nodes_leave_each_nodes_listing_on_the_head(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    head, n1 = (tmp_path / d / "runs" / "v1" for d in ("head", "n1"))
+    (head / "outputs").mkdir(parents=True)
+    big = write(n1 / "outputs" / "renders" / "frame-1.exr", bytes(70000))
+    workers = [node_worker(monkeypatch, 0, head), node_worker(monkeypatch, 1, n1)]
+    facts = collect_node_outputs(Ctx(str(head)), NoRay(), workers,  # type: ignore[arg-type]
+                                 keep_on_nodes=True)
+    assert facts == {"files": 1, "bytes": 70000, "nodes": 1, "refused": [],
+                     "kept_on_nodes": True}
+    assert not (head / "outputs" / "renders").exists()  # the file stays on its node
+    listing = json.loads((head / "outputs" / "on_nodes" / "node-1.json").read_text())
+    assert listing["files"] == {"renders/frame-1.exr": [
+        70000, hashlib.sha256(big.read_bytes()).hexdigest()]}
+    assert listing["run_dir"] == str(n1) and listing["refused"] == []
