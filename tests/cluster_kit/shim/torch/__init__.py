@@ -12,8 +12,12 @@ module when this import ends), then patches it:
   caches and peak statistics do nothing;
 - a tensor asked for on ``cuda[:i]`` is made on the CPU, each dimension cut to
   ``SIM_MAX_DIM`` (so the compute stage's matmuls are small CPU matmuls and the
-  interconnect's buffers small: their figures are not a card's);
-- ``torch.distributed``: the ``nccl`` backend is gloo.
+  interconnect's buffers small: their figures are not a card's), and marked: a matmul
+  with a marked tensor also sleeps ``PREFLIGHT_SIM_MATMUL_S`` (default 2 ms), the card's
+  simulated time, so that every card of a node shows about the same speed however busy
+  the CPU is (a card is judged against its peers);
+- ``torch.distributed``: the ``nccl`` backend is gloo; an all-reduce also sleeps
+  ``PREFLIGHT_SIM_ALLREDUCE_S`` (default 2 ms), the link's simulated time.
 
 Nothing of Preflight is changed: the runner's stages run as they are on a GPU node.
 """
@@ -23,6 +27,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _path = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE]
@@ -40,6 +45,8 @@ _cards_mod = importlib.util.module_from_spec(_cards_spec)
 _cards_spec.loader.exec_module(_cards_mod)
 
 SIM_MAX_DIM = int(os.environ.get("PREFLIGHT_SIM_MAX_DIM", "128"))
+SIM_MATMUL_S = float(os.environ.get("PREFLIGHT_SIM_MATMUL_S", "0.002"))
+SIM_ALLREDUCE_S = float(os.environ.get("PREFLIGHT_SIM_ALLREDUCE_S", "0.002"))
 _ALL = _cards_mod.cards()
 _visible_env = os.environ.get("CUDA_VISIBLE_DEVICES")
 if _visible_env is None:
@@ -130,22 +137,35 @@ def _small(size):
     return tuple(min(int(n), SIM_MAX_DIM) for n in size)
 
 
+def _mark(tensor):
+    """A tensor on a simulated card."""
+    try:
+        tensor._sim_cuda = True
+    except (AttributeError, RuntimeError):
+        pass
+    return tensor
+
+
+def _marked(tensor):
+    return getattr(tensor, "_sim_cuda", False)
+
+
 def _factory(real):
     def make(*size, **kwargs):
         if not _is_cuda(kwargs.get("device")):
             return real(*size, **kwargs)
         kwargs["device"] = "cpu"
         if len(size) == 1 and isinstance(size[0], (tuple, list)):
-            return real(_small(size[0]), **kwargs)
-        return real(*_small(size), **kwargs)
+            return _mark(real(_small(size[0]), **kwargs))
+        return _mark(real(*_small(size), **kwargs))
     return make
 
 
 def _full(size, fill, **kwargs):
-    if _is_cuda(kwargs.get("device")):
-        kwargs["device"] = "cpu"
-        size = _small(size)
-    return _real_full(size, fill, **kwargs)
+    if not _is_cuda(kwargs.get("device")):
+        return _real_full(size, fill, **kwargs)
+    kwargs["device"] = "cpu"
+    return _mark(_real_full(_small(size), fill, **kwargs))
 
 
 _real_full = _real.full
@@ -158,14 +178,33 @@ _real_to = _Tensor.to
 
 
 def _to(self, *args, **kwargs):
+    devices = [a for a in args if isinstance(a, (str, _real.device))]
+    devices += [kwargs["device"]] if "device" in kwargs else []
+    to_card = any(_is_cuda(d) for d in devices)
+    to_cpu = any(str(getattr(d, "type", d)) == "cpu" for d in devices)
     args = tuple(_on_cpu(a) if isinstance(a, (str, _real.device)) else a for a in args)
     if "device" in kwargs:
         kwargs["device"] = _on_cpu(kwargs["device"])
-    return _real_to(self, *args, **kwargs)
+    out = _real_to(self, *args, **kwargs)
+    if out is not self and (to_card or (_marked(self) and not to_cpu)):
+        _mark(out)
+    return out
+
+
+_real_matmul = _Tensor.__matmul__
+
+
+def _matmul(self, other):
+    out = _real_matmul(self, other)
+    if _marked(self) or _marked(other):
+        time.sleep(SIM_MATMUL_S)  # the card's simulated time
+        _mark(out)
+    return out
 
 
 _Tensor.to = _to
-_Tensor.cuda = lambda self, *a, **k: self
+_Tensor.__matmul__ = _matmul
+_Tensor.cuda = lambda self, *a, **k: _mark(self)
 
 try:
     import torch.distributed as _dist
@@ -177,6 +216,15 @@ try:
             backend = "gloo"
         return _real_init(backend, *args, **kwargs)
 
+    _real_all_reduce = _dist.all_reduce
+
+    def _all_reduce(tensor, *args, **kwargs):
+        out = _real_all_reduce(tensor, *args, **kwargs)
+        if _marked(tensor):
+            time.sleep(SIM_ALLREDUCE_S)  # the link's simulated time
+        return out
+
     _dist.init_process_group = _init_process_group
+    _dist.all_reduce = _all_reduce
 except ImportError:  # a torch without distributed: the interconnect stage says so
     pass
