@@ -36,7 +36,7 @@ from bot.service.handles import dispatcher_for, handle_for
 from bot.service.publisher import Publisher
 from bot.service.report_files import settle_evidence
 from bot.settings import Settings
-from bot.store import Store
+from bot.store import RunRecord, Store
 from runner.events import (
     BALANCE,
     EVIDENCE,
@@ -90,10 +90,10 @@ class Follower:
         self.publisher = publisher
         self._finish_checked: set[str] = set()
 
-    def _dispatcher(self, run: dict[str, Any]) -> Dispatcher:
+    def _dispatcher(self, run: RunRecord) -> Dispatcher:
         return dispatcher_for(self.dispatchers, run)
 
-    def _handle(self, run: dict[str, Any]) -> RunHandle:
+    def _handle(self, run: RunRecord) -> RunHandle:
         return handle_for(run)
 
     def follow(self, run_id: str, *, stop: threading.Event | None = None,
@@ -121,8 +121,8 @@ class Follower:
                 stop.wait(poll)
                 continue
             contact.back()
-            run = self.store.run_head(run_id)  # every poll: no decoding of the big columns
-            if run["status"] != S.RUNNING:
+            run = self.store.run_record(run_id)  # every poll: none of the big columns
+            if run.status != S.RUNNING:
                 return self.store.get_run(run_id)
             if not fresh and not self._dispatcher(run).is_alive(self._handle(run)):
                 if not self.pump(run_id):  # the last lines may have landed as it exited
@@ -138,7 +138,7 @@ class Follower:
         """The run's node (a volume's head) is out of reach for good: the volume's other
         nodes are stopped, so their Ray and cards are not left working for a driver that
         is gone; Ray on the head is stopped by the next look that reaches it."""
-        run = self.store.get_run(run_id)
+        run = self.store.run_record(run_id)
         stop_others = getattr(self._dispatcher(run), "stop_other_nodes", None)
         if stop_others is None:
             return
@@ -176,11 +176,11 @@ class Follower:
 
     def _ingest(self, run_id: str) -> list[Event]:
         """Read and record (nothing published) what the runner appended since last time."""
-        run = self.store.run_head(run_id)
-        if run["status"] != S.RUNNING:
+        run = self.store.run_record(run_id)
+        if run.status != S.RUNNING:
             return []
         handle = self._handle(run)
-        events, offset = self._dispatcher(run).read_events(handle, int(run["events_offset"]))
+        events, offset = self._dispatcher(run).read_events(handle, run.events_offset)
         return self.store.record_events(run_id, events, offset) if events else []
 
     def catch_up(self, run_ids: list[str]) -> list[str]:
@@ -209,20 +209,19 @@ class Follower:
         its dispatch or its heartbeat): ``running`` if its runner did start, else
         ``dispatch_failed`` (then `preflight resume` starts it again).
         """
-        run = self.store.get_run(run_id)
-        if run["status"] == S.DISPATCHING:
+        run = self.store.run_record(run_id)
+        if run.status == S.DISPATCHING:
             return self._settle_dispatch(run, now or datetime.now(timezone.utc))
-        if run["status"] != S.RUNNING or self.pump(run_id):
+        if run.status != S.RUNNING or self.pump(run_id):
             return False
-        run = self.store.get_run(run_id)
-        if run["status"] != S.RUNNING or self._dispatcher(run).is_alive(self._handle(run)):
+        run = self.store.run_record(run_id)
+        if run.status != S.RUNNING or self._dispatcher(run).is_alive(self._handle(run)):
             return False
         self._runner_died(run_id)
         return True
 
-    def _settle_dispatch(self, run: dict[str, Any], now: datetime) -> bool:
-        signs = [run.get("started_at") or run["created_at"],
-                 self.store.dispatch_alive_at(run["id"])]
+    def _settle_dispatch(self, run: RunRecord, now: datetime) -> bool:
+        signs = [run.started_at or run.created_at, self.store.dispatch_alive_at(run.id)]
         last = max(datetime.fromisoformat(s) for s in signs if s)
         if (now - last).total_seconds() < DISPATCH_GRACE_S:
             return False  # still being started, by this bot or another
@@ -235,15 +234,15 @@ class Follower:
         except PreflightError:
             started = False  # nothing on the node to follow
         if started:
-            self.store.transition(run["id"], (S.DISPATCHING,), S.RUNNING)
+            self.store.transition(run.id, (S.DISPATCHING,), S.RUNNING)
             return False
         error = {"stage": "dispatch", "type": "DispatchInterrupted",
                  "message": "the bot stopped while starting the runner, and no runner "
-                            "started", "hint": f"`preflight resume {run['id']}` starts it"}
-        if not self.store.transition(run["id"], (S.DISPATCHING,), S.DISPATCH_FAILED,
+                            "started", "hint": f"`preflight resume {run.id}` starts it"}
+        if not self.store.transition(run.id, (S.DISPATCHING,), S.DISPATCH_FAILED,
                                      first_error=error):
             return False
-        self.publisher.publish_outcome(run["id"])
+        self.publisher.publish_outcome(run.id)
         return True
 
     def _finish(self, run_id: str) -> None:
@@ -260,12 +259,13 @@ class Follower:
         evidence = self._recorded(run_id, EVIDENCE)
         if balance is not None:
             balance = self._recheck_balance(run, balance)
-        handle = self._handle(run)
+        record = RunRecord.from_row(run)
+        handle = self._handle(record)
         try:
             # the copy the team controls, verified here; the bot decides where evidence
             # lives, the node's "dest" is only a claim (report_files.settle_evidence)
             evidence = settle_evidence(run, evidence,
-                                       self._dispatcher(run).fetch_results(handle))
+                                       self._dispatcher(record).fetch_results(handle))
         except PreflightError as exc:
             # The copy the team controls is what counts: a fetch that fails, or a fetched
             # copy that does not verify, overrides the node's own "verified".
@@ -322,11 +322,12 @@ class Follower:
 
     def _runner_died(self, run_id: str) -> None:
         run = self.store.get_run(run_id)
-        handle = self._handle(run)
-        code = self._dispatcher(run).exit_code(handle)
-        events = self.store.events(run_id, after_seq=max(0, int(run["last_seq"]) - 1))
-        error = runner_death(run.get("stage_reached"), code, events[-1] if events else None,
-                             self._dispatcher(run).log_tail(handle))
+        record = RunRecord.from_row(run)
+        handle, dispatcher = self._handle(record), self._dispatcher(record)
+        code = dispatcher.exit_code(handle)
+        events = self.store.events(run_id, after_seq=max(0, record.last_seq - 1))
+        error = runner_death(record.stage_reached, code, events[-1] if events else None,
+                             dispatcher.log_tail(handle))
         self.store.interrupt_stages(run_id)  # the stage that ran did not pass or fail
         verdict = {"passed": False, "checks": [{"ok": False, "text": error["message"]}]}
         if self.store.transition(run_id, (S.RUNNING,), end_state(run), outcome="failed",
@@ -369,7 +370,7 @@ class Follower:
 
     def _since_resume(self, run_id: str, etype: str) -> list[Event]:
         """Events of a type written by the current runner (after the last resume)."""
-        after = int(self.store.run_head(run_id).get("resume_seq") or 0)
+        after = self.store.run_record(run_id).resume_seq
         return self.store.events_of_type(run_id, etype, after_seq=after)
 
 

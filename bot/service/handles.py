@@ -1,5 +1,5 @@
 """A run's dispatcher (by its node's kind) and its handle: what the service and its
-follower hand a dispatcher to act on the run."""
+follower hand a dispatcher to act on the run, from its typed record."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from typing import Any
 
 from bot.dispatch.base import Dispatcher, RunHandle
 from bot.errors import DispatchError
+from bot.store import RunRecord
 
 
-def dispatcher_for(dispatchers: Mapping[str, Dispatcher], run: dict[str, Any]) -> Dispatcher:
+def dispatcher_for(dispatchers: Mapping[str, Dispatcher], run: RunRecord) -> Dispatcher:
     """The dispatcher of the run's node kind (DispatchError naming the kinds there are)."""
-    kind = (run.get("node") or {}).get("kind", "local")
+    kind = run.node_kind
     try:
         return dispatchers[kind]
     except KeyError as exc:
@@ -21,10 +22,10 @@ def dispatcher_for(dispatchers: Mapping[str, Dispatcher], run: dict[str, Any]) -
                             f"(available: {', '.join(sorted(dispatchers))})") from exc
 
 
-def handle_for(run: dict[str, Any], *, resume: bool = False) -> RunHandle:
-    return RunHandle(run_id=run["id"], run_dir=Path(run["run_dir"]),
-                     spec_path=Path(run["spec_path"]), project_dir=Path(str(run["project_dir"])),
-                     pid=run.get("pid"), resume=resume, node=run.get("node"))
+def handle_for(run: RunRecord, *, resume: bool = False) -> RunHandle:
+    return RunHandle(run_id=run.id, run_dir=run.run_dir, spec_path=Path(str(run.spec_path)),
+                     project_dir=Path(str(run.project_dir)), pid=run.pid, resume=resume,
+                     node=run.node)
 
 
 def base_dir_of(run: dict[str, Any]) -> Path:

@@ -52,7 +52,7 @@ from bot.service.records import Records
 from bot.service.report_files import ReportFiles
 from bot.service.watch import Watch
 from bot.settings import Settings
-from bot.store import Store
+from bot.store import RunRecord, Store
 from runner.errors import RunnerError
 from runner.events import DISPATCH_NODE, Event
 
@@ -115,11 +115,11 @@ class PilotService:
     def progress_interval(self, seconds: float) -> None:
         self.publisher.progress_interval = seconds
 
-    def _dispatcher(self, run: dict[str, Any]) -> Dispatcher:
-        return dispatcher_for(self._dispatchers, run)
+    def _dispatcher(self, run: RunRecord | dict[str, Any]) -> Dispatcher:
+        return dispatcher_for(self._dispatchers, _record(run))
 
-    def _handle(self, run: dict[str, Any], *, resume: bool = False) -> RunHandle:
-        return handle_for(run, resume=resume)
+    def _handle(self, run: RunRecord | dict[str, Any], *, resume: bool = False) -> RunHandle:
+        return handle_for(_record(run), resume=resume)
 
     def _publish(self, message: Message) -> None:
         self.publisher.publish(message)
@@ -392,7 +392,7 @@ class PilotService:
 
     def _stop_quietly(self, run_id: str, handle: Any) -> None:
         try:
-            self._dispatcher(self.store.get_run(run_id)).stop(handle)
+            self._dispatcher(self.store.run_record(run_id)).stop(handle)
         except PreflightError as exc:
             log.warning("run %s: could not stop what its start left: %s", run_id, exc)
 
@@ -437,14 +437,14 @@ class PilotService:
             # Being started: the start ends at its next step (DispatchStopped) and stops
             # what it started; what is already up (Ray on the nodes) is stopped here too,
             # also when the bot that started it is gone.
-            self._stop_quietly(run["id"], self._handle(self.store.get_run(run["id"])))
+            self._stop_quietly(run["id"], self._handle(self.store.run_record(run["id"])))
             self.publisher.publish_outcome(run["id"])
             return self.store.get_run(run["id"])
         if not self.store.transition(run["id"], (S.RUNNING,), S.RUNNING, stop=stop):
             current = self.store.get_run(run["id"])["status"]
             raise DispatchError(f"run {run['id']} is {current}: only a running run can be "
                                 "stopped, or one being started")
-        self._dispatcher(run).stop(self._handle(self.store.get_run(run["id"])))
+        self._dispatcher(run).stop(self._handle(self.store.run_record(run["id"])))
         return self.follow(run["id"], timeout=timeout) if wait else self.store.get_run(run["id"])
 
     def may_act(self, run_id: str, action: str, user: str, *, channel: str | None) -> None:
@@ -593,4 +593,6 @@ class PilotService:
             dispatcher.close()
 
 
-
+def _record(run: RunRecord | dict[str, Any]) -> RunRecord:
+    """A run as its typed record (a row read as a dict is checked here)."""
+    return run if isinstance(run, RunRecord) else RunRecord.from_row(run)

@@ -29,6 +29,7 @@ from bot.store.items import (
     item_row,
     migrate_items,
 )
+from bot.store.record import COLUMNS, RunRecord
 from runner.events import (
     AFTER_FAILURE_STAGES,
     ITEM_BATCH,
@@ -143,6 +144,15 @@ class RunsMixin(StoreBase):
         if not rows:
             raise RunNotFound(run_id)
         return _decode(rows[0])
+
+    def run_record(self, run_id: str) -> RunRecord:
+        """The run's typed record (bot.store.record): its identity, state, where it runs and
+        how far its events were read, without the large JSON columns."""
+        rows = list(self.db.query(f"SELECT {', '.join(COLUMNS)} FROM runs WHERE id = ?",
+                                  [run_id]))
+        if not rows:
+            raise RunNotFound(run_id)
+        return RunRecord.from_row(_decode(rows[0]))
 
     def find_run(self, prefix: str) -> dict[str, Any]:
         """A run by what a person types: its id or a unique id prefix, ``latest`` (the
