@@ -32,7 +32,7 @@ def repo() -> Path:
 # (xdist's own --dist loadgroup renames test ids in a way pytest 9 no longer sees.)
 RAY_FILES = ("tests/volume/", "tests/remote/test_ray_", "tests/remote/test_volume_",
              "tests/e2e/test_first_hour_cli.py", "tests/e2e/test_forecast_cli.py",
-             "tests/test_bench.py")
+             "tests/test_bench.py", "tests/cluster_kit/test_cluster_service.py")
 
 
 @pytest.hookimpl(optionalhook=True)
