@@ -217,13 +217,16 @@ def test_a_4_node_gpu_volume_through_the_service_loses_a_node_a_hung_input_and_i
 
 
 def _check_pilot(service: PilotService, pilot: str) -> None:
-    """The pilot's node proved its share of the rent (2 of 8), and a forecast was made."""
+    """The pilot's node proved its share of the rent (2 of 8), and the forecast counts a
+    worker per rented card of every node."""
     events = service.store.events(pilot)
     device = [e for e in events if e.type == "stage.passed" and e.data["stage"] == "device"]
     facts = device[-1].data["facts"]
     assert (facts["count"], facts["rented_cards"]) == (CARDS, CARDS), facts
-    assert service.store.get_run(pilot).get("forecast") or any(
-        "forecast" in e.type for e in events), "no forecast"
+    forecast = service.store.get_run(pilot)["forecast"]
+    assert forecast["cards_used"] == NODES * CARDS, forecast  # every node's share
+    workers = {f["key"]: f["value"] for f in forecast["figures"]}["workers"]
+    assert workers == str(NODES * CARDS), forecast
 
 
 def _check_volume(service: PilotService, pilot: str, volume: str, run: dict[str, Any],
@@ -247,6 +250,9 @@ def _check_volume(service: PilotService, pilot: str, volume: str, run: dict[str,
     assert (run["balance"]["accepted"], run["balance"]["refused"]) == (COUNT - 1, 1)
     rows = (Path(run["run_dir"]) / "balance.csv").read_text().splitlines()[1:]
     assert Counter(r.split(",")[0] for r in rows) == Counter(ids)
+    check = service.store.get_run(volume)["forecast"]  # the forecast against the actual
+    assert (check["attempts"], check["items_done"]) == (2, COUNT), check
+    assert check["workers_forecast"] == check["workers_started"] == NODES * CARDS, check
 
 
 def _cleanup(service: PilotService, layout: Layout) -> None:
