@@ -71,9 +71,14 @@ def test_a_lease_refusal_of_the_volume_run_is_told_in_the_thread(
     h.settle(run_id)
     h.service.lease_guard = refuse_lease
     h.mention("approve balance reviewed", user=APPROVER, thread_ts=ts)
-    h.decided(run_id)
-    assert emulator.wait_for(lambda: "provisioned lease" in thread_texts(emulator, ts), 10), \
-        "the volume run's refusal never reached the thread"
+    # The approval is refused before it is recorded (issue 27), told to the approver in the
+    # thread (privately, as every refused decision), naming the lease.
+    assert emulator.wait_for(lambda: any(
+        "provisioned lease" in e["text"] and e["thread_ts"] == ts and e["user"] == APPROVER
+        for e in emulator.ephemerals), 10), "the volume run's refusal never reached the thread"
+    # The pilot stays approvable and no volume run was made.
+    assert h.store.get_run(run_id)["status"] == "awaiting_decision"
+    assert [r["id"] for r in h.store.list_runs()] == [run_id]
 
 
 def test_a_tampered_button_value_decides_nothing(
