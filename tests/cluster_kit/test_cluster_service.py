@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
-import socket
 import sqlite3
 import tempfile
 from collections import Counter
@@ -32,14 +30,14 @@ from typing import Any
 
 import pytest
 
-from bot.dispatch.ray_cluster import RayNode, RayPorts
+from bot.dispatch.ray_cluster import RayNode
 from bot.dispatch.upload import SSHNode
 from bot.manifest.load import load_manifest_file
 from bot.service import PilotService
 from runner.events import read_events
 from tests.cluster_kit.kit import node_python
 from tests.processes import live_processes, wait_until
-from tests.remote.remote_kit import provision
+from tests.remote.remote_kit import free_port_layout, provision
 from tests.remote.sshd_server import Sshd, running_sshd
 from tests.remote.volume_service_kit import attempts, compose, dispatcher_for
 
@@ -76,7 +74,7 @@ class Layout:
 
     def __call__(self, index: int, node: SSHNode, run_id: str, gpus: bool) -> RayNode:
         if index == 0:
-            self.ports = _free_layout()
+            self.ports = free_port_layout(NODES)
         self.temps.append(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
         self.by_index.setdefault(index, []).append(self.temps[-1])
         return RayNode(node.where, node.host, node.python, None if gpus else (),
@@ -89,26 +87,6 @@ class Layout:
     def groups(self) -> set[int]:
         return {int(Path(t, "preflight.pgid").read_text()) for t in self.temps
                 if Path(t, "preflight.pgid").exists()}
-
-
-def _free_layout() -> RayPorts:
-    for _ in range(50):
-        base = RayPorts().shifted(random.randrange(1000, 20000))
-        layouts = [base.shifted(100 * i) for i in range(NODES)]
-        ports = [p for lay in layouts for k, p in lay.__dict__.items()
-                 if k not in ("min_worker", "max_worker")]
-        if all(_free(p) for p in ports):
-            return base
-    raise AssertionError("no free port layout")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import random
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bot.dispatch.ray_cluster import RayPorts
 from bot.dispatch.ssh import SSHDispatcher
 from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
@@ -120,3 +123,23 @@ def assert_exactly_once(bot: Bot, run_id: str, remote_run: Path) -> None:
     assert recorded == [e["seq"] for e in written] == list(range(1, len(written) + 1))
     ids = [i["id"] for i in bot.store.items(run_id)]
     assert len(ids) == len(set(ids))
+
+
+def free_port_layout(nodes: int = 2) -> RayPorts:
+    """A Ray port layout whose every port is free now, for ``nodes`` layouts 100 apart."""
+    for _ in range(50):
+        base = RayPorts().shifted(random.randrange(1000, 20000))
+        ports = [p for i in range(nodes) for k, p in base.shifted(100 * i).__dict__.items()
+                 if k not in ("min_worker", "max_worker")]
+        if all(_port_free(p) for p in ports):
+            return base
+    raise AssertionError("no free port layout")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

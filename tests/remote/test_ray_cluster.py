@@ -7,8 +7,6 @@ own); a cluster started, used and stopped over SSH end to end is
 from __future__ import annotations
 
 import json
-import random
-import socket
 import sys
 from pathlib import Path
 
@@ -16,7 +14,6 @@ import pytest
 
 from bot.dispatch.ray_cluster import (
     RayNode,
-    RayPorts,
     check_versions,
     start_cluster,
 )
@@ -25,26 +22,6 @@ from bot.errors import DispatchError
 from runner.raypin import RAY_VERSION
 from tests.processes import live_processes
 from tests.remote.conftest import BARE_PYTHON, Sshd
-
-
-def _free_layout() -> RayPorts:
-    """A port layout whose every port is free now (two layouts 100 apart)."""
-    for _ in range(50):
-        base = RayPorts().shifted(random.randrange(1000, 20000))
-        ports = [p for layout in (base, base.shifted(100)) for k, p in layout.__dict__.items()
-                 if k not in ("min_worker", "max_worker")]
-        if all(_free(p) for p in ports):
-            return base
-    raise AssertionError("no free port layout")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _shell(sshd: Sshd, workdir: Path):  # type: ignore[no-untyped-def]

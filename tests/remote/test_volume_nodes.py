@@ -24,7 +24,8 @@ from bot.dispatch.upload import RUNNER_PACKAGE, SSHNode
 from bot.dispatch.volume_cluster import CLUSTER_FILE
 from bot.errors import DispatchError
 from tests.remote.conftest import BARE_PYTHON, Sshd
-from tests.remote.test_ray_cluster import _free_layout, _ray_pids
+from tests.remote.remote_kit import free_port_layout
+from tests.remote.test_ray_cluster import _ray_pids
 from tests.volume.kit import make_volume
 
 # Reports, for every item, the file it read, the module and runner package it ran from,
@@ -59,7 +60,7 @@ def temps() -> Iterator[list[str]]:
 def _setup(sshd: Sshd, tmp_path: Path, temps: list[str], *, count: int, gpus: bool,
            pythons: tuple[str, str]) -> tuple[RunHandle, SSHDispatcher, list[Path]]:
     """A volume over two nodes of the loopback sshd whose workdirs differ."""
-    ports = _free_layout()
+    ports = free_port_layout()
 
     def ray_node(i: int, node: SSHNode, run_id: str, gpus: bool) -> RayNode:
         cards = (0,) if gpus else None  # Ray's fake GPU resources: one worker per node

@@ -22,8 +22,8 @@ from bot.service.leases import lease_guard_for
 from bot.settings import Settings
 from bot.store import Store
 from runner.events import Event
+from tests.remote.remote_kit import free_port_layout
 from tests.remote.sshd_server import Sshd
-from tests.remote.test_ray_cluster import _free_layout
 
 # Accepts every item (its category by parity), logs each id it ran to a file of its own
 # process, and takes ``delay_s`` per item while the ``slow`` file exists: the test makes an
@@ -99,7 +99,7 @@ class TwoNodesOneHost:
 
     def __call__(self, index: int, node: SSHNode, run_id: str, gpus: bool) -> RayNode:
         if index == 0:
-            self.ports = _free_layout()
+            self.ports = free_port_layout()
         self.temps.append(tempfile.mkdtemp(prefix="pv", dir="/tmp"))
         return RayNode(node.where, node.host, node.python, None if gpus else (),
                        self.ports.shifted(100 * index), self.temps[-1])
