@@ -91,6 +91,10 @@ class ForecastInputs:
     volume_max_bytes: int | None = None
     volume_where: str = ""
     healthy_cards: int | None = None   # proven on the pilot's node
+    # Each node's healthy cards as its card proof at the volume's dispatch found them, in
+    # volume.nodes order (0: a node dropped; None: its stages judged no card, its share
+    # counts); None: the nodes are not proven yet (before approval)
+    node_cards: tuple[int | None, ...] | None = None
     cards_per_worker: int = 1
     nodes: int = 1
     pilot_node: int | None = 0         # which of the volume's nodes the pilot proved; None: none
@@ -401,6 +405,8 @@ def volume_workers(inp: ForecastInputs) -> tuple[int, int, str]:
         return _cpu_workers(inp, nodes)
     cpw = max(1, inp.cards_per_worker)
     share = inp.rented_cards // nodes
+    if inp.node_cards is not None:
+        return _proven_workers(inp.node_cards, share, cpw, inp.rented_cards)
     proven = inp.healthy_cards if inp.pilot_node is not None else None
     others = nodes - (1 if proven is not None else 0)
     workers = (proven // cpw if proven is not None else 0) + others * (share // cpw)
@@ -418,6 +424,28 @@ def volume_workers(inp: ForecastInputs) -> tuple[int, int, str]:
     formula = (f"{'; '.join(parts)}; {cpw} card{'s' if cpw != 1 else ''} per worker: "
                f"{plural(workers, 'worker')}")
     return workers, workers * cpw, formula
+
+
+def _proven_workers(node_cards: tuple[int | None, ...], share: int, cpw: int,
+                    rented: int) -> tuple[int, int, str]:
+    """Every node's healthy cards as its card proof found them (the volume's dispatch):
+    Σ ⌊node's cards ÷ cards per worker⌋; a node whose stages judged no card counts its
+    share of the rent, a node dropped none."""
+    cards = [share if c is None else max(0, c) for c in node_cards]
+    workers = sum(c // cpw for c in cards)
+    shown = " + ".join(f"{c}" + (" (not judged: its share)" if n is None else "")
+                       for c, n in zip(cards, node_cards))
+    per = " + ".join(f"⌊{c} ÷ {cpw}⌋" for c in cards) if cpw > 1 else "one per card"
+    formula = (f"{plural(len(cards), 'node')} proven at the volume's dispatch: {shown} = "
+               f"{sum(cards)} healthy cards of {rented} rented; {per}: "
+               f"{plural(workers, 'worker')}")
+    return workers, workers * cpw, formula
+
+
+def proven_cards(node_cards: tuple[int | None, ...], rented: int, nodes: int) -> int:
+    """The healthy cards the proven nodes offer in all (a node not judged: its share)."""
+    share = rented // max(1, nodes)
+    return sum(share if c is None else max(0, c) for c in node_cards)
 
 
 def _cpu_workers(inp: ForecastInputs, nodes: int) -> tuple[int, int, str]:
