@@ -8,13 +8,14 @@ the pilot, and several cards neither distribute a program nor pool their memory.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from bot.errors import PreflightError
-from bot.manifest.catalog import Catalog, default_catalog
+from bot.manifest.catalog import Catalog, GpuModel, default_catalog
 from bot.manifest.load import LoadedManifest
 from bot.manifest.model import Manifest, Node
 
@@ -62,6 +63,33 @@ class Plan:
             "volume": self.volume,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        """The plan ``to_dict`` wrote (as the store holds it); KeyError, ValueError or
+        TypeError when it does not hold one. Fields added since an old run was planned
+        take their defaults."""
+        busbw = data.get("allreduce_busbw_gbps") or {}
+        return cls(
+            gpu=str(data["gpu"]), vendor=str(data["vendor"]), days=int(data["days"]),
+            lots=int(data["lots"]), cards_per_lot=int(data["cards_per_lot"]),
+            total_cards=int(data["total_cards"]), preparation=str(data["preparation"]),
+            backend=str(data["backend"]),
+            lot_price_usd_per_day=Decimal(str(data["lot_price_usd_per_day"])),
+            total_usd=Decimal(str(data["total_usd"])), formula=str(data["formula"]),
+            memory_per_card_gib=_number(data.get("memory_per_card_gib")),
+            memory_estimate_gib=_number(data.get("memory_estimate_gib")),
+            notes=tuple(str(n) for n in data.get("notes") or ()),
+            starts_at=data.get("starts_at"), ends_at=data.get("ends_at"),
+            bf16_tflops=_number(data.get("bf16_tflops")),
+            fp32_tflops=_number(data.get("fp32_tflops")),
+            bf16_floor_tflops=_number(data.get("bf16_floor_tflops")),
+            allreduce_busbw_gbps={int(k): float(v) for k, v in dict(busbw).items()},
+            volume=data.get("volume"))
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
 
 def format_usd(amount: Decimal) -> str:
     """At least two decimals, never rounded: 2.5 -> "2.50", 0.125 -> "0.125"."""
@@ -107,7 +135,7 @@ def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None) -> Plan:
         preparation=manifest.preparation, backend=manifest.backend,
         lot_price_usd_per_day=price, total_usd=total, formula=formula,
         memory_per_card_gib=gpu.memory_gib, memory_estimate_gib=hardware.memory_estimate_gib,
-        notes=tuple(_notes(loaded, gpu.key, gpu.cards_per_lot, gpu.memory_gib, total_cards)),
+        notes=tuple(_notes(loaded, gpu, total_cards)),
         starts_at=starts.isoformat() if starts else None,
         ends_at=(starts + timedelta(days=hardware.days)).isoformat() if starts else None,
         bf16_tflops=gpu.bf16_tflops, fp32_tflops=gpu.fp32_tflops,
@@ -145,9 +173,9 @@ def _node_words(node: Node) -> str:
     return f"{node.user + '@' if node.user else ''}{node.host}{port}"
 
 
-def _notes(loaded: LoadedManifest, gpu: str, cards_per_lot: int, memory: float | None,
-           total_cards: int) -> list[str]:
+def _notes(loaded: LoadedManifest, gpu: GpuModel, total_cards: int) -> list[str]:
     manifest = loaded.manifest
+    memory = gpu.memory_gib
     estimate = manifest.hardware.memory_estimate_gib
     notes: list[str] = []
     if memory is None and manifest.preparation == "blender":
@@ -160,9 +188,15 @@ def _notes(loaded: LoadedManifest, gpu: str, cards_per_lot: int, memory: float |
                     else "no estimate declared")
         notes.append(f"memory: {memory:g} GiB per card, {declared}; the peak is measured by "
                      "the pilot, never inferred from a parameter count")
-    if cards_per_lot > 1:
-        notes.append(f"a {gpu} lot holds {cards_per_lot} cards and its price covers them all: "
-                     "the total is not multiplied by the card count")
+    lots = manifest.hardware.lots
+    if gpu.lot_is_node:
+        notes.append(f"one {gpu.key} lot is one node of {gpu.cards_per_lot} {gpu.card} cards "
+                     f"and its price covers the whole node: the total is not multiplied by "
+                     f"the card count; {plural(lots, 'lot')} {'are' if lots > 1 else 'is'} "
+                     f"{plural(lots, 'node')}, each proving its own {gpu.cards_per_lot} cards")
+    elif gpu.cards_per_lot > 1:
+        notes.append(f"a {gpu.key} lot holds {gpu.cards_per_lot} cards and its price covers "
+                     "them all: the total is not multiplied by the card count")
     if total_cards > 1 and not manifest.task.distributed:
         notes.append(f"{total_cards} cards: several cards neither distribute a program nor "
                      "pool their memory; the task declares no distribution "

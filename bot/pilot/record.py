@@ -1,21 +1,33 @@
-"""``RunRecord``: a run as the store holds it, typed and checked once where it leaves the
-store, then trusted (no string keys read back five layers down).
+"""A run as the store holds it, typed and checked once where it leaves the store, then
+trusted (no string keys read back five layers down).
 
-It carries the run's identity, state, where it runs and how far its events were read: what
-the service's follower and the dispatchers' handles need at every look. It leaves out the
-large JSON columns (the manifest, the plan, the expected ids of a 20,000-item run, the
-verdict, the balance), which ``Store.get_run`` still returns as a dict to the readers not
-yet typed.
+``RunRecord`` carries the run's identity, state, where it runs and how far its events were
+read: what the service's follower and the dispatchers' handles need at every look
+(``Store.run_record``, none of the JSON columns decoded). ``Run`` is a ``RunRecord`` with
+the parts its readers read from the JSON columns (``Store.run``, ``find``, ``runs``,
+``running``): the plan as a ``Plan``, the manifest as the checked ``Manifest`` (validated
+once, here), the verdict, balance, forecast, evidence, the stop, approvers, the success
+criteria. It leaves out the expected ids (the 20,000-item list of a volume run): a reader
+that needs them asks the store (``Store.expected_ids``).
+
+The types live here, in the pure layer, so that every layer (the transports included) can
+name them; only the store builds them from rows. ``Store.get_run`` still returns the raw
+decoded row (a dict), for tests and tools that look at the database itself.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from bot.errors import StoreError
+from bot.manifest.model import Manifest
+from bot.pilot.plan import Plan
 
 # The columns a RunRecord is read from (Store.run_record selects only these).
 COLUMNS = ("id", "name", "attempt", "kind", "status", "parent_run", "outcome", "stage_reached",
@@ -61,27 +73,126 @@ class RunRecord:
     def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
         """The record of a decoded ``runs`` row (its other columns ignored); StoreError
         naming the run and the column when one does not hold what it should."""
-        run = str(row.get("id", "?"))
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            value = row.get(f.name)
-            if value is None:
-                continue
-            kind = str(f.type)
-            if "Path" in kind:
-                value = _checked(run, f.name, value, str, Path)
-            elif kind.startswith("int"):
-                value = _checked(run, f.name, value, int, int)
-            elif kind.startswith("dict"):
-                value = _checked(run, f.name, value, dict, dict)
-            else:
-                value = _checked(run, f.name, value, str, str)
-            values[f.name] = value
-        missing = [name for name in ("id", "name", "attempt", "kind", "status", "run_dir",
-                                     "created_at") if name not in values]
-        if missing:
-            raise StoreError(f"run {run}: the state database's row has no "
-                             f"{', '.join(missing)}; is it a Preflight state database?")
+        return cls(**_base_values(row))
+
+
+def _base_values(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The RunRecord fields of a decoded row, checked."""
+    run = str(row.get("id", "?"))
+    values: dict[str, Any] = {}
+    for f in fields(RunRecord):
+        value = row.get(f.name)
+        if value is None:
+            continue
+        kind = str(f.type)
+        if "Path" in kind:
+            value = _checked(run, f.name, value, str, Path)
+        elif kind.startswith("int"):
+            value = _checked(run, f.name, value, int, int)
+        elif kind.startswith("dict"):
+            value = _checked(run, f.name, value, dict, dict)
+        else:
+            value = _checked(run, f.name, value, str, str)
+        values[f.name] = value
+    missing = [name for name in ("id", "name", "attempt", "kind", "status", "run_dir",
+                                 "created_at") if name not in values]
+    if missing:
+        raise StoreError(f"run {run}: the state database's row has no "
+                         f"{', '.join(missing)}; is it a Preflight state database?")
+    return values
+
+
+# The JSON columns a Run reads that hold an object (a dict), and those that hold a list.
+OBJECT_COLUMNS = ("verdict", "balance", "forecast", "evidence", "environment", "first_error",
+                  "stop", "success")
+LIST_COLUMNS = ("changes", "approvers", "categories", "expected_refusals")
+# The columns a Run is read from: all but the expected ids (Store.expected_ids asks for them).
+RUN_COLUMNS = (*COLUMNS, "plan", "manifest_json", "manifest_text", "two_person",
+               *OBJECT_COLUMNS, *LIST_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Run(RunRecord):
+    """A run with what its readers read from the JSON columns, checked once here.
+
+    ``plan``: None for a run recorded without one (a test's bare row). ``manifest``: the
+    stored manifest validated again by today's ``Manifest``; None when the run has none or
+    it no longer validates (a field since renamed), and then ``manifest_problem`` says why:
+    an old run is still shown, followed and decided, without the manifest's details.
+    The objects (verdict, balance, forecast, ...) are the JSON the pilot's rules wrote."""
+
+    plan: Plan | None = None
+    manifest: Manifest | None = None
+    manifest_problem: str | None = None
+    manifest_text: str | None = None
+    two_person: bool = False
+    verdict: dict[str, Any] | None = None
+    balance: dict[str, Any] | None = None
+    forecast: dict[str, Any] | None = None
+    evidence: dict[str, Any] | None = None
+    environment: dict[str, Any] | None = None
+    first_error: dict[str, Any] | None = None
+    stop: dict[str, Any] | None = None
+    success: dict[str, Any] | None = None
+    changes: tuple[dict[str, Any], ...] = ()
+    approvers: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    expected_refusals: tuple[str, ...] = ()
+    # Joined by the service from other tables where a reader needs them (never a column):
+    decision: dict[str, Any] | None = None  # the accepted decision
+    volume_run: str | None = None  # the volume run the pilot's approval launched
+
+    @property
+    def manifest_json(self) -> dict[str, Any]:
+        """The manifest as JSON (what a diff compares); {} without a valid manifest."""
+        return self.manifest.model_dump(mode="json") if self.manifest is not None else {}
+
+    @property
+    def volume_nodes(self) -> Any:
+        """The manifest's ``volume.nodes`` (a list of nodes, a count or None)."""
+        volume = self.manifest.volume if self.manifest is not None else None
+        return volume.nodes if volume is not None else None
+
+    def joined(self, **joined: Any) -> Run:
+        """The same run with what the service joined to it (``decision``, ``volume_run``)."""
+        return replace(self, **joined)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Run:
+        """The run of a decoded ``runs`` row; StoreError naming the run and the column when
+        one does not hold what it should (a manifest that no longer validates is not one:
+        see ``manifest_problem``)."""
+        values: dict[str, Any] = _base_values(row)
+        run = values["id"]
+        for column in OBJECT_COLUMNS:
+            if row.get(column) is not None:
+                values[column] = _checked(run, column, row[column], dict, dict)
+        for column in LIST_COLUMNS:
+            if row.get(column) is not None:
+                values[column] = tuple(_checked(run, column, row[column], list, list))
+        if row.get("manifest_text") is not None:
+            values["manifest_text"] = _checked(run, "manifest_text", row["manifest_text"],
+                                               str, str)
+        values["two_person"] = bool(row.get("two_person"))
+        if row.get("plan") is not None:
+            plan = _checked(run, "plan", row["plan"], dict, dict)
+            try:
+                values["plan"] = Plan.from_dict(plan)
+            except (KeyError, ValueError, TypeError, ArithmeticError) as exc:
+                raise StoreError(f"run {run}: column plan does not hold a plan ({exc!r}): the "
+                                 "state database was changed by hand or by another program"
+                                 ) from exc
+        if row.get("manifest_json") is not None:
+            manifest = _checked(run, "manifest_json", row["manifest_json"], dict, dict)
+            try:
+                values["manifest"] = Manifest.model_validate_json(  # stored by field name
+                    json.dumps(manifest), by_name=True)
+            except ValidationError as exc:
+                values["manifest_problem"] = (
+                    f"run {run}: its stored manifest no longer validates "
+                    f"({exc.error_count()} problem(s), first: "
+                    f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}: "
+                    f"{exc.errors()[0]['msg']}); shown without the manifest's details")
         return cls(**values)
 
 

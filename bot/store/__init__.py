@@ -18,13 +18,13 @@ import sqlite_utils
 from bot.errors import StoreError
 from bot.store.dispatch import DispatchMixin, migrate_dispatch
 from bot.store.leases import LeasesMixin, migrate_leases
-from bot.store.record import RunRecord
+from bot.store.record import Run, RunRecord
 from bot.store.refusals import RefusalsMixin, migrate_refusals
 from bot.store.runs import RunsMixin, migrate_runs
 from bot.store.slack import SlackMixin, migrate_slack
 from bot.store.watch import WatchMixin, migrate_watch
 
-__all__ = ["RunRecord", "Store"]
+__all__ = ["Run", "RunRecord", "Store"]
 
 
 class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin, DispatchMixin):

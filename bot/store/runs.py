@@ -17,6 +17,7 @@ import sqlite_utils
 
 from bot.errors import RunNotFound, StoreError, VolumeExists
 from bot.pilot.forecast import ItemOutcome
+from bot.pilot.record import RUN_COLUMNS
 from bot.pilot.states import RunStatus, allowed_sources
 from bot.store.base import StoreBase
 from bot.store.items import (
@@ -29,7 +30,7 @@ from bot.store.items import (
     item_row,
     migrate_items,
 )
-from bot.store.record import COLUMNS, RunRecord
+from bot.store.record import COLUMNS, Run, RunRecord
 from runner.events import (
     AFTER_FAILURE_STAGES,
     ITEM_BATCH,
@@ -45,6 +46,8 @@ JSON_COLUMNS = frozenset({
     "node", "facts", "error", "data", "changes", "expected_ids", "expected_refusals",
     "categories", "success", "approvers", "forecast", "stop",
 })
+
+_RUN_SELECT = ", ".join(RUN_COLUMNS)
 
 STAGE_STATE = {"stage.started": "running", "stage.passed": "passed",
                "stage.failed": "failed", "stage.skipped": "skipped"}
@@ -153,6 +156,41 @@ class RunsMixin(StoreBase):
         if not rows:
             raise RunNotFound(run_id)
         return RunRecord.from_row(_decode(rows[0]))
+
+    def run(self, run_id: str) -> Run:
+        """The run, typed (bot.pilot.record.Run): its plan, its manifest checked once, its
+        verdict, balance, forecast..., without the expected ids (``expected_ids``)."""
+        rows = list(self.db.query(f"SELECT {_RUN_SELECT} FROM runs WHERE id = ?", [run_id]))
+        if not rows:
+            raise RunNotFound(run_id)
+        return Run.from_row(_decode(rows[0]))
+
+    def find(self, prefix: str) -> Run:
+        """``find_run``'s run, typed."""
+        return self.run(str(self.find_run(prefix)["id"]))
+
+    def runs(self, *, limit: int = 50, status: str | None = None,
+             channel: str | None = None) -> list[Run]:
+        """``list_runs``'s runs, typed (the newest first)."""
+        conds = [c for c, v in (("status = ?", status), ("channel = ?", channel)) if v]
+        params = [v for v in (status, channel) if v]
+        where = f"WHERE {' AND '.join(conds)}" if conds else ""
+        sql = f"SELECT {_RUN_SELECT} FROM runs {where} ORDER BY id DESC LIMIT ?"
+        return [Run.from_row(_decode(r)) for r in self.db.query(sql, [*params, limit])]
+
+    def running(self) -> list[Run]:
+        """``active_runs``, typed: the runs whose runner is running, oldest first."""
+        return [Run.from_row(_decode(r)) for r in self.db.query(
+            f"SELECT {_RUN_SELECT} FROM runs WHERE status = ? ORDER BY id",
+            [str(RunStatus.RUNNING)])]
+
+    def expected_ids(self, run_id: str) -> list[str] | None:
+        """The input ids the run expects (a 20,000-item list for a large volume run)."""
+        rows = list(self.db.query("SELECT expected_ids FROM runs WHERE id = ?", [run_id]))
+        if not rows:
+            raise RunNotFound(run_id)
+        ids = _decode(rows[0])["expected_ids"]
+        return None if ids is None else [str(i) for i in ids]
 
     def find_run(self, prefix: str) -> dict[str, Any]:
         """A run by what a person types: its id or a unique id prefix, ``latest`` (the

@@ -39,3 +39,57 @@ def test_a_row_that_holds_the_wrong_type_is_named_not_trusted() -> None:
         RunRecord.from_row({**row, "pid": "12"})
     with pytest.raises(StoreError, match="run r1: .* has no run_dir"):
         RunRecord.from_row({k: v for k, v in row.items() if k != "run_dir"})
+
+
+def _submitted(tmp_path: Path) -> tuple[Store, str]:
+    from bot.manifest.load import load_manifest_file
+    from bot.messages.model import RecordingNotifier
+    from bot.service import PilotService
+    from bot.settings import Settings
+    from tests.bot.fakes import ScriptedDispatcher, pilot_script, write_manifest
+
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    store = Store(settings.db_path)
+    service = PilotService(settings, store, {"local": ScriptedDispatcher(
+        pilot_script(["doc-01", "doc-02", "doc-03", "doc-04"]))}, RecordingNotifier())
+    loaded = load_manifest_file(write_manifest(tmp_path))
+    return store, service.submit(loaded, submitter="bob").run_id
+
+
+def test_a_run_carries_its_plan_and_its_manifest_checked_once(tmp_path: Path) -> None:
+    from decimal import Decimal
+
+    from bot.manifest.model import Manifest
+    from bot.pilot.plan import Plan
+
+    store, run_id = _submitted(tmp_path)
+    run, row = store.run(run_id), store.get_run(run_id)
+    assert isinstance(run, RunRecord) and run.id == run_id and run.status == "planned"
+    assert isinstance(run.plan, Plan) and run.plan.to_dict() == row["plan"]
+    assert run.plan.lot_price_usd_per_day == Decimal(row["plan"]["lot_price_usd_per_day"])
+    assert isinstance(run.manifest, Manifest) and run.manifest_problem is None
+    assert run.manifest_json == row["manifest_json"]  # the checked manifest reads the same
+    assert run.approvers == tuple(row["approvers"]) and run.submitter == "bob"
+    assert store.expected_ids(run_id) == row["expected_ids"]
+    assert [r.id for r in store.runs()] == [run_id] == [store.find("latest").id]
+
+
+def test_an_old_manifest_that_no_longer_validates_keeps_the_run_readable(
+        tmp_path: Path) -> None:
+    store, run_id = _submitted(tmp_path)
+    old = {**store.get_run(run_id)["manifest_json"], "hardwre": {"gpu": "cpu"}}  # since renamed
+    store.update_run(run_id, manifest_json=old)
+    run = store.run(run_id)
+    assert run.manifest is None and run.manifest_json == {} and run.plan is not None
+    assert run.manifest_problem is not None and f"run {run_id}" in run.manifest_problem
+    assert "hardwre" in run.manifest_problem
+
+
+def test_a_plan_column_that_holds_no_plan_is_named_not_trusted(tmp_path: Path) -> None:
+    store, run_id = _submitted(tmp_path)
+    store.update_run(run_id, plan={"gpu": "cpu"})
+    with pytest.raises(StoreError, match=f"run {run_id}: column plan does not hold a plan"):
+        store.run(run_id)
+    store.update_run(run_id, plan=None, verdict=["passed"])
+    with pytest.raises(StoreError, match=f"run {run_id}: column verdict holds list"):
+        store.run(run_id)
