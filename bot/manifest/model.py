@@ -59,8 +59,10 @@ class Section(BaseModel):
 
 
 class Hardware(Section):
-    gpu: NonEmpty = Field(description="catalog model, case-insensitive (H100, B200, MI300X, cpu)")
-    lots: Int = Field(ge=1, le=10, description="rented lots, 1 to 10")
+    gpu: NonEmpty = Field(description="catalog model, case-insensitive (H100, B200, MI300X, "
+                          "cpu; H100x8 and the like: a lot is one 8-card node)")
+    lots: Int = Field(ge=1, le=10, description="rented lots, 1 to 10 (node-sized offers: "
+                      "one node a lot)")
     days: Literal[3, 7, 30] = Field(description="plan duration: 3, 7 or 30 days")
     lot_price_usd_per_day: Decimal = Field(
         ge=0, le=MAX_LOT_PRICE_USD, decimal_places=6, allow_inf_nan=False,

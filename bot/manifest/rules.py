@@ -31,7 +31,7 @@ from bot.manifest.model import (
 )
 from bot.manifest.secrets import find_secrets
 from bot.manifest.source import FieldPath, SourceMap, format_loc
-from bot.manifest.volume_rules import check_volume
+from bot.manifest.volume_rules import check_node_lots, check_volume
 from runner.inputs import InputsError, list_dir, list_frames
 
 CUDA_FIRST_EXTENSIONS = frozenset({"flash_attn", "xformers", "bitsandbytes", "apex"})
@@ -129,6 +129,7 @@ def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
     if project_dir is not None and parts.volume is not None:
         check_input_files(parts.volume.inputs, project_dir, ("volume", "inputs"), report,
                           required=_volume_is_local(parts))
+    check_node_lots(gpu, parts.hardware, parts.volume, report)
     if parts.volume is not None:
         check_volume(parts.volume, gpu, parts.hardware, report)
         if parts.volume.inputs.on_nodes and _volume_is_local(parts):

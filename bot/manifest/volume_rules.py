@@ -61,6 +61,8 @@ def check_volume(volume: Volume, gpu: GpuModel | None, hardware: Hardware | None
                        f"rented ({hardware.lots} lot(s) x {gpu.cards_per_lot}): every node "
                        "needs at least one card")
         return
+    if not _lots_fit_nodes(gpu, hardware, count, report):
+        return
     per_node = node_share(hardware.lots, gpu.cards_per_lot, count)  # the runner's rule
     if volume.cards_per_worker > per_node:
         report.problem(("volume", "cards_per_worker"),
@@ -71,6 +73,39 @@ def check_volume(volume: Volume, gpu: GpuModel | None, hardware: Hardware | None
         report.warn(("volume", "cards_per_worker"),
                     f"{per_node} cards per node do not divide by {volume.cards_per_worker}: "
                     f"{per_node % volume.cards_per_worker} card(s) per node stay idle")
+
+
+def check_node_lots(gpu: GpuModel | None, hardware: Hardware | None, volume: Volume | None,
+                    report: Report) -> None:
+    """A rent of several node-sized lots (``H100x8``) with no nodes listed: the pilot's
+    node alone would be judged against every lot's cards (``runner.spec.node_share``)."""
+    if gpu is None or hardware is None or not gpu.lot_is_node or hardware.lots == 1:
+        return
+    if volume is not None and isinstance(volume.nodes, list) and volume.nodes:
+        return  # check_volume matches them with the lots
+    report.problem(("hardware", "lots"), f"{hardware.lots} {gpu.key} lots are "
+                   f"{hardware.lots} nodes of {gpu.cards_per_lot} {gpu.card} cards, but no "
+                   "volume.nodes lists them: the pilot's node alone would be expected to "
+                   f"show all {hardware.lots * gpu.cards_per_lot}; list every rented node in "
+                   "volume.nodes (the pilot's node among them), or rent 1 lot for the pilot")
+
+
+def _lots_fit_nodes(gpu: GpuModel, hardware: Hardware, count: int, report: Report) -> bool:
+    """Every node holds the same whole lots: a lot is never split over machines (each
+    node proves the same share), and a node-sized lot is one node."""
+    lots = hardware.lots
+    if lots % count:
+        report.problem(("volume", "nodes"), f"{lots} lots over {count} nodes do not split "
+                       f"evenly: every node must show the same share of the rent and a lot "
+                       f"is never split over machines; list a number of nodes that divides "
+                       f"hardware.lots ({lots})")
+        return False
+    if gpu.lot_is_node and count != lots:
+        report.problem(("volume", "nodes"), f"one {gpu.key} lot is one node: {lots} lots are "
+                       f"{lots} nodes, volume.nodes lists {count}; list each rented node once "
+                       f"(each shows its {gpu.cards_per_lot} cards)")
+        return False
+    return True
 
 
 def _check_count(count: int, report: Report) -> None:

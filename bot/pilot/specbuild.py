@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bot.manifest.catalog import default_catalog
 from bot.manifest.load import LoadedManifest
 from bot.manifest.model import Manifest
 from bot.pilot.plan import Plan
@@ -72,8 +73,10 @@ def _hardware(plan: Plan, nodes: int) -> HardwareSpec:
     """The cards as the catalog knows them: count, memory and the per-card peaks; and what
     the node this spec runs on must show, its share of the rent over ``nodes`` (the same
     for the pilot's node, the volume's head and each node's card proof)."""
-    return HardwareSpec(
-        gpu=plan.gpu, vendor=plan.vendor, cards_per_lot=plan.cards_per_lot,
+    model = default_catalog().get(plan.gpu)
+    return HardwareSpec(  # the card the node shows (H100), not the offer (H100x8)
+        gpu=model.card if model is not None else plan.gpu, vendor=plan.vendor,
+        cards_per_lot=plan.cards_per_lot,
         memory_gib=plan.memory_per_card_gib,
         bf16_tflops=plan.bf16_tflops, fp32_tflops=plan.fp32_tflops, lots=plan.lots,
         bf16_floor_tflops=plan.bf16_floor_tflops,

@@ -14,7 +14,10 @@ def test_shipped_catalog_models() -> None:
     assert {"H100", "H200", "B200", "MI300X", "A100", "L40S", "cpu"} <= set(catalog.names())
     b200 = catalog.get("b200")
     assert b200 is not None and b200.cards_per_lot == 2
-    assert all(g.cards_per_lot == 1 for g in catalog.gpus if g.key != "B200")
+    # a lot holds one card, a B200 lot two (the seed guide); a node-sized offer a node
+    assert all(g.cards_per_lot == 1 for g in catalog.gpus
+               if g.key != "B200" and not g.lot_is_node)
+    assert all(g.cards_per_lot == 8 for g in catalog.gpus if g.lot_is_node)
     mi = catalog.get("MI300X")
     assert mi is not None and mi.backends == ("rocm",) and mi.vendor == "amd"
     assert all(g.backends == ("cuda",) for g in catalog.gpus if g.vendor == "nvidia")
@@ -35,6 +38,11 @@ def test_shipped_catalog_models() -> None:
     ("gpus:\n  X: {backends: [cuda], allreduce_busbw_gbps: [400]}\n",
      "gpus.X.allreduce_busbw_gbps: expected a mapping"),
     ("{{", "unreadable"),
+    ("gpus:\n  X8: {card: X, cards_per_lot: 8}\n", "gpus.X8.card: 'X' is not a card"),
+    ("gpus:\n  X: {backends: [cuda]}\n  X8: {card: X, memory_gib: 80}\n",
+     "gpus.X8: takes its per-card facts from X; remove memory_gib"),
+    ("gpus:\n  X: {backends: [cuda]}\n  X8: {card: X, lot_is_node: yes please}\n",
+     "gpus.X8.lot_is_node: expected true or false"),
 ])
 def test_broken_catalog_is_named(tmp_path: Path, text: str, fragment: str) -> None:
     path = tmp_path / "hw.yaml"
