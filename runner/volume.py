@@ -4,12 +4,15 @@ The driver is the ledger's single writer. It keeps up to ``volume.in_flight`` ba
 each worker (one Ray actor each, which runs them one after another), records each result
 with a first-wins, id-keyed insert, and keeps going whatever fails:
 
-- a worker that was lost (its node died) has its batches put back whole for the others;
-  a node gone from the cluster is dropped with every worker on it;
+- a worker lost with its node (the node gone from ``ray.nodes()``, or Ray's error says
+  so: ``outside_cause``) or killed from outside has every batch it held put back whole,
+  at the front, for the others, counted against no input; a node gone from the cluster
+  is dropped with every worker on it;
 - a batch that failed because of what it holds (the handler raised, an item ran past
   ``task.item_timeout_s`` on its worker, the worker held it past the batch timeout, the
-  worker died while its node lived) is split in halves until the input that fails is
-  alone, and that input is refused with the reason (``runner.volume_queue``);
+  worker's process died while its node lived: the batch it was running, not those
+  queued behind it) is split in halves until the input that fails is alone, and that
+  input is refused with the reason (``runner.volume_queue``);
 - a worker past the batch timeout is excluded and stopped (its cards freed), and a
   fresh worker is started in its place (at most 8 times, or once per worker if more).
 
@@ -49,6 +52,10 @@ START_TIMEOUT_S = 600.0  # a worker started in place of another must answer with
 REPLACE_MIN = 8          # workers started again: at least this many, or one per worker
 ISOLATED_MIN = 20        # inputs refused alone before the volume is judged broken ...
 ISOLATED_SHARE = 0.01    # ... or this share of the inputs, whichever is larger
+# outside_cause's answers: a worker lost for none of its batch's doing
+NODE_UNREACHABLE = "its node (its raylet) cannot be reached"
+NODE_DIED = "its node died"
+KILLED_OUTSIDE = "it was killed from outside (ray.kill)"
 
 __all__ = ["Batch", "Driver", "Worker", "run_volume", "healthy_cards"]
 
@@ -144,6 +151,7 @@ class Driver:
             self._check_timeouts()
             self._check_nodes()
             self._progress()
+        self._check_nodes(force=True)  # a node whose workers were lost before it looked dead
         self._progress(force=True)
         for worker, _since, _why in self.starting.values():  # started for nothing
             self._kill(worker)
@@ -188,13 +196,15 @@ class Driver:
         return o
 
     def _settle(self, ref: Any) -> None:
+        line = self.lines.get(self.out[ref].worker.key, []) if ref in self.out else []
+        running = bool(line) and line[0] == ref  # the batch its worker was running
         o = self._forget(ref)
         if o is None:
             return
         try:
             reply = self.ray.get(ref)
         except self.lost_types as exc:
-            self._lost(o, exc)
+            self._lost(o, exc, running)
             return
         if "error" in reply:
             cause = str(reply.get("cause") or RAISED)
@@ -236,7 +246,12 @@ class Driver:
                      "(the items recorded so far, these refusals included, are kept)",
                 facts=self.facts())
 
-    def _lost(self, o: Outstanding, exc: BaseException) -> None:
+    def _lost(self, o: Outstanding, exc: BaseException, running: bool = True) -> None:
+        """A call of worker ``o.worker`` failed with one of Ray's lost errors. Lost with
+        its node, or from outside (``outside_cause``): every batch it held goes back
+        whole, at the front, counted against no input. Its process died while its node
+        lived: the batch it was running (``running``: ``o``'s, else the one ahead of it)
+        is blamed (``_failed``, cause ``died``), the others go back whole."""
         w = o.worker
         reason = f"{type(exc).__name__}: {str(exc)[:300]}"
         if w.lost or w.excluded:  # its batches were already dealt with
@@ -247,7 +262,22 @@ class Driver:
         if self._node_gone(w.node, reason):
             self._put_back(o, f"node {w.host or w.node[:8]} of worker {w.label} was lost")
             return
-        # its node lives: the worker died under this batch (maybe because of an input)
+        outside = outside_cause(exc)
+        if outside == NODE_DIED:  # Ray's own word, before ray.nodes() says so
+            self._drop_node(w.node, reason)
+        if outside is not None:  # the node may still look alive: a later look drops it
+            self._put_back(o, f"worker {w.label} was lost: {outside} ({reason})")
+            self._kill(w)  # should it answer again, its cards are freed
+            if outside == KILLED_OUTSIDE:
+                self._replace(w, reason)
+            return
+        # its node lives: the worker died under the batch it ran (maybe because of an input)
+        line = self.lines.get(w.key) or []
+        if not running and line and line[0] in self.out:
+            blamed = self._forget(line[0])
+            self.queue.put_back(o.batch)
+            self._note_requeue(o.batch, f"worker {w.label} was lost before it ran this batch")
+            o = blamed or o
         self._release(w, f"worker {w.label} was lost")
         self._failed(o, DIED, reason)
         self._replace(w, reason)
@@ -283,11 +313,11 @@ class Driver:
         self._drop_node(node, reason)
         return True
 
-    def _check_nodes(self) -> None:
-        """Every few seconds: a node gone from the cluster is dropped with its workers,
-        even before any call to them fails."""
+    def _check_nodes(self, force: bool = False) -> None:
+        """Every few seconds (and once at the end): a node gone from the cluster is
+        dropped with its workers, even before any call to them fails."""
         now = self.clock()
-        if now - self.last_nodes < NODES_EVERY_S:
+        if not force and now - self.last_nodes < NODES_EVERY_S:
             return
         self.last_nodes = now
         try:
@@ -422,6 +452,27 @@ class Driver:
                 "re_executed": self.re_executed,
                 "items_per_s": round((len(self.recorder.recorded) - self.start_done)
                                      / max(self.clock() - self.t0, 1e-6), 2)}
+
+
+def outside_cause(exc: BaseException) -> Optional[str]:
+    """Why a worker's lost call is none of its batch's doing, or None (its process died
+    while its node lived: maybe because of what the batch holds). Read from Ray's error
+    type and the death cause the GCS wrote into it (Ray 2.60, seen on a real cluster):
+    a raylet killed fails its actors' calls at once with ``ActorUnavailableError``,
+    seconds before ``ray.nodes()`` marks the node dead; ``ActorDiedError`` says "because
+    its node has died" (or is ``preempted``) once the GCS knows, and "killed by
+    `ray.kill`" for a worker stopped from outside (the driver's own kills end the
+    worker's batches first). A worker process SIGKILLed alone reads like a crash and is
+    not matched here."""
+    names = {t.__name__ for t in type(exc).__mro__}
+    if names & {"ActorUnavailableError", "NodeDiedError", "ObjectLostError"}:
+        return NODE_UNREACHABLE
+    text = str(exc)
+    if getattr(exc, "preempted", False) is True or "its node has died" in text:
+        return NODE_DIED
+    if "killed by `ray.kill`" in text:
+        return KILLED_OUTSIDE
+    return None
 
 
 def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[str, Any]:

@@ -3,11 +3,13 @@
 Pure bookkeeping (no Ray, no I/O), so the driver's rules are tested on their own
 (tests/runner/test_volume_queue.py):
 
-- a batch whose worker or node was lost goes back to the front of the queue, whole;
+- a batch whose worker was lost with its node (or killed from outside), or that waited
+  behind the batch its worker died running, goes back to the front of the queue, whole,
+  counted against none of its inputs (``put_back``);
 - a batch that failed because of what it holds (its handler raised, it ran past
   ``task.item_timeout_s`` on its worker, its worker held it past the batch timeout, its
-  worker died while its node lived) is split in two halves, both at the front, until the
-  input that fails is alone in its batch;
+  worker's process died running it while its node lived) is split in two halves, both
+  at the front, until the input that fails is alone in its batch;
 - an input alone in a failed batch is refused with the reason (the exception, the
   timeout); one whose worker died under it is tried once more first (a worker may die of
   something else), then refused.
@@ -73,7 +75,8 @@ class BatchQueue:
         return batch
 
     def put_back(self, batch: Batch) -> None:
-        """A lost worker's (or node's) batch: whole, at the front, for another worker."""
+        """A lost worker's (or node's) batch: whole, at the front, for another worker;
+        not a death of its inputs (``deaths`` stays as it was)."""
         self.queue.appendleft(batch)
 
     def failed(self, batch: Batch, cause: str, reason: str) -> Split:

@@ -372,3 +372,134 @@ def test_a_node_noticed_dead_after_its_workers_were_lost_is_still_reported_lost(
     assert "left the Ray cluster" in lost[0]["reason"] and lost[0]["workers"] == ["w1@h[1]"]
     assert facts["nodes_lost"] == 1
     assert [d["worker"] for e, d in events if e == "volume.worker_lost"] == ["w1@h[1]"]
+
+
+class ActorUnavailableError(Exception):
+    pass
+
+
+class RayletKilled(SlowToNotice):
+    """A raylet SIGKILLed (as ``ray.cluster_utils.Cluster.remove_node`` does): every call
+    on its actors fails at once with ActorUnavailableError (Ray 2.60, seen on a real
+    cluster) while the first look at ``ray.nodes()`` still finds the node alive."""
+
+    exceptions = types.SimpleNamespace(ActorDiedError=ActorDiedError,
+                                       ActorUnavailableError=ActorUnavailableError)
+
+    def get(self, ref: Ref) -> dict[str, Any]:
+        try:
+            return super().get(ref)
+        except ActorDiedError as exc:
+            if ref.actor.node not in self.dead_nodes:
+                raise
+            raise ActorUnavailableError(
+                f"The actor a{ref.actor.key} is unavailable: The actor is temporarily "
+                "unavailable: RpcError: RPC error: Socket closed rpc_code: 14. The task may "
+                "or may not have been executed on the actor.") from exc
+
+
+def test_a_killed_raylet_s_batches_in_flight_go_back_whole_not_split(tmp_path: Path) -> None:
+    """Issue 23: a node lost is not a batch that failed because of what it holds. Both
+    batches in flight on the lost worker (volume.in_flight 2) go back whole, at the front,
+    and no batch is split, though the node still looked alive when the calls failed."""
+    ray = RayletKilled(3, dies={1})
+    driver, ledger, events = _driver(tmp_path, ray, 40, in_flight=2)
+    facts = driver.run()
+    rows = _every_id_once(ledger, 40)
+    assert {r.status for r in rows.values()} == {"accepted"}
+    assert facts["batches_split"] == 0 and not [e for e, _ in events if e == "volume.split"]
+    requeued = [d for e, d in events if e == "volume.requeued"]
+    assert len(requeued) == 2 and {d["items"] for d in requeued} == {5}  # whole batches
+    assert all("ActorUnavailableError" in d["reason"] for d in requeued)
+    lost = [d for e, d in events if e == "volume.node_lost"]
+    assert [d["node"] for d in lost] == ["node1"] and facts["nodes_lost"] == 1
+    assert [k for k, _ in ray.calls].count(1) == 2  # nothing more handed to it
+
+
+def test_an_actor_dead_with_its_node_goes_back_whole_while_the_node_looks_alive(
+        tmp_path: Path) -> None:
+    """Ray's own word for it (the GCS's death cause: 'its node has died') is enough; the
+    batch is not split even before ray.nodes() says the node is gone."""
+    class NodeDied(SlowToNotice):
+        def get(self, ref: Ref) -> dict[str, Any]:
+            try:
+                return super().get(ref)
+            except ActorDiedError as exc:
+                raise ActorDiedError("The actor died unexpectedly before finishing this "
+                                     "task.\nThe actor died because its node has died. Node "
+                                     f"Id: {ref.actor.node}") from exc
+
+    ray = NodeDied(2, dies={0})
+    driver, ledger, events = _driver(tmp_path, ray, 20, in_flight=2)
+    facts = driver.run()
+    _every_id_once(ledger, 20)
+    assert facts["batches_split"] == 0 and facts["nodes_lost"] == 1
+    assert [d["items"] for e, d in events if e == "volume.requeued"] == [5, 5]
+
+
+def test_an_input_whose_node_dies_twice_under_it_is_not_refused(tmp_path: Path) -> None:
+    """A batch re-queued because its node died is not counted against its inputs: one
+    input alone, lost with two nodes in turn, is run a third time and recorded."""
+    ray = RayletKilled(3, dies={0, 1})
+    driver, ledger, events = _driver(tmp_path, ray, 1, size=1)
+    facts = driver.run()
+    rows = _every_id_once(ledger, 1)
+    assert rows["i000"].status == "accepted" and facts["refused_alone"] == 0
+    assert [e for e, _ in events].count("volume.requeued") == 2
+    assert [k for k, _ in ray.calls] == [0, 1, 2]
+
+
+class NewestFirst(FakeRay):
+    """An input that kills its worker does so as the worker runs it (every call of the
+    actor then fails at once), and ``ray.wait`` names what is ready newest first (nothing
+    promises the order)."""
+
+    def wait(self, refs: list[Ref], num_returns: int, timeout: float) -> tuple[list, list]:
+        for actor in self.actors:
+            head = next((r for r in actor.line if not getattr(r, "done", False)), None)
+            if head is not None and head.payload and self.kills & {p[0] for p in head.payload}:
+                actor.killed = True
+        ready = [r for r in reversed(refs) if self._ready(r)][:num_returns]
+        if not ready:
+            self.now += timeout
+        return ready, [r for r in refs if r not in ready]
+
+
+def test_a_worker_killed_by_an_input_blames_the_batch_it_ran_not_the_one_queued_behind(
+        tmp_path: Path) -> None:
+    """volume.in_flight 2: the worker's second batch never ran; it goes back whole, and
+    only the batch the worker was running when it died is split."""
+    ray = NewestFirst(2, kills={"i002"})
+    driver, ledger, events = _driver(tmp_path, ray, 40, in_flight=2)
+    driver.run()
+    rows = _every_id_once(ledger, 40)
+    assert rows["i002"].status == "refused"
+    split = [d for e, d in events if e == "volume.split"]
+    assert split[0]["batch"] == 0 and split[0]["cause"] == "died"  # i000-i004
+    assert all(d["items"] <= 5 and d["batch"] != 2 for d in split)
+    requeued = [d for e, d in events if e == "volume.requeued"]
+    assert requeued[0]["batch"] == 2 and requeued[0]["items"] == 5  # the one behind it
+
+
+def test_ray_s_own_errors_tell_a_lost_node_from_a_worker_that_died() -> None:
+    """The classification on Ray's real exception types and the GCS's death causes (the
+    texts Ray 2.60 writes): a node unreachable or dead, or a worker stopped from outside,
+    is none of its batch's doing; a worker process that died on a live node may be."""
+    from ray import exceptions as rex
+
+    from runner.volume import KILLED_OUTSIDE, NODE_DIED, NODE_UNREACHABLE, outside_cause
+
+    unavailable = rex.ActorUnavailableError(
+        "The actor is temporarily unavailable: RpcError: RPC error: Socket closed", None)
+    assert outside_cause(unavailable) == NODE_UNREACHABLE
+    assert outside_cause(rex.NodeDiedError("node n1 is dead")) == NODE_UNREACHABLE
+    assert outside_cause(rex.ActorDiedError()) is None  # the cause is not known
+    died = "The actor died unexpectedly before finishing this task.\n{}"
+    for text, expected in (
+            ("The actor died because its node has died. Node Id: ab12", NODE_DIED),
+            ("The actor is dead because it was killed by `ray.kill`.", KILLED_OUTSIDE),
+            ("The actor is dead because its worker process has died. Worker exit type: "
+             "SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection "
+             "error code 2. End of file.", None)):
+        exc = rex.RayActorError(error_msg=died.format(text))
+        assert outside_cause(exc) == expected, text
