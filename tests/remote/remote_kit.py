@@ -5,21 +5,27 @@ from __future__ import annotations
 import json
 import random
 import socket
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bot.dispatch.ray_cluster import RayPorts
 from bot.dispatch.ssh import SSHDispatcher
-from bot.manifest.load import load_manifest_file
+from bot.dispatch.upload import RUNNER_PACKAGE
+from bot.manifest.load import LoadedManifest, load_manifest, load_manifest_file
 from bot.messages.model import RecordingNotifier
 from bot.service import PilotService
 from bot.service.leases import lease_guard_for, set_state
 from bot.settings import Settings
 from bot.store import Store
 from runner.events import Event, read_events
+from tests.remote.sshd_server import Sshd
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write_project(root: Path, node: dict[str, Any], *, count: int = 4,
@@ -83,9 +89,59 @@ def provision(store: Store, node: str) -> None:
         set_state(store, node, state, "alice")
 
 
-def submit(bot: Bot, manifest: Path) -> str:
-    sub = bot.service.submit(load_manifest_file(manifest), submitter="bob")
-    return sub.run_id
+@contextmanager
+def provisioned_bot(home: Path, sshd: Sshd,
+                    dispatcher: SSHDispatcher | None = None) -> Iterator[Bot]:
+    """A bot over ``dispatcher`` (by default one that trusts only ``sshd``) whose lease of
+    ``sshd``'s node is provisioned; closed when the block ends."""
+    bot = make_bot(home, dispatcher if dispatcher is not None else sshd.dispatcher())
+    try:
+        provision(bot.store, sshd.lease_key)
+        yield bot
+    finally:
+        bot.close()
+
+
+def submit(bot: Bot, manifest: Path | LoadedManifest, *, submitter: str = "bob") -> str:
+    """Submit ``manifest`` (a file, or one loaded already): the run's id."""
+    loaded = manifest if isinstance(manifest, LoadedManifest) else load_manifest_file(manifest)
+    return bot.service.submit(loaded, submitter=submitter).run_id
+
+
+def start_run(bot: Bot, manifest: Path | LoadedManifest, *, submitter: str = "bob") -> str:
+    """Submit ``manifest`` and dispatch it to its node: the run's id."""
+    run_id = submit(bot, manifest, submitter=submitter)
+    bot.service.start(run_id)
+    return run_id
+
+
+@contextmanager
+def pilote_bot(tmp_path: Path, sshd: Sshd, python: str = sys.executable,
+               dispatcher: SSHDispatcher | None = None) -> Iterator[tuple[Bot, LoadedManifest]]:
+    """A provisioned bot (home ``tmp_path/home``) whose dispatcher (by default ``sshd``'s)
+    sends the real runner, and manifests/pilote.yaml run by ``python`` on ``sshd``'s node
+    (workdir ``tmp_path/node``), its evidence copied to ``tmp_path/evidence``."""
+    pilote = _pilote_over_ssh(sshd, tmp_path / "node", tmp_path / "evidence", python)
+    if dispatcher is None:
+        dispatcher = sshd.dispatcher(runner_package=RUNNER_PACKAGE)
+    with provisioned_bot(tmp_path / "home", sshd, dispatcher) as bot:
+        yield bot, pilote
+
+
+def _pilote_over_ssh(sshd: Sshd, workdir: Path, evidence: Path, python: str) -> LoadedManifest:
+    """manifests/pilote.yaml with its node turned into this sshd and a local evidence copy."""
+    text = (REPO / "manifests" / "pilote.yaml").read_text(encoding="utf-8")
+    node = (f"node:\n  kind: ssh\n  host: 127.0.0.1\n  port: {sshd.port}\n  user: {sshd.user}\n"
+            f"  workdir: {workdir}\n  python: {python}\n")
+    assert "node:\n  kind: local\n" in text and "copy_to: evidence/pilote-demo" in text
+    text = (text.replace("node:\n  kind: local\n", node)
+            .replace("copy_to: evidence/pilote-demo", f"copy_to: {evidence}"))
+    return load_manifest(text, source="pilote-ssh.yaml", base_dir=REPO / "manifests")
+
+
+def items_done(n: int) -> Callable[[list[Event]], bool]:
+    """A ``pump_until`` predicate: ``n`` items done at least."""
+    return lambda events: sum(e.type == "item.done" for e in events) >= n
 
 
 def wait_for(condition: Callable[[], Any], *, timeout: float = 30, what: str = "condition") -> Any:

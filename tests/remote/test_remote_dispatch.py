@@ -12,18 +12,22 @@ import pytest
 from bot.dispatch.base import RunHandle
 from bot.dispatch.upload import locate, node_section
 from bot.errors import DispatchError, LeaseError
-from tests.remote.remote_kit import Bot, make_bot, provision, submit, write_project
+from tests.remote.remote_kit import (
+    Bot,
+    make_bot,
+    provisioned_bot,
+    start_run,
+    submit,
+    write_project,
+)
 from tests.remote.sshd_server import BARE_PYTHON, Sshd
 
 
 def test_fake_runner_dispatched_end_to_end_with_the_node_python(tmp_path: Path, sshd: Sshd) -> None:
     workdir = tmp_path / "node"
     manifest = write_project(tmp_path / "project", sshd.node(workdir))
-    bot = make_bot(tmp_path / "home", sshd.dispatcher())
-    try:
-        provision(bot.store, sshd.lease_key)
-        run_id = submit(bot, manifest)
-        bot.service.start(run_id)
+    with provisioned_bot(tmp_path / "home", sshd) as bot:
+        run_id = start_run(bot, manifest)
         run = bot.service.follow(run_id, timeout=60)
         assert run["status"] == "awaiting_decision", run
         assert run["outcome"] == "passed", run["verdict"]
@@ -41,8 +45,6 @@ def test_fake_runner_dispatched_end_to_end_with_the_node_python(tmp_path: Path, 
             (tmp_path / "project" / "data" / "pilote").resolve())
         assert [i["id"] for i in bot.store.items(run_id)] == [f"doc-0{n}" for n in range(1, 5)]
         _restarted_bot_finds_the_run_without_the_node_section(bot, run, remote_run)
-    finally:
-        bot.close()
 
 
 def _restarted_bot_finds_the_run_without_the_node_section(bot: Bot, run: dict[str, Any],
@@ -80,31 +82,23 @@ def test_a_node_python_that_prints_no_hashes_fails_the_dispatch_clearly(tmp_path
                                                                         sshd: Sshd) -> None:
     manifest = write_project(tmp_path / "project", {**sshd.node(tmp_path / "node"),
                                                     "python": "echo"})
-    bot = make_bot(tmp_path / "home", sshd.dispatcher())
-    try:
-        provision(bot.store, sshd.lease_key)
+    with provisioned_bot(tmp_path / "home", sshd) as bot:
         run_id = submit(bot, manifest)
         with pytest.raises(DispatchError, match="node.python .echo. did not answer the launcher"):
             bot.service.start(run_id)
         assert bot.store.get_run(run_id)["status"] == "dispatch_failed"
-    finally:
-        bot.close()
 
 
 def test_second_dispatch_uploads_only_the_run_files(tmp_path: Path, sshd: Sshd) -> None:
     workdir = tmp_path / "node"
     project = tmp_path / "project"
     manifest = write_project(project, sshd.node(workdir))
-    bot = make_bot(tmp_path / "home", sshd.dispatcher())
-    try:
-        provision(bot.store, sshd.lease_key)
-        first = submit(bot, manifest)
-        bot.service.start(first)
+    with provisioned_bot(tmp_path / "home", sshd) as bot:
+        first = start_run(bot, manifest)
         bot.service.follow(first, timeout=60)
         assert bot.dispatcher.uploaded[first]["project"] > 0
         assert bot.dispatcher.uploaded[first]["runner"] > 0
-        second = submit(bot, manifest)
-        bot.service.start(second)
+        second = start_run(bot, manifest)
         bot.service.follow(second, timeout=60)
         sent = bot.dispatcher.uploaded[second]
         assert sent["project"] == 0 and sent["runner"] == 0 and sent["run"] > 0
@@ -119,16 +113,13 @@ def test_second_dispatch_uploads_only_the_run_files(tmp_path: Path, sshd: Sshd) 
         (venv / "lib" / "torch.so").write_text("big")
         (remote_project / "runs").mkdir()
         (remote_project / "runs" / "keep.txt").write_text("node output")
-        third = submit(bot, manifest)
-        bot.service.start(third)
+        third = start_run(bot, manifest)
         bot.service.follow(third, timeout=60)
         assert bot.dispatcher.uploaded[third]["project"] == len("contract changed")
         assert not (remote_project / "src" / "app.py").exists()
         assert (venv / "lib" / "torch.so").exists()
         assert (remote_project / "runs" / "keep.txt").exists()
         assert (remote_project / "data" / "pilote" / "doc-01.txt").read_text() == "contract changed"
-    finally:
-        bot.close()
 
 
 def test_changed_host_key_is_refused(tmp_path: Path, sshd: Sshd) -> None:
@@ -140,9 +131,7 @@ def test_changed_host_key_is_refused(tmp_path: Path, sshd: Sshd) -> None:
     known = tmp_path / "known_hosts"
     known.write_text(f"[127.0.0.1]:{sshd.port} {pub[0]} {pub[1]}\n")
     manifest = write_project(tmp_path / "project", sshd.node(tmp_path / "node"))
-    bot = make_bot(tmp_path / "home", sshd.dispatcher(known_hosts=known))
-    try:
-        provision(bot.store, sshd.lease_key)
+    with provisioned_bot(tmp_path / "home", sshd, sshd.dispatcher(known_hosts=known)) as bot:
         run_id = submit(bot, manifest)
         with pytest.raises(DispatchError, match="host key refused"):
             bot.service.start(run_id)
@@ -150,8 +139,6 @@ def test_changed_host_key_is_refused(tmp_path: Path, sshd: Sshd) -> None:
         assert run["status"] == "dispatch_failed"
         assert "known_hosts" in run["first_error"]["message"]
         assert not (tmp_path / "node").exists()  # nothing was uploaded
-    finally:
-        bot.close()
 
 
 def test_pinned_fingerprint_accepts_the_right_key_and_refuses_another(tmp_path: Path,
@@ -164,30 +151,21 @@ def test_pinned_fingerprint_accepts_the_right_key_and_refuses_another(tmp_path: 
     wrong = "SHA256:" + "A" * 43
     bad = write_project(tmp_path / "bad", sshd.node(tmp_path / "node2", host_key_fingerprint=wrong),
                         name="pinned-bad")
-    bot = make_bot(tmp_path / "home", sshd.dispatcher(known_hosts=empty))
-    try:
-        provision(bot.store, sshd.lease_key)
-        ok = submit(bot, good)
-        bot.service.start(ok)
+    with provisioned_bot(tmp_path / "home", sshd, sshd.dispatcher(known_hosts=empty)) as bot:
+        ok = start_run(bot, good)
         assert bot.service.follow(ok, timeout=60)["outcome"] == "passed"
         refused = submit(bot, bad)
         with pytest.raises(DispatchError, match="pinned node.host_key_fingerprint"):
             bot.service.start(refused)
-    finally:
-        bot.close()
 
 
 def test_unknown_host_key_is_refused(tmp_path: Path, sshd: Sshd) -> None:
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     manifest = write_project(tmp_path / "project", sshd.node(tmp_path / "node"))
-    bot = make_bot(tmp_path / "home", sshd.dispatcher(known_hosts=empty))
-    try:
-        provision(bot.store, sshd.lease_key)
+    with provisioned_bot(tmp_path / "home", sshd, sshd.dispatcher(known_hosts=empty)) as bot:
         with pytest.raises(DispatchError, match="host key refused"):
             bot.service.start(submit(bot, manifest))
-    finally:
-        bot.close()
 
 
 def test_dispatch_to_a_lease_not_provisioned_is_refused(tmp_path: Path, sshd: Sshd) -> None:
@@ -215,11 +193,8 @@ def test_a_runner_that_died_on_the_node_is_quoted_from_the_nodes_log(tmp_path: P
                                                                       sshd: Sshd) -> None:
     workdir = tmp_path / "node"
     manifest = write_project(tmp_path / "project", sshd.node(workdir), die_after=2)
-    bot = make_bot(tmp_path / "home", sshd.dispatcher())
-    try:
-        provision(bot.store, sshd.lease_key)
-        run_id = submit(bot, manifest)
-        bot.service.start(run_id)
+    with provisioned_bot(tmp_path / "home", sshd) as bot:
+        run_id = start_run(bot, manifest)
         run = bot.service.follow(run_id, timeout=60)
         assert run["outcome"] == "failed" and run["first_error"]["type"] == "RunnerExited"
         # runner.log exists on the node only: the dispatcher read its tail over SSH
@@ -229,5 +204,3 @@ def test_a_runner_that_died_on_the_node_is_quoted_from_the_nodes_log(tmp_path: P
                            Path(run["run_dir"]), node=run["node"])
         assert bot.dispatcher.log_tail(handle).endswith("out of patience at item 2\n")
         assert bot.dispatcher.log_tail(handle, limit=10) == "at item 2\n"
-    finally:
-        bot.close()

@@ -21,20 +21,20 @@ from typing import Any
 
 from bot.dispatch.ssh import RUNNER_PACKAGE, SSHDispatcher
 from bot.dispatch.upload import SSHNode
-from bot.manifest.load import load_manifest
 from tests.remote.remote_kit import (
+    REPO,
     assert_exactly_once,
+    items_done,
     make_bot,
-    provision,
+    pilote_bot,
+    provisioned_bot,
     pump_until,
+    start_run,
     submit,
     wait_for,
     write_project,
 )
 from tests.remote.sshd_server import Sshd, _children, running_sshd
-from tests.remote.test_remote_pilot import REPO, pilote_over_ssh
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class FaultySSH(SSHDispatcher):
@@ -87,17 +87,11 @@ def faulty(sshd: Sshd, **kw: Any) -> FaultySSH:
     return dispatcher
 
 
-def items_done(n: int):  # type: ignore[no-untyped-def]
-    return lambda events: sum(e.type == "item.done" for e in events) >= n
-
-
 def test_drop_during_upload_dispatch_is_redone_and_the_pilot_passes(tmp_path: Path,
                                                                     sshd: Sshd) -> None:
     workdir = tmp_path / "node"
     manifest = write_project(tmp_path / "project", sshd.node(workdir), count=4)
-    bot = make_bot(tmp_path / "home", faulty(sshd))
-    try:
-        provision(bot.store, sshd.lease_key)
+    with provisioned_bot(tmp_path / "home", sshd, faulty(sshd)) as bot:
         run_id = submit(bot, manifest)
         bot.dispatcher.armed = "upload"  # type: ignore[attr-defined]
         bot.service.start(run_id)
@@ -109,18 +103,13 @@ def test_drop_during_upload_dispatch_is_redone_and_the_pilot_passes(tmp_path: Pa
         assert sorted(i["id"] for i in bot.store.items(run_id)) == [
             f"doc-{n:02d}" for n in range(1, 5)]
         assert not (workdir / "dispatch.lock").exists()  # the runner ended, the lock went
-    finally:
-        bot.close()
 
 
 def test_probe_cut_off_is_no_contact_not_a_failure(tmp_path: Path, sshd: Sshd) -> None:
     workdir = tmp_path / "node"
     manifest = write_project(tmp_path / "project", sshd.node(workdir), count=4, gate_after=2)
-    bot = make_bot(tmp_path / "home", faulty(sshd))
-    try:
-        provision(bot.store, sshd.lease_key)
-        run_id = submit(bot, manifest)
-        bot.service.start(run_id)
+    with provisioned_bot(tmp_path / "home", sshd, faulty(sshd)) as bot:
+        run_id = start_run(bot, manifest)
         pump_until(bot, run_id, items_done(2))
         bot.dispatcher.armed = "probe"  # type: ignore[attr-defined]
         handle = bot.service._handle(bot.store.get_run(run_id))
@@ -130,8 +119,6 @@ def test_probe_cut_off_is_no_contact_not_a_failure(tmp_path: Path, sshd: Sshd) -
         run = bot.service.follow(run_id, timeout=60)
         assert run["outcome"] == "passed", run["verdict"]
         assert_exactly_once(bot, run_id, workdir / "runs" / run_id)
-    finally:
-        bot.close()
 
 
 def _cli_env(sshd: Sshd, home: Path, **extra: str) -> dict[str, str]:
@@ -146,15 +133,12 @@ def test_follower_process_survives_a_drop_during_the_pilot_and_exits_0(tmp_path:
                                                                        sshd: Sshd) -> None:
     workdir, home = tmp_path / "node", tmp_path / "home"
     manifest = write_project(tmp_path / "project", sshd.node(workdir), count=5, gate_after=2)
-    bot = make_bot(home, sshd.dispatcher())
-    try:
-        provision(bot.store, sshd.lease_key)
-        run_id = submit(bot, manifest)
-        bot.service.start(run_id)
+    with provisioned_bot(home, sshd) as bot:
+        run_id = start_run(bot, manifest)
         pump_until(bot, run_id, items_done(2))
         bot.dispatcher.close()  # the follower process below is now the only client
         wait_for(lambda: not _children(sshd.proc.pid), what="the bot's connection to close")
-        follower = subprocess.Popen([sys.executable, "-m", "bot", "follow", run_id], cwd=ROOT,
+        follower = subprocess.Popen([sys.executable, "-m", "bot", "follow", run_id], cwd=REPO,
                                     env=_cli_env(sshd, home), stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
         try:
@@ -171,8 +155,6 @@ def test_follower_process_survives_a_drop_during_the_pilot_and_exits_0(tmp_path:
         assert (run["status"], run["outcome"]) == ("awaiting_decision", "passed")
         assert_exactly_once(bot, run_id, workdir / "runs" / run_id)
         assert len(bot.store.items(run_id)) == 5
-    finally:
-        bot.close()
 
 
 def test_follower_gives_up_on_a_node_gone_with_exit_3_and_the_run_left_running(
@@ -181,16 +163,13 @@ def test_follower_gives_up_on_a_node_gone_with_exit_3_and_the_run_left_running(
     with ExitStack() as stack:
         own = stack.enter_context(running_sshd(tmp_path / "sshd"))
         manifest = write_project(tmp_path / "project", own.node(workdir), count=4, gate_after=2)
-        bot = make_bot(home, own.dispatcher())
-        stack.callback(bot.close)
-        provision(bot.store, own.lease_key)
-        run_id = submit(bot, manifest)
-        bot.service.start(run_id)
+        bot = stack.enter_context(provisioned_bot(home, own))
+        run_id = start_run(bot, manifest)
         pump_until(bot, run_id, items_done(2))
         env = _cli_env(own, home, PREFLIGHT_SSH_GIVE_UP_S="1")
         stack.close()  # the bot closes, the node's sshd goes away; the runner keeps waiting
     try:
-        done = subprocess.run([sys.executable, "-m", "bot", "follow", run_id], cwd=ROOT,
+        done = subprocess.run([sys.executable, "-m", "bot", "follow", run_id], cwd=REPO,
                               env=env, capture_output=True, text=True, timeout=90)
     finally:
         (workdir / "runs" / run_id / "go").write_text("")  # let the runner end
@@ -211,12 +190,9 @@ def test_follower_gives_up_on_a_node_gone_with_exit_3_and_the_run_left_running(
 def test_drop_during_evidence_fetch_retries_and_verifies_only_the_whole_copy(
         tmp_path: Path, sshd: Sshd) -> None:
     workdir, evidence = tmp_path / "node", tmp_path / "evidence"
-    text = pilote_over_ssh(sshd, workdir, evidence, sys.executable)
-    bot = make_bot(tmp_path / "home", faulty(sshd, runner_package=RUNNER_PACKAGE))
-    try:
-        provision(bot.store, sshd.lease_key)
-        loaded = load_manifest(text, source="pilote-ssh.yaml", base_dir=REPO / "manifests")
-        run_id = bot.service.submit(loaded, submitter="alice").run_id
+    faults = faulty(sshd, runner_package=RUNNER_PACKAGE)
+    with pilote_bot(tmp_path, sshd, dispatcher=faults) as (bot, pilote):
+        run_id = submit(bot, pilote, submitter="alice")
         bot.dispatcher.armed = "evidence"  # type: ignore[attr-defined]
         bot.service.start(run_id)
         run = bot.service.follow(run_id, timeout=120)
@@ -226,5 +202,3 @@ def test_drop_during_evidence_fetch_retries_and_verifies_only_the_whole_copy(
         assert sorted(p.name for p in evidence.iterdir()) == [run_id]  # no partial left
         assert_exactly_once(bot, run_id, workdir / "runs" / run_id)
         assert not (Path(run["run_dir"]) / ".fetch").exists()
-    finally:
-        bot.close()

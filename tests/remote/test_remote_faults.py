@@ -11,9 +11,12 @@ from pathlib import Path
 from bot.schedule import BotScheduler, watch_runs
 from tests.remote.remote_kit import (
     assert_exactly_once,
+    items_done,
     make_bot,
     provision,
+    provisioned_bot,
     pump_until,
+    start_run,
     submit,
     wait_for,
     write_project,
@@ -21,21 +24,14 @@ from tests.remote.remote_kit import (
 from tests.remote.sshd_server import Sshd
 
 
-def _items_done(n: int):  # type: ignore[no-untyped-def]
-    return lambda events: sum(e.type == "item.done" for e in events) >= n
-
-
 def test_connection_killed_mid_run_runner_continues_and_bot_reconnects(tmp_path: Path,
                                                                        sshd: Sshd) -> None:
     workdir = tmp_path / "node"
 
     manifest = write_project(tmp_path / "project", sshd.node(workdir), count=6, gate_after=2)
-    bot = make_bot(tmp_path / "home", sshd.dispatcher())
-    try:
-        provision(bot.store, sshd.lease_key)
-        run_id = submit(bot, manifest)
-        bot.service.start(run_id)
-        pump_until(bot, run_id, _items_done(2))
+    with provisioned_bot(tmp_path / "home", sshd) as bot:
+        run_id = start_run(bot, manifest)
+        pump_until(bot, run_id, items_done(2))
         connects = bot.dispatcher.connects
         assert sshd.kill_connections() >= 1
         remote_run = workdir / "runs" / run_id
@@ -47,8 +43,6 @@ def test_connection_killed_mid_run_runner_continues_and_bot_reconnects(tmp_path:
         assert (remote_run / "exit_code").read_text().strip() == "0"
         published_items = [m for m in bot.notifier.history if m.key == "balance"]
         assert len(published_items) == 1
-    finally:
-        bot.close()
 
 
 def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
@@ -62,7 +56,7 @@ def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
         provision(first.store, sshd.lease_key)
         run_id = submit(first, manifest)
         first.service.start(run_id)
-        pump_until(first, run_id, _items_done(3))
+        pump_until(first, run_id, items_done(3))
         seen = first.store.get_run(run_id)
         assert scheduler.job_ids() == ["preflight-evidence", "preflight-leases", "preflight-watch"]
     finally:
@@ -101,12 +95,9 @@ def test_stalled_runner_alerts_once_and_its_return_is_announced_once(tmp_path: P
     workdir = tmp_path / "node"
     node = sshd.node(workdir, stall_after_s=120)
     manifest = write_project(tmp_path / "project", node, count=4, gate_after=2)
-    bot = make_bot(tmp_path / "home", sshd.dispatcher())
-    try:
-        provision(bot.store, sshd.lease_key)
-        run_id = submit(bot, manifest)
-        bot.service.start(run_id)
-        pump_until(bot, run_id, _items_done(2))
+    with provisioned_bot(tmp_path / "home", sshd) as bot:
+        run_id = start_run(bot, manifest)
+        pump_until(bot, run_id, items_done(2))
         remote_run = workdir / "runs" / run_id
         layout = Path(bot.store.get_run(run_id)["run_dir"]) / "remote.json"
         pid = json.loads(layout.read_text())["pid"]
@@ -128,5 +119,3 @@ def test_stalled_runner_alerts_once_and_its_return_is_announced_once(tmp_path: P
         assert [m.key for m in back] == ["alert-recovered"]
         assert watch_runs(bot.service, t0 + timedelta(seconds=900)) == []
         assert [m.key for m in bot.notifier.history].count("alert-stall") == 1
-    finally:
-        bot.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot.errors import DispatchError
-from tests.remote.remote_kit import make_bot, provision, submit, write_project
+from tests.remote.remote_kit import provisioned_bot, submit, write_project
 from tests.remote.sshd_server import Sshd
 
 CANARY = "CANARY-bot-ssh-key-71be0c"
@@ -23,9 +23,7 @@ def test_inputs_swapped_for_a_link_after_submission_never_reach_the_node(
         (ssh / name).write_text(CANARY + "\n")
     workdir = tmp_path / "node"
     manifest = write_project(tmp_path / "project", sshd.node(workdir))
-    bot = make_bot(tmp_path / "home", sshd.dispatcher())
-    try:
-        provision(bot.store, sshd.lease_key)
+    with provisioned_bot(tmp_path / "home", sshd) as bot:
         run_id = submit(bot, manifest)
         inputs = tmp_path / "project" / "data" / "pilote"
         inputs.rename(inputs.with_name("pilote.checked"))  # while the run waits ...
@@ -36,5 +34,3 @@ def test_inputs_swapped_for_a_link_after_submission_never_reach_the_node(
         sent = [p for p in workdir.rglob("*") if p.is_file()] if workdir.exists() else []
         assert all(CANARY.encode() not in p.read_bytes() for p in sent)
         assert not any(p.name == "id_ed25519" for p in sent)
-    finally:
-        bot.close()

@@ -19,18 +19,17 @@ from bot.errors import DispatchError
 from runner.events import Event
 from tests.remote.remote_kit import (
     Bot,
+    items_done,
     make_bot,
     provision,
+    provisioned_bot,
     pump_until,
+    start_run,
     submit,
     wait_for,
     write_project,
 )
 from tests.remote.sshd_server import BARE_PYTHON, Sshd
-
-
-def _items_done(n: int) -> Any:
-    return lambda events: sum(e.type == "item.done" for e in events) >= n
 
 
 def _layout(bot: Bot, run_id: str) -> dict[str, Any]:
@@ -54,14 +53,10 @@ def test_a_second_bot_is_refused_while_a_runner_works_in_the_same_workdir(tmp_pa
                                                                           sshd: Sshd) -> None:
     workdir, project = tmp_path / "node", tmp_path / "project"
     manifest = write_project(project, sshd.node(workdir), count=4, gate_after=2)
-    first = make_bot(tmp_path / "home-a", sshd.dispatcher())
-    second = make_bot(tmp_path / "home-b", sshd.dispatcher())  # another bot process, own store
-    try:
-        provision(first.store, sshd.lease_key)
-        provision(second.store, sshd.lease_key)
-        busy = submit(first, manifest)
-        first.service.start(busy)
-        pump_until(first, busy, _items_done(2))  # the runner is working on the node's copy
+    with (provisioned_bot(tmp_path / "home-a", sshd) as first,
+          provisioned_bot(tmp_path / "home-b", sshd) as second):  # another bot process
+        busy = start_run(first, manifest)
+        pump_until(first, busy, items_done(2))  # the runner is working on the node's copy
         lock = json.loads((workdir / "dispatch.lock").read_text())
         assert (lock["run"], lock["pid"]) == (busy, _layout(first, busy)["pid"])
         remote_app = next((workdir / "projects").iterdir()) / "src" / "app.py"
@@ -81,9 +76,6 @@ def test_a_second_bot_is_refused_while_a_runner_works_in_the_same_workdir(tmp_pa
         again = _passes(second, manifest, workdir)
         assert second.dispatcher.uploaded[again]["project"] == len("VALUE = 2\n")
         assert remote_app.read_text() == "VALUE = 2\n"
-    finally:
-        first.close()
-        second.close()
 
 
 def test_a_stale_lock_is_taken_over(tmp_path: Path, sshd: Sshd) -> None:
@@ -93,9 +85,7 @@ def test_a_stale_lock_is_taken_over(tmp_path: Path, sshd: Sshd) -> None:
     manifest = write_project(tmp_path / "project", sshd.node(workdir))
     ended = subprocess.Popen([sys.executable, "-c", ""])
     ended.wait()
-    bot = make_bot(tmp_path / "home", sshd.dispatcher())
-    try:
-        provision(bot.store, sshd.lease_key)
+    with provisioned_bot(tmp_path / "home", sshd) as bot:
         stale = [{"run": "dead-run", "pid": ended.pid, "start": None},  # its process ended
                  {"run": "reused-pid", "pid": os.getpid(), "start": "1"}]  # pid now another's
         for holder in stale:
@@ -104,8 +94,6 @@ def test_a_stale_lock_is_taken_over(tmp_path: Path, sshd: Sshd) -> None:
             assert not lock.exists()
         lock.write_text('{"run": "torn')  # a half-written file holds nothing
         _passes(bot, manifest)
-    finally:
-        bot.close()
 
 
 def test_the_lock_is_held_before_the_launch_and_dropped_when_the_bot_goes(tmp_path: Path,
@@ -159,14 +147,10 @@ class _DiesBeforeLaunch(_DiesAtLaunch):
 
 def _crash_then_restart(tmp_path: Path, sshd: Sshd, manifest: Path,
                         cls: type[SSHDispatcher]) -> tuple[Bot, str, RunHandle]:
-    crashed = make_bot(tmp_path / "home", sshd.dispatcher(cls=cls))
-    try:
-        provision(crashed.store, sshd.lease_key)
+    with provisioned_bot(tmp_path / "home", sshd, sshd.dispatcher(cls=cls)) as crashed:
         run_id = submit(crashed, manifest)
         with pytest.raises(_Crash):
             crashed.service.start(run_id)
-    finally:
-        crashed.close()
     bot = make_bot(tmp_path / "home", sshd.dispatcher())  # the restarted bot
     run = bot.store.get_run(run_id)
     assert (run["status"], run["pid"]) == ("dispatching", None)

@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import secrets
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,15 @@ from bot.settings import Settings
 from bot.slack.app import make_client
 from bot.slack.notifier import SlackNotifier
 from bot.store import Store
-from tests.remote.remote_kit import Bot, make_bot, provision, submit, write_project
+from tests.remote.remote_kit import (
+    Bot,
+    pilote_bot,
+    provision,
+    provisioned_bot,
+    start_run,
+    submit,
+    write_project,
+)
 from tests.remote.sshd_server import Sshd
 from tests.slack.emulator import SlackEmulator
 
@@ -132,11 +139,8 @@ def test_each_entry_that_is_not_a_file_or_folder_is_refused_by_name(
     cap each refuse the next fetch, naming the path; what was fetched before stays."""
     workdir = tmp_path / "node"
     manifest = write_project(tmp_path / "project", sshd.node(workdir))
-    bot = make_bot(tmp_path / "home", sshd.dispatcher())
-    try:
-        provision(bot.store, sshd.lease_key)
-        run_id = submit(bot, manifest)
-        bot.service.start(run_id)
+    with provisioned_bot(tmp_path / "home", sshd) as bot:
+        run_id = start_run(bot, manifest)
         run = bot.service.follow(run_id, timeout=60)
         assert run["outcome"] == "passed", run["verdict"]  # a normal run fetches as before
         local, remote = Path(run["run_dir"]), workdir / "runs" / run_id
@@ -181,8 +185,6 @@ def test_each_entry_that_is_not_a_file_or_folder_is_refused_by_name(
         bot.dispatcher.fetch_results(handle)
         assert (local / "big.bin").stat().st_size == 5000
         assert (local / "runner.log").read_text() == "the node's new log\n"
-    finally:
-        bot.close()
 
 
 def _socket(path: Path) -> None:
@@ -200,18 +202,9 @@ def _socket(path: Path) -> None:
 
 def test_a_link_in_the_nodes_evidence_copy_refuses_the_fetch_and_keeps_the_bots_copy(
         tmp_path: Path, sshd: Sshd) -> None:
-    from bot.dispatch.ssh import RUNNER_PACKAGE
-    from bot.manifest.load import load_manifest
-    from tests.remote.test_remote_pilot import REPO, pilote_over_ssh
-
     workdir, evidence = tmp_path / "node", tmp_path / "evidence"
-    text = pilote_over_ssh(sshd, workdir, evidence, sys.executable)
-    bot = make_bot(tmp_path / "home", sshd.dispatcher(runner_package=RUNNER_PACKAGE))
-    try:
-        provision(bot.store, sshd.lease_key)
-        loaded = load_manifest(text, source="pilote-ssh.yaml", base_dir=REPO / "manifests")
-        run_id = bot.service.submit(loaded, submitter="alice").run_id
-        bot.service.start(run_id)
+    with pilote_bot(tmp_path, sshd) as (bot, pilote):
+        run_id = start_run(bot, pilote, submitter="alice")
         run = bot.service.follow(run_id, timeout=120)
         assert run["evidence"]["verified"], run["evidence"]
         kept = tree_digest(evidence)
@@ -225,5 +218,3 @@ def test_a_link_in_the_nodes_evidence_copy_refuses_the_fetch_and_keeps_the_bots_
             assert f"run {run_id}: the node's results hold 'evidence copy " in str(exc)
             assert f"{run_id}/outputs/leak', which is a symbolic link" in str(exc), str(exc)
         assert tree_digest(evidence) == kept  # the verified copy stays as it was
-    finally:
-        bot.close()
