@@ -93,6 +93,9 @@ def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCop
     spec = load_spec(handle.spec_path)
     gpus = bool(spec["volume"].get("gpus"))
     proofs = prove_nodes(runs, nodes, copies, gpus, handle.progress)
+    # read again: hearing the proofs, the service may have widened the driver's time limit
+    # to the forecast on the proven nodes (bot/service/proven.py)
+    spec = load_spec(handle.spec_path)
     pairs = [(n, _placed(ray_node(i, n, handle.run_id, gpus), proof, copy))
              for i, (n, proof, copy) in enumerate(zip(nodes, proofs, copies))]
     _write(handle.run_dir / CLUSTER_FILE,

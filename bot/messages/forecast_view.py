@@ -85,3 +85,14 @@ def _check_message(run: dict[str, Any], fc: dict[str, Any]) -> Message:
     return Message(run["id"], "forecast", (Heading("Forecast against the actual"), Fields(pairs)),
                    summary=f"{run['name']}: took {duration(actual)}, forecast "
                            f"{duration(low)} – {duration(high)}")
+
+
+def proven_message(run: dict[str, Any]) -> Message | None:
+    """A volume's forecast made again on its proven nodes (``bot.service.proven``): one line
+    in the thread, when it differs from the approved one; None otherwise."""
+    proven = (run.get("forecast") or {}).get("proven") or {}
+    if not proven.get("differs") or not proven.get("line"):
+        return None
+    line = str(proven["line"])
+    return Message(run["id"], "forecast_proven", (Text(line, style="warn"),),
+                   summary=f"{run['name']}: {line}")

@@ -296,7 +296,12 @@ class Follower:
                 done = next((e.data.get("done") for e in reversed(events)
                              if e.type == "progress" and isinstance(e.data.get("done"), int)),
                             None)
-                return check_volume(run, stages, parent.get("forecast"), events, done)
+                # scored on the forecast for the cards really used, once the nodes proved
+                # them (bot/service/proven.py); else on the approved one
+                own = run.get("forecast") or {}
+                basis = own if own.get("proven") and "actual_s" not in own else \
+                    parent.get("forecast")
+                return check_volume(run, stages, basis, events, done)
             if not (run.get("manifest_json") or {}).get("volume"):
                 return None  # nothing to forecast: the item outcomes are not even read
             started = self.store.events_of_type(run["id"], "run.started")

@@ -28,10 +28,12 @@ WORK_STAGES = ("volume", "pilot")
 
 def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
                  items: list[ItemOutcome], now: datetime | None = None,
-                 runner_started: str | None = None) -> dict[str, Any] | None:
+                 runner_started: str | None = None,
+                 node_cards: tuple[int | None, ...] | None = None) -> dict[str, Any] | None:
     """The forecast of a pilot's volume as stored with the run; None when it has no volume.
     ``runner_started``: when the pilot's runner started (its last ``run.started``), for the
-    dispatch time it measured."""
+    dispatch time it measured; ``node_cards``: each volume node's healthy cards as its card
+    proof found them (the forecast again at the volume's dispatch, ``bot.service.proven``)."""
     manifest = run.get("manifest_json") or {}
     volume = manifest.get("volume")
     if not volume:
@@ -56,7 +58,7 @@ def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
         days=int(plan.get("days") or hardware.get("days") or 1),
         lot_price_usd_per_day=Decimal(str(plan.get("lot_price_usd_per_day") or "0")),
         now=now, task_kind=str(task.get("kind") or "classify"), command=bool(task.get("command")),
-        healthy_cards=healthy_cards(stages),
+        healthy_cards=healthy_cards(stages), node_cards=node_cards,
         cards_per_worker=int(volume.get("cards_per_worker") or 1),
         nodes=_node_count(volume.get("nodes")),
         pilot_node=pilot_node(manifest.get("node"), volume.get("nodes")),
@@ -264,7 +266,9 @@ def check_volume(volume_run: dict[str, Any], stages: list[dict[str, Any]],
             "forecast_low_s": round(low, 3), "forecast_mid_s": round(mid, 3),
             "forecast_high_s": round(high, 3),
             "error_pct": None if error is None else round(error, 1),
-            "within_range": low <= actual <= high, "formula": formula}
+            "within_range": low <= actual <= high, "formula": formula,
+            # the forecast scored against was made on the proven nodes (bot/service/proven.py)
+            **({"proven": pilot_forecast["proven"]} if pilot_forecast.get("proven") else {})}
 
 
 def attempt_seconds(events: list[Event]) -> list[float]:

@@ -36,6 +36,7 @@ from bot.manifest.load import LoadedManifest, load_manifest
 from bot.manifest.project_check import git_commit
 from bot.messages import views
 from bot.messages.dispatch_view import dispatch_message
+from bot.messages.forecast_view import proven_message
 from bot.messages.model import Message, Notifier
 from bot.pilot.clock import new_run_id, now_utc
 from bot.pilot.plan import make_plan
@@ -47,6 +48,7 @@ from bot.policy.guard import Directory, PolicyGuard
 from bot.policy.model import Origin
 from bot.service.follower import DISPATCH_GRACE_S, DispatchHeartbeat, Follower
 from bot.service.handles import base_dir_of, dispatcher_for, handle_for
+from bot.service.proven import ProvenForecast
 from bot.service.publisher import Publisher
 from bot.service.records import Records
 from bot.service.report_files import ReportFiles
@@ -89,6 +91,7 @@ class PilotService:
         self.records = Records(store, self.guard)
         self.publisher = Publisher(store, notifier, progress_interval=progress_interval)
         self.follower = Follower(settings, store, self._dispatchers, self.publisher)
+        self.proven = ProvenForecast(store)  # the volume's forecast on its proven nodes
         self.watch = Watch(store, self.follower, self.publisher, self.stop)
 
     # -- the parts it holds ----------------------------------------------------------
@@ -380,6 +383,8 @@ class PilotService:
         and the place a stop ends a start (DispatchStopped)."""
         def step(data: dict[str, Any]) -> None:
             self.store.record_dispatch_event(run_id, DISPATCH_NODE, data)
+            if data.get("phase") == "proved":  # the forecast again, on the proven nodes
+                self._node_proved(run_id)
             run = self.store.get_run(run_id)
             message = dispatch_message(run, self.store.dispatch_events(
                 run_id, since=run.get("started_at")))
@@ -389,6 +394,17 @@ class PilotService:
                 raise DispatchStopped(f"run {run_id} was stopped while it was being started; "
                                       "what was started on its nodes is stopped")
         return step
+
+    def _node_proved(self, run_id: str) -> None:
+        """Once every node is proven: the forecast on their healthy cards, stored, and told
+        in the thread when it differs (never a reason to fail the start)."""
+        try:
+            new = self.proven.node_proved(run_id)
+            message = proven_message(self.store.get_run(run_id)) if new else None
+            if message is not None:
+                self._publish(message)
+        except Exception:
+            log.exception("run %s: the forecast on its proven nodes failed", run_id)
 
     def _stop_quietly(self, run_id: str, handle: Any) -> None:
         try:

@@ -19,7 +19,7 @@ from typing import Any
 from bot.errors import PreflightError
 from bot.messages import views
 from bot.messages.cards import cards_message
-from bot.messages.forecast_view import forecast_message
+from bot.messages.forecast_view import forecast_message, proven_message
 from bot.messages.model import Attachment, Message, Notifier
 from bot.messages.progress import ProgressMeter
 from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
@@ -50,7 +50,7 @@ class Publisher:
         run = self.store.get_run(run_id)
         out: list[Message | None] = [views.plan_message(run), self.status(run_id),
                                      cards_message(run, self.store.stages(run_id)),
-                                     self.volume_notes(run)]
+                                     self.volume_notes(run), proven_message(run)]
         if run["status"] == S.DISPATCH_FAILED:
             out.append(views.first_error_message(run))
         if run["status"] in ENDED:

@@ -1,0 +1,170 @@
+"""The volume's forecast again once every node of it has proven its cards (issue 23).
+
+The pilot's forecast, made before approval, knows only the pilot's node: every other node
+of ``volume.nodes`` is counted with its share of the rent. At the volume's dispatch each
+node's card proof (``bot/dispatch/card_proof.py``) reports the cards it left healthy as a
+``dispatch.node`` step with ``phase: proved``. When the last node of the attempt has
+reported, ``ProvenForecast.node_proved`` makes the forecast again from the pilot's own
+measurements with each node's real healthy cards (``forecast_for(..., node_cards=...)``),
+stores it with the volume run (``runs.forecast``, with a ``proven`` summary), and, when
+it differs from the approved one, posts one line in the thread ("4 nodes proven: 30
+healthy cards of 32; forecast now …, was …").
+
+The time limit: the driver gets ``volume.time_limit_s`` in its spec, sent to the head when
+it is launched, after every proof (``bot/dispatch/volume_cluster.py`` reads the spec again
+after the proofs). A limit derived from the forecast (the manifest sets none) is widened to
+the new forecast's (``bot.pilot.volume_limits``: 2 × high + 30 min, cut to the lease's end)
+when that is longer; it is never narrowed below the limit the approver saw. A limit the
+manifest sets is kept. After the volume, the check (``check_volume``) scores the actual
+time against this forecast: the cards really used.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bot.errors import DispatchError
+from bot.pilot.forecast import duration, plural, proven_cards
+from bot.pilot.volume_limits import volume_limits
+from bot.service.forecast_inputs import forecast_for
+from bot.store import Store
+from runner.files import write_text_atomic
+
+log = logging.getLogger(__name__)
+
+PROVED = "proved"
+
+
+def node_cards(steps: list[dict[str, Any]], nodes: int) -> tuple[int | None, ...] | None:
+    """Each node's healthy cards from the attempt's ``proved`` steps (the latest per node,
+    by ``index``); None until every one of the ``nodes`` has reported. A step's ``cards``:
+    the healthy cards' indices; None: its stages judged no card (its share counts)."""
+    found: dict[int, int | None] = {}
+    for step in steps:
+        index = step.get("index")
+        if step.get("phase") != PROVED or not isinstance(index, int) or not 0 <= index < nodes:
+            continue
+        cards = step.get("cards")
+        found[index] = len(cards) if isinstance(cards, list) else None
+    if len(found) < nodes:
+        return None
+    return tuple(found[i] for i in range(nodes))
+
+
+class ProvenForecast:
+    """Makes, stores and announces a volume's forecast on its proven nodes."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._lock = threading.Lock()  # the proofs report from several threads at once
+
+    def node_proved(self, run_id: str) -> dict[str, Any] | None:
+        """After a ``proved`` step of ``run_id``: once every node of this attempt has
+        reported, the new forecast (stored; its ``proven`` summary says what changed and
+        ``differs`` whether to tell the thread); None before that, or for any other run."""
+        with self._lock:
+            run = self.store.get_run(run_id)
+            volume = (run.get("manifest_json") or {}).get("volume") or {}
+            listed = volume.get("nodes")
+            if run.get("kind") != "volume" or not run.get("parent_run") \
+                    or not isinstance(listed, list) or len(listed) < 2:
+                return None
+            stored = run.get("forecast") or {}
+            if (stored.get("proven") or {}).get("started_at") == run.get("started_at"):
+                return None  # this attempt's is made already
+            steps = [e.data for e in self.store.dispatch_events(run_id,
+                                                                since=run.get("started_at"))]
+            cards = node_cards(steps, len(listed))
+            if cards is None:
+                return None
+            new = self._forecast(run, cards)
+            if new is not None:
+                self.store.update_run(run_id, forecast=new)
+            return new
+
+    def _forecast(self, run: dict[str, Any], cards: tuple[int | None, ...]
+                  ) -> dict[str, Any] | None:
+        pilot = self.store.get_run(str(run["parent_run"]))
+        approved = pilot.get("forecast") or {}
+        started = self.store.events_of_type(pilot["id"], "run.started")
+        new = forecast_for(pilot, self.store.stages(pilot["id"]),
+                           self.store.item_outcomes(pilot["id"]),
+                           runner_started=started[-1].ts if started else None,
+                           node_cards=cards)
+        if new is None:
+            return None
+        plan = run.get("plan") or pilot.get("plan") or {}
+        rented = int(plan.get("total_cards") or 1)
+        limit = self._time_limit(run, plan, new)
+        differs = _shape(new) != _shape(approved)
+        summary = {"started_at": run.get("started_at"), "node_cards": list(cards),
+                   "healthy": proven_cards(cards, rented, len(cards)), "rented": rented,
+                   "nodes": len(cards), "approved": _range(approved), "now": _range(new),
+                   "differs": differs, "time_limit": limit}
+        summary["line"] = proven_line(summary)
+        return {**new, "proven": summary}
+
+    def _time_limit(self, run: dict[str, Any], plan: dict[str, Any],
+                    new: dict[str, Any]) -> dict[str, Any]:
+        """The driver's time limit on the new forecast: kept, or widened in the spec the
+        head is about to get (never narrowed below what the approver saw)."""
+        path = Path(str(run["spec_path"]))
+        try:
+            spec = json.loads(path.read_text(encoding="utf-8"))
+            was = float((spec.get("volume") or {}).get("time_limit_s") or 0)
+        except (OSError, ValueError, AttributeError) as exc:
+            raise DispatchError(f"{path}: cannot read the volume's time limit: {exc}") from exc
+        manifest = run.get("manifest_json") or {}
+        given = (manifest.get("volume") or {}).get("time_limit_s")
+        if isinstance(given, (int, float)) and given > 0:
+            return {"s": was, "was_s": was, "how": "kept", "why": "volume.time_limit_s"}
+        limits = volume_limits(manifest, plan, new, datetime.now(timezone.utc))
+        if limits is None or limits.time_limit_s <= was:
+            return {"s": was, "was_s": was, "how": "kept",
+                    "why": "the approved limit covers the new forecast" if limits is None
+                    or new.get("possible") else "no forecast on the proven nodes"}
+        spec["volume"] = {**spec["volume"], "time_limit_s": limits.time_limit_s}
+        write_text_atomic(path, json.dumps(spec, indent=2, sort_keys=True))
+        return {"s": limits.time_limit_s, "was_s": was, "how": "widened",
+                "why": limits.time_why}
+
+
+def _shape(fc: dict[str, Any]) -> tuple[Any, ...]:
+    """What a reader compares: whether there is a forecast, its workers and its range."""
+    if not fc.get("possible"):
+        return (False,)
+    return (True, fc.get("workers"), round(float(fc.get("low_s") or 0)),
+            round(float(fc.get("high_s") or 0)))
+
+
+def _range(fc: dict[str, Any]) -> dict[str, Any]:
+    if not fc.get("possible"):
+        return {"possible": False, "reason": fc.get("reason")}
+    return {"possible": True, "workers": fc.get("workers"), "low_s": fc.get("low_s"),
+            "mid_s": fc.get("mid_s"), "high_s": fc.get("high_s")}
+
+
+def proven_line(summary: dict[str, Any]) -> str:
+    """"4 nodes proven: 30 healthy cards of 32; forecast now 2 h 10 min – 2 h 40 min (30
+    workers), was 1 h 55 min – 2 h 20 min (32 workers); time limit widened to …"."""
+    def shown(r: dict[str, Any]) -> str:
+        if not r.get("possible"):
+            return f"none ({r.get('reason')})" if r.get("reason") else "none"
+        return (f"{duration(float(r['low_s']))} – {duration(float(r['high_s']))} "
+                f"({plural(int(r.get('workers') or 0), 'worker')})")
+
+    line = (f"{plural(int(summary['nodes']), 'node')} proven: {summary['healthy']} healthy "
+            f"card{'s' if summary['healthy'] != 1 else ''} of {summary['rented']}; forecast "
+            f"now {shown(summary['now'])}, was {shown(summary['approved'])}")
+    limit = summary.get("time_limit") or {}
+    if limit.get("how") == "widened":
+        line += (f"; time limit widened to {duration(float(limit['s']))} (was "
+                 f"{duration(float(limit['was_s']))}: {limit['why']})")
+    elif limit:
+        line += f"; time limit kept at {duration(float(limit['s']))} ({limit['why']})"
+    return line
