@@ -11,10 +11,9 @@ from pathlib import Path
 
 from tests.processes import alive
 from tests.runner.test_stages_kit import (
-    events_of,
+    failed_run,
     finished,
     outcomes,
-    run_runner,
     runner_env,
     status_of,
     write_spec,
@@ -34,9 +33,7 @@ def test_torch_not_importable(tmp_path: Path) -> None:
     (shadow / "__init__.py").write_text('raise ImportError("shadowed: no torch on this node")\n')
     spec = write_spec(tmp_path)
     run_dir = tmp_path / "run"
-    done = run_runner(spec, run_dir, env=runner_env(tmp_path / "shadow"))
-    assert done.returncode == 1
-    events = events_of(run_dir)
+    events = failed_run(spec, run_dir, env=runner_env(tmp_path / "shadow"))
     status = status_of(events)
     assert status["torch"] == "failed"
     assert status["environment"] == "passed"  # independent of torch: still reported
@@ -61,9 +58,7 @@ def test_requirements_missing_and_wrong_version(tmp_path: Path) -> None:
         "pytest<1.0  # far too old\nanother_missing_pkg\n")
     spec = write_spec(tmp_path, project={"requirements": "requirements-rebuild.txt"})
     run_dir = tmp_path / "run"
-    done = run_runner(spec, run_dir)
-    assert done.returncode == 1
-    events = events_of(run_dir)
+    events = failed_run(spec, run_dir)
     status = status_of(events)
     assert status["environment"] == "failed"
     for stage in ("torch", "device", "compute", "memory"):
@@ -91,9 +86,7 @@ def test_requirements_missing_and_wrong_version(tmp_path: Path) -> None:
 def test_cuda_backend_on_cpu_only_torch(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, backend="cuda", hardware={"gpu": "H200", "vendor": "nvidia"})
     run_dir = tmp_path / "run"
-    done = run_runner(spec, run_dir)
-    assert done.returncode == 1
-    events = events_of(run_dir)
+    events = failed_run(spec, run_dir)
     event = outcomes(events)["torch"]
     assert event.type == "stage.failed"
     assert event.data["error"]["type"] == "WrongTorchBuild"
@@ -108,9 +101,7 @@ def test_cuda_backend_on_cpu_only_torch(tmp_path: Path) -> None:
 def test_user_extension_check_that_raises(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, diagnostics={"checks": ["tinycheck:fine", "tinycheck:boom"]})
     run_dir = tmp_path / "run"
-    done = run_runner(spec, run_dir)
-    assert done.returncode == 1
-    events = events_of(run_dir)
+    events = failed_run(spec, run_dir)
     status = status_of(events)
     assert status["extensions"] == "failed" and status["memory"] == "passed"
     event = outcomes(events)["extensions"]
@@ -133,10 +124,8 @@ def test_stage_that_hangs_past_its_timeout(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, diagnostics={"checks": ["tinycheck:hang"],
                                              "timeouts": {"extensions": 2}})
     run_dir = tmp_path / "run"
-    done = run_runner(spec, run_dir, env=runner_env(TINYCHECK_PIDFILE=str(pidfile)),
-                      timeout=90)
-    assert done.returncode == 1
-    events = events_of(run_dir)
+    events = failed_run(spec, run_dir, env=runner_env(TINYCHECK_PIDFILE=str(pidfile)),
+                        timeout=90)
     status = status_of(events)
     error = outcomes(events)["extensions"].data["error"]
     assert status["extensions"] == "failed"
@@ -155,9 +144,7 @@ def test_workload_exhausts_memory_budget(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, task={"params": {"hog_mib": 200}},
                       diagnostics={"memory_budget_gib": 0.05})
     run_dir = tmp_path / "run"
-    done = run_runner(spec, run_dir)
-    assert done.returncode == 1
-    events = events_of(run_dir)
+    events = failed_run(spec, run_dir)
     event = outcomes(events)["memory"]
     assert event.type == "stage.failed"
     assert event.data["error"]["type"] == "MemoryBudgetExceeded"
@@ -175,8 +162,7 @@ def test_workload_exhausts_memory_budget(tmp_path: Path) -> None:
 def test_workload_that_crashes_on_its_largest_batch(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, task={"handler": "tinycheck:crash"})
     run_dir = tmp_path / "run"
-    assert run_runner(spec, run_dir).returncode == 1
-    events = events_of(run_dir)
+    events = failed_run(spec, run_dir)
     error = outcomes(events)["memory"].data["error"]
     assert error["type"] == "RuntimeError"
     assert "largest batch (a2, a1)" in error["message"] and "crash: libfoo" in error["message"]
@@ -187,8 +173,7 @@ def test_workload_that_crashes_on_its_largest_batch(tmp_path: Path) -> None:
 def test_wrong_interpreter_version(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, python=">=4.0")
     run_dir = tmp_path / "run"
-    assert run_runner(spec, run_dir).returncode == 1
-    events = events_of(run_dir)
+    events = failed_run(spec, run_dir)
     error = outcomes(events)["interpreter"].data["error"]
     assert error["type"] == "WrongInterpreter" and "'>=4.0'" in error["message"]
     reasons = skipped_reasons(events)

@@ -117,6 +117,14 @@ def run_runner(spec: Path, run_dir: Path, *args: str, python: str = sys.executab
         check=False)
 
 
+def failed_run(spec: Path, run_dir: Path, **kw: Any) -> list[Event]:
+    """Run the runner on ``spec`` (``run_runner``'s options in ``kw``); it must fail with
+    exit code 1: its events, checked as ``events_of`` checks them."""
+    done = run_runner(spec, run_dir, **kw)
+    assert done.returncode == 1, done.stderr[-3000:]
+    return events_of(run_dir)
+
+
 def events_of(run_dir: Path) -> list[Event]:
     """All events of the run, checked well-formed with seq 1..n."""
     events, offset = read_events(str(run_dir / "events.jsonl"))
