@@ -54,6 +54,22 @@ def _blocking_requirements(tmp_path: Path) -> None:
     (project / "requirements.txt").write_text("PyYAML>=5.1\n-r hung.txt\n")
 
 
+def _signal(proc: subprocess.Popen[bytes], sig: int, *,
+            once: Callable[[], bool] | None = None, what: str = "") -> bytes:
+    """Send ``sig`` to the runner (once ``once`` holds) and wait for its end: its stderr.
+    A runner still there after the wait, or after a failed one, is killed."""
+    try:
+        if once is not None:
+            wait_until(once, what)
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return stderr
+
+
 def _assert_interrupted(run_dir: Path, stage: str, signame: str) -> None:
     events = events_of(run_dir)  # whole lines, seq 1..n, ends with run.finished
     status = status_of(events)
@@ -81,13 +97,7 @@ def _assert_interrupted(run_dir: Path, stage: str, signame: str) -> None:
 def test_sigterm_during_a_worker_stage(tmp_path: Path) -> None:
     proc, run_dir, worker_pid, grandchild = start_hanging_runner(tmp_path,
                                                                  stderr=subprocess.PIPE)
-    try:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    stderr = _signal(proc, signal.SIGTERM)
     assert proc.returncode == 1, stderr
     assert b"Traceback" not in stderr
     _assert_interrupted(run_dir, "extensions", "SIGTERM")
@@ -102,14 +112,8 @@ def test_sigint_during_a_runner_process_stage(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", str(spec), "--run-dir", str(run_dir)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO, env=runner_env())
-    try:
-        wait_until(_started(run_dir, "environment"), "the environment stage to start")
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    stderr = _signal(proc, signal.SIGINT, once=_started(run_dir, "environment"),
+                     what="the environment stage to start")
     assert proc.returncode == 1, stderr
     assert b"Traceback" not in stderr and b"KeyboardInterrupt" not in stderr
     _assert_interrupted(run_dir, "environment", "SIGINT")
