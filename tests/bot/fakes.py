@@ -10,7 +10,24 @@ from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, read_tail
 from runner.events import Event, read_events, utc_now
 
 
-class ScriptedDispatcher:
+class RunDirDispatcher:
+    """What the fake dispatchers share: their "runner" writes in the bot's own run
+    directory, so there is nothing to fetch back and nothing to close."""
+
+    def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
+        return read_events(str(handle.run_dir / "events.jsonl"), offset)
+
+    def fetch_results(self, handle: RunHandle) -> None:
+        return None
+
+    def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
+        return read_tail(handle.run_dir / "runner.log", limit)
+
+    def close(self) -> None:
+        return None
+
+
+class ScriptedDispatcher(RunDirDispatcher):
     """A dispatcher whose "runner" writes a prepared list of events, in steps.
 
     ``script(run_id)`` returns the events' payloads; ``step`` events are appended each
@@ -46,22 +63,13 @@ class ScriptedDispatcher:
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
         self._advance(handle)
-        return read_events(str(handle.run_dir / "events.jsonl"), offset)
+        return super().read_events(handle, offset)
 
     def is_alive(self, handle: RunHandle) -> bool:
         return handle.run_id in self.stalled or bool(self.pending.get(handle.run_id))
 
     def exit_code(self, handle: RunHandle) -> int | None:
         return None if self.is_alive(handle) else self.exit_code_value
-
-    def fetch_results(self, handle: RunHandle) -> None:
-        return None
-
-    def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
-        return read_tail(handle.run_dir / "runner.log", limit)
-
-    def close(self) -> None:
-        return None
 
     def stop(self, handle: RunHandle) -> None:
         self.pending[handle.run_id] = []

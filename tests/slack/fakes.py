@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, read_tail
-from runner.events import STAGES, Event, read_events, utc_now
+from bot.dispatch.base import RunHandle
+from runner.events import STAGES, Event, utc_now
+from tests.bot.fakes import RunDirDispatcher
 
 CATEGORIES = ("invoice", "contract", "support", "research")
 PILOT_MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "pilote.yaml"
@@ -102,7 +103,7 @@ def pilot_events(run_id: str, ids: list[str], refused: tuple[str, ...] = ("doc-0
     return out
 
 
-class ReplayDispatcher:
+class ReplayDispatcher(RunDirDispatcher):
     """Writes a prepared event stream into the run's events.jsonl, like a runner would.
 
     ``pause_after`` stops writing after that many events until ``release()``: the bot can
@@ -168,24 +169,12 @@ class ReplayDispatcher:
                 if self.pace:
                     self._tick.wait(self.pace)
 
-    def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
-        return read_events(str(handle.run_dir / "events.jsonl"), offset)
-
     def is_alive(self, handle: RunHandle) -> bool:
         thread = self._threads.get(handle.run_id)
         return thread is not None and thread.is_alive()
 
     def exit_code(self, handle: RunHandle) -> int | None:
         return None if self.is_alive(handle) else 0
-
-    def fetch_results(self, handle: RunHandle) -> None:
-        return None
-
-    def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
-        return read_tail(handle.run_dir / "runner.log", limit)
-
-    def close(self) -> None:
-        return None
 
     def stop(self, handle: RunHandle) -> None:
         self.gate.set()
