@@ -75,6 +75,14 @@ class ScriptedDispatcher(RunDirDispatcher):
         self.pending[handle.run_id] = []
 
 
+def item_done(item: str, *, refused: bool, reason: str, category: str) -> dict[str, Any]:
+    """An ``item.done`` payload as the runner writes it: refused with its reason, or
+    accepted in its category."""
+    if refused:
+        return {"type": "item.done", "id": item, "status": "refused", "reason": reason}
+    return {"type": "item.done", "id": item, "status": "accepted", "category": category}
+
+
 def pilot_script(ids: list[str], *, refuse: tuple[str, ...] = ("doc-07",),
                  category: str = "invoice", lie: bool = False,
                  drop: tuple[str, ...] = (), finish: bool = True) -> list[dict[str, Any]]:
@@ -88,12 +96,8 @@ def pilot_script(ids: list[str], *, refuse: tuple[str, ...] = ("doc-07",),
     out.append({"type": "stage.started", "stage": "pilot"})
     done = [i for i in ids if i not in drop]
     for n, item in enumerate(done, 1):
-        if item in refuse:
-            out.append({"type": "item.done", "id": item, "status": "refused",
-                        "reason": "not valid UTF-8"})
-        else:
-            out.append({"type": "item.done", "id": item, "status": "accepted",
-                        "category": category})
+        out.append(item_done(item, refused=item in refuse, reason="not valid UTF-8",
+                             category=category))
         out.append({"type": "progress", "done": n, "total": len(ids)})
     out.append({"type": "stage.passed", "stage": "pilot", "facts": {"done": len(done)}})
     refused = len([i for i in done if i in refuse])

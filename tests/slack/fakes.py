@@ -11,7 +11,7 @@ from typing import Any
 
 from bot.dispatch.base import RunHandle
 from runner.events import STAGES, Event, utc_now
-from tests.bot.fakes import RunDirDispatcher
+from tests.bot.fakes import RunDirDispatcher, item_done
 
 CATEGORIES = ("invoice", "contract", "support", "research")
 PILOT_MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "pilote.yaml"
@@ -77,12 +77,8 @@ def pilot_events(run_id: str, ids: list[str], refused: tuple[str, ...] = ("doc-0
             continue
         if stage == "pilot":
             for n, item in enumerate(ids, 1):
-                if item in refused:
-                    out.append({"type": "item.done", "id": item, "status": "refused",
-                                "reason": "not a document"})
-                else:
-                    out.append({"type": "item.done", "id": item, "status": "accepted",
-                                "category": CATEGORIES[n % len(CATEGORIES)]})
+                out.append(item_done(item, refused=item in refused, reason="not a document",
+                                     category=CATEGORIES[n % len(CATEGORIES)]))
                 if seconds is not None:  # the runner's per-item measurements
                     out[-1].update(elapsed_s=seconds, input_bytes=11)
                 if n % max(1, len(ids) // 4) == 0 or n == len(ids):
