@@ -51,15 +51,29 @@ def list_inputs(spec: RunSpec) -> List[Item]:
 def list_frames(directory: str, pattern: str, frames: Any) -> List[Item]:
     """One item per frame of each matching file, sorted by id; InputsError for a frame
     selection that cannot be read (the message names ``inputs.frames``)."""
-    from runner.frames import FramesError, frame_id, parse_frames
+    numbers = _frame_numbers(frames)
+    return _per_frame(list_dir(directory, pattern), numbers)
+
+
+def frames_of(files: List[Item], frames: Any) -> List[Item]:
+    """``list_frames`` of files already listed (``list_dir``): one item per frame."""
+    return _per_frame(files, _frame_numbers(frames))
+
+
+def _frame_numbers(frames: Any) -> List[int]:
+    from runner.frames import FramesError, parse_frames
 
     try:
-        numbers = parse_frames(frames)
+        return parse_frames(frames)
     except FramesError as exc:
         raise InputsError(f"inputs.frames: {exc}") from exc
-    files = [(os.path.basename(it.path), it) for it in list_dir(directory, pattern)]
-    items = [Item(id=frame_id(name, n), path=it.path, size=it.size)
-             for name, it in files for n in numbers]
+
+
+def _per_frame(files: List[Item], numbers: List[int]) -> List[Item]:
+    from runner.frames import frame_id
+
+    items = [Item(id=frame_id(os.path.basename(it.path), n), path=it.path, size=it.size)
+             for it in files for n in numbers]
     items.sort(key=lambda it: it.id)
     return items
 

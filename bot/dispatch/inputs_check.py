@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,12 +42,21 @@ def record_inputs(run_dir: Path, directory: str, pattern: str | None) -> None:
     """At submission, after the policy's checks: what the dispatch will hold the inputs to
     (a folder that cannot be listed yet is recorded as such; the dispatch then allows no
     input leading out of it)."""
-    real = os.path.realpath(directory)
     try:
-        files: dict[str, str] | None = {name: os.path.realpath(path) for name, path
-                                        in _listed(real, pattern)}
+        listed: list[str] | None = [path for _, path in _listed(os.path.realpath(directory),
+                                                                pattern)]
     except InputsError:
-        files = None
+        listed = None
+    record_listing(run_dir, directory, listed)
+
+
+def record_listing(run_dir: Path, directory: str, listed: Sequence[str] | None) -> None:
+    """``record_inputs`` of the files the policy checked (their paths, as listed in
+    ``directory`` when the manifest was loaded; None: it could not be listed), so the
+    submission lists its inputs folder once."""
+    real = os.path.realpath(directory)
+    files = None if listed is None else {os.path.basename(path): os.path.realpath(path)
+                                         for path in listed}
     write_text_atomic(run_dir / INPUTS_FILE, json.dumps({"dir": real, "files": files},
                                                         indent=1, sort_keys=True))
 

@@ -3,13 +3,16 @@
 ``load_manifest`` is the one entry point: it parses with line numbers, validates with the
 pydantic models of ``bot.manifest.model``, runs the rules of ``bot.manifest.rules``
 (catalog, input files, success criteria, secrets) and raises one ``ManifestError`` listing
-all problems of the file, or returns a ``LoadedManifest`` with the warnings.
+all problems of the file, or returns a ``LoadedManifest`` with the warnings. A submission is
+read once: the ``LoadedManifest`` keeps the parsed data and source map and the inputs
+folders as the rules listed them, and its readers (the policy, the project check, the
+expected ids, the record the dispatch re-checks) use those instead of reading again.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,11 +38,20 @@ from bot.manifest.model import (
     Volume,
     VolumeInputs,
 )
-from bot.manifest.rules import InputFile, Parts, Report, check_rules, list_inputs
-from bot.manifest.source import DOCUMENT, MAX_BYTES, SourceError, parse_text
+from bot.manifest.rules import (
+    InputFile,
+    InputListing,
+    Listings,
+    Parts,
+    Report,
+    check_rules,
+    list_folder,
+)
+from bot.manifest.source import DOCUMENT, MAX_BYTES, SourceError, SourceMap, parse_text
 
-__all__ = ["API_VERSION", "InputFile", "LoadedManifest", "Manifest", "load_manifest",
-           "load_manifest_file", "manifest_json_schema"]
+__all__ = ["API_VERSION", "InputFile", "InputListing", "LoadedManifest", "Manifest",
+           "ParsedText", "load_manifest", "load_manifest_file", "manifest_json_schema",
+           "parse_manifest"]
 
 _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     (): Manifest, ("hardware",): Hardware, ("node",): Node, ("project",): Project,
@@ -60,14 +72,37 @@ _PATTERN_HELP = {
 
 
 @dataclass(frozen=True)
+class ParsedText:
+    """A manifest's text parsed once: its data and where each value stands (a repeated key
+    is listed in ``marks.duplicates``, its last value kept)."""
+
+    text: str
+    data: Any
+    marks: SourceMap
+
+
+def parse_manifest(text: str, *, source: str) -> ParsedText:
+    """Parse ``text`` with line numbers; ManifestUnreadable (with where) when it cannot be."""
+    try:
+        data, marks = parse_text(text, keep_duplicates=True)
+    except SourceError as exc:
+        raise ManifestUnreadable(exc.problems, source=source) from exc
+    return ParsedText(text, data, marks)
+
+
+@dataclass(frozen=True)
 class LoadedManifest:
-    """A valid manifest with the text it came from and where relative paths start."""
+    """A valid manifest with the text it came from and where relative paths start; ``data``
+    and ``marks``: the text as parsed, ``listed``: its inputs folders as listed."""
 
     manifest: Manifest
     text: str
     source: str
     base_dir: Path
     warnings: list[Problem]
+    data: Any = field(repr=False, compare=False)
+    marks: SourceMap = field(repr=False, compare=False)
+    listed: Listings = field(default_factory=Listings, repr=False, compare=False)
 
     @property
     def project_dir(self) -> Path:
@@ -78,18 +113,32 @@ class LoadedManifest:
         return (self.project_dir / self.manifest.inputs.dir).resolve()
 
     def input_files(self) -> list[InputFile]:
-        """The pilot inputs found now, sorted by id (ids: file names without extension)."""
-        return list_inputs(self.inputs_dir, self.manifest.inputs.pattern,
-                           self.manifest.inputs.frames)
+        """The pilot inputs as listed when the manifest was loaded, sorted by id (ids: file
+        names without extension)."""
+        return self.listing().inputs
+
+    def listing(self, inputs: Inputs | VolumeInputs | None = None) -> InputListing:
+        """The folder of ``inputs`` (the pilot's when None; the volume's) as the rules listed
+        it when the manifest was loaded; one they could not list is listed now (InputsError
+        when it still cannot be)."""
+        m = self.manifest
+        section = inputs if inputs is not None else m.inputs
+        listed = self.listed.inputs if section == m.inputs else \
+            self.listed.volume if m.volume is not None and section == m.volume.inputs else None
+        if listed is not None:
+            return listed
+        return list_folder((self.project_dir / section.dir).resolve(), section.pattern,
+                           section.frames)
 
 
 def load_manifest(text: str, *, source: str, base_dir: Path,
-                  catalog: Catalog | None = None) -> LoadedManifest:
-    """Parse and check ``text``; raise ManifestError listing every problem found."""
-    try:
-        data, source_map = parse_text(text, keep_duplicates=True)
-    except SourceError as exc:
-        raise ManifestUnreadable(exc.problems, source=source) from exc
+                  catalog: Catalog | None = None,
+                  parsed: ParsedText | None = None) -> LoadedManifest:
+    """Parse and check ``text``; raise ManifestError listing every problem found.
+    ``parsed``: ``text`` already parsed (``parse_manifest``), so it is not parsed again."""
+    if parsed is None or parsed.text != text:
+        parsed = parse_manifest(text, source=source)
+    data, source_map = parsed.data, parsed.marks
     if not isinstance(data, dict):
         line, column = source_map.locate(())
         raise ManifestError([Problem(DOCUMENT, "expected a mapping of sections (apiVersion, "
@@ -98,14 +147,15 @@ def load_manifest(text: str, *, source: str, base_dir: Path,
     report = Report(source_map)
     report.errors += source_map.duplicates  # reported beside every other problem
     manifest, parts = _validate(data, report)
-    check_rules(parts, data, base_dir=Path(base_dir), catalog=catalog or default_catalog(),
-                report=report)
+    listed = check_rules(parts, data, base_dir=Path(base_dir),
+                         catalog=catalog or default_catalog(), report=report)
     report.errors.sort(key=_by_line)
     report.warnings.sort(key=_by_line)
     if report.errors or manifest is None:
         raise ManifestError(report.errors, source=source, warnings=report.warnings)
     return LoadedManifest(manifest=manifest, text=text, source=source,
-                          base_dir=Path(base_dir).resolve(), warnings=report.warnings)
+                          base_dir=Path(base_dir).resolve(), warnings=report.warnings,
+                          data=data, marks=source_map, listed=listed)
 
 
 def load_manifest_file(path: Path | str, *, catalog: Catalog | None = None) -> LoadedManifest:

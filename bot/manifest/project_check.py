@@ -66,7 +66,8 @@ def precheck_manifest(loaded: LoadedManifest) -> list[Problem]:
     Raises ProjectCheckError when the manifest's values or the project's parameter files
     hold a machine-specific path, an escape from the project, or a secret.
     """
-    problems = _scan_manifest_text(loaded.text, loaded.source)
+    problems = _scan_data(loaded.data, loaded.marks, loaded.source,  # parsed when loaded
+                          manifest_paths=True)
     config = loaded.project_dir / "config"
     if config.is_dir():
         problems += _check_configs(loaded.project_dir)
@@ -211,6 +212,11 @@ def _scan_values(text: str, source: str, *, manifest_paths: bool) -> list[Proble
                                       else _VALUE_FILE_MAX_BYTES)
     except SourceError as exc:
         return [Problem(p.loc, p.message, p.line, p.column, file=source) for p in exc.problems]
+    return _scan_data(data, source_map, source, manifest_paths=manifest_paths)
+
+
+def _scan_data(data: Any, source_map: SourceMap, source: str, *,
+               manifest_paths: bool) -> list[Problem]:
     problems: list[Problem] = []
     for finding in find_secrets(data):
         problems.append(_at(source_map, finding.path, finding.message, source))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from bot.manifest.model import (
 from bot.manifest.secrets import find_secrets
 from bot.manifest.source import FieldPath, SourceMap, format_loc
 from bot.manifest.volume_rules import check_node_lots, check_volume
-from runner.inputs import InputsError, list_dir, list_frames
+from runner.inputs import InputsError, frames_of, list_dir, list_frames
 
 CUDA_FIRST_EXTENSIONS = frozenset({"flash_attn", "xformers", "bitsandbytes", "apex"})
 
@@ -54,6 +54,27 @@ class InputFile:
     @property
     def name(self) -> str:
         return os.path.basename(self.location)
+
+
+@dataclass(frozen=True)
+class InputListing:
+    """One inputs folder as listed once, when the manifest was loaded: ``files`` are the
+    files matching the pattern, ``inputs`` the inputs the balance counts (the files, or one
+    per frame of each with ``frames``). The policy's file check, the ids the balance expects
+    and the record the dispatch re-checks all read this listing."""
+
+    directory: Path
+    files: list[InputFile]
+    inputs: list[InputFile]
+
+
+@dataclass(frozen=True)
+class Listings:
+    """The inputs folders the rules listed: the pilot's and the volume's (None: not listed,
+    because the folder is not there or its section had errors)."""
+
+    inputs: InputListing | None = None
+    volume: InputListing | None = None
 
 
 @dataclass
@@ -107,9 +128,19 @@ def list_inputs(directory: Path, pattern: str, frames: Any = None) -> list[Input
     return [InputFile(item.id, item.path) for item in items]
 
 
+def list_folder(directory: Path, pattern: str, frames: Any = None) -> InputListing:
+    """``list_inputs`` that keeps the files as well as the inputs, from one listing of the
+    folder; InputsError like ``list_inputs``."""
+    files = list_dir(str(directory), pattern)
+    items = frames_of(files, frames) if frames is not None else files
+    return InputListing(directory, [InputFile(f.id, f.path) for f in files],
+                        [InputFile(item.id, item.path) for item in items])
+
+
 def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
-                report: Report) -> None:
-    """Run every rule whose sections validated; findings go into ``report``."""
+                report: Report) -> Listings:
+    """Run every rule whose sections validated; findings go into ``report``. Returns the
+    inputs folders as listed by the rules (each listed once)."""
     gpu = _check_hardware(parts, catalog, report)
     _check_backend_nuances(parts, gpu, report)
     _check_task(parts, report)
@@ -124,11 +155,14 @@ def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
         for loc, message in check_entry_points(parts.task, project_dir):
             report.problem(loc, message)
     _check_evidence(parts, data, report)
+    listings = Listings()
     if project_dir is not None and parts.inputs is not None:
-        check_input_files(parts.inputs, project_dir, ("inputs",), report, required=True)
+        listings = replace(listings, inputs=check_input_files(
+            parts.inputs, project_dir, ("inputs",), report, required=True))
     if project_dir is not None and parts.volume is not None:
-        check_input_files(parts.volume.inputs, project_dir, ("volume", "inputs"), report,
-                          required=_volume_is_local(parts))
+        listings = replace(listings, volume=check_input_files(
+            parts.volume.inputs, project_dir, ("volume", "inputs"), report,
+            required=_volume_is_local(parts)))
     check_node_lots(gpu, parts.hardware, parts.volume, report)
     if parts.volume is not None:
         check_volume(parts.volume, gpu, parts.hardware, report)
@@ -138,6 +172,7 @@ def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
                            "give volume.inputs.dir alone")
     for finding in find_secrets(data):
         report.problem(finding.path, finding.message)
+    return listings
 
 
 def _check_hardware(parts: Parts, catalog: Catalog, report: Report) -> GpuModel | None:
@@ -313,25 +348,27 @@ def _volume_is_local(parts: Parts) -> bool:
 
 
 def check_input_files(inputs: Inputs | VolumeInputs, project_dir: Path, loc: FieldPath,
-                      report: Report, *, required: bool) -> list[InputFile]:
-    """Count, id and refusal rules for one inputs section; returns the files found."""
+                      report: Report, *, required: bool) -> InputListing | None:
+    """Count, id and refusal rules for one inputs section; returns the folder as listed
+    (None when it could not be listed)."""
     directory = (project_dir / inputs.dir).resolve()
     say: Callable[[FieldPath, str], None] = report.problem if required else report.warn
     if not directory.is_dir():
         say((*loc, "dir"), f"{directory} is not a directory (inputs.dir is relative to "
             "project.dir)" + ("" if required else "; checked again before an approval is "
                                   "recorded"))
-        return []
+        return None
     if "/" in inputs.pattern or "\\" in inputs.pattern:
         report.problem((*loc, "pattern"), "the pattern matches file names directly in "
                        "inputs.dir (no '/', no absolute path, no '..'): point inputs.dir at "
                        "the folder instead")
-        return []
+        return None
     try:
-        files = list_inputs(directory, inputs.pattern, inputs.frames)
+        listing = list_folder(directory, inputs.pattern, inputs.frames)
     except InputsError as exc:
         say((*loc, "frames" if str(exc).startswith("inputs.frames") else "pattern"), str(exc))
-        return []
+        return None
+    files = listing.inputs
     if len(files) != inputs.expected_count:
         what = (f"frames ({inputs.frames!r} of each file)" if inputs.frames is not None
                 else "files")
@@ -339,7 +376,7 @@ def check_input_files(inputs: Inputs | VolumeInputs, project_dir: Path, loc: Fie
                        f"{what}, found {len(files)} in {directory} matching {inputs.pattern!r}")
     _check_ids(files, loc, report)
     _check_refusals(inputs.expected_refusals, {f.id for f in files}, loc, report)
-    return files
+    return listing
 
 
 def _check_ids(files: list[InputFile], loc: FieldPath, report: Report) -> None:

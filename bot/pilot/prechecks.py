@@ -6,16 +6,15 @@ from typing import Any
 
 from bot.errors import Problem
 from bot.manifest.load import LoadedManifest
-from bot.manifest.rules import Report, check_input_files, list_inputs
-from bot.manifest.source import SourceError, SourceMap, parse_text
+from bot.manifest.model import Inputs, VolumeInputs
+from bot.manifest.rules import Report, check_input_files
 
 
-def expected_inputs(loaded: LoadedManifest, inputs: Any | None = None) -> list[str]:
-    """The input ids the balance must account for (the volume's when ``inputs`` is given)."""
-    if inputs is None:
-        return [f.id for f in loaded.input_files()]
-    return [f.id for f in list_inputs((loaded.project_dir / inputs.dir).resolve(), inputs.pattern,
-                                      getattr(inputs, "frames", None))]
+def expected_inputs(loaded: LoadedManifest,
+                    inputs: Inputs | VolumeInputs | None = None) -> list[str]:
+    """The input ids the balance must account for (the volume's when ``inputs`` is given),
+    from the folder as listed when the manifest was loaded."""
+    return [f.id for f in loaded.listing(inputs).inputs]
 
 
 def volume_problems(loaded: LoadedManifest) -> list[Problem]:
@@ -25,11 +24,7 @@ def volume_problems(loaded: LoadedManifest) -> list[Problem]:
     volume = loaded.manifest.volume
     if volume is None:
         return []
-    try:
-        _, source_map = parse_text(loaded.text)
-    except SourceError:
-        source_map = SourceMap()
-    report = Report(source_map)
+    report = Report(loaded.marks)
     check_input_files(volume.inputs, loaded.project_dir, ("volume", "inputs"), report,
                       required=True)
     return report.errors

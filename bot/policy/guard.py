@@ -9,12 +9,13 @@ is submitted, before an approval and for every lease change from a transport.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
 from bot.errors import PolicyRefused
-from bot.manifest.load import LoadedManifest
-from bot.manifest.rules import list_inputs
+from bot.manifest.load import LoadedManifest, ParsedText
+from bot.manifest.model import Inputs, VolumeInputs
 from bot.manifest.source import SourceError, parse_text
 from bot.pilot import leases as lease_rules
 from bot.policy import checks
@@ -26,6 +27,15 @@ from runner.inputs import InputsError
 # (Slack user id, the user groups the policy's roles name) -> those groups the user is in;
 # given by the Slack transport (bot.slack.directory) to the service it builds.
 Directory = Callable[[str, Sequence[str]], frozenset[str]]
+
+
+@dataclass(frozen=True)
+class ScreenedManifest(LoadedManifest):
+    """A manifest loaded for a submission after the policy screened its text, whose files
+    the policy then checked for ``screened_for`` (user, origin, channel): admitting it for
+    the same request does not check them again."""
+
+    screened_for: tuple[str, Origin, str | None] = ("", "cli", None)
 
 
 class RefusalStore(Protocol):
@@ -46,34 +56,56 @@ class PolicyGuard:
         return Identity(user, groups, channel)
 
     # -- submit -------------------------------------------------------------------------
-    def screen(self, text: str, *, source: str, base_dir: Path, user: str,
+    def screen(self, text: str | ParsedText, *, source: str, base_dir: Path, user: str,
                origin: Origin, channel: str | None = None) -> None:
-        """Refuse a manifest before anything it names on disk is looked at."""
-        try:
-            data, marks = parse_text(text)
-        except SourceError:
-            return  # unreadable: load_manifest says where, and reads nothing
+        """Refuse a manifest before anything it names on disk is looked at (``text``: as
+        parsed by ``parse_manifest``, or the text itself)."""
+        if isinstance(text, str):
+            try:
+                data, marks = parse_text(text)
+            except SourceError:
+                return  # unreadable: load_manifest says where, and reads nothing
+        elif text.marks.duplicates:
+            return  # a repeated key: load_manifest says where, and reads nothing
+        else:
+            data, marks = text.data, text.marks
         refusals = checks.check_submission(self.policy, data, marks, origin=origin,
                                            who=self.identity(user, origin, channel),
                                            base_dir=base_dir)
         self.refuse("submit", user, origin, _name(data) or source, refusals)
 
     def admit(self, loaded: LoadedManifest, *, user: str, origin: Origin,
-              inputs: Any | None = None, channel: str | None = None) -> tuple[list[str], bool]:
-        """Check a loaded manifest again (whoever the caller is) and the files it would read;
-        return the approvers and the two-person flag the run is recorded with."""
+              inputs: Inputs | VolumeInputs | None = None,
+              channel: str | None = None) -> tuple[list[str], bool]:
+        """Check a loaded manifest again (whoever the caller is) and the files it would read
+        (unless ``screened`` checked them for the same request); return the approvers and
+        the two-person flag the run is recorded with."""
         m = loaded.manifest
-        data, marks = parse_text(loaded.text)
-        refusals = checks.check_submission(self.policy, data, marks, origin=origin,
+        refusals = checks.check_submission(self.policy, loaded.data, loaded.marks,
+                                           origin=origin,
                                            who=self.identity(user, origin, channel),
                                            base_dir=loaded.base_dir)
         self.refuse("submit", user, origin, m.name, refusals)
-        self.check_files(loaded, user=user, origin=origin, inputs=inputs, channel=channel)
+        volume = m.volume.inputs if m.volume is not None else None
+        if not (isinstance(loaded, ScreenedManifest)
+                and loaded.screened_for == (user, origin, channel)
+                and inputs in (None, volume)):
+            self.check_files(loaded, user=user, origin=origin, inputs=inputs, channel=channel)
         return (checks.effective_approvers(self.policy, m.approvals.approvers, origin),
                 checks.two_person(self.policy, m.approvals.two_person))
 
+    def screened(self, loaded: LoadedManifest, *, user: str, origin: Origin,
+                 channel: str | None = None) -> ScreenedManifest:
+        """``check_files``, then the manifest marked as checked for this request (its text
+        was screened before it was loaded)."""
+        self.check_files(loaded, user=user, origin=origin, channel=channel)
+        return ScreenedManifest(**{f.name: getattr(loaded, f.name)
+                                   for f in fields(LoadedManifest)},
+                                screened_for=(user, origin, channel))
+
     def check_files(self, loaded: LoadedManifest, *, user: str, origin: Origin,
-                    inputs: Any | None = None, channel: str | None = None) -> None:
+                    inputs: Inputs | VolumeInputs | None = None,
+                    channel: str | None = None) -> None:
         """From Slack: the input and parameter files must not lead out of the roots (checked
         before the project check opens the parameter files)."""
         if origin == "slack":
@@ -134,18 +166,19 @@ def _name(data: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _files(loaded: LoadedManifest, inputs: Any | None) -> list[Path]:
-    """The inputs a run would read and the project's parameter files."""
+def _files(loaded: LoadedManifest, inputs: Inputs | VolumeInputs | None) -> list[Path]:
+    """The inputs a run would read (as listed when the manifest was loaded) and the
+    project's parameter files."""
     project = loaded.project_dir
     out: list[Path] = []
     volume = loaded.manifest.volume
-    sections: list[Any] = [loaded.manifest.inputs, inputs or (volume.inputs if volume else None)]
+    sections: list[Inputs | VolumeInputs | None] = [
+        loaded.manifest.inputs, inputs or (volume.inputs if volume else None)]
     for section in sections:
         if section is None:
             continue
         try:
-            out += [f.path for f in list_inputs((project / section.dir).resolve(),
-                                                section.pattern)]
+            out += [f.path for f in loaded.listing(section).files]
         except InputsError:
             continue  # the manifest rules report it
     config = project / "config"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.dispatch.base import Dispatcher, RunHandle
-from bot.dispatch.inputs_check import record_inputs
+from bot.dispatch.inputs_check import record_listing
 from bot.errors import (
     DecisionRefused,
     DispatchError,
@@ -32,7 +32,8 @@ from bot.errors import (
     PolicyRefused,
     PreflightError,
 )
-from bot.manifest.load import LoadedManifest, load_manifest
+from bot.manifest.load import LoadedManifest, load_manifest, parse_manifest
+from bot.manifest.model import Inputs, VolumeInputs
 from bot.manifest.project_check import git_commit
 from bot.messages import views
 from bot.messages.dispatch_view import dispatch_message
@@ -251,16 +252,21 @@ class PilotService:
     def load(self, text: str, *, source: str, base_dir: Path, user: str,
              origin: Origin, channel: str | None = None) -> LoadedManifest:
         """Load manifest text, refused by the policy (PolicyRefused) before any path it
-        names is looked at (``channel``: where a Slack manifest came from; its roots)."""
-        self.guard.screen(text, source=source, base_dir=base_dir, user=user, origin=origin,
+        names is looked at (``channel``: where a Slack manifest came from; its roots).
+
+        The text is parsed once and its inputs folders listed once (by the manifest's
+        rules); the policy's file check runs here, before the project check opens the
+        files, and ``submit`` does not run it again for the same user, origin and channel.
+        """
+        parsed = parse_manifest(text, source=source)
+        self.guard.screen(parsed, source=source, base_dir=base_dir, user=user, origin=origin,
                           channel=channel)
-        loaded = load_manifest(text, source=source, base_dir=base_dir)
-        self.guard.check_files(loaded, user=user, origin=origin, channel=channel)
-        return loaded
+        loaded = load_manifest(text, source=source, base_dir=base_dir, parsed=parsed)
+        return self.guard.screened(loaded, user=user, origin=origin, channel=channel)
 
     def submit(self, loaded: LoadedManifest, *, submitter: str, channel: str | None = None,
                thread_ts: str | None = None, kind: str = "pilot", parent: str | None = None,
-               inputs: Any | None = None, origin: Origin = "cli",
+               inputs: Inputs | VolumeInputs | None = None, origin: Origin = "cli",
                forecast: dict[str, Any] | None = None) -> Submission:
         """Plan an attempt and prepare its own new run directory; nothing is started yet.
 
@@ -284,7 +290,8 @@ class PilotService:
             (run_dir / "manifest.yaml").write_text(loaded.text, encoding="utf-8")
             spec_path = run_dir / "spec.json"
             spec_path.write_text(spec.to_json(), encoding="utf-8")
-            record_inputs(run_dir, spec.inputs.dir, spec.inputs.pattern)  # held at dispatch
+            record_listing(run_dir, spec.inputs.dir,  # held to it at dispatch
+                           [f.location for f in loaded.listing(inputs).files])
             manifest_json = m.model_dump(mode="json")
             self._create_run(run_dir, {
                 "id": run_id, "name": m.name, "attempt": attempt, "kind": kind,

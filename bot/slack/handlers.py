@@ -71,7 +71,7 @@ class Handlers:
         """Validate, plan, start and follow; every failure is answered in the thread."""
         try:
             loaded = self.service.load(text, source=source, base_dir=self._base_dir(),
-                                       user=user, origin="slack")
+                                       user=user, origin="slack", channel=channel)
             sub = self.service.submit(loaded, submitter=user, channel=channel,
                                       thread_ts=thread_ts, origin="slack")
         except PolicyRefused as exc:
