@@ -8,7 +8,7 @@ from typing import Any
 
 from bot.manifest.catalog import default_catalog
 from bot.manifest.load import LoadedManifest
-from bot.manifest.model import Manifest
+from bot.manifest.model import Blender, Inputs, Manifest, VolumeInputs
 from bot.pilot.plan import Plan
 from bot.pilot.volume_limits import volume_limits
 from bot.pilot.volume_nodes import node_count
@@ -30,13 +30,13 @@ from runner.spec import (
 
 
 def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
-               inputs: Any | None = None, kind: str = "pilot",
+               inputs: Inputs | VolumeInputs | None = None, kind: str = "pilot",
                forecast: dict[str, Any] | None = None) -> RunSpec:
     """The spec for one attempt. ``inputs`` overrides the pilot inputs (the volume run);
     ``forecast``: the pilot's (its high estimate gives the volume's time limit)."""
     m = loaded.manifest
     project_dir = loaded.project_dir
-    src = inputs if inputs is not None else m.inputs
+    src: Inputs | VolumeInputs = inputs if inputs is not None else m.inputs
     task = m.task
     return RunSpec(
         run_id=run_id,
@@ -51,7 +51,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
         inputs=InputsSpec(dir=str((project_dir / src.dir).resolve()), pattern=src.pattern,
                           expected_count=src.expected_count,
                           expected_refusals=list(src.expected_refusals),
-                          frames=_frames(getattr(src, "frames", None))),
+                          frames=_frames(src.frames)),
         task=_task(m),
         diagnostics=_diagnostics(m),
         success=SuccessSpec(min_accepted=m.success.min_accepted if kind == "pilot" else None,
@@ -103,11 +103,11 @@ def _diagnostics(m: Manifest) -> DiagnosticsSpec:
                            memory_budget_gib=d.memory_budget_gib, slow_card=d.slow_card)
 
 
-def _frames(frames: Any) -> Any:
+def _frames(frames: str | int | list[int | str] | None) -> str | int | list[int | str] | None:
     return list(frames) if isinstance(frames, (list, tuple)) else frames
 
 
-def _blender(section: Any) -> BlenderSpec:
+def _blender(section: Blender | None) -> BlenderSpec:
     """The spec's blender part; licences keep only their names and what to look for."""
     if section is None:
         return BlenderSpec()

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.pilot.record import Run
 
-def judge(run: dict[str, Any], stages: list[dict[str, Any]],
+
+def judge(run: Run, stages: list[dict[str, Any]],
           finished: dict[str, Any]) -> dict[str, Any]:
     """Each criterion as a check with a sentence; the pilot passes only if all hold."""
     checks: list[dict[str, Any]] = []
     failed = [s["stage"] for s in stages if s["state"] == "failed"]
     checks.append(_check(not failed, "every stage passed or was skipped for a stated reason"
                          if not failed else f"stage(s) failed: {', '.join(failed)}"))
-    success = run.get("success") or {}
-    balance = run.get("balance")
+    success = run.success or {}
+    balance = run.balance
     if balance is None:
         checks.append(_check(False, "no balance was produced"))
     else:
@@ -30,7 +32,7 @@ def judge(run: dict[str, Any], stages: list[dict[str, Any]],
         if success.get("max_refused") is not None:
             cap = int(success["max_refused"])
             checks.append(_check(refused <= cap, f"refused {refused} ≤ {cap} allowed"))
-    evidence = run.get("evidence")
+    evidence = run.evidence
     if success.get("require_evidence") or success.get("copy_to"):
         verified = bool(evidence and evidence.get("verified"))
         checks.append(_check(verified, "evidence copy verified" if verified

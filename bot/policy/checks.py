@@ -12,12 +12,13 @@ import os
 import posixpath
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from bot.manifest.source import SourceMap, format_loc
 from bot.pilot.leases import lease_key
+from bot.pilot.plan import Plan
+from bot.pilot.record import Run
 from bot.policy.load import Policy
 from bot.policy.model import Origin, parse_node_entry
 
@@ -326,7 +327,7 @@ def _resolve(base: Path, value: str) -> Path | None:
 
 
 # -- approve --------------------------------------------------------------------------
-def check_approval(policy: Policy, run: dict[str, Any], who: Identity,
+def check_approval(policy: Policy, run: Run, who: Identity,
                    origin: Origin) -> list[Refusal]:
     """From Slack: the approver must be in the policy's pool, and a pilot above the spending
     caps needs an admin. (The CLI's ``--by`` is self-declared: it is not role-checked.)"""
@@ -335,7 +336,7 @@ def check_approval(policy: Policy, run: dict[str, Any], who: Identity,
     if not who.ids() & approver_pool(policy):
         return [Refusal("roles.approvers", f"<@{who.user}> is not an approver in the bot's "
                         "policy", policy.where("roles.approvers"))]
-    over = over_caps(policy, run.get("plan") or {})
+    over = over_caps(policy, run.plan)
     if over and not holds(policy, "admins", who):
         key, text = over[0]
         return [Refusal(f"spending.{key}", f"{text}: approving it needs an admin",
@@ -344,7 +345,7 @@ def check_approval(policy: Policy, run: dict[str, Any], who: Identity,
 
 
 # -- stop, revise, fix-env, and every button ------------------------------------------
-def check_run_action(policy: Policy, run: dict[str, Any], who: Identity, origin: Origin,
+def check_run_action(policy: Policy, run: Run, who: Identity, origin: Origin,
                      action: str) -> list[Refusal]:
     """From Slack a run is acted on only from the channel it belongs to, and ``stop``,
     ``revise`` and ``fix-env`` only by its submitter, an approver (the policy's or the
@@ -352,34 +353,33 @@ def check_run_action(policy: Policy, run: dict[str, Any], who: Identity, origin:
     terminal's ``--by`` is self-declared: not checked."""
     if origin != "slack":
         return []
-    if run.get("channel") != who.channel:
-        return [Refusal("channel", f"run {run['id']} belongs to another channel: it may only "
+    if run.channel != who.channel:
+        return [Refusal("channel", f"run {run.id} belongs to another channel: it may only "
                         f"be acted on ({action}) from the channel it was submitted in",
                         "the run's own channel (fixed when it was submitted)")]
     if action == "approve":
         return []
-    if who.user == run.get("submitter") or holds(policy, "admins", who) or \
-            who.ids() & {*approver_pool(policy), *(run.get("approvers") or [])}:
+    if who.user == run.submitter or holds(policy, "admins", who) or \
+            who.ids() & {*approver_pool(policy), *run.approvers}:
         return []
-    return [Refusal("roles.approvers", f"<@{who.user}> may not {action} run {run['id']}: only "
-                    f"its submitter <@{run.get('submitter')}>, an approver or an admin may",
+    return [Refusal("roles.approvers", f"<@{who.user}> may not {action} run {run.id}: only "
+                    f"its submitter <@{run.submitter}>, an approver or an admin may",
                     policy.where("roles.approvers"))]
 
 
-def over_caps(policy: Policy, plan: dict[str, Any]) -> list[tuple[str, str]]:
-    """The spending caps a plan exceeds: (key, what), in the order of the file."""
+def over_caps(policy: Policy, plan: Plan | None) -> list[tuple[str, str]]:
+    """The spending caps a plan exceeds: (key, what), in the order of the file (none for a
+    run recorded without a plan)."""
     caps = policy.file.spending
     out: list[tuple[str, str]] = []
-    lots, days = plan.get("lots"), plan.get("days")
-    if caps.max_lots is not None and isinstance(lots, int) and lots > caps.max_lots:
+    if plan is None:
+        return out
+    lots, days, total = plan.lots, plan.days, plan.total_usd
+    if caps.max_lots is not None and lots > caps.max_lots:
         out.append(("max_lots", f"{lots} lots is above the cap of {caps.max_lots}"))
-    if caps.max_days is not None and isinstance(days, int) and days > caps.max_days:
+    if caps.max_days is not None and days > caps.max_days:
         out.append(("max_days", f"{days} days is above the cap of {caps.max_days}"))
-    try:
-        total = Decimal(str(plan.get("total_usd")))
-    except InvalidOperation:
-        total = None
-    if caps.max_total_usd is not None and total is not None and total > caps.max_total_usd:
+    if caps.max_total_usd is not None and total > caps.max_total_usd:
         out.append(("max_total_usd", f"{total} USD is above the cap of {caps.max_total_usd} USD"))
     return out
 

@@ -18,6 +18,7 @@ from bot.manifest.load import LoadedManifest, ParsedText
 from bot.manifest.model import Inputs, VolumeInputs
 from bot.manifest.source import SourceError, parse_text
 from bot.pilot import leases as lease_rules
+from bot.pilot.record import Run
 from bot.policy import checks
 from bot.policy.checks import Identity, Refusal
 from bot.policy.load import Policy
@@ -113,30 +114,30 @@ class PolicyGuard:
                                           self.identity(user, origin, channel))
             self.refuse("submit", user, origin, loaded.manifest.name, refusals)
 
-    def nodes_again(self, run: dict[str, Any], user: str, origin: Origin = "cli") -> None:
+    def nodes_again(self, run: Run, user: str, origin: Origin = "cli") -> None:
         """A run submitted from Slack, started again (resume): its nodes and programs are
         checked against the policy in force now, as at its submission."""
-        if not run.get("channel"):
+        if not run.channel:
             return  # the terminal's run: nodes are not the policy's business
         try:
-            data, marks = parse_text(str(run.get("manifest_text") or ""))
+            data, marks = parse_text(run.manifest_text or "")
         except SourceError:
             return
         refusals = checks.check_nodes(self.policy, data, marks)
-        self.refuse("resume", user, origin, str(run["id"]), refusals)
+        self.refuse("resume", user, origin, run.id, refusals)
 
     # -- act on a run: stop, decide, its buttons ----------------------------------------
-    def run_action(self, action: str, run: dict[str, Any], user: str, origin: Origin,
+    def run_action(self, action: str, run: Run, user: str, origin: Origin,
                    channel: str | None) -> None:
         """PolicyRefused (recorded) unless ``user`` may ``action`` this run from here."""
         refusals = checks.check_run_action(self.policy, run,
                                            self.identity(user, origin, channel), origin, action)
-        self.refuse(action, user, origin, str(run["id"]), refusals)
+        self.refuse(action, user, origin, run.id, refusals)
 
     # -- approve ------------------------------------------------------------------------
-    def approval(self, run: dict[str, Any], user: str, origin: Origin) -> list[Refusal]:
+    def approval(self, run: Run, user: str, origin: Origin) -> list[Refusal]:
         refusals = checks.check_approval(self.policy, run, self.identity(user, origin), origin)
-        self.record("approve", user, origin, str(run["id"]), refusals)
+        self.record("approve", user, origin, run.id, refusals)
         return refusals
 
     # -- leases -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -36,7 +37,7 @@ from bot.service.handles import dispatcher_for, handle_for
 from bot.service.publisher import Publisher
 from bot.service.report_files import settle_evidence
 from bot.settings import Settings
-from bot.store import RunRecord, Store
+from bot.store import Run, RunRecord, Store
 from runner.events import (
     BALANCE,
     EVIDENCE,
@@ -254,30 +255,31 @@ class Follower:
 
     def _finish_locked(self, run_id: str) -> None:
         run = self.store.get_run(run_id)
+        record = Run.from_row(run)
         finished = self._since_resume(run_id, RUN_FINISHED)[-1]
         balance = self._recorded(run_id, BALANCE)
         evidence = self._recorded(run_id, EVIDENCE)
         if balance is not None:
-            balance = self._recheck_balance(run, balance)
-        record = RunRecord.from_row(run)
+            balance = self._recheck_balance(record, balance)
         handle = self._handle(record)
         try:
             # the copy the team controls, verified here; the bot decides where evidence
             # lives, the node's "dest" is only a claim (report_files.settle_evidence)
-            evidence = settle_evidence(run, evidence,
+            evidence = settle_evidence(record, evidence,
                                        self._dispatcher(record).fetch_results(handle))
         except PreflightError as exc:
             # The copy the team controls is what counts: a fetch that fails, or a fetched
             # copy that does not verify, overrides the node's own "verified".
             log.warning("could not fetch results of %s: %s", run_id, exc)
-            evidence = {**(settle_evidence(run, evidence, None) or {}), "verified": False,
+            evidence = {**(settle_evidence(record, evidence, None) or {}), "verified": False,
                         "fetch_error": str(exc)}
         run = {**run, "balance": balance, "evidence": evidence}
+        record = replace(record, balance=balance, evidence=evidence)
         stages = self.store.stages(run_id)
         environment = {s["stage"]: s["facts"] for s in stages if s.get("facts")}
-        verdict = judge(run, stages, finished.data)
+        verdict = judge(record, stages, finished.data)
         outcome = "passed" if verdict["passed"] else "failed"
-        if self.store.transition(run_id, (S.RUNNING,), end_state(run), outcome=outcome,
+        if self.store.transition(run_id, (S.RUNNING,), end_state(record), outcome=outcome,
                                  verdict=verdict, balance=balance, evidence=evidence,
                                  environment=environment, forecast=self._forecast(run, stages),
                                  finished_at=now_utc(), exit_code=finished.data.get("exit_code")):
@@ -326,8 +328,7 @@ class Follower:
         return old
 
     def _runner_died(self, run_id: str) -> None:
-        run = self.store.get_run(run_id)
-        record = RunRecord.from_row(run)
+        record = self.store.run(run_id)
         handle, dispatcher = self._handle(record), self._dispatcher(record)
         code = dispatcher.exit_code(handle)
         events = self.store.events(run_id, after_seq=max(0, record.last_seq - 1))
@@ -335,18 +336,19 @@ class Follower:
                              dispatcher.log_tail(handle))
         self.store.interrupt_stages(run_id)  # the stage that ran did not pass or fail
         verdict = {"passed": False, "checks": [{"ok": False, "text": error["message"]}]}
-        if self.store.transition(run_id, (S.RUNNING,), end_state(run), outcome="failed",
-                                 first_error=run.get("first_error") or error, verdict=verdict,
+        if self.store.transition(run_id, (S.RUNNING,), end_state(record), outcome="failed",
+                                 first_error=record.first_error or error, verdict=verdict,
                                  finished_at=now_utc(), exit_code=code):
             self.publisher.publish_outcome(run_id)
 
-    def _recheck_balance(self, run: dict[str, Any], balance: dict[str, Any]) -> dict[str, Any]:
+    def _recheck_balance(self, run: Run, balance: dict[str, Any]) -> dict[str, Any]:
         """Apply the balance rules again to the item events the bot itself recorded."""
         from runner.balance import compute_balance
 
-        items = self.store.items(run["id"])
-        ours = compute_balance(run.get("expected_ids") or [], run.get("expected_refusals") or [],
-                               run.get("categories") or [], items, keep_rows=False).to_dict()
+        items = self.store.items(run.id)
+        ours = compute_balance(self.store.expected_ids(run.id) or [],
+                               list(run.expected_refusals), list(run.categories), items,
+                               keep_rows=False).to_dict()
         # The run's row keeps the rows a message shows, not one per item: it is read back
         # at every look at the run (100,000 rows would be decoded each time); every row is
         # in the items table and in the run's balance.csv.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from bot.dispatch.base import Dispatcher, RunHandle
 from bot.errors import DispatchError
@@ -28,5 +27,8 @@ def handle_for(run: RunRecord, *, resume: bool = False) -> RunHandle:
                      node=run.node)
 
 
-def base_dir_of(run: dict[str, Any]) -> Path:
-    return Path(run["base_dir"])
+def base_dir_of(run: RunRecord) -> Path:
+    """The folder the run's manifest was read from (what its relative paths start at)."""
+    if run.base_dir is None:
+        raise DispatchError(f"run {run.id}: no manifest folder recorded (base_dir)")
+    return run.base_dir

@@ -23,6 +23,7 @@ from bot.pilot.leases import (
     normalize_node,
     normalize_time,
 )
+from bot.pilot.record import Run
 
 
 class LeaseStore(Protocol):
@@ -69,27 +70,27 @@ def set_state(store: LeaseStore, node: str, state: str, by: str, *,
 def lease_guard_for(store: LeaseStore) -> Any:
     """The ``lease_guard`` the service calls before a dispatch (raises LeaseError)."""
 
-    def guard(run: dict[str, Any]) -> None:
+    def guard(run: Run) -> None:
         check_dispatch(store, run)
         check_volume_leases(store, run)
 
     return guard
 
 
-def check_dispatch(store: LeaseStore, run: dict[str, Any]) -> None:
+def check_dispatch(store: LeaseStore, run: Run) -> None:
     """Refuse a dispatch to an SSH node whose lease is not ``provisioned``.
 
     A node seen for the first time gets a lease record in state ``ordered`` (so reminders
     can follow it), with the manifest's ``lease.starts_at`` and ``hardware.days``.
     """
-    node = node_key(run.get("node"))
+    node = node_key(run.node)
     if node is None:
         return
     starts_at, days = _terms(run)
     lease = store.current_lease(node)
     if lease is None:
         lease = store.open_lease(node, ORDERED, SYSTEM, starts_at=starts_at, days=days,
-                                 note=f"first seen with run {run.get('id')}")
+                                 note=f"first seen with run {run.id}")
     elif lease["state"] != ENDED:  # fill in terms the lease does not have yet
         store.set_lease_terms(int(lease["id"]),
                               starts_at=None if lease.get("starts_at") else starts_at,
@@ -97,32 +98,32 @@ def check_dispatch(store: LeaseStore, run: dict[str, Any]) -> None:
     if lease["state"] != PROVISIONED:
         nxt = STATES[min(STATES.index(lease["state"]) + 1, len(STATES) - 1)]
         raise LeaseError(
-            f"run {run.get('id')}: node {node} is not provisioned (its lease is "
+            f"run {run.id}: node {node} is not provisioned (its lease is "
             f"{lease['state']!r}); nothing is dispatched to it until someone records it, "
             f"e.g. `preflight lease set {node} {nxt} --by you`"
             if lease["state"] != ENDED else
-            f"run {run.get('id')}: the lease of node {node} has ended; record a new one "
+            f"run {run.id}: the lease of node {node} has ended; record a new one "
             f"(`preflight lease set {node} ordered --by you`)")
 
 
-def _terms(run: dict[str, Any]) -> tuple[str | None, int | None]:
-    manifest = run.get("manifest_json") or {}
-    starts = (manifest.get("lease") or {}).get("starts_at")
-    days = (manifest.get("hardware") or {}).get("days")
-    return (normalize_time(starts, "lease.starts_at") if starts else None,
-            int(days) if days else None)
+def _terms(run: Run) -> tuple[str | None, int | None]:
+    if run.manifest is None:  # none recorded, or it no longer validates: no terms known
+        return None, None
+    starts = run.manifest.lease.starts_at
+    return (normalize_time(starts.isoformat(), "lease.starts_at") if starts else None,
+            run.manifest.hardware.days)
 
 
-def check_volume_leases(store: LeaseStore, run: dict[str, Any]) -> None:
+def check_volume_leases(store: LeaseStore, run: Run) -> None:
     """Refuse a volume run while one of its other SSH nodes has no provisioned lease."""
-    if run.get("kind") != "volume":
+    if run.kind != "volume":
         return
-    nodes = ((run.get("manifest_json") or {}).get("volume") or {}).get("nodes")
+    nodes = run.volume_nodes
     if not isinstance(nodes, list):
         return
     problems = []
     for index, node in enumerate(nodes[1:], start=1):
-        key = node_key(node if isinstance(node, dict) else None)
+        key = node_key(node.model_dump(mode="json"))
         if key is None:
             continue
         lease = store.current_lease(key)
@@ -135,12 +136,12 @@ def check_volume_leases(store: LeaseStore, run: dict[str, Any]) -> None:
             problems.append(f"{where}: node {key} is not provisioned (its lease is "
                             f"{lease['state']!r}); nothing runs on it until it is")
     if problems:
-        raise LeaseError(f"run {run.get('id')}: " + "; ".join(problems))
+        raise LeaseError(f"run {run.id}: " + "; ".join(problems))
 
 
-def _volume_line(run: dict[str, Any], index: int) -> str:
+def _volume_line(run: Run, index: int) -> str:
     try:
-        _data, source = parse_text(str(run.get("manifest_text") or ""))
+        _data, source = parse_text(run.manifest_text or "")
     except SourceError:
         return ""
     line, _col = source.locate(("volume", "nodes", index))

@@ -55,13 +55,13 @@ from bot.service.records import Records
 from bot.service.report_files import ReportFiles
 from bot.service.watch import Watch
 from bot.settings import Settings
-from bot.store import RunRecord, Store
+from bot.store import Run, RunRecord, Store
 from runner.errors import RunnerError
 from runner.events import DISPATCH_NODE, Event
 
 log = logging.getLogger(__name__)
 
-LeaseGuard = Callable[[dict[str, Any]], None]
+LeaseGuard = Callable[[Run], None]
 # The manifest and project checks that stop a pilot before it is planned (ProjectCheckError).
 Precheck = Callable[[LoadedManifest], object]
 
@@ -341,7 +341,7 @@ class PilotService:
 
     # -- dispatch -----------------------------------------------------------------
     def start(self, run_id: str, *, resume: bool = False) -> None:
-        run = self.store.get_run(run_id)
+        run = self.store.run(run_id)
         if self.lease_guard is not None:
             self.lease_guard(run)
         dispatcher = self._dispatcher(run)
@@ -351,7 +351,7 @@ class PilotService:
         from_states = RESUMABLE if resume else {S.PLANNED}
         # A resumed run is judged on what the new runner reports: the earlier attempt's
         # run.finished, balance and first error no longer count (its events stay recorded).
-        fresh = {"resume_seq": int(run["last_seq"]), "first_error": None, "outcome": None,
+        fresh = {"resume_seq": run.last_seq, "first_error": None, "outcome": None,
                  "verdict": None, "stop": None} if resume else {}
         if not self.store.transition(run_id, from_states, S.DISPATCHING,
                                      started_at=now_utc(), finished_at=None, **fresh):
@@ -422,20 +422,20 @@ class PilotService:
     def resume(self, run_id: str) -> None:
         """Start a stopped run again from its ledger, or a run never started (a dispatch
         refused because the node's lease was not provisioned yet) for the first time."""
-        run = self.store.get_run(run_id)
+        run = self.store.run(run_id)
         self.guard.nodes_again(run, self.settings.user)  # a Slack run: its nodes, checked now
-        if run["status"] == S.PLANNED:
+        if run.status == S.PLANNED:
             self.start(run_id)
             return
-        if run["status"] == S.DISPATCHING:
+        if run.status == S.DISPATCHING:
             self.reap(run_id)  # settles a start interrupted more than DISPATCH_GRACE_S ago
-            run = self.store.get_run(run_id)
-            if run["status"] == S.DISPATCHING:
+            run = self.store.run(run_id)
+            if run.status == S.DISPATCHING:
                 raise DispatchError(f"run {run_id} is being started; if the bot that started "
                                     f"it stopped, try again in {DISPATCH_GRACE_S} s")
-        if run["status"] == S.DECIDED:
+        if run.status == S.DECIDED:
             raise DispatchError(f"run {run_id} is decided; submit the manifest again instead")
-        if run["status"] == S.RUNNING and self._dispatcher(run).is_alive(self._handle(run)):
+        if run.status == S.RUNNING and self._dispatcher(run).is_alive(self._handle(run)):
             raise DispatchError(f"run {run_id} is still running; nothing to resume")
         self.start(run_id, resume=True)
 
@@ -449,31 +449,31 @@ class PilotService:
         like Slack's followers, passes False). From Slack (``origin``, ``channel``): only
         its submitter, an approver or an admin, from the run's own channel (PolicyRefused).
         """
-        run = self.store.find_run(run_id)
+        run = self.store.find(run_id)
         self.guard.run_action("stop", run, by, origin, channel)
         reason = (reason or "").strip()
         if not reason:
             raise DecisionRefused("a reason is required to stop a run")
         stop = {"by": by, "reason": reason, "at": now_utc()}
-        if self.store.transition(run["id"], (S.DISPATCHING,), S.STOPPED, stop=stop,
+        if self.store.transition(run.id, (S.DISPATCHING,), S.STOPPED, stop=stop,
                                  finished_at=now_utc()):
             # Being started: the start ends at its next step (DispatchStopped) and stops
             # what it started; what is already up (Ray on the nodes) is stopped here too,
             # also when the bot that started it is gone.
-            self._stop_quietly(run["id"], self._handle(self.store.run_record(run["id"])))
-            self.publisher.publish_outcome(run["id"])
-            return self.store.get_run(run["id"])
-        if not self.store.transition(run["id"], (S.RUNNING,), S.RUNNING, stop=stop):
-            current = self.store.get_run(run["id"])["status"]
-            raise DispatchError(f"run {run['id']} is {current}: only a running run can be "
+            self._stop_quietly(run.id, self._handle(self.store.run_record(run.id)))
+            self.publisher.publish_outcome(run.id)
+            return self.store.get_run(run.id)
+        if not self.store.transition(run.id, (S.RUNNING,), S.RUNNING, stop=stop):
+            current = self.store.run_record(run.id).status
+            raise DispatchError(f"run {run.id} is {current}: only a running run can be "
                                 "stopped, or one being started")
-        self._dispatcher(run).stop(self._handle(self.store.run_record(run["id"])))
-        return self.follow(run["id"], timeout=timeout) if wait else self.store.get_run(run["id"])
+        self._dispatcher(run).stop(self._handle(self.store.run_record(run.id)))
+        return self.follow(run.id, timeout=timeout) if wait else self.store.get_run(run.id)
 
     def may_act(self, run_id: str, action: str, user: str, *, channel: str | None) -> None:
         """From Slack (a button): PolicyRefused, recorded, unless ``user`` may ``action``
         (stop, approve, fix-env, revise) this run from ``channel``."""
-        self.guard.run_action(action, self.store.get_run(run_id), user, "slack", channel)
+        self.guard.run_action(action, self.store.run(run_id), user, "slack", channel)
 
     # -- decide -------------------------------------------------------------------
     def decide(self, run_id: str, decision: str, reason: str, by: str, *,
@@ -481,17 +481,17 @@ class PilotService:
                channel: str | None = None) -> dict[str, Any]:
         from bot.pilot.decisions import check_decision, override_needs
 
-        run = self._with_decision(self.store.find_run(run_id))
+        run = self._with_decision(self.store.find(run_id))
         # From Slack: the run's own channel, and for fix-env/revise a role (PolicyRefused).
         self.guard.run_action(decision, run, by, "slack" if source == "slack" else "cli",
                               channel)
         if decision == "approve":  # the lease gate judges the finish from now, not from then
-            run["forecast"] = self.refresh_forecast(run["id"])
+            run = replace(run, forecast=self.refresh_forecast(run.id))
         reason = (reason or "").strip()
         origin: Origin = "slack" if source == "slack" else "cli"
         refusal, is_override = check_decision(run, decision, reason, by, override=override,
                                               groups=self.guard.identity(by, origin).groups)
-        base = {"run": run["id"], "decision": decision, "reason": reason or "(none)", "by": by,
+        base = {"run": run.id, "decision": decision, "reason": reason or "(none)", "by": by,
                 "override": int(is_override), "source": source,
                 "override_of": "; ".join(override_needs(run)) if is_override else None}
         policy = self.guard.approval(run, by, origin) if decision == "approve" and \
@@ -503,9 +503,9 @@ class PilotService:
             refusal = self._volume_refusal(run)
         if refusal is not None:
             self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
-            self.write_report(run["id"])  # the report lists refused attempts too
+            self.write_report(run.id)  # the report lists refused attempts too
             raise DecisionRefused(refusal)
-        return self._accept_decision(run["id"], base)
+        return self._accept_decision(run.id, base)
 
     def _accept_decision(self, run_id: str, base: dict[str, Any]) -> dict[str, Any]:
         """Record an allowed decision (unless another won the race), publish it, and launch
@@ -517,7 +517,7 @@ class PilotService:
         with self.publisher.run_lock(run_id):
             record = self.store.decide_run(run_id, base)
             if record is None:  # another decision won the race
-                current = self._with_decision(self.store.get_run(run_id))
+                current = self._with_decision(self.store.run(run_id))
                 refusal = not_decidable(current) or already_decided(current)
                 self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
                 raise DecisionRefused(refusal)
@@ -538,30 +538,30 @@ class PilotService:
         the author of an earlier decision."""
         from bot.pilot.decisions import not_decidable
 
-        return not_decidable(self._with_decision(self.store.find_run(run_id)), who=who)
+        return not_decidable(self._with_decision(self.store.find(run_id)), who=who)
 
-    def _with_decision(self, run: dict[str, Any]) -> dict[str, Any]:
+    def _with_decision(self, run: Run) -> Run:
         """The run with its accepted decision and the volume run it launched, if any."""
-        accepted = [d for d in self.store.decisions(run["id"]) if d.get("accepted")]
-        return {**run, "decision": accepted[-1] if accepted else None,
-                "volume_run": self.store.volume_of(run["id"])}
+        accepted = [d for d in self.store.decisions(run.id) if d.get("accepted")]
+        return run.joined(decision=accepted[-1] if accepted else None,
+                          volume_run=self.store.volume_of(run.id))
 
-    def _volume_refusal(self, run: dict[str, Any]) -> str | None:
+    def _volume_refusal(self, run: Run) -> str | None:
         """Why the volume an approval would launch cannot be created or started (its inputs
         folder, count, ids; its nodes' leases), checked before the approval is recorded;
         None when it can."""
         from bot.pilot.prechecks import volume_problems
 
         try:
-            loaded = load_manifest(run["manifest_text"], source=f"run {run['id']}",
+            loaded = load_manifest(run.manifest_text or "", source=f"run {run.id}",
                                    base_dir=base_dir_of(run))
         except ManifestError as exc:  # the project's files changed since the pilot
             return self._cannot_launch([str(p) for p in exc.problems])
         problems = [str(p) for p in volume_problems(loaded)]
         if not problems and self.lease_guard is not None and loaded.manifest.volume:
             try:  # the volume's nodes, as its dispatch will check them
-                self.lease_guard({**run, "kind": "volume", "node": volume_node(
-                    loaded.manifest).model_dump(mode="json")})
+                self.lease_guard(replace(run, kind="volume", node=volume_node(
+                    loaded.manifest).model_dump(mode="json")))
             except LeaseError as exc:
                 problems = [str(exc)]
         return self._cannot_launch(problems) if problems else None
@@ -597,16 +597,16 @@ class PilotService:
                 "fixed") from exc
 
     def _launch_volume(self, run_id: str) -> str | None:
-        run = self.store.get_run(run_id)
-        loaded = load_manifest(run["manifest_text"], source=f"run {run_id}",
+        run = self.store.run(run_id)
+        loaded = load_manifest(run.manifest_text or "", source=f"run {run_id}",
                                base_dir=base_dir_of(run))
         volume = loaded.manifest.volume
         if volume is None:
             return None
-        sub = self.submit(loaded, submitter=run["submitter"], channel=run.get("channel"),
-                          thread_ts=run.get("thread_ts"), kind="volume", parent=run_id,
-                          inputs=volume.inputs, origin="slack" if run.get("channel") else "cli",
-                          forecast=run.get("forecast"))  # the volume's time limit
+        sub = self.submit(loaded, submitter=str(run.submitter), channel=run.channel,
+                          thread_ts=run.thread_ts, kind="volume", parent=run_id,
+                          inputs=volume.inputs, origin="slack" if run.channel else "cli",
+                          forecast=run.forecast)  # the volume's time limit
         self.start(sub.run_id)
         return sub.run_id
 

@@ -22,7 +22,7 @@ from typing import Any
 from bot.errors import PreflightError
 from bot.messages.report import ReportData, render_report, stage_bars
 from bot.pilot.clock import read_time
-from bot.store import Store
+from bot.store import Run, RunRecord, Store
 from runner.evidence import SUMS, file_sha256, is_url, join_dest
 from runner.files import write_bytes_atomic
 
@@ -61,44 +61,45 @@ def gather(store: Store, run_id: str) -> ReportData:
         if item.status == "accepted" and isinstance(seconds, (int, float)) \
                 and isinstance(size, int):
             points.append((float(size), float(seconds)))
-    sums, source = _checksums(run)
-    parent = store.get_run(run["parent_run"]) if run.get("parent_run") else None
-    volume = run.get("kind", "pilot") == "volume"
+    record = Run.from_row(run)
+    sums, source = _checksums(record)
+    parent = store.run(record.parent_run) if record.parent_run else None
+    volume = record.kind == "volume"
     return ReportData(run=run, stages=stages, decisions=store.decisions(run_id),
                       generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       item_times=times, item_points=points, checksums=sums,
                       checksums_from=source,
-                      parent_forecast=(parent or {}).get("forecast"),
+                      parent_forecast=parent.forecast if parent else None,
                       launched_by=_launched_by(store, parent) if parent else None,
                       volume_run=None if volume else store.volume_of(run_id),
-                      engine=_engine(store, run, stages, len(outcomes)) if volume else None)
+                      engine=_engine(store, record, stages, len(outcomes)) if volume else None)
 
 
-def _launched_by(store: Store, parent: dict[str, Any]) -> dict[str, Any]:
+def _launched_by(store: Store, parent: Run) -> dict[str, Any]:
     """The pilot whose approval launched a volume run, and that approval."""
-    accepted = [d for d in store.decisions(parent["id"]) if d.get("accepted")]
-    return {"pilot": parent["id"], "name": parent.get("name"),
+    accepted = [d for d in store.decisions(parent.id) if d.get("accepted")]
+    return {"pilot": parent.id, "name": parent.name,
             "decision": accepted[-1] if accepted else None}
 
 
-def _engine(store: Store, run: dict[str, Any], stages: list[dict[str, Any]],
+def _engine(store: Store, run: Run, stages: list[dict[str, Any]],
             items: int) -> dict[str, Any]:
     """A volume's workers, pace and attempts (started, stopped, resumed) from its events."""
     from bot.service.forecast_inputs import work_seconds
 
-    workers = store.events_of_type(run["id"], "volume.workers")
+    workers = store.events_of_type(run.id, "volume.workers")
     attempts = [{"at": e.ts, "resume": bool(e.data.get("resume"))}
-                for e in store.events_of_type(run["id"], "run.started")]
+                for e in store.events_of_type(run.id, "run.started")]
     stops = [{"at": e.ts, "stage": e.data.get("stage")}
-             for e in store.events_of_type(run["id"], "stage.failed")
+             for e in store.events_of_type(run.id, "stage.failed")
              if (e.data.get("error") or {}).get("type") == "Interrupted"]
     return {"workers": list(workers[-1].data.get("workers") or []) if workers else [],
             "items": items,
             "work_s": work_seconds(stages), "attempts": attempts, "stops": stops,
-            "stop": run.get("stop")}
+            "stop": run.stop}
 
 
-def _checksums(run: dict[str, Any]) -> tuple[list[tuple[str, str]], str]:
+def _checksums(run: Run) -> tuple[list[tuple[str, str]], str]:
     dest = _local_evidence(run)
     if dest is not None:
         try:
@@ -107,7 +108,7 @@ def _checksums(run: dict[str, Any]) -> tuple[list[tuple[str, str]], str]:
             return [], f"the evidence copy's {SUMS} cannot be read: {exc}"
         pairs = [(ln[:64], ln[66:]) for ln in lines if len(ln) > 66 and ln[66:] != REPORT]
         return pairs, f"{SUMS} of the evidence copy at {dest} (the report adds its own line)"
-    run_dir = Path(run["run_dir"])
+    run_dir = run.run_dir
     pairs = []
     for path in sorted(p for p in run_dir.rglob("*") if _regular(p)):
         rel = path.relative_to(run_dir).as_posix()
@@ -122,34 +123,34 @@ def _checksums(run: dict[str, Any]) -> tuple[list[tuple[str, str]], str]:
                    "the ledger, which changes on resume, is left out)")
 
 
-def _local_evidence(run: dict[str, Any]) -> str | None:
+def _local_evidence(run: Run) -> str | None:
     """The run's local evidence copy, only where the bot itself put it (``evidence_home``):
     a ``dest`` the node claimed elsewhere is never written to."""
-    dest = str((run.get("evidence") or {}).get("dest") or "")
+    dest = str((run.evidence or {}).get("dest") or "")
     if not dest or is_url(dest) or not os.path.isabs(dest) or dest != evidence_home(run):
         return None
     return dest if _regular(Path(dest) / SUMS) else None
 
 
-def evidence_home(run: dict[str, Any]) -> str | None:
+def evidence_home(run: RunRecord) -> str | None:
     """Where the run's evidence copy belongs, as the bot decided it: ``results.copy_to`` of
     the bot's own spec (resolved when the run was built) joined with the run id; None
     without a copy_to or a readable spec. What a node says (an ``evidence`` event's
     ``dest``) is only a claim, compared with this (``settle_evidence``)."""
     try:
-        spec = json.loads(Path(str(run.get("spec_path") or "")).read_text(encoding="utf-8"))
+        spec = json.loads(Path(str(run.spec_path or "")).read_text(encoding="utf-8"))
         copy_to = str(((spec.get("results") or {}).get("copy_to")) or "")
     except (OSError, ValueError, AttributeError):
         return None
     if not copy_to:
         return None
     if is_url(copy_to):
-        return join_dest(copy_to, str(run["id"]))
+        return join_dest(copy_to, run.id)
     return os.path.normpath(join_dest(str(Path(copy_to.removeprefix("file://")).resolve()),
-                                      str(run["id"])))
+                                      run.id))
 
 
-def settle_evidence(run: dict[str, Any], evidence: dict[str, Any] | None,
+def settle_evidence(run: RunRecord, evidence: dict[str, Any] | None,
                     fetched: Path | None) -> dict[str, Any] | None:
     """The run's evidence record with a ``dest`` the bot decided, never the node's word.
 
@@ -162,7 +163,7 @@ def settle_evidence(run: dict[str, Any], evidence: dict[str, Any] | None,
     if fetched is not None:
         return {**evidence, "dest": str(fetched), "node_dest": claimed}
     home = evidence_home(run)
-    if (run.get("node") or {}).get("kind", "local") == "ssh" and not (
+    if run.node_kind == "ssh" and not (
             home is not None and is_url(home)):
         # the node's copy was not brought back: its path on the node is all there is, and
         # it is never a place on the bot host
@@ -173,12 +174,12 @@ def settle_evidence(run: dict[str, Any], evidence: dict[str, Any] | None,
     if home is None:  # no results.copy_to: no evidence is expected, none is written
         why = (f"the runner said it copied the evidence to {claimed!r}, but the manifest "
                "names no results.copy_to: nothing is written there")
-        log.warning("run %s: %s", run.get("id"), why)
+        log.warning("run %s: %s", run.id, why)
         return {**evidence, "dest": None, "node_dest": claimed, "dest_refused": why}
     why = (f"the runner said it copied the evidence to {claimed!r}, not to {home!r} where "
            "the bot sent it (results.copy_to / run id): the claim is refused and nothing "
            "is written there")
-    log.warning("run %s: %s", run.get("id"), why)
+    log.warning("run %s: %s", run.id, why)
     return {**evidence, "dest": home, "node_dest": claimed, "verified": False,
             "dest_refused": why}
 
@@ -202,14 +203,15 @@ def _read_text_nofollow(path: Path) -> str:
 def write_report(store: Store, run_id: str) -> ReportFiles:
     """Write (or rewrite) the run's report.html and summary picture; update the evidence."""
     data = gather(store, run_id)
-    run_dir = Path(data.run["run_dir"])
+    run = Run.from_row(data.run)
+    run_dir = run.run_dir
     html = render_report(data).encode("utf-8")
     target = run_dir / REPORT
     _atomic(target, html)
     picture = _picture(data, run_dir)
-    dest = _local_evidence(data.run)
+    dest = _local_evidence(run)
     if dest is None:
-        note = ("no evidence copy" if not data.run.get("evidence") else
+        note = ("no evidence copy" if not run.evidence else
                 "the evidence copy is not a local directory with SHA256SUMS: the report "
                 "stays in the run directory")
         return ReportFiles(target, picture, None, note)

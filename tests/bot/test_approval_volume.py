@@ -13,7 +13,7 @@ from bot.manifest.load import load_manifest_file
 from bot.messages.model import Actions, RecordingNotifier
 from bot.service import PilotService
 from bot.settings import Settings
-from bot.store import Store
+from bot.store import Run, Store
 from tests.bot.fakes import ScriptedDispatcher, pilot_script, write_manifest
 
 IDS = ["doc-01", "doc-02", "doc-03", "doc-04"]
@@ -101,8 +101,8 @@ def test_a_volume_row_that_cannot_be_written_leaves_the_pilot_approvable(tmp_pat
 
 def test_a_volume_node_without_a_lease_refuses_the_approval_before_it_is_recorded(
         tmp_path: Path) -> None:
-    def lease_guard(run: dict[str, Any]) -> None:
-        if run["kind"] == "volume":
+    def lease_guard(run: Run) -> None:
+        if run.kind == "volume":
             raise LeaseError("node gpu-b.example: no lease recorded")
 
     service, pilot = _passed_pilot(tmp_path, lease_guard=lease_guard)

@@ -4,9 +4,10 @@ where the list comes from."""
 from __future__ import annotations
 
 from bot.pilot.decisions import check_decision
+from tests.bot.runs import run_of
 
-RUN = {"id": "r-a1", "name": "demo", "kind": "pilot", "status": "awaiting_decision",
-       "outcome": "passed", "approvers": ["alice", "U0APPROVER"], "submitter": "bob"}
+RUN = run_of(id="r-a1", name="demo", kind="pilot", status="awaiting_decision",
+             outcome="passed", approvers=["alice", "U0APPROVER"], submitter="bob")
 
 
 def test_a_mistyped_approver_gets_did_you_mean_and_the_list_s_place() -> None:

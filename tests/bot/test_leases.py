@@ -18,7 +18,9 @@ from bot.pilot.leases import (
     unsecured,
 )
 from bot.service.leases import check_dispatch, set_state
-from bot.store import Store
+from bot.store import Run, Store
+from tests.bot.manifest_helpers import merged
+from tests.bot.runs import run_of
 
 NODE = "gpu-1.example.net"
 
@@ -74,8 +76,10 @@ def test_bad_input_is_refused_with_a_clear_message(store: Store, kwargs: dict[st
     assert store.current_lease(NODE) is None
 
 
-def _run(node: dict, **manifest: object) -> dict:
-    return {"id": "r1", "node": node, "manifest_json": {"hardware": {"days": 7}, **manifest}}
+def _run(node: dict, *, kind: str = "pilot", manifest_text: str | None = None,
+         **manifest: object) -> Run:
+    return run_of(id="r1", node=node, kind=kind, manifest_text=manifest_text,
+                  manifest_json=merged(hardware={"days": 7}, **manifest))
 
 
 def test_guard_lets_local_runs_through_and_refuses_ssh_until_provisioned(store: Store) -> None:
@@ -168,7 +172,9 @@ def test_a_volume_s_other_nodes_need_a_provisioned_lease_named_with_their_line(
     nodes = [{"kind": "ssh", "host": "gpu-1.example.net"},
              {"kind": "ssh", "host": "gpu-2.example.net"},
              {"kind": "ssh", "host": "gpu-3.example.net", "port": 2222}]
-    run = {**_run(nodes[0], volume={"nodes": nodes}), "kind": "volume", "manifest_text": text}
+    inputs = {"dir": "c", "expected_count": 3}
+    run = _run(nodes[0], volume={"inputs": inputs, "nodes": nodes}, kind="volume",
+               manifest_text=text)
     for state in STATES[:4]:
         set_state(store, NODE, state, "alice")
     set_state(store, "gpu-3.example.net:2222", "ordered", "bob")
@@ -185,4 +191,4 @@ def test_a_volume_s_other_nodes_need_a_provisioned_lease_named_with_their_line(
     for state in STATES[1:4]:
         set_state(store, "gpu-3.example.net:2222", state, "bob")
     guard(run)
-    guard({**run, "kind": "pilot", "manifest_json": {"volume": {"nodes": nodes[:1] + [{}]}}})
+    guard(_run(nodes[0], volume={"inputs": inputs, "nodes": nodes[:1] + [{}]}))

@@ -13,6 +13,7 @@ from bot.manifest.source import parse_text
 from bot.policy import Identity, Policy, checks, default_policy, load_policy, policy_for
 from bot.settings import Settings
 from tests.bot.manifest_helpers import dump, merged
+from tests.bot.runs import run_of
 
 REPO = Path(__file__).resolve().parents[2]
 MEMBER, LEAD, ADMIN = Identity("U0MEMBER"), Identity("U0LEAD"), Identity("U0ADMIN")
@@ -176,8 +177,8 @@ def test_submitters_approvals_caps_and_leases(tmp_path: Path) -> None:
                          "spending: {max_lots: 2, max_total_usd: 100}\n")
     assert not checks.holds(p, "submitters", MEMBER)
     assert checks.holds(p, "submitters", Identity("U0MEMBER", frozenset({"S0TEAM"})))
-    small = {"plan": {"lots": 1, "days": 3, "total_usd": "30.00"}}
-    big = {"plan": {"lots": 4, "days": 3, "total_usd": "30.00"}}
+    small = run_of(plan={"lots": 1, "days": 3, "total_usd": "30.00"})
+    big = run_of(plan={"lots": 4, "days": 3, "total_usd": "30.00"})
     assert [r.rule for r in checks.check_approval(p, small, MEMBER, "slack")] == [
         "roles.approvers"]
     assert checks.check_approval(p, small, LEAD, "slack") == []
@@ -341,7 +342,7 @@ def test_team_roots_keep_each_team_in_its_own_projects(tmp_path: Path) -> None:
 
 def test_acting_on_a_run_needs_its_channel_and_a_role(tmp_path: Path) -> None:
     p = policy(tmp_path, "roles: {approvers: [U0LEAD], admins: [U0ADMIN]}\n")
-    run = {"id": "run-1", "channel": "C0TEAM", "submitter": "U0OWNER", "approvers": ["U0RUNAPP"]}
+    run = run_of(id="run-1", channel="C0TEAM", submitter="U0OWNER", approvers=["U0RUNAPP"])
 
     def rules(user: str, action: str, channel: str | None = "C0TEAM",
               origin: str = "slack") -> list[str]:

@@ -12,7 +12,7 @@ from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
 from bot.service import PilotService
 from bot.settings import Settings
-from bot.store import Store
+from bot.store import Run, Store
 from tests.bot.fakes import ScriptedDispatcher, pilot_script, write_manifest
 
 IDS = ["doc-01", "doc-02", "doc-03", "doc-04"]
@@ -294,7 +294,7 @@ def test_a_run_refused_by_its_lease_can_be_started_later(tmp_path: Path) -> None
 
     provisioned = {"ok": False}
 
-    def guard(run: dict[str, Any]) -> None:
+    def guard(run: Run) -> None:
         if not provisioned["ok"]:
             raise LeaseError("lease of gpu-1 is 'ordered': not provisioned")
 
