@@ -142,14 +142,15 @@ def test_a_node_lost_mid_run_has_its_batches_requeued(cluster: Any, tmp_path: Pa
     c, env = cluster
     spec, ids = make_volume(tmp_path, COUNT, address=c.address, gpus=True,
                             batch_timeout_s=120)
-    set_params(spec, delay_s=0.004, fast_marker=str(tmp_path / "fast.marker"))
+    # slow enough that the GCS marks the node dead (its missed health checks) before the end
+    set_params(spec, delay_s=0.03, fast_marker=str(tmp_path / "fast.marker"))
     run_dir = tmp_path / "run"
     _three_nodes(c)
     proc = start_runner(spec, run_dir, env=runner_env(**env))
     try:
         wait_until(lambda: progress_done(run_dir) >= 400, "the volume to get going", 240)
         victim = list(c.worker_nodes)[-1]
-        c.remove_node(victim)
+        c.remove_node(victim, allow_graceful=False)  # its raylet SIGKILLed, not drained
         wait_until(lambda: any(e.type == "volume.node_lost" for e in events(run_dir)),
                    "the driver to see the node lost", 240)
         (tmp_path / "fast.marker").touch()  # the loss is handled: the rest may run fast
@@ -160,6 +161,10 @@ def test_a_node_lost_mid_run_has_its_batches_requeued(cluster: Any, tmp_path: Pa
     types = Counter(e.type for e in events(run_dir))
     assert types["volume.node_lost"] == 1 and types["volume.worker_lost"] == 1
     assert types["volume.requeued"] >= 1
+    # its batches went back whole: a lost node is not a batch that failed (issue 23)
+    assert types["volume.split"] == 0, [e.data for e in events(run_dir)
+                                        if e.type == "volume.split"]
+    assert {e.data["items"] for e in events(run_dir) if e.type == "volume.requeued"} == {25}
     facts = _pilot_facts(run_dir)
     assert facts["workers"] == 3 and facts["nodes_lost"] == 1
     assert facts["engine"] == "ray" and facts["ray_version"] == facts["ray_pinned"]
