@@ -10,10 +10,15 @@ node's interpreter); its listing's digest must equal the one of the bot's copy (
 and SHA-256 of each file, in name order), or the node is refused, naming it and the first
 input that differs. Nothing of the corpus is uploaded; the node's spec reads its inputs
 from ``on_nodes``.
+
+Without ``volume.inputs.dir`` the corpus is only on the nodes: the bot has no copy, the
+head node lists it first (``corpus_head.py``, written to ``LISTING_FILE``) and every node's
+listing must equal the head's.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import threading
@@ -33,19 +38,61 @@ NODE_CORPUS_SCRIPT = Path(__file__).with_name("node_corpus.py").read_text(encodi
 
 def corpus_on_nodes(run_dir: Path, spec: dict[str, Any]) -> str | None:
     """``volume.inputs.on_nodes`` of a volume run's manifest (None: the corpus is sent)."""
+    value = _volume_inputs(run_dir, spec).get("on_nodes")
+    return str(value) if value else None
+
+
+def corpus_node_only(run_dir: Path, spec: dict[str, Any]) -> bool:
+    """The corpus is only on the nodes: ``on_nodes`` without ``volume.inputs.dir`` (the
+    bot has no copy; the head node's listing is the reference, ``LISTING_FILE``)."""
+    inputs = _volume_inputs(run_dir, spec)
+    return bool(inputs.get("on_nodes")) and not inputs.get("dir")
+
+
+def _volume_inputs(run_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
     if not spec.get("volume"):
-        return None
+        return {}
     try:
         data = yaml.safe_load((run_dir / "manifest.yaml").read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return None
+        return {}
     except (OSError, yaml.YAMLError) as exc:
         raise DispatchError(f"{run_dir / 'manifest.yaml'}: cannot read volume.inputs: "
                             f"{exc}") from exc
     volume = data.get("volume") if isinstance(data, dict) else None
     inputs = volume.get("inputs") if isinstance(volume, dict) else None
-    value = inputs.get("on_nodes") if isinstance(inputs, dict) else None
-    return str(value) if value else None
+    return inputs if isinstance(inputs, dict) else {}
+
+
+# The head node's listing of a corpus only the nodes hold, written at each dispatch
+# (bot/dispatch/corpus_head.py): the rows every other node must equal, and the ids.
+LISTING_FILE = "corpus.listed.json"
+
+
+def head_rows(run_dir: Path) -> list[Row]:
+    """The rows of the head's listing (``LISTING_FILE``) this dispatch wrote."""
+    try:
+        return [(str(n), int(size), str(sha)) for n, size, sha in _listing(run_dir)["rows"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DispatchError(f"{run_dir / LISTING_FILE}: the head node's listing of "
+                            f"volume.inputs.on_nodes cannot be read: {exc}") from exc
+
+
+def head_node(run_dir: Path) -> str:
+    """Where the head's listing was made (``user@host:port``)."""
+    return str(_listing(run_dir).get("node") or "volume.nodes[0]")
+
+
+def _listing(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / LISTING_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DispatchError(f"{path}: the head node's listing of volume.inputs.on_nodes "
+                            f"cannot be read: {exc}") from exc
+    if not isinstance(data, dict):
+        raise DispatchError(f"{path}: the head node's listing is not a JSON object")
+    return data
 
 
 def expected_rows(files: dict[str, tuple[Path, str]]) -> list[Row]:
@@ -92,13 +139,18 @@ def corpus_command(python: str, on_nodes: str, pattern: str, rows: list[Row]) ->
                                              pattern, listing_digest(rows)))
 
 
-def check_listing(where: str, on_nodes: str, rows: list[Row], reply: str) -> None:
-    """The node's answer against the bot's copy; a DispatchError naming the node and the
-    first input (by id) that differs."""
+def check_listing(where: str, on_nodes: str, rows: list[Row], reply: str, *,
+                  head: str | None = None) -> None:
+    """The node's answer against ``rows`` (the bot's copy, or the head node's listing of a
+    corpus only the nodes hold, listed on ``head``); a DispatchError naming the node and
+    the first input (by id) that differs."""
+    reference = f"the head node {head}'s listing" if head else "the bot's volume.inputs.dir"
     refuse = (f"{where}: its copy of the corpus at volume.inputs.on_nodes {on_nodes} differs "
-              "from the bot's volume.inputs.dir")
+              f"from {reference}")
     again = ("; the volume is not started on a corpus other than the one checked: make the "
-             "node's copy equal (or drop on_nodes to have it sent)")
+             "node's copy equal (or drop on_nodes to have it sent)" if head is None else
+             "; the volume is not started on nodes whose corpora differ: make every node's "
+             "copy equal to the head's (volume.nodes[0])")
     answer = json_object(reply)
     if answer is None:
         raise DispatchError(f"{where}: the listing of volume.inputs.on_nodes {on_nodes} "
@@ -116,7 +168,7 @@ def check_listing(where: str, on_nodes: str, rows: list[Row], reply: str) -> Non
         if how == "missing":
             why = f"{name} is missing on the node"
         elif how == "extra":
-            why = f"{name} is on the node, not in the bot's copy"
+            why = f"{name} is on the node, not in " + (reference if head else "the bot's copy")
         else:
             why = f"{name}: its {'size' if theirs[name][0] != ours[name][0] else 'SHA-256'} differs"
         raise DispatchError(f"{refuse}: first differing input {item_id(name)!r} ({why}){again}")

@@ -38,6 +38,7 @@ from bot.dispatch.archive import Entry, write_archive
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.corpus import check_listing
+from bot.dispatch.corpus_head import list_on_head
 from bot.dispatch.fetch import FetchLimits, fetch_results
 from bot.dispatch.node_launcher import stat_fields
 from bot.dispatch.node_scripts import HOLD_ENV, probe_command, stop_command
@@ -104,6 +105,8 @@ class SSHDispatcher(SSHSessions):
         the launcher's standard input only. A failed dispatch stops that Ray."""
         env: dict[str, str] = {}
         nodes = volume_nodes(handle)
+        # a corpus only the nodes hold: the head's listing first, every node's reference
+        list_on_head(self, handle, nodes[0] if nodes else SSHNode.from_dict(self.node_of(handle)))
         if nodes:
             end_earlier_cluster(self, handle)  # a resume: nothing is sent under it
             env = self._volume_cluster(handle, nodes).driver_env()
@@ -304,7 +307,8 @@ class SSHDispatcher(SSHSessions):
             await self._remove(node, changes.remove)
         if plan.on_nodes:  # the corpus is the node's own: it must equal the bot's copy
             command, rows = await asyncio.to_thread(plan.corpus_check, node.python)
-            check_listing(node.where, plan.on_nodes, rows, await self._exec(node, command))
+            check_listing(node.where, plan.on_nodes, rows, await self._exec(node, command),
+                          head=plan.head)
         return {**changes.sent, "run": sum(len(d) for d in run_files.values())}, \
             [dst for _, dst in changes.send]
 

@@ -28,8 +28,15 @@ import yaml
 
 import runner
 from bot.dispatch.base import RunHandle, json_object
-from bot.dispatch.corpus import corpus_command, corpus_on_nodes, reference_rows
-from bot.dispatch.inputs_check import checked_files, recheck_inputs
+from bot.dispatch.corpus import (
+    corpus_command,
+    corpus_node_only,
+    corpus_on_nodes,
+    head_node,
+    head_rows,
+    reference_rows,
+)
+from bot.dispatch.inputs_check import CheckedInputs, checked_files, recheck_inputs
 from bot.dispatch.node_corpus import Row
 from bot.dispatch.node_scripts import HOLD_SCRIPT, LAUNCH_SCRIPT, python_command
 from bot.errors import DispatchError, NodeUnreachable
@@ -239,7 +246,12 @@ class UploadPlan:
         self._trees: list[tuple[str, str, dict[str, tuple[Path, str]]]] | None = None
         # The inputs as checked at submission, checked again now (a DispatchError when the
         # folder or a file was swapped meanwhile); outside the project, exactly those go.
-        self.inputs = recheck_inputs(handle.run_dir, spec)
+        # A corpus only the nodes hold has no copy here: nothing of it is read on this host.
+        self.run_dir = handle.run_dir
+        self.node_only = corpus_node_only(handle.run_dir, spec)
+        self.head: str | None = None  # where the reference listing was made (node_only)
+        self.inputs = CheckedInputs(Path(str(spec["inputs"]["dir"])), {}) if self.node_only \
+            else recheck_inputs(handle.run_dir, spec)
         inputs = self.inputs.dir
         # A corpus already on the node (volume.inputs.on_nodes) is checked there, never sent
         self.on_nodes = corpus_on_nodes(handle.run_dir, spec)
@@ -341,9 +353,11 @@ class UploadPlan:
 
     def corpus_check(self, python: str) -> tuple[str, list[Row]]:
         """The command listing the node's copy of the corpus (``on_nodes``) and the rows
-        it must equal (the bot's checked copy)."""
+        it must equal (the bot's checked copy; for a corpus only the nodes hold, the head
+        node's listing of this dispatch, ``corpus_head.py``)."""
         assert self.on_nodes
-        rows = reference_rows(self.inputs)
+        rows = head_rows(self.run_dir) if self.node_only else reference_rows(self.inputs)
+        self.head = head_node(self.run_dir) if self.node_only else None
         pattern = str((self.spec.get("inputs") or {}).get("pattern") or "*")
         return corpus_command(python, self.on_nodes, pattern, rows), rows
 

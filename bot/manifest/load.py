@@ -127,6 +127,8 @@ class LoadedManifest:
             self.listed.volume if m.volume is not None and section == m.volume.inputs else None
         if listed is not None:
             return listed
+        if section.dir is None:  # a corpus only the nodes hold: listed there, at dispatch
+            return InputListing(self.project_dir, [], [])
         return list_folder((self.project_dir / section.dir).resolve(), section.pattern,
                            section.frames)
 

@@ -194,7 +194,11 @@ class Lease(Section):
 
 
 class VolumeInputs(Section):
-    dir: NonEmpty
+    dir: NonEmpty | None = Field(
+        default=None,
+        description="the corpus on the bot host, relative to project.dir; required unless "
+                    "`on_nodes` names a corpus only the nodes hold (then it is listed on the "
+                    "head node at dispatch)")
     pattern: NonEmpty = "*"
     expected_count: Int = Field(ge=1)
     expected_refusals: list[NonEmpty] = Field(default_factory=list)
@@ -202,8 +206,9 @@ class VolumeInputs(Section):
     on_nodes: NonEmpty | None = Field(
         default=None,
         description="an absolute path on every volume node (its own copy, or shared storage "
-                    "mounted there) holding the same files as `dir`: listed and checksummed "
-                    "on each node at dispatch, used in place, never uploaded (ssh nodes)")
+                    "mounted there) holding the same files as `dir`, or, without `dir`, "
+                    "the corpus itself: listed and checksummed on each node at dispatch, "
+                    "used in place, never uploaded (ssh nodes)")
 
     @field_validator("on_nodes")
     @classmethod

@@ -350,7 +350,9 @@ def _volume_is_local(parts: Parts) -> bool:
 def check_input_files(inputs: Inputs | VolumeInputs, project_dir: Path, loc: FieldPath,
                       report: Report, *, required: bool) -> InputListing | None:
     """Count, id and refusal rules for one inputs section; returns the folder as listed
-    (None when it could not be listed)."""
+    (None when it could not be listed, or it is a corpus only the nodes hold: no ``dir``)."""
+    if inputs.dir is None:  # volume.inputs.on_nodes alone: the head node lists it at dispatch
+        return None
     directory = (project_dir / inputs.dir).resolve()
     say: Callable[[FieldPath, str], None] = report.problem if required else report.warn
     if not directory.is_dir():

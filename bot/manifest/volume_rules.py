@@ -32,6 +32,7 @@ def node_identity(node: Node) -> str:
 
 def check_volume(volume: Volume, gpu: GpuModel | None, hardware: Hardware | None,
                  report: Report) -> None:
+    _check_inputs(volume, report)
     if isinstance(volume.nodes, int):
         _check_count(volume.nodes, report)
         nodes: list[Node] = []
@@ -106,6 +107,22 @@ def _lots_fit_nodes(gpu: GpuModel, hardware: Hardware, count: int, report: Repor
                        f"(each shows its {gpu.cards_per_lot} cards)")
         return False
     return True
+
+
+def _check_inputs(volume: Volume, report: Report) -> None:
+    """``volume.inputs.dir`` (the bot's copy) or ``on_nodes`` alone (a corpus only the
+    nodes hold, listed on the head node at dispatch), never neither."""
+    inputs = volume.inputs
+    if inputs.dir is not None:
+        return
+    if not inputs.on_nodes:
+        report.problem(("volume", "inputs", "dir"), "required: the corpus's folder under "
+                       "project.dir; for a corpus only the ssh nodes hold, give its path on "
+                       "the nodes as volume.inputs.on_nodes instead")
+    elif inputs.frames is not None:
+        report.problem(("volume", "inputs", "frames"), "frames of a corpus only the nodes "
+                       "hold cannot be counted before dispatch: give volume.inputs.dir (the "
+                       "bot's copy) too, or leave frames out")
 
 
 def _check_count(count: int, report: Report) -> None:

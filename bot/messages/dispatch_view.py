@@ -14,8 +14,8 @@ from bot.messages.model import Heading, Message, Text
 from runner.events import DISPATCH_NODE, Event
 
 PHASES = ("uploaded", "proved", "ray_up", "launching")
-LABELS = {"uploading": "sending its copy", "uploaded": "copy sent", "proved": "cards proven",
-          "ray_up": "Ray up", "launching": "driver launching"}
+LABELS = {"listed": "corpus listed", "uploading": "sending its copy", "uploaded": "copy sent",
+          "proved": "cards proven", "ray_up": "Ray up", "launching": "driver launching"}
 NODES_SHOWN = 12
 
 
@@ -33,6 +33,8 @@ def node_line(data: dict[str, Any]) -> str:
     if phase == "uploading" and isinstance(data.get("bytes_total"), int):
         text += (f" ({int(data.get('bytes_done') or 0) / 1e6:.1f} of "
                  f"{data['bytes_total'] / 1e6:.1f} MB)")
+    if phase == "listed" and isinstance(data.get("count"), int):  # a corpus only on the nodes
+        text += f" ({data['count']:,} inputs, {int(data.get('bytes') or 0) / 1e6:.1f} MB)"
     if phase == "uploaded" and isinstance(data.get("bytes"), int):
         text += f" ({data['bytes'] / 1e6:.1f} MB sent)"
     if phase == "proved":

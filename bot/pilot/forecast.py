@@ -90,6 +90,7 @@ class ForecastInputs:
     volume_bytes: int | None = None
     volume_max_bytes: int | None = None
     volume_where: str = ""
+    volume_listed: bool = True         # False: the count is volume.inputs.expected_count
     healthy_cards: int | None = None   # proven on the pilot's node
     # Each node's healthy cards as its card proof at the volume's dispatch found them, in
     # volume.nodes order (0: a node dropped; None: its stages judged no card, its share
@@ -162,7 +163,12 @@ def forecast(inp: ForecastInputs) -> Forecast:
                                "volume_bytes": inp.volume_bytes}
     size = f", {inp.volume_bytes:,} B" if inp.volume_bytes is not None else ", size unknown"
     figures.append(Figure("volume", "Volume inputs", f"{inp.volume_count:,} items{size}",
-                          f"listed{_where(inp) or ' from volume.inputs'}"))
+                          f"listed{_where(inp) or ' from volume.inputs'}" if inp.volume_listed
+                          else f"not listed: {inp.volume_where}"))
+    if not inp.volume_listed:
+        notes.append(f"the volume's {inp.volume_count:,} inputs are the manifest's "
+                     "volume.inputs.expected_count, not a listing: their sizes are unknown "
+                     "until the nodes list them")
     spread = _per_item(inp, figures, notes, numbers)
     workers, cards_used, formula = volume_workers(inp)
     figures.append(Figure("workers", "Workers", str(workers), formula))

@@ -152,7 +152,8 @@ def describe_volume(manifest: Manifest, gpu: str, total_cards: int) -> str | Non
     if volume is None:
         return None
     inputs = volume.inputs
-    what = (f"{inputs.expected_count} inputs ({inputs.dir.rstrip('/')}/{inputs.pattern}"
+    folder = inputs.dir.rstrip('/') if inputs.dir else f"{inputs.on_nodes} on the nodes"
+    what = (f"{inputs.expected_count} inputs ({folder}/{inputs.pattern}"
             + (f", frames {inputs.frames}" if inputs.frames is not None else "") + ")")
     listed = volume.nodes if isinstance(volume.nodes, list) and volume.nodes else None
     nodes = [_node_words(n) for n in listed] if listed else [

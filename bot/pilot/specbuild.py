@@ -48,7 +48,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
         project=ProjectSpec(dir=str(project_dir),
                             requirements=_under(project_dir, m.project.requirements),
                             params=dict(m.project.params)),
-        inputs=InputsSpec(dir=str((project_dir / src.dir).resolve()), pattern=src.pattern,
+        inputs=InputsSpec(dir=_inputs_dir(project_dir, src), pattern=src.pattern,
                           expected_count=src.expected_count,
                           expected_refusals=list(src.expected_refusals),
                           frames=_frames(src.frames)),
@@ -136,6 +136,14 @@ def _volume(loaded: LoadedManifest, plan: Plan,
                       pilot_batch_s=limits.pilot_batch_s, in_flight=limits.in_flight,
                       time_limit_s=limits.time_limit_s,
                       outputs_on_nodes=volume.outputs_on_nodes)
+
+
+def _inputs_dir(project_dir: Path, src: Any) -> str:
+    """The folder the runner lists: under project.dir, or, for a corpus only the nodes hold
+    (``volume.inputs.on_nodes`` without ``dir``), its path on the nodes (never read here)."""
+    if src.dir is None:
+        return str(src.on_nodes)
+    return str((project_dir / src.dir).resolve())
 
 
 def runs_dir_for(loaded: LoadedManifest, default: Path) -> Path:

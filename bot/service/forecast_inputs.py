@@ -29,17 +29,23 @@ WORK_STAGES = ("volume", "pilot")
 def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
                  items: list[ItemOutcome], now: datetime | None = None,
                  runner_started: str | None = None,
-                 node_cards: tuple[int | None, ...] | None = None) -> dict[str, Any] | None:
+                 node_cards: tuple[int | None, ...] | None = None,
+                 listing: tuple[int, int | None, int | None, str] | None = None
+                 ) -> dict[str, Any] | None:
     """The forecast of a pilot's volume as stored with the run; None when it has no volume.
     ``runner_started``: when the pilot's runner started (its last ``run.started``), for the
     dispatch time it measured; ``node_cards``: each volume node's healthy cards as its card
-    proof found them (the forecast again at the volume's dispatch, ``bot.service.proven``)."""
+    proof found them (the forecast again at the volume's dispatch, ``bot.service.proven``);
+    ``listing``: (count, bytes, largest, where) of a corpus only the nodes hold, as the head
+    node listed it at that dispatch."""
     manifest = run.get("manifest_json") or {}
     volume = manifest.get("volume")
     if not volume:
         return None
     now = now or datetime.now(timezone.utc)
-    count, total, largest, where, listing_error = _volume_inputs(run, volume)
+    count, total, largest, where, listing_error = _volume_inputs(run, volume) \
+        if listing is None else (*listing, None)
+    listed = listing is not None or not where.startswith(NOT_LISTED)
     if listing_error:
         return {"possible": False, "reason": listing_error, "figures": [], "notes": [],
                 "fits": None}
@@ -53,6 +59,7 @@ def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
         samples=tuple(samples(items, batch if shared else 1)),
         accepted=sum(1 for item in items if item.status == "accepted"),
         volume_count=count, volume_bytes=total, volume_max_bytes=largest, volume_where=where,
+        volume_listed=listed,
         rented_cards=int(plan.get("total_cards") or 1),
         cards_per_lot=int(plan.get("cards_per_lot") or 1), lots=int(plan.get("lots") or 1),
         days=int(plan.get("days") or hardware.get("days") or 1),
@@ -176,10 +183,18 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
 
 
+NOT_LISTED = "counted from"  # the count is the manifest's, not a listing's
+
+
 def _volume_inputs(run: dict[str, Any], volume: dict[str, Any]
                    ) -> tuple[int, int | None, int | None, str, str | None]:
     """(count, total bytes, largest, where, error) of the volume's inputs."""
     spec = volume.get("inputs") or {}
+    if not spec.get("dir"):  # a corpus only the nodes hold: listed there at dispatch
+        count = int(spec.get("expected_count") or 0)
+        return (count, None, None, f"{NOT_LISTED} volume.inputs.expected_count {count:,}; the "
+                f"corpus is only on the nodes (volume.inputs.on_nodes {spec.get('on_nodes')}) "
+                "and the head node lists it at the volume's dispatch; sizes unknown", None)
     directory = Path(str(run.get("project_dir") or ".")) / str(spec.get("dir") or "")
     where = f"{directory.resolve()} on the bot host"
     try:
@@ -189,7 +204,7 @@ def _volume_inputs(run: dict[str, Any], volume: dict[str, Any]
         if node == "ssh":
             # Listing on the node itself is not done yet: say so instead of guessing.
             count = int(spec.get("expected_count") or 0)
-            return (count, None, None, f"volume.inputs.expected_count {count}; "
+            return (count, None, None, f"{NOT_LISTED} volume.inputs.expected_count {count:,}; "
                     "sizes unknown (the inputs live on the node)", None)
         return 0, None, None, where, f"cannot list the volume's inputs: {exc}"
     sizes = [f.size for f in files]

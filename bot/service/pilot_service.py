@@ -49,7 +49,7 @@ from bot.policy.guard import Directory, PolicyGuard
 from bot.policy.model import Origin
 from bot.service.follower import DISPATCH_GRACE_S, DispatchHeartbeat, Follower
 from bot.service.handles import base_dir_of, dispatcher_for, handle_for
-from bot.service.proven import ProvenForecast
+from bot.service.proven import ProvenForecast, corpus_listed
 from bot.service.publisher import Publisher
 from bot.service.records import Records
 from bot.service.report_files import ReportFiles
@@ -392,6 +392,8 @@ class PilotService:
             self.store.record_dispatch_event(run_id, DISPATCH_NODE, data)
             if data.get("phase") == "proved":  # the forecast again, on the proven nodes
                 self._node_proved(run_id)
+            elif data.get("phase") == "listed":  # a corpus only the nodes hold: its ids
+                corpus_listed(self.store, run_id)
             run = self.store.get_run(run_id)
             message = dispatch_message(run, self.store.dispatch_events(
                 run_id, since=run.get("started_at")))

@@ -8,7 +8,9 @@ reported, ``ProvenForecast.node_proved`` makes the forecast again from the pilot
 measurements with each node's real healthy cards (``forecast_for(..., node_cards=...)``),
 stores it with the volume run (``runs.forecast``, with a ``proven`` summary), and, when
 it differs from the approved one, posts one line in the thread ("4 nodes proven: 30
-healthy cards of 32; forecast now …, was …").
+healthy cards of 32; forecast now …, was …"). A corpus only the nodes hold
+(``volume.inputs.on_nodes`` without ``dir``) is counted from the head node's listing of
+that dispatch (``corpus_listed`` stores its ids as the ones the balance expects).
 
 The time limit: the driver gets ``volume.time_limit_s`` in its spec, sent to the head when
 it is launched, after every proof (``bot/dispatch/volume_cluster.py`` reads the spec again
@@ -28,16 +30,36 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bot.dispatch.corpus import LISTING_FILE, head_node, head_rows
 from bot.errors import DispatchError
 from bot.pilot.forecast import duration, plural, proven_cards
 from bot.pilot.volume_limits import volume_limits
 from bot.service.forecast_inputs import forecast_for
 from bot.store import Store
 from runner.files import write_text_atomic
+from runner.inputs import item_id
 
 log = logging.getLogger(__name__)
 
 PROVED = "proved"
+
+
+def corpus_listed(store: Store, run_id: str) -> list[str] | None:
+    """A corpus only the nodes hold, listed on the head node (``bot/dispatch/corpus_head``):
+    its ids become the ones the volume run's balance expects (stored); None: no listing."""
+    run = store.get_run(run_id)
+    rows = _listing_rows(Path(str(run["run_dir"])))
+    if rows is None:
+        return None
+    ids = sorted(item_id(name) for name, _size, _sha in rows)
+    store.update_run(run_id, expected_ids=ids)
+    return ids
+
+
+def _listing_rows(run_dir: Path) -> list[tuple[str, int, str]] | None:
+    if not (run_dir / LISTING_FILE).exists():
+        return None
+    return head_rows(run_dir)
 
 
 def node_cards(steps: list[dict[str, Any]], nodes: int) -> tuple[int | None, ...] | None:
@@ -95,7 +117,7 @@ class ProvenForecast:
         new = forecast_for(pilot, self.store.stages(pilot["id"]),
                            self.store.item_outcomes(pilot["id"]),
                            runner_started=started[-1].ts if started else None,
-                           node_cards=cards)
+                           node_cards=cards, listing=_listed(Path(str(run["run_dir"]))))
         if new is None:
             return None
         plan = run.get("plan") or pilot.get("plan") or {}
@@ -132,6 +154,17 @@ class ProvenForecast:
         write_text_atomic(path, json.dumps(spec, indent=2, sort_keys=True))
         return {"s": limits.time_limit_s, "was_s": was, "how": "widened",
                 "why": limits.time_why}
+
+
+def _listed(run_dir: Path) -> tuple[int, int | None, int | None, str] | None:
+    """(count, bytes, largest, where) of a corpus only the nodes hold, as the head node
+    listed it at this dispatch (None: the bot's own copy was listed, or none)."""
+    rows = _listing_rows(run_dir)
+    if rows is None:
+        return None
+    sizes = [size for _name, size, _sha in rows]
+    return (len(rows), sum(sizes), max(sizes, default=None),
+            f"on the head node {head_node(run_dir)} at the volume's dispatch")
 
 
 def _shape(fc: dict[str, Any]) -> tuple[Any, ...]:

@@ -43,7 +43,7 @@ def script(ids: list[str]) -> list[dict[str, Any]]:
 class ProvingDispatcher(ScriptedDispatcher):
     def __init__(self) -> None:
         super().__init__(lambda run_id: script(VOLUME_IDS if run_id in self.volumes
-                                               else PILOT))
+                                               else PILOT))  # read when each run starts
         self.launched_limit: list[float] = []
         self.volumes: set[str] = set()
 
@@ -78,14 +78,17 @@ lease: {{starts_at: "{starts}"}}
     return path
 
 
-def approved(tmp_path: Path, *, limit: str = ""
+def approved(tmp_path: Path, *, limit: str = "", dispatcher: ProvingDispatcher | None = None
              ) -> tuple[PilotService, ProvingDispatcher, RecordingNotifier, str, str]:
+    """A pilot finished and approved (``manifest`` written unless there is one already)."""
     settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
-    dispatcher = ProvingDispatcher()
+    dispatcher = dispatcher or ProvingDispatcher()
     notifier = RecordingNotifier()
     service = PilotService(settings, Store(settings.db_path),
                            {"local": dispatcher, "ssh": dispatcher}, notifier)
-    sub = service.submit(load_manifest_file(manifest(tmp_path, limit=limit)), submitter="bob")
+    path = tmp_path / "manifest.yaml"
+    loaded = load_manifest_file(path if path.exists() else manifest(tmp_path, limit=limit))
+    sub = service.submit(loaded, submitter="bob")
     service.start(sub.run_id)
     service.follow(sub.run_id, timeout=30)
     volume = service.decide(sub.run_id, "approve", "pilot clean", "alice")["volume_run"]

@@ -1,0 +1,86 @@
+"""A corpus only the nodes hold (``volume.inputs.on_nodes`` without ``volume.inputs.dir``):
+listed on the head node at each dispatch, before any node is prepared.
+
+The bot has no copy to compare the nodes with. So the head (``volume.nodes[0]``, else the
+volume's one node) lists ``on_nodes`` with the runner's rule and checksums every file
+(``node_corpus.py``, its interpreter); its listing must hold ``volume.inputs.expected_count``
+inputs with distinct ids, the expected refusals among them, or the dispatch is refused
+naming the field. The listing is written to the run directory (``LISTING_FILE``): its rows
+are what every node's own listing must equal (``UploadPlan.corpus_check``), and its ids are
+the ones the balance expects (the service stores them on hearing the ``listed`` step).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any, Protocol
+
+from bot.dispatch.base import RunHandle, json_object
+from bot.dispatch.corpus import LISTING_FILE, corpus_command, corpus_node_only, corpus_on_nodes
+from bot.dispatch.node_corpus import Row, listing_digest
+from bot.dispatch.upload import SSHNode, load_spec
+from bot.errors import DispatchError
+from runner.files import write_text_atomic
+from runner.inputs import item_id
+
+LIST_TIMEOUT_S = 3600.0  # a node reads and hashes its whole corpus (a terabyte at 500 MB/s)
+
+
+class Runs(Protocol):
+    def run(self, node: SSHNode, command: str, stdin: str = "",
+            timeout: float = 120) -> tuple[int, str, str]:
+        ...
+
+
+def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> list[Row] | None:
+    """The head's listing of a corpus only the nodes hold, checked and written to the run
+    directory (None: the run's corpus is not such a one)."""
+    spec = load_spec(handle.spec_path)
+    on_nodes = corpus_on_nodes(handle.run_dir, spec)
+    if not on_nodes or not corpus_node_only(handle.run_dir, spec):
+        return None
+    inputs = spec.get("inputs") or {}
+    pattern = str(inputs.get("pattern") or "*")
+    name = f"volume.nodes[0] ({head.where})"
+    try:
+        # an empty listing's digest: the node prints its rows unless its folder is empty
+        code, out, err = runs.run(head, corpus_command(head.python, on_nodes, pattern, []),
+                                  timeout=LIST_TIMEOUT_S)
+    except DispatchError as exc:
+        raise type(exc)(f"{name}: volume.inputs.on_nodes {on_nodes} could not be listed: "
+                        f"{exc}; nothing was started") from exc
+    answer = json_object(out.strip().splitlines()[-1] if out.strip() else "")
+    if code != 0 or answer is None:
+        raise DispatchError(f"{name}: the listing of volume.inputs.on_nodes {on_nodes} did "
+                            f"not answer (exit {code}): {(err or out).strip()[-300:]!r}")
+    if answer.get("error"):
+        raise DispatchError(f"{name}: volume.inputs.on_nodes {on_nodes} cannot be listed on "
+                            f"the head node ({answer['error']}); nothing was started")
+    rows = [(str(n), int(size), str(sha)) for n, size, sha in answer.get("files") or []]
+    _check(name, on_nodes, pattern, rows, inputs)
+    write_text_atomic(handle.run_dir / LISTING_FILE, json.dumps(
+        {"node": head.where, "on_nodes": on_nodes, "pattern": pattern,
+         "digest": listing_digest(rows), "rows": rows}))
+    handle.progress({"node": head.where, "index": 0, "phase": "listed", "count": len(rows),
+                     "bytes": sum(r[1] for r in rows)})
+    return rows
+
+
+def _check(name: str, on_nodes: str, pattern: str, rows: list[Row],
+           inputs: dict[str, Any]) -> None:
+    """The manifest's rules for an inputs folder, on the head's listing."""
+    where = f"{name}: volume.inputs.on_nodes {on_nodes} matching {pattern!r}"
+    expected = int(inputs.get("expected_count") or 0)
+    if len(rows) != expected:
+        raise DispatchError(f"{where} holds {len(rows)} input(s), volume.inputs.expected_count "
+                            f"says {expected}: fix the count or the corpus; nothing was started")
+    twice = sorted(i for i, n in Counter(item_id(r[0]) for r in rows).items() if n > 1)
+    if twice:
+        raise DispatchError(f"{where}: input id {twice[0]!r} is given by two files (an id is "
+                            "the name without its extension); nothing was started")
+    ids = {item_id(r[0]) for r in rows}
+    absent = [i for i in inputs.get("expected_refusals") or [] if i not in ids]
+    if absent:
+        raise DispatchError(f"{where}: volume.inputs.expected_refusals names {absent[0]!r}, "
+                            "which is not among its inputs; nothing was started")
