@@ -18,6 +18,7 @@ import subprocess
 from typing import Any, Dict, List, Sequence
 
 from runner.inputs import Item
+from runner.recording import ItemRecorder
 from runner.stage import StageContext, StageFailure
 from runner.threads import command_env
 
@@ -47,7 +48,8 @@ def prepare_inputs(work: str, items: List[Item]) -> Dict[str, str]:
     return {"inputs": inputs_dir, "input_list": list_path}
 
 
-def run_command(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[str, Any]:
+def run_command(ctx: StageContext, remaining: List[Item],
+                recorder: ItemRecorder) -> Dict[str, Any]:
     """Run ``task.command`` on the remaining items and record its audited results."""
     spec = ctx.spec
     argv = list(spec.task.command or [])

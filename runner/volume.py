@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from runner import events as ev
 from runner.inputs import Item
+from runner.recording import ItemRecorder
 from runner.spec import healthy_cards
 from runner.stage import StageContext, StageFailure
 from runner.volume_queue import (
@@ -97,7 +98,7 @@ class Driver:
     before any batch finished); ``item_timeout_s`` is quoted in refusals.
     """
 
-    def __init__(self, ctx: StageContext, recorder: Any, ray: Any, workers: List[Worker],
+    def __init__(self, ctx: StageContext, recorder: ItemRecorder, ray: Any, workers: List[Worker],
                  batches: List[Batch], timeout_s: float, *, pilot_batch_s: float = 0.0,
                  item_timeout_s: float = 0.0, in_flight: int = 1,
                  spawn: Optional[Callable[[int], Any]] = None,
@@ -475,7 +476,8 @@ def outside_cause(exc: BaseException) -> Optional[str]:
     return None
 
 
-def run_volume(ctx: StageContext, remaining: List[Item], recorder: Any) -> Dict[str, Any]:
+def run_volume(ctx: StageContext, remaining: List[Item],
+               recorder: ItemRecorder) -> Dict[str, Any]:
     """Run ``remaining`` on Ray; returns the pilot stage's volume facts."""
     from runner import volume_ray
 

@@ -31,6 +31,7 @@ from runner.blender.process import (
     saved_paths,
 )
 from runner.frames import CATEGORY, split_frame_id
+from runner.recording import ItemRecorder
 
 INFO_MARKER = "PREFLIGHT_RENDER "
 MISSING_EXIT = 3
@@ -178,7 +179,7 @@ def frame_paths(run_dir: str, iid: str) -> Tuple[str, int, str, str]:
 
 
 def render_items(setup: RenderSetup, run_dir: str, items: Sequence[Any],
-                 recorder: Any) -> Dict[str, Any]:
+                 recorder: ItemRecorder) -> Dict[str, Any]:
     """Render each item (a frame of a .blend) and record it before the next starts, so a
     killed runner loses at most the frame in progress. Returns the pilot's facts."""
     seconds: List[float] = []

@@ -20,6 +20,7 @@ from runner.blender.handler import setup_for
 from runner.blender.process import BlenderNotFound, first_error, host_peak_mib, render_seconds
 from runner.blender.render import FrameResult, RenderSetup, render_frame
 from runner.blender.scene import scene_script
+from runner.recording import ItemRecorder
 from runner.stage import StageContext, StageFailure, StageSkipped
 
 GIB_MIB = 1024.0
@@ -261,7 +262,8 @@ def _against_card(ctx: StageContext, facts: Dict[str, Any], peak: float) -> Dict
     return facts
 
 
-def render_pilot(ctx: StageContext, remaining: List[Any], recorder: Any) -> Dict[str, Any]:
+def render_pilot(ctx: StageContext, remaining: List[Any],
+                 recorder: ItemRecorder) -> Dict[str, Any]:
     """The pilot's work for the Blender preparation: render each remaining frame."""
     from runner.blender.render import RenderError, render_items
 

@@ -14,14 +14,17 @@ from typing import Any, Dict, List
 from runner.inputs import InputsError, Item, list_inputs
 from runner.itemtimeout import ItemClock, ItemTimedOut
 from runner.ledger import Ledger, LedgerError, ledger_path
+from runner.recording import ItemRecorder
 from runner.spec import RunSpec
 from runner.stage import StageFailure
+from runner.workloads import Handler, WorkloadContext
 
 
 class Batches:
     """Calls the handler batch by batch and records through ``recorder``."""
 
-    def __init__(self, handler: Any, wctx: Any, recorder: Any, per_item_s: float) -> None:
+    def __init__(self, handler: Handler, wctx: WorkloadContext, recorder: ItemRecorder,
+                 per_item_s: float) -> None:
         self.handler, self.wctx, self.recorder = handler, wctx, recorder
         self.clock = ItemClock(per_item_s)
         self.recorded = 0

@@ -34,6 +34,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from runner.inputs import Item
+from runner.recording import ItemRecorder
 from runner.workloads.trainer import (
     BUILTIN,
     CheckpointError,
@@ -230,7 +231,7 @@ def handle(items: List[Item], ctx: Any) -> List[Dict[str, Any]]:
             else {"id": it.id, "status": "accepted", "category": "train"} for it in items]
 
 
-def train_pilot(ctx: Any, remaining: List[Item], recorder: Any) -> Dict[str, Any]:
+def train_pilot(ctx: Any, remaining: List[Item], recorder: ItemRecorder) -> Dict[str, Any]:
     """The resume test in new processes (A, B, C), then the shards into the ledger."""
     from runner.stage import StageFailure
 
