@@ -22,7 +22,8 @@ from typing import Union
 
 from bot.errors import DispatchError
 
-CHUNK = 1 << 20  # bytes per framed chunk (and the tar writer's buffer)
+CHUNK = 1 << 20  # bytes per framed chunk
+TAR_BUFSIZE = 16 << 10  # the tar writer's own buffer (see _Sink)
 REPORT_EVERY = 8 << 20  # progress at most every 8 MiB ...
 REPORT_EVERY_S = 1.0  # ... or every second, whichever comes first
 END = b"0\n"
@@ -36,15 +37,25 @@ def frame(data: bytes) -> bytes:
 
 
 class _Sink:
-    """What the tar writer writes into: framed chunks handed to ``send``."""
+    """What the tar writer writes into: framed chunks of ``CHUNK`` bytes handed to
+    ``send``. The writer's own buffer is kept small (``TAR_BUFSIZE``): tarfile's stream
+    appends to an immutable ``bytes`` buffer, whose copying grows with its size (a 1 MiB
+    buffer cost 0.2 s for 3,000 small files); the chunks are gathered here instead."""
 
     def __init__(self, send: Callable[[bytes], None]) -> None:
         self.send = send
+        self.buf = bytearray()
 
     def write(self, data: bytes) -> int:
-        if data:
-            self.send(frame(bytes(data)))
+        self.buf += data
+        if len(self.buf) >= CHUNK:
+            self.flush()
         return len(data)
+
+    def flush(self) -> None:
+        if self.buf:
+            self.send(frame(bytes(self.buf)))
+            self.buf = bytearray()
 
 
 def total_bytes(entries: list[Entry]) -> int:
@@ -62,8 +73,9 @@ def write_archive(entries: list[Entry], workdir: str, send: Callable[[bytes], No
     if report is not None:
         report(0, total)
     base = workdir.rstrip("/") + "/"
-    with tarfile.open(fileobj=_Sink(send), mode="w|",  # type: ignore[call-overload]
-                      bufsize=CHUNK, format=tarfile.PAX_FORMAT) as tar:
+    sink = _Sink(send)
+    with tarfile.open(fileobj=sink, mode="w|",  # type: ignore[call-overload]
+                      bufsize=TAR_BUFSIZE, format=tarfile.PAX_FORMAT) as tar:
         for src, dst in entries:
             if not dst.startswith(base):
                 raise DispatchError(f"{dst}: not under the node's workdir {workdir}")
@@ -72,6 +84,7 @@ def write_archive(entries: list[Entry], workdir: str, send: Callable[[bytes], No
                                        or time.monotonic() - last[1] >= REPORT_EVERY_S):
                 report(done, total)
                 last = (done, time.monotonic())
+    sink.flush()
     send(END)
     if report is not None:
         report(done, total)

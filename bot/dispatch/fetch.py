@@ -215,10 +215,13 @@ async def _get_file(sftp: Any, src: str, dst: Path, rel: str, budget: _Budget,
             if not stat.S_ISREG(opened.permissions or 0):
                 raise _refused(budget.run_id, rel, "replaced by something other than a "
                                                   "regular file while it was fetched")
-            done = 0
+            done, expected = 0, int(opened.size or 0)
             while True:
+                # as many reads as the size asks (one for a small file), at most IN_FLIGHT:
+                # a file that grew is read on until a short read
+                ahead = min(IN_FLIGHT, max(1, (expected - done) // BLOCK + 1))
                 blocks = await asyncio.gather(*(fh.read(BLOCK, done + i * BLOCK)
-                                                for i in range(IN_FLIGHT)))
+                                                for i in range(ahead)))
                 for data in blocks:
                     budget.add(rel, done, len(data))
                     _write_all(fd, data)

@@ -11,13 +11,15 @@ Every member is checked before a byte of it is written: only regular files and f
 each named relative to the workdir, no absolute name, no ``..``, no symbolic or hard link,
 no device or FIFO; a file's folder must not lead out of the workdir through a link. The
 first member refused stops the unpacking (the rest of the stream is read and dropped) and
-names the member. A file is written to a temporary name (``O_EXCL | O_NOFOLLOW``) and
-renamed over its final name, so a link left under that name is replaced, never followed.
+names the member. A file not on the node yet is created under its name (``O_EXCL |
+O_NOFOLLOW``: nothing may be there, not even a link); one already there is written to a
+temporary name and renamed over it, so a link left under that name is replaced, never
+followed; a file cut off midway is removed.
 """
 
 import os
 import tarfile
-from typing import IO, Any, List, Optional
+from typing import IO, Any, List, Optional, Set
 
 CHUNK_END = b"0\n"
 
@@ -74,6 +76,9 @@ def untar(base: str, source: Chunks) -> List[str]:
     returns the problems met (empty: every member written)."""
     real = os.path.realpath(base)
     failed: List[str] = []
+    # Folders made and found to lead nowhere else, looked at once per archive (a project's
+    # thousands of files share a few folders); the archive itself makes no link.
+    checked: Set[str] = set()
     try:
         with tarfile.open(fileobj=source, mode="r|") as tar:  # type: ignore[call-overload]
             for member in tar:
@@ -89,11 +94,13 @@ def untar(base: str, source: Chunks) -> List[str]:
                         os.makedirs(path, exist_ok=True)
                         continue
                     folder = os.path.dirname(path)
-                    os.makedirs(folder, exist_ok=True)
-                    if os.path.realpath(folder) != folder:
-                        failed.append(f"archive member {member.name!r} refused: its folder "
-                                      "leads out through a link")
-                        break
+                    if folder not in checked:
+                        os.makedirs(folder, exist_ok=True)
+                        if os.path.realpath(folder) != folder:
+                            failed.append(f"archive member {member.name!r} refused: its "
+                                          "folder leads out through a link")
+                            break
+                        checked.add(folder)
                     _write(path, tar.extractfile(member), 0o755 if member.mode & 0o100
                            else 0o644)
                 except OSError as exc:
@@ -105,19 +112,28 @@ def untar(base: str, source: Chunks) -> List[str]:
 
 
 def _write(path: str, data: Optional[IO[bytes]], mode: int) -> None:
+    """A file nothing is under yet is created in place (``O_EXCL | O_NOFOLLOW``: not even a
+    link may be there); one already there (or a link) is written to a temporary name and
+    renamed over it, never written through. Cut off midway, what was written is removed."""
     if data is None:
         raise OSError("no data for a regular file")
-    tmp = f"{path}.{os.getpid()}.part"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    tmp: Optional[str] = None
+    try:
+        fd = os.open(path, flags, mode)  # a fresh node: no rename per file
+    except FileExistsError:
+        tmp = f"{path}.{os.getpid()}.part"
+        fd = os.open(tmp, flags, mode)
     try:
         with os.fdopen(fd, "wb") as fh:
             for chunk in iter(lambda: data.read(1 << 20), b""):
                 fh.write(chunk)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+            os.fchmod(fh.fileno(), mode)  # the umask left aside
+        if tmp is not None:
+            os.replace(tmp, path)
     except BaseException:
         try:
-            os.remove(tmp)
+            os.remove(tmp or path)
         except OSError:
             pass
         raise

@@ -316,12 +316,13 @@ class SSHDispatcher(SSHSessions):
                         env: dict[str, str]) -> int | None:
         spec = load_spec(handle.spec_path)
         plan = UploadPlan(await self._workdir(node), handle, self.runner_package, spec)
-        # The workdir's lock first: nothing is hashed, sent or removed under a live runner.
-        launcher, hashes = await self._lock(node, plan)
-        # The follower reads the events over SFTP: its channel starts while the files go
+        # The follower reads the events over SFTP: its channel (a session of its own, with
+        # the login shell's start-up) starts beside the launcher's, on the same connection
         # (a failure here is left to the follower's first read, which goes through guarded).
         warm = asyncio.ensure_future(self._warm_sftp(node))
         try:
+            # The workdir's lock first: nothing is hashed, sent or removed under a live runner.
+            launcher, hashes = await self._lock(node, plan)
             return await self._send_and_launch(handle, node, env, plan, launcher, hashes)
         finally:
             await warm

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -132,3 +134,51 @@ def test_the_start_message_shows_a_nodes_copy_under_way() -> None:
     assert node_line({"node": "gpu-1:22", "index": 1, "phase": "uploading",
                       "bytes_done": 2_500_000, "bytes_total": 10_000_000}) == (
         "volume.nodes[1] gpu-1:22: sending its copy (2.5 of 10.0 MB)")
+
+
+def test_new_files_and_files_already_there_are_both_written_whole(tmp_path: Path) -> None:
+    """A file not on the node yet is created under its name; one already there is
+    replaced through a temporary name; neither leaves a temporary file behind, and both
+    get the member's mode whatever the umask."""
+    workdir = tmp_path / "node"
+    (workdir / "proj").mkdir(parents=True)
+    (workdir / "proj" / "old.py").write_text("old")
+
+    def add(tar: tarfile.TarFile) -> None:
+        for name, data, mode in (("proj/old.py", b"new", 0o644), ("proj/new.sh", b"#!", 0o755),
+                                 ("proj/deep/a/b.txt", b"b", 0o644)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+
+    old = os.umask(0o077)
+    try:
+        assert untar(str(workdir), Chunks(io.BytesIO(framed(archive(add))))) == []
+    finally:
+        os.umask(old)
+    assert (workdir / "proj" / "old.py").read_bytes() == b"new"
+    assert (workdir / "proj" / "new.sh").read_bytes() == b"#!"
+    assert (workdir / "proj" / "deep" / "a" / "b.txt").read_bytes() == b"b"
+    assert stat.S_IMODE((workdir / "proj" / "new.sh").stat().st_mode) == 0o755
+    assert stat.S_IMODE((workdir / "proj" / "old.py").stat().st_mode) == 0o644
+    assert sorted(p.name for p in (workdir / "proj").iterdir()) == ["deep", "new.sh", "old.py"]
+
+
+@pytest.mark.parametrize("already_there", [False, True])
+def test_a_file_cut_off_midway_is_never_left_half_written(tmp_path: Path,
+                                                          already_there: bool) -> None:
+    """The bot gone in the middle of a file: a new file is removed, a file that was there
+    keeps its old bytes; no temporary file is left."""
+    workdir = tmp_path / "node"
+    (workdir / "proj").mkdir(parents=True)
+    if already_there:
+        (workdir / "proj" / "x.bin").write_bytes(b"before")
+    stream = framed(archive(member("proj/x.bin", b"y" * 50_000)))
+    with pytest.raises(EOFError):  # half the stream: inside x.bin's 50 kB
+        untar(str(workdir), Chunks(io.BytesIO(stream[:len(stream) // 2])))
+    left = sorted(p.name for p in (workdir / "proj").iterdir())
+    if already_there:
+        assert left == ["before.txt", "x.bin"]
+        assert (workdir / "proj" / "x.bin").read_bytes() == b"before"
+    else:
+        assert left == ["before.txt"]
