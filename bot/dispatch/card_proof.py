@@ -162,10 +162,12 @@ def _healthy(stages: dict[str, dict[str, Any]]
         if not isinstance(healthy, list):
             continue
         for card in sorted(keep - {int(c) for c in healthy}):
-            row = (facts.get("cards") or {}).get(str(card)) or {}
+            rows = facts.get("cards")  # by card (device, compute); interconnect: a list
+            row = (rows.get(str(card)) if isinstance(rows, dict) else None) or {}
             # a volume's stage passes with its verdict kept (runner.cards.tolerate_card_verdict)
             verdict = event.get("error") or facts.get("card_verdict") or {}
             reasons = row.get("reasons") or [verdict.get("message")
+                                             or "; ".join(map(str, facts.get("warnings") or []))
                                              or f"left out by the {stage} stage"]
             excluded.append({"card": card, "stage": stage, "reason": "; ".join(map(str, reasons))})
         keep &= {int(c) for c in healthy}

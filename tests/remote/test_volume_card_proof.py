@@ -174,6 +174,27 @@ def test_a_card_stage_that_passed_with_its_verdict_kept_excludes_the_card(
                                   "reason": verdict["message"]}]
 
 
+def test_a_card_in_every_slow_pair_of_the_interconnect_is_left_out(tmp_path: Path) -> None:
+    """The interconnect stage's ``cards`` are the list of cards it linked, not rows by card
+    (found on the simulated 4 x 8 cluster: the proof failed with AttributeError)."""
+    handle, copies = _handle(tmp_path)
+    rows = {str(c): {"verdict": "ok", "reasons": []} for c in range(4)}
+    link = {"cards": [0, 1, 2, 3], "healthy_cards": [0, 1, 3],
+            "warnings": ["below the reference; card 2 is in every slow pair"]}
+    out = (_line("torch", "passed", {})
+           + _line("device", "passed", {"device": "cuda", "count": 4, "cards": rows,
+                                         "healthy_cards": [0, 1, 2, 3]})
+           + _line("compute", "passed", {"cards": rows, "healthy_cards": [0, 1, 2, 3]})
+           + _line("interconnect", "passed", link))
+    nodes = _Nodes({"gpu-a": gpu_proof(2), "gpu-b": out})
+    assert start_volume_cluster(nodes, handle, copies) is not None
+    [command] = nodes.started("gpu-b")
+    assert " CUDA_VISIBLE_DEVICES=0,1,3 " in command and "--num-gpus 3 " in command
+    proof = json.loads(handle.spec_path.read_text())["volume"]["nodes"][1]
+    assert proof["excluded"] == [{"card": 2, "stage": "interconnect",
+                                  "reason": link["warnings"][0]}]
+
+
 def test_a_faulty_card_is_left_out_and_told_to_the_user(tmp_path: Path) -> None:
     handle, copies = _handle(tmp_path)
     wrong = "bfloat16 matmul differs from the CPU reference: max relative error 0.5"
