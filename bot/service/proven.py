@@ -78,6 +78,11 @@ def node_cards(steps: list[dict[str, Any]], nodes: int) -> tuple[int | None, ...
     return tuple(found[i] for i in range(nodes))
 
 
+def _cpus_only(steps: list[dict[str, Any]]) -> bool:
+    """A proof of CPUs only (``cards: []``; a GPU node with no healthy card is refused)."""
+    return any(s.get("phase") == PROVED and s.get("cards") == [] for s in steps)
+
+
 class ProvenForecast:
     """Makes, stores and announces a volume's forecast on its proven nodes."""
 
@@ -102,8 +107,8 @@ class ProvenForecast:
             steps = [e.data for e in self.store.dispatch_events(run_id,
                                                                 since=run.get("started_at"))]
             cards = node_cards(steps, len(listed))
-            if cards is None:
-                return None
+            if cards is None or _cpus_only(steps):
+                return None  # not every node yet; or a CPU volume: no cards to count
             new = self._forecast(run, cards)
             if new is not None:
                 self.store.update_run(run_id, forecast=new)
@@ -145,11 +150,13 @@ class ProvenForecast:
         given = (manifest.get("volume") or {}).get("time_limit_s")
         if isinstance(given, (int, float)) and given > 0:
             return {"s": was, "was_s": was, "how": "kept", "why": "volume.time_limit_s"}
+        if not new.get("possible"):
+            return {"s": was, "was_s": was, "how": "kept",
+                    "why": "no forecast on the proven nodes"}
         limits = volume_limits(manifest, plan, new, datetime.now(timezone.utc))
         if limits is None or limits.time_limit_s <= was:
             return {"s": was, "was_s": was, "how": "kept",
-                    "why": "the approved limit covers the new forecast" if limits is None
-                    or new.get("possible") else "no forecast on the proven nodes"}
+                    "why": "the approved limit covers the new forecast"}
         spec["volume"] = {**spec["volume"], "time_limit_s": limits.time_limit_s}
         write_text_atomic(path, json.dumps(spec, indent=2, sort_keys=True))
         return {"s": limits.time_limit_s, "was_s": was, "how": "widened",

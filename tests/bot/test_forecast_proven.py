@@ -40,3 +40,15 @@ def test_two_cards_per_worker_and_a_node_whose_stages_judged_no_card() -> None:
 def test_every_node_dropped_gives_no_forecast_rather_than_a_guess() -> None:
     fc = forecast(h100(rented_cards=16, lots=16, nodes=2, node_cards=(0, 0)))
     assert not fc.possible and "no worker can run" in (fc.reason or "")
+
+
+def test_the_proofs_count_once_every_node_has_reported_the_latest_each() -> None:
+    from bot.service.proven import node_cards
+
+    steps = [{"phase": "uploaded", "index": 0}, {"phase": "proved", "index": 0, "cards": [0]},
+             {"phase": "proved", "index": 1, "cards": [0, 1, 2]}]
+    assert node_cards(steps, 3) is None  # node 2 not proven yet
+    steps += [{"phase": "proved", "index": 2, "cards": None},  # its stages judged no card
+              {"phase": "proved", "index": 0, "cards": [0, 1]},  # a later proof of node 0
+              {"phase": "proved", "index": 7, "cards": [0]}]  # not a node of the volume
+    assert node_cards(steps, 3) == (2, 3, None)
