@@ -24,7 +24,6 @@ time against this forecast: the cards really used.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,8 +37,6 @@ from bot.service.forecast_inputs import forecast_for
 from bot.store import Store
 from runner.files import write_text_atomic
 from runner.inputs import item_id
-
-log = logging.getLogger(__name__)
 
 PROVED = "proved"
 
