@@ -15,7 +15,7 @@ from tests.e2e.test_pilot_cli import preflight
 from tests.processes import alive, wait_until
 
 N = 8
-HANDLER = '''
+SLOW_HANDLER = '''
 import os, time
 
 def handle(items, ctx):
@@ -25,10 +25,19 @@ def handle(items, ctx):
         if pilot:
             with open("processed.log", "a") as log:  # the runner's cwd is the project
                 log.write(item.id + "\\n")
-            time.sleep(0.4)  # a slow item, so the test can kill the runner mid-pilot
+            WAIT
         out.append({"id": item.id, "status": "accepted", "category": "invoice"})
     return out
 '''
+
+
+def slow_handler(wait: str) -> str:
+    """A handler that logs each pilot item to processed.log, then runs ``wait``: one line,
+    or several with the later ones indented as the first."""
+    return SLOW_HANDLER.replace("WAIT", wait.replace("\n", "\n            "))
+
+
+HANDLER = slow_handler("time.sleep(0.4)  # a slow item, so the test can kill the runner mid-pilot")
 MANIFEST = f"""apiVersion: preflight/v1
 name: slow
 hardware: {{gpu: cpu, lots: 1, days: 3, lot_price_usd_per_day: "0"}}

@@ -8,26 +8,13 @@ import subprocess
 from pathlib import Path
 
 from tests.e2e.test_pilot_cli import preflight
-from tests.e2e.test_resume_cli import N, ledger_ids, start_slow_pilot
+from tests.e2e.test_resume_cli import N, ledger_ids, slow_handler, start_slow_pilot
 from tests.processes import live_processes
 
 # Items after the second wait while the file `hold` exists: the run is mid-pilot for as
 # long as the test needs, and a resume (after removing `hold`) goes through at once.
-HANDLER = '''
-import os, time
-
-def handle(items, ctx):
-    pilot = os.path.basename(ctx.outputs_dir) == "outputs"  # not the memory stage's dry run
-    out = []
-    for item in items:
-        if pilot:
-            with open("processed.log", "a") as log:
-                log.write(item.id + "\\n")
-            while int(item.id.split("-")[1]) >= 2 and os.path.exists("hold"):
-                time.sleep(0.05)
-        out.append({"id": item.id, "status": "accepted", "category": "invoice"})
-    return out
-'''
+HANDLER = slow_handler('while int(item.id.split("-")[1]) >= 2 and os.path.exists("hold"):\n'
+                       "    time.sleep(0.05)")
 
 
 def start_held_pilot(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
