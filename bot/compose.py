@@ -8,6 +8,7 @@ from bot.dispatch.base import Dispatcher
 from bot.dispatch.fetch import FetchLimits
 from bot.dispatch.local import LocalDispatcher
 from bot.dispatch.ssh import SSHDispatcher
+from bot.dispatch.transfer import TransferLimits
 from bot.manifest.project_check import precheck_manifest
 from bot.messages.model import Notifier
 from bot.policy import Policy, policy_for
@@ -25,7 +26,10 @@ def make_dispatchers(settings: Settings) -> dict[str, Dispatcher]:
                              client_keys=list(settings.ssh_client_keys) or None,
                              ssh_config=settings.ssh_config,
                              fetch_limits=FetchLimits(settings.fetch_max_bytes,
-                                                      settings.fetch_max_file_bytes)),
+                                                      settings.fetch_max_file_bytes),
+                             transfer_limits=TransferLimits(
+                                 settings.transfer_stall_s,
+                                 float(settings.transfer_floor_bytes_per_s))),
     }
 
 

@@ -46,6 +46,10 @@ class Settings:
     # The most a results fetch brings back from a node: in all, and for one file (bytes).
     fetch_max_bytes: int = 4 << 30
     fetch_max_file_bytes: int = 2 << 30
+    # A copy to or from a node fails once it moved no byte for this long, and otherwise
+    # runs up to a ceiling of its fixed part plus its bytes at this floor rate (bytes/s).
+    transfer_stall_s: float = 120.0
+    transfer_floor_bytes_per_s: int = 1 << 20
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *,
@@ -80,6 +84,9 @@ class Settings:
             policy_path=_path(env.get("PREFLIGHT_POLICY")),
             fetch_max_bytes=_bytes(env, "PREFLIGHT_FETCH_MAX_BYTES", 4 << 30),
             fetch_max_file_bytes=_bytes(env, "PREFLIGHT_FETCH_MAX_FILE_BYTES", 2 << 30),
+            transfer_stall_s=_seconds(env, "PREFLIGHT_TRANSFER_STALL_S", 120.0),
+            transfer_floor_bytes_per_s=_bytes(env, "PREFLIGHT_TRANSFER_FLOOR_BYTES_PER_S",
+                                              1 << 20),
             runner_env=tuple(sorted((k, v) for k, v in env.items() if not k.startswith("SLACK_"))),
             http_host=env.get("PREFLIGHT_HTTP_HOST") or "127.0.0.1",
             http_max_body=_bytes(env, "PREFLIGHT_HTTP_MAX_BODY", 1024 * 1024),

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from bot.dispatch.base import RunHandle
+from bot.dispatch.transfer import Meter, current_meter
 from bot.dispatch.upload import Backoff, SSHNode, verify_fetched
 from bot.errors import DispatchError, NodeUnreachable
 
@@ -105,7 +106,9 @@ async def _copy(dispatcher: SSHDispatcher, conn: Any, handle: RunHandle,
     sftp = await dispatcher.sftp_of(conn)
     run_dir = layout["run_dir"]
     evidence = layout.get("evidence") or {}
-    budget = _Budget(handle.run_id, dispatcher.fetch_limits)
+    budget = _Budget(handle.run_id, dispatcher.fetch_limits, current_meter())
+    if budget.meter is not None:
+        budget.meter.start()  # its bytes are learnt as the files are found
     try:
         staging = _fresh(handle.run_dir / ".fetch")
         names = [n for n in await sftp.listdir(run_dir)
@@ -133,13 +136,18 @@ async def _copy(dispatcher: SSHDispatcher, conn: Any, handle: RunHandle,
             raise DispatchError(f"cannot write the results of {handle.run_id} on the bot "
                                 f"host: {exc}") from exc
         raise
+    finally:
+        if budget.meter is not None:
+            budget.meter.end()  # a try cut off waits for the next: no transfer meanwhile
 
 
 class _Budget:
-    """The bytes a fetch has brought back so far, against its limits."""
+    """The bytes a fetch has brought back so far, against its limits; told to the
+    transfer's ``meter`` too (sizes found, bytes arrived, entries listed), if it has one."""
 
-    def __init__(self, run_id: str, limits: FetchLimits) -> None:
+    def __init__(self, run_id: str, limits: FetchLimits, meter: Meter | None = None) -> None:
         self.run_id, self.limits, self.total = run_id, limits, 0
+        self.meter = meter
 
     def check(self, rel: str, size: int) -> None:
         """Refuse, before a byte is read, a file the node says is over a cap."""
@@ -149,6 +157,8 @@ class _Budget:
         if self.total + size > self.limits.total_bytes:
             raise self._over(rel, f"it would bring the fetch to {self.total + size} bytes, "
                                   f"over the cap of {self.limits.total_bytes} bytes")
+        if self.meter is not None:
+            self.meter.expect(size)
 
     def add(self, rel: str, done: int, more: int) -> None:
         """``more`` bytes of ``rel`` arrived (``done`` before them): a file that grows past
@@ -160,6 +170,8 @@ class _Budget:
             raise self._over(rel, f"the fetch passed {self.limits.total_bytes} bytes, its "
                                   "cap")
         self.total += more
+        if self.meter is not None:
+            self.meter.moved(more)
 
     def _over(self, rel: str, why: str) -> DispatchError:
         return DispatchError(
@@ -194,6 +206,8 @@ async def _get(sftp: Any, src: str, dst: Path, rel: str, budget: _Budget,
             if "/" in name or "\0" in name:
                 raise _refused(budget.run_id, f"{rel}/{name}", "a name with a slash")
             entries.append((name, entry.attrs))
+            if budget.meter is not None:
+                budget.meter.moved()  # a listing moves no file's bytes, but it moves
         await _all(_get(sftp, f"{src}/{name}", dst / name, f"{rel}/{name}", budget, found,
                         gate=gate) for name, found in entries)
     elif stat.S_ISREG(mode):

@@ -27,6 +27,7 @@ import asyncio
 import json
 import logging
 import posixpath
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -44,6 +45,7 @@ from bot.dispatch.node_launcher import stat_fields
 from bot.dispatch.node_scripts import HOLD_ENV, probe_command, stop_command
 from bot.dispatch.ray_cluster import RayCluster
 from bot.dispatch.ssh_session import SSHSessions
+from bot.dispatch.transfer import TransferLimits, TransferWatch, current_meter, use_meter
 from bot.dispatch.upload import (
     RUNNER_PACKAGE,
     SSHNode,
@@ -74,6 +76,12 @@ T = TypeVar("T")
 # Volume nodes whose copy is made at the same time: ten nodes one after another took far
 # longer than a start may, and all at once would saturate the bot host's uplink.
 PREPARE_AT_ONCE = 4
+# The fixed parts of the copies' ceilings (bot/dispatch/transfer.py): the steps that move no
+# bytes (sessions, the lock, the node hashing its copy, launching); the bytes to move add
+# their time at the floor rate, and a transfer that stalls fails after the stall limit.
+DISPATCH_FIXED_S = 600.0
+PREPARE_FIXED_S = 900.0  # per PREPARE_AT_ONCE nodes
+FETCH_FIXED_S = 900.0
 
 
 class SSHDispatcher(SSHSessions):
@@ -86,13 +94,16 @@ class SSHDispatcher(SSHSessions):
                  backoff: tuple[float, float] = (0.25, 30.0), attempts: int = 4,
                  node_of: Callable[[RunHandle], dict[str, Any]] | None = None,
                  ray_node: RayNodeOf = default_ray_node,
-                 fetch_limits: FetchLimits | None = None) -> None:
+                 fetch_limits: FetchLimits | None = None,
+                 transfer_limits: TransferLimits | None = None) -> None:
         super().__init__(known_hosts=known_hosts, client_keys=client_keys,
                          ssh_config=ssh_config, use_agent=use_agent,
                          connect_timeout=connect_timeout, backoff=backoff)
         self.runner_package = Path(runner_package or RUNNER_PACKAGE)
         self.attempts = attempts  # tries of a dispatch and of a results fetch
         self.fetch_limits = fetch_limits or FetchLimits()  # the most a fetch brings back
+        # when a copy to or from a node has failed: its stall limit and floor rate
+        self.transfer_limits = transfer_limits or TransferLimits()
         self.node_of = node_of or node_section
         self.ray_node = ray_node  # a several-node volume's Ray layout (volume_cluster.py)
         self.uploaded: dict[str, dict[str, int]] = {}  # run id -> bytes by kind
@@ -114,8 +125,11 @@ class SSHDispatcher(SSHSessions):
             node = SSHNode.from_dict(self.node_of(handle))
             if nodes:  # the last step a stop can still end before the driver starts
                 handle.progress({"node": node.where, "index": 0, "phase": "launching"})
-            return self._call(self._tries(f"dispatch run {handle.run_id}",
-                                          lambda: self._dispatch(handle, node, env)), 600)
+            watch = TransferWatch(self.transfer_limits, DISPATCH_FIXED_S)
+            return self._call(self.watched(
+                self._tries(f"dispatch run {handle.run_id}",
+                            lambda: self._dispatch(handle, node, env)),
+                watch, watch.meter(node.where, "upload")), None)
         except BaseException:
             stop_volume_cluster(self, handle)
             raise
@@ -158,9 +172,13 @@ class SSHDispatcher(SSHSessions):
         return int(raw) if raw.strip().isdigit() else None
 
     def fetch_results(self, handle: RunHandle) -> Path | None:
-        """The run has ended: its volume's Ray (if any) is stopped on every node first."""
+        """The run has ended: its volume's Ray (if any) is stopped on every node first. The
+        copy runs as long as bytes move (``bot/dispatch/transfer.py``)."""
         self._stop_cluster(handle)
-        return self._call(fetch_results(self, handle, *locate(handle)), timeout=900)
+        node, layout = locate(handle)
+        watch = TransferWatch(self.transfer_limits, FETCH_FIXED_S)
+        return self._call(self.watched(fetch_results(self, handle, node, layout), watch,
+                                       watch.meter(node.where, "results fetch")), None)
 
     def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
         """The end of ``runner.log`` on the node ("" while the node cannot be reached)."""
@@ -209,9 +227,11 @@ class SSHDispatcher(SSHSessions):
         holder launched there keeps it while their Ray lives (the head's is taken again to
         launch the driver)."""
         held: list[tuple[SSHNode, Any]] = []
+        watch = TransferWatch(self.transfer_limits,
+                              PREPARE_FIXED_S * -(-len(nodes) // PREPARE_AT_ONCE))
         try:
-            copies = self._call(self._prepare_all(handle, nodes, held),
-                                timeout=900 * -(-len(nodes) // PREPARE_AT_ONCE))
+            copies = self._call(self.watched(self._prepare_all(handle, nodes, held, watch),
+                                             watch), None)
             cluster = start_volume_cluster(self, handle, copies, self.ray_node)
             if cluster is None:
                 raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
@@ -228,14 +248,18 @@ class SSHDispatcher(SSHSessions):
         return cluster
 
     async def _prepare_all(self, handle: RunHandle, nodes: list[SSHNode],
-                           held: list[tuple[SSHNode, Any]]) -> list[NodeCopy]:
+                           held: list[tuple[SSHNode, Any]],
+                           watch: TransferWatch | None = None) -> list[NodeCopy]:
         """Every node's own copy, ``PREPARE_AT_ONCE`` at a time; the launchers that hold a
-        lock go into ``held`` (in node order) as they come. The first failure in node
-        order is raised once every node is done."""
+        lock go into ``held`` (in node order) once every node is done, or is cancelled.
+        The first failure in node order is raised once every node is done. ``watch``
+        meters each node's upload (``upload to volume.nodes[i]``)."""
         gate = asyncio.Semaphore(PREPARE_AT_ONCE)
         launchers: dict[int, Any] = {}
 
         async def one(i: int, node: SSHNode) -> NodeCopy:
+            if watch is not None:  # this node's task only (each runs in a task of its own)
+                use_meter(watch.meter(node.where, f"upload to volume.nodes[{i}]"))
             async with gate:
                 plan, launcher, sent = await self._tries(
                     f"prepare volume.nodes[{i}] for run {handle.run_id}",
@@ -247,9 +271,11 @@ class SSHDispatcher(SSHSessions):
                 "bytes": sum(sent.values())})
             return NodeCopy.of(plan)
 
-        results = await asyncio.gather(*(one(i, n) for i, n in enumerate(nodes)),
-                                       return_exceptions=True)
-        held.extend((nodes[i], launchers[i]) for i in sorted(launchers))
+        try:
+            results = await asyncio.gather(*(one(i, n) for i, n in enumerate(nodes)),
+                                           return_exceptions=True)
+        finally:  # a watch that stopped the copies still releases their launchers
+            held.extend((nodes[i], launchers[i]) for i in sorted(launchers))
         for result in results:
             if isinstance(result, BaseException):
                 raise result
@@ -406,21 +432,47 @@ class SSHDispatcher(SSHSessions):
         (remote path -> bytes), every remote path under ``workdir``; then ``sync``: an
         error names the files the node could not write or the member it refused.
         ``report(bytes done, bytes in all)`` hears of the progress (from the writer's
-        thread)."""
+        thread); the task's transfer meter, if any, hears of every chunk the channel
+        took (a stall is judged by it, ``watched``)."""
         entries: list[Entry] = [*send, *((raw, dst) for dst, raw in data.items())]
         base = workdir or _common_workdir([dst for _src, dst in entries])
         loop = asyncio.get_running_loop()
+        meter = current_meter()
+        stop = threading.Event()  # the stream was given up: the writer's thread ends too
 
         async def push(chunk: bytes) -> None:
             launcher.stdin.write(chunk)
             await launcher.stdin.drain()
 
         def send_chunk(chunk: bytes) -> None:
-            asyncio.run_coroutine_threadsafe(push(chunk), loop).result()
+            sent = asyncio.run_coroutine_threadsafe(push(chunk), loop)
+            while True:
+                try:
+                    sent.result(1.0)
+                    break
+                except TimeoutError:
+                    if sent.done():
+                        raise
+                    if stop.is_set():
+                        sent.cancel()
+                        raise DispatchError(f"{node.where}: the upload was given up") from None
+            if meter is not None:
+                meter.moved(len(chunk))
+
+        def progress(done: int, total: int) -> None:
+            if meter is not None and done == 0 and not meter.active:
+                meter.start(total)  # write_archive's first report: the bytes to move
+            if report is not None:
+                report(done, total)
 
         async def work(conn: Any) -> str:
             launcher.stdin.write(b"tar\n")
-            await asyncio.to_thread(write_archive, entries, base, send_chunk, report)
+            try:
+                await asyncio.to_thread(write_archive, entries, base, send_chunk, progress)
+            finally:
+                stop.set()
+                if meter is not None:
+                    meter.end()  # the node's answer that follows is no transfer
             launcher.stdin.write(b"sync\n")
             return await _line(launcher, "before the launcher confirmed the upload")
 

@@ -13,11 +13,13 @@ from typing import Any, TypeVar
 
 import asyncssh
 
+from bot.dispatch.transfer import Meter, TransferWatch, use_meter
 from bot.dispatch.upload import Backoff, ConnKey, SSHNode, conn_key, host_key_refused
 from bot.errors import DispatchError, NodeUnreachable
 
 T = TypeVar("T")
 READ_LIMIT = 4 << 20
+WATCH_EVERY_S = 1.0  # how often a watched transfer's progress is judged
 
 
 class _PinnedClient(asyncssh.SSHClient):
@@ -87,7 +89,9 @@ class SSHSessions:
         self.backoff.clear()
 
     # -- the event loop thread -------------------------------------------------------
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
+        """Run ``coro`` on the loop thread and wait for it: ``timeout`` seconds at most
+        (None: it is bounded by itself, as ``watched`` is)."""
         with self._guard:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
@@ -99,9 +103,34 @@ class SSHSessions:
         try:
             return future.result(timeout)
         except TimeoutError as exc:
+            if future.done():  # the coroutine's own timeout, not ours
+                raise
             future.cancel()
             raise NodeUnreachable(f"an SSH operation took more than {timeout:.0f} s: the node "
                                   "does not answer") from exc
+
+    async def watched(self, coro: Coroutine[Any, Any, T], watch: TransferWatch,
+                      meter: Meter | None = None) -> T:
+        """``coro``, judged by ``watch`` (``bot/dispatch/transfer.py``) instead of a wall
+        limit: once the watch says a transfer stalled or the copy passed its ceiling, it is
+        cancelled, its clean-up awaited, and ``NodeUnreachable`` raised with the watch's
+        words (the node, the phase, the bytes moved). ``meter``: the current task's."""
+        use_meter(meter)
+        task = asyncio.ensure_future(coro)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=WATCH_EVERY_S)
+                if done:
+                    return task.result()
+                verdict = watch.verdict()
+                if verdict is not None:
+                    break
+        except BaseException:  # cancelled from outside: the work goes with it
+            task.cancel()
+            raise
+        task.cancel()
+        await asyncio.wait({task}, timeout=60)  # its clean-up done (launchers released)
+        raise NodeUnreachable(verdict)
 
     async def _close_all(self) -> None:
         conns, self._conns = list(self._conns.values()), {}

@@ -10,7 +10,10 @@ the node's listing); the card proof and Ray that follow it are tested elsewhere
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -22,8 +25,10 @@ import pytest
 from bot.dispatch.base import RunHandle
 from bot.dispatch.inputs_check import record_inputs
 from bot.dispatch.ssh import SSHDispatcher, _release
+from bot.dispatch.transfer import TransferLimits
 from bot.dispatch.upload import SSHNode
-from bot.errors import DispatchError
+from bot.errors import DispatchError, NodeUnreachable
+from tests.processes import live_processes
 from tests.remote.sshd_server import FAKE_RUNNER, Sshd
 
 COUNT = 24
@@ -153,3 +158,41 @@ def test_a_node_whose_copy_differs_is_refused_naming_it_and_the_input(
         f"volume.inputs.on_nodes {shared} differs from the bot's volume.inputs.dir: first "
         "differing input 'item-00007' "
         "(item-00007.txt: its SHA-256 differs)")
+
+
+def test_a_node_whose_upload_stalls_fails_after_the_stall_limit_naming_it(
+        tmp_path: Path, sshd: Sshd) -> None:
+    """The node stops reading the archive as its stream begins (its launcher stopped,
+    SIGSTOP): the copy fails once no byte moved for the stall limit (1 s here), naming
+    the node, the phase and the bytes moved, with no wall limit in the way."""
+    nodes = [sshd.node(tmp_path / "n0")]
+    lock = f"{tmp_path}/n0/dispatch.lock".encode()
+    stopped: list[int] = []
+
+    def stop_node(step: dict[str, Any]) -> None:
+        if step["phase"] == "uploading" and step["bytes_done"] == 0 and not stopped:
+            for proc in live_processes():  # the launcher (and its shell) reading the stream
+                if lock in proc.cmdline:
+                    os.kill(proc.pid, signal.SIGSTOP)
+                    stopped.append(proc.pid)
+            assert stopped, "no launcher found on the node"
+
+    handle = volume_run(tmp_path, nodes, None, [], stop_node)
+    # far more than the SSH channel's window and the pipe's buffer can hold
+    (tmp_path / "project" / "big.bin").write_bytes(os.urandom(1 << 20) * 48)
+    d = dispatcher([sshd], tmp_path / "known_hosts")
+    d.transfer_limits = TransferLimits(stall_s=1.0)
+    try:
+        with pytest.raises(NodeUnreachable) as stalled:
+            d._volume_cluster(handle, [SSHNode.from_dict(n) for n in nodes])
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGCONT)
+        d.close()
+    message = str(stalled.value)
+    assert message.startswith(f"{sshd.user}@127.0.0.1:{sshd.port}: the upload to "
+                              "volume.nodes[0] stalled: no byte moved for "), message
+    moved = re.search(r"\((.+) of (.+) moved; the stall limit is 1 s", message)
+    assert moved is not None and float(moved.group(2).split()[0]) > 48, message
+    assert moved.group(1) != moved.group(2)  # it stopped part of the way
