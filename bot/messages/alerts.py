@@ -8,29 +8,30 @@ from typing import Any
 
 from bot.messages.model import Fields, Heading, Message, Text
 from bot.pilot.leases import LeaseAction
+from bot.pilot.record import RunRecord
 
 
-def stall_message(run: dict[str, Any], after: timedelta) -> Message:
-    stage = run.get("stage_reached") or "(none yet)"
-    last = run.get("last_event_at") or "(no event yet)"
+def stall_message(run: RunRecord, after: timedelta) -> Message:
+    stage = run.stage_reached or "(none yet)"
+    last = run.last_event_at or "(no event yet)"
     minutes = int(after.total_seconds() // 60)
-    text = (f"No event from run {run['id']} for {minutes} min or more "
+    text = (f"No event from run {run.id} for {minutes} min or more "
             f"(stall_after {int(after.total_seconds())} s). Last stage: {stage}; "
             f"last event at {last}.")
-    return Message(run["id"], key="alert-stall", summary=text, blocks=(
+    return Message(run.id, key="alert-stall", summary=text, blocks=(
         Heading("Run stalled?"), Text(text, style="warn"),
         Fields((("last stage", stage), ("last event", last))),
         Text("The runner keeps going on its own; check the node (is the process stopped? "
              "out of memory? the SSH route down?). A return is announced here.", style="muted")))
 
 
-def recovered_message(run: dict[str, Any], *, quiet_since: str | None) -> Message:
-    stage = run.get("stage_reached") or "(none yet)"
-    text = (f"Run {run['id']} is reporting again (stage {stage}, last event at "
-            f"{run.get('last_event_at')}).")
-    return Message(run["id"], key="alert-recovered", summary=text, blocks=(
+def recovered_message(run: RunRecord, *, quiet_since: str | None) -> Message:
+    stage = run.stage_reached or "(none yet)"
+    text = (f"Run {run.id} is reporting again (stage {stage}, last event at "
+            f"{run.last_event_at}).")
+    return Message(run.id, key="alert-recovered", summary=text, blocks=(
         Heading("Run back"), Text(text, style="ok"),
-        Fields((("stalled since", quiet_since or "?"), ("status", str(run.get("status")))))))
+        Fields((("stalled since", quiet_since or "?"), ("status", str(run.status))))))
 
 
 def lease_message(action: LeaseAction, runs: list[dict[str, Any]],

@@ -11,6 +11,7 @@ from typing import Any
 
 from bot.messages.model import Heading, Message, Table, Text
 from bot.pilot.cards import healthy_cards
+from bot.pilot.record import Run
 
 COLUMNS = ("GPU", "name", "bus", "bf16 TFLOP/s", "of peak", "ECC", "PCIe", "verdict")
 RANK = {"ok": 0, "slow": 1, "fault": 2}
@@ -19,7 +20,7 @@ HINT = ("Ask the provider for a replacement node, or continue on the healthy car
         "warning).")
 
 
-def cards_message(run: dict[str, Any], stages: list[dict[str, Any]]) -> Message | None:
+def cards_message(run: Run, stages: list[dict[str, Any]]) -> Message | None:
     """The card table, or None when the device stage listed no cards (a CPU run)."""
     facts = {row.get("stage"): row.get("facts") or {} for row in stages}
     device = facts.get("device", {}).get("cards")
@@ -36,7 +37,7 @@ def cards_message(run: dict[str, Any], stages: list[dict[str, Any]]) -> Message 
         if verdict != "ok":
             label = f"GPU {key} ({card.get('bus_id')})" if card.get("bus_id") else f"GPU {key}"
             bad.append(f"{label}: {'; '.join(reasons)}")
-    blocks: list[Any] = [Heading(f"Cards — {run['name']}"),
+    blocks: list[Any] = [Heading(f"Cards — {run.name}"),
                          Table(COLUMNS, tuple(rows), len(rows))]
     blocks += [Text(line, style="error") for line in bad]
     healthy = healthy_cards(stages)
@@ -50,9 +51,9 @@ def cards_message(run: dict[str, Any], stages: list[dict[str, Any]]) -> Message 
                            else "plain"))
     if bad:
         blocks.append(Text(HINT, style="muted"))
-    summary = f"{run['name']}: {len(bad)} bad card(s) of {len(device)}" if bad \
-        else f"{run['name']}: {len(device)} card(s) ok"
-    return Message(run["id"], "cards", tuple(blocks), summary=summary)
+    summary = f"{run.name}: {len(bad)} bad card(s) of {len(device)}" if bad \
+        else f"{run.name}: {len(device)} card(s) ok"
+    return Message(run.id, "cards", tuple(blocks), summary=summary)
 
 
 def interconnect_line(facts: dict[str, Any]) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.messages.model import Heading, Message, Text
+from bot.pilot.record import Run
 from runner.events import DISPATCH_NODE, Event
 
 PHASES = ("uploaded", "proved", "ray_up", "launching")
@@ -19,10 +20,9 @@ LABELS = {"listed": "corpus listed", "uploading": "sending its copy", "uploaded"
 NODES_SHOWN = 12
 
 
-def node_count(run: dict[str, Any]) -> int:
+def node_count(run: Run) -> int:
     """The nodes ``volume.nodes`` lists (0 when the manifest lists none)."""
-    volume = (run.get("manifest_json") or {}).get("volume") or {}
-    nodes = volume.get("nodes")
+    nodes = run.volume_nodes
     return len(nodes) if isinstance(nodes, list) else 0
 
 
@@ -46,7 +46,7 @@ def node_line(data: dict[str, Any]) -> str:
     return text
 
 
-def dispatch_message(run: dict[str, Any], events: list[Event]) -> Message | None:
+def dispatch_message(run: Run, events: list[Event]) -> Message | None:
     """Where the start of each node stands (updated in place); None before any step."""
     steps = [e for e in sorted(events, key=lambda e: e.seq) if e.type == DISPATCH_NODE]
     if not steps:
@@ -66,6 +66,6 @@ def dispatch_message(run: dict[str, Any], events: list[Event]) -> Message | None
     lines = [Text(node_line(latest[i]), "muted") for i in sorted(latest)[:NODES_SHOWN]]
     if len(latest) > NODES_SHOWN:
         lines.append(Text(f"and {len(latest) - NODES_SHOWN} more node(s)", "muted"))
-    blocks: list[Any] = [Heading(f"Starting the volume — {run['name']}"), Text(summary),
+    blocks: list[Any] = [Heading(f"Starting the volume — {run.name}"), Text(summary),
                          *lines]
-    return Message(run["id"], "dispatch", tuple(blocks), summary=summary)
+    return Message(run.id, "dispatch", tuple(blocks), summary=summary)

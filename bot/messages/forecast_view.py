@@ -8,22 +8,23 @@ from typing import Any
 
 from bot.messages.model import Fields, Heading, Message, Table, Text
 from bot.pilot.forecast import duration
+from bot.pilot.record import Run
 from bot.pilot.volume_limits import VolumeLimits, volume_limits
 
 
-def forecast_message(run: dict[str, Any]) -> Message | None:
-    fc = run.get("forecast")
+def forecast_message(run: Run) -> Message | None:
+    fc = run.forecast
     if not fc:
         return None
     if "actual_s" in fc:
         return _check_message(run, fc)
     limits = _limits(run, fc)
     if not fc.get("possible"):
-        return Message(run["id"], "forecast",
+        return Message(run.id, "forecast",
                        (Heading("Forecast of the volume"),
                         Text(f"No forecast: {fc.get('reason')}", style="warn"),
                         *_limit_lines(limits)),
-                       summary=f"{run['name']}: no forecast of the volume")
+                       summary=f"{run.name}: no forecast of the volume")
     rows = tuple((str(f["label"]), str(f["value"]), str(f["formula"]))
                  for f in fc.get("figures") or []) + (limits.rows() if limits else ())
     verdict = fit_line(fc)
@@ -33,12 +34,12 @@ def forecast_message(run: dict[str, Any]) -> Message | None:
                          Table(("figure", "value", "formula"), rows)]
     for note in [*(fc.get("notes") or []), *(limits.notes if limits else ())]:
         blocks.append(Text(str(note), style="warn"))
-    return Message(run["id"], "forecast", tuple(blocks), summary=f"{run['name']}: {verdict}")
+    return Message(run.id, "forecast", tuple(blocks), summary=f"{run.name}: {verdict}")
 
 
-def _limits(run: dict[str, Any], fc: dict[str, Any]) -> VolumeLimits | None:
+def _limits(run: Run, fc: dict[str, Any]) -> VolumeLimits | None:
     """The volume's time limit and batch timeout as an approval now would set them."""
-    return volume_limits(run.get("manifest_json") or {}, run.get("plan") or {}, fc,
+    return volume_limits(run.manifest_json, run.plan.to_dict() if run.plan else {}, fc,
                          datetime.now(timezone.utc))
 
 
@@ -62,7 +63,7 @@ def fit_line(fc: dict[str, Any]) -> str:
             "ends; approving needs an override reason")
 
 
-def _check_message(run: dict[str, Any], fc: dict[str, Any]) -> Message:
+def _check_message(run: Run, fc: dict[str, Any]) -> Message:
     actual, low, high = (float(fc[k]) for k in ("actual_s", "forecast_low_s", "forecast_high_s"))
     mid = float(fc.get("forecast_mid_s") or low)
     error = fc.get("error_pct")
@@ -82,17 +83,17 @@ def _check_message(run: dict[str, Any], fc: dict[str, Any]) -> Message:
         pairs += (("Workers", f"{fc['workers_started']} started (the last attempt), "
                               f"{fc.get('workers_forecast')} forecast"),)
     pairs += (("Formula", str(fc.get("formula") or "")),)
-    return Message(run["id"], "forecast", (Heading("Forecast against the actual"), Fields(pairs)),
-                   summary=f"{run['name']}: took {duration(actual)}, forecast "
+    return Message(run.id, "forecast", (Heading("Forecast against the actual"), Fields(pairs)),
+                   summary=f"{run.name}: took {duration(actual)}, forecast "
                            f"{duration(low)} – {duration(high)}")
 
 
-def proven_message(run: dict[str, Any]) -> Message | None:
+def proven_message(run: Run) -> Message | None:
     """A volume's forecast made again on its proven nodes (``bot.service.proven``): one line
     in the thread, when it differs from the approved one; None otherwise."""
-    proven = (run.get("forecast") or {}).get("proven") or {}
+    proven = (run.forecast or {}).get("proven") or {}
     if not proven.get("differs") or not proven.get("line"):
         return None
     line = str(proven["line"])
-    return Message(run["id"], "forecast_proven", (Text(line, style="warn"),),
-                   summary=f"{run['name']}: {line}")
+    return Message(run.id, "forecast_proven", (Text(line, style="warn"),),
+                   summary=f"{run.name}: {line}")

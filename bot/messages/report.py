@@ -18,6 +18,8 @@ from bot.messages.forecast_view import fit_line
 from bot.pilot.cards import healthy_cards
 from bot.pilot.clock import read_time
 from bot.pilot.forecast import duration
+from bot.pilot.plan import format_usd
+from bot.pilot.record import Run
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#212121;
@@ -42,7 +44,7 @@ a{color:inherit;text-decoration:none}}
 
 @dataclass(frozen=True)
 class ReportData:
-    run: dict[str, Any]
+    run: Run
     stages: list[dict[str, Any]]
     decisions: list[dict[str, Any]]
     generated_at: str
@@ -63,7 +65,7 @@ def render_report(data: ReportData) -> str:
     sections = [_header(data), _plan(run), _forecast(data), _stages(data), _devices(data),
                 _compute(data), _memory(data), _balance(run), _resume(data), _engine(data),
                 _decisions(data), _checksums(data)]
-    title = f"Preflight report — {run['name']} ({run['id']})"
+    title = f"Preflight report — {run.name} ({run.id})"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
             + "".join(s for s in sections if s) + "</body></html>\n")
@@ -96,44 +98,46 @@ def _text(value: Any) -> str:
 
 def _header(data: ReportData) -> str:
     run = data.run
-    verdict = run.get("verdict") or {}
+    verdict = run.verdict or {}
     passed = bool(verdict.get("passed"))
     badge = (f'<span class="badge {"ok" if passed else "bad"}">'
              f'{"PASSED" if passed else "FAILED"}</span>' if verdict else
-             f'<span class="badge bad">{escape(str(run.get("status")))}</span>')
-    kind = "Volume run" if run.get("kind") == "volume" else "Pilot"
+             f'<span class="badge bad">{escape(str(run.status))}</span>')
+    kind = "Volume run" if run.kind == "volume" else "Pilot"
     checks = "".join(f'<li class="{"ok" if c.get("ok") else "bad"}">'
                      f'{"✓" if c.get("ok") else "✗"} {escape(str(c.get("text")))}</li>'
                      for c in verdict.get("checks") or [])
-    err = run.get("first_error") or {}
+    err = run.first_error or {}
     first = (f'<p class="bad">First error at stage <b>{escape(str(err.get("stage")))}</b>: '
              f'{escape(str(err.get("type") or ""))}: {escape(str(err.get("message") or ""))}'
              f'</p>' if err else "")
-    meta = (f'<p class="muted">run <code>{escape(run["id"])}</code> · attempt '
-            f'{run.get("attempt")} · submitted by {escape(str(run.get("submitter")))} · '
-            f'status {escape(str(run.get("status")))} · report written {escape(data.generated_at)}'
+    meta = (f'<p class="muted">run <code>{escape(run.id)}</code> · attempt '
+            f'{run.attempt} · submitted by {escape(str(run.submitter))} · '
+            f'status {escape(str(run.status))} · report written {escape(data.generated_at)}'
             f'</p>')
-    return (f'<header id="verdict"><h1>{kind} {escape(run["name"])} {badge}</h1>{meta}'
+    return (f'<header id="verdict"><h1>{kind} {escape(run.name)} {badge}</h1>{meta}'
             f"<ul>{checks}</ul>{first}</header>")
 
 
-def _plan(run: dict[str, Any]) -> str:
-    plan = run.get("plan") or {}
-    rows = [("GPU", plan.get("gpu")), ("Lots", f"{plan.get('lots')} × {plan.get('cards_per_lot')}"
-             f" card(s) = {plan.get('total_cards')} cards"), ("Days", plan.get("days")),
-            ("Price per lot per day", f"{plan.get('lot_price_usd_per_day')} USD"),
-            ("Total", f"{plan.get('total_usd')} USD"),
-            ("Backend / preparation", f"{plan.get('backend')} / {plan.get('preparation')}"),
-            ("Lease", f"{plan.get('starts_at') or 'start not set'} → "
-                      f"{plan.get('ends_at') or '?'}")]
+def _plan(run: Run) -> str:
+    plan = run.plan
+    if plan is None:
+        return _section("plan", "Plan", '<p class="muted">No plan was recorded.</p>')
+    rows = [("GPU", plan.gpu), ("Lots", f"{plan.lots} × {plan.cards_per_lot}"
+             f" card(s) = {plan.total_cards} cards"), ("Days", plan.days),
+            ("Price per lot per day", f"{format_usd(plan.lot_price_usd_per_day)} USD"),
+            ("Total", f"{format_usd(plan.total_usd)} USD"),
+            ("Backend / preparation", f"{plan.backend} / {plan.preparation}"),
+            ("Lease", f"{plan.starts_at or 'start not set'} → "
+                      f"{plan.ends_at or '?'}")]
     body = _table(("item", "value"), rows)
-    body += f'<p class="formula">{escape(str(plan.get("formula")))}</p>'
-    body += "".join(f'<p class="muted">{escape(str(n))}</p>' for n in plan.get("notes") or [])
+    body += f'<p class="formula">{escape(plan.formula)}</p>'
+    body += "".join(f'<p class="muted">{escape(n)}</p>' for n in plan.notes)
     return _section("plan", "Plan", body)
 
 
 def _forecast(data: ReportData) -> str:
-    fc = data.run.get("forecast")
+    fc = data.run.forecast
     if not fc:
         return _section("forecast", "Forecast of the volume",
                         '<p class="muted">No volume section: nothing to forecast.</p>')
@@ -245,7 +249,7 @@ def _num(value: Any) -> float | None:
 
 def _memory(data: ReportData) -> str:
     facts = _facts(data, "memory")
-    card = _num((data.run.get("plan") or {}).get("memory_per_card_gib"))
+    card = _num(data.run.plan.memory_per_card_gib if data.run.plan else None)
     pairs = [(k.replace("_gib", ""), float(facts[k]), card) for k in
              ("peak_allocated_gib", "peak_reserved_gib", "peak_rss_gib")
              if _num(facts.get(k)) is not None]
@@ -258,8 +262,8 @@ def _memory(data: ReportData) -> str:
     return _section("memory", "Memory against the card", body)
 
 
-def _balance(run: dict[str, Any]) -> str:
-    bal = run.get("balance")
+def _balance(run: Run) -> str:
+    bal = run.balance
     if not bal:
         return _section("balance", "Balance", '<p class="bad">No balance was produced.</p>')
     ok = bool(bal.get("ok"))

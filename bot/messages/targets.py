@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.pilot.plan import format_usd
+from bot.pilot.record import Run
+
 
 def node_label(node: dict[str, Any]) -> str:
     """``local (the bot host itself)`` or ``ssh user@host:port``."""
@@ -18,36 +21,35 @@ def node_label(node: dict[str, Any]) -> str:
     return f"ssh {user}{node.get('host')}:{node.get('port', 22)}"
 
 
-def volume_nodes(run: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def volume_nodes(run: Run) -> list[tuple[str, dict[str, Any]]]:
     """The nodes the volume of this pilot would run on, each with its field path (none:
     no volume section; no ``volume.nodes``: the pilot's ``node``)."""
-    manifest = run.get("manifest_json") or {}
-    volume = manifest.get("volume")
-    if not isinstance(volume, dict):
+    manifest = run.manifest
+    if manifest is None or manifest.volume is None:
         return []
-    nodes = volume.get("nodes")
+    nodes = manifest.volume.nodes
     if isinstance(nodes, list) and nodes:
-        return [(f"volume.nodes[{i}]", n) for i, n in enumerate(nodes) if isinstance(n, dict)]
-    node = manifest.get("node")
-    return [("node", node if isinstance(node, dict) else {"kind": "local"})]
+        return [(f"volume.nodes[{i}]", n.model_dump(mode="json")) for i, n in enumerate(nodes)]
+    return [("node", manifest.node.model_dump(mode="json"))]
 
 
-def spend_pairs(run: dict[str, Any]) -> list[tuple[str, str]]:
+def spend_pairs(run: Run) -> list[tuple[str, str]]:
     """(label, value) lines of what approving this pilot launches; empty without a volume."""
     placed = volume_nodes(run)
     nodes = [n for _, n in placed]
     if not nodes:
         return []
-    plan = run.get("plan") or {}
+    plan = run.plan
     hosts = sorted({"the bot host" if n.get("kind", "local") == "local"
                     else str(n.get("host")) for n in nodes})
-    cards = (f"{plan.get('total_cards')} {plan.get('gpu')} card(s) "
-             f"({plan.get('lots')} lot(s) x {plan.get('cards_per_lot')}) for "
-             f"{plan.get('days')} day(s), {plan.get('total_usd')} USD")
+    cards = (f"{plan.total_cards} {plan.gpu} card(s) "
+             f"({plan.lots} lot(s) x {plan.cards_per_lot}) for "
+             f"{plan.days} day(s), {format_usd(plan.total_usd)} USD") if plan is not None \
+        else "no plan recorded"
     return [("Volume nodes", "; ".join(f"{where}: {node_label(n)}" for where, n in placed)),
             ("Cards", cards), ("Hosts", ", ".join(hosts))]
 
 
-def spend_lines(run: dict[str, Any]) -> list[str]:
+def spend_lines(run: Run) -> list[str]:
     """The same as plain lines (a confirmation dialog)."""
     return [f"{label}: {value}" for label, value in spend_pairs(run)]

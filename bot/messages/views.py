@@ -22,7 +22,8 @@ from bot.messages.model import (
 )
 from bot.messages.progress import epoch, seconds_between
 from bot.messages.targets import spend_pairs
-from bot.pilot.plan import describe_lots, describe_price, plural
+from bot.pilot.plan import describe_lots, describe_price, format_usd, plural
+from bot.pilot.record import Run
 from bot.pilot.states import ENDED, S
 from runner.events import STAGES
 
@@ -48,29 +49,31 @@ KEY_FACTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def plan_message(run: dict[str, Any]) -> Message:
-    plan = run.get("plan") or {}
+def plan_message(run: Run) -> Message:
+    plan = run.plan
+    if plan is None:  # a run recorded without one
+        return Message(run.id, "plan", (Heading(f"Plan for {run.name}"),
+                                        Text("No plan was recorded for this run.")),
+                       summary=f"Plan {run.name}: none recorded")
     pairs = [
-        ("Pilot", f"{run['name']} (attempt {run['attempt']}, run {run['id']})"),
-        ("GPU model", str(plan.get("gpu"))),
-        ("Backend / preparation", f"{plan.get('backend')} / {plan.get('preparation')}"),
-        ("Duration", plural(int(plan.get("days") or 0), "day")),
-        ("Lots", describe_lots(int(plan.get("lots") or 0), int(plan.get("cards_per_lot") or 1),
-                               int(plan.get("total_cards") or 0))),
-        ("Price per lot per day", describe_price(str(plan.get("lot_price_usd_per_day")),
-                                                 str(plan.get("gpu")),
-                                                 int(plan.get("cards_per_lot") or 1))),
-        ("Total", f"{plan.get('total_usd')} USD"),
-        ("Formula", str(plan.get("formula"))),
+        ("Pilot", f"{run.name} (attempt {run.attempt}, run {run.id})"),
+        ("GPU model", plan.gpu),
+        ("Backend / preparation", f"{plan.backend} / {plan.preparation}"),
+        ("Duration", plural(plan.days, "day")),
+        ("Lots", describe_lots(plan.lots, plan.cards_per_lot, plan.total_cards)),
+        ("Price per lot per day", describe_price(format_usd(plan.lot_price_usd_per_day),
+                                                 plan.gpu, plan.cards_per_lot)),
+        ("Total", f"{format_usd(plan.total_usd)} USD"),
+        ("Formula", plan.formula),
     ]
-    if plan.get("memory_per_card_gib") is not None:
-        pairs.append(("Memory per card", f"{plan['memory_per_card_gib']} GiB"))
-    if plan.get("volume"):
-        pairs.append(("Volume (on approval)", str(plan["volume"])))
-    blocks: list[Any] = [Heading(f"Plan for {run['name']}"), Fields(tuple(pairs))]
-    for note in plan.get("notes") or ():
-        blocks.append(Text(str(note), style="muted"))
-    changes = run.get("changes") or []
+    if plan.memory_per_card_gib is not None:
+        pairs.append(("Memory per card", f"{plan.memory_per_card_gib} GiB"))
+    if plan.volume:
+        pairs.append(("Volume (on approval)", plan.volume))
+    blocks: list[Any] = [Heading(f"Plan for {run.name}"), Fields(tuple(pairs))]
+    for note in plan.notes:
+        blocks.append(Text(note, style="muted"))
+    changes = run.changes
     if changes:
         rows = tuple((str(c.get("path")), _short(c.get("old")), _short(c.get("new")))
                      for c in changes)
@@ -81,15 +84,15 @@ def plan_message(run: dict[str, Any]) -> Message:
             blocks.append(Text(f"{len(moved)} factors changed at once ({', '.join(moved)}): "
                                "change one factor at a time, or a failure cannot be traced "
                                "to its cause.", style="warn"))
-    return Message(run["id"], "plan", tuple(blocks),
-                   summary=f"Plan {run['name']}: {plan.get('total_usd')} USD")
+    return Message(run.id, "plan", tuple(blocks),
+                   summary=f"Plan {run.name}: {format_usd(plan.total_usd)} USD")
 
 
-def status_message(run: dict[str, Any], stages: list[dict[str, Any]],
+def status_message(run: Run, stages: list[dict[str, Any]],
                    progress: tuple[int, int] | Progress | None = None) -> Message:
     by_name = {s["stage"]: s for s in stages}
-    title = "Diagnostics and pilot" if run.get("kind", "pilot") == "pilot" else "Volume run"
-    lines: list[Any] = [Heading(f"{title} — {run['name']} ({_state_word(run)})")]
+    title = "Diagnostics and pilot" if run.kind == "pilot" else "Volume run"
+    lines: list[Any] = [Heading(f"{title} — {run.name} ({_state_word(run)})")]
     for name in STAGES:
         row = by_name.get(name)
         if row is None:
@@ -100,10 +103,10 @@ def status_message(run: dict[str, Any], stages: list[dict[str, Any]],
         progress = Progress(*progress)
     if progress is not None and progress.total:
         lines.append(progress)
-    if run.get("status") == S.RUNNING:
-        lines.append(Actions((Button("stop", "Stop the run", run["id"], "danger"),)))
-    return Message(run["id"], "status", tuple(lines),
-                   summary=f"{run['name']}: {_state_word(run)}")
+    if run.status == S.RUNNING:
+        lines.append(Actions((Button("stop", "Stop the run", run.id, "danger"),)))
+    return Message(run.id, "status", tuple(lines),
+                   summary=f"{run.name}: {_state_word(run)}")
 
 
 def _stage_line(row: dict[str, Any]) -> StageLine:
@@ -138,13 +141,13 @@ def error_text(err: dict[str, Any]) -> str:
         else f"{etype}: {message}"
 
 
-def first_error_message(run: dict[str, Any]) -> Message | None:
-    err = run.get("first_error")
+def first_error_message(run: Run) -> Message | None:
+    err = run.first_error
     if not err:
         return None
     pairs = [("Stage reached", str(err.get("stage"))),
              ("Error", error_text(err))]
-    stop = run.get("stop")
+    stop = run.stop
     if stop:
         pairs.insert(0, ("Stopped by", f"{stop.get('by')} at {stop.get('at')}: "
                                        f"{stop.get('reason')}"))
@@ -152,13 +155,13 @@ def first_error_message(run: dict[str, Any]) -> Message | None:
         pairs.append(("Where", str(err["where"])))
     if err.get("hint"):
         pairs.append(("Hint", str(err["hint"])))
-    return Message(run["id"], "first_error",
+    return Message(run.id, "first_error",
                    (Heading("First error"), Fields(tuple(pairs))),
-                   summary=f"{run['name']}: first error at stage {err.get('stage')}")
+                   summary=f"{run.name}: first error at stage {err.get('stage')}")
 
 
-def balance_message(run: dict[str, Any], csv_path: str | None = None) -> Message | None:
-    bal = run.get("balance")
+def balance_message(run: Run, csv_path: str | None = None) -> Message | None:
+    bal = run.balance
     if not bal:
         return None
     ok = bool(bal.get("ok"))
@@ -193,13 +196,13 @@ def balance_message(run: dict[str, Any], csv_path: str | None = None) -> Message
         blocks.append(Table(("id", "result", "input begins"), rows[:MAX_TABLE_ROWS], len(rows)))
     if csv_path and int(bal.get("items_total") or len(items)) > MAX_TABLE_ROWS:
         blocks.append(Attachment(csv_path, "balance.csv"))
-    return Message(run["id"], "balance", tuple(blocks),
+    return Message(run.id, "balance", tuple(blocks),
                    summary=f"Balance {bal.get('accepted')} accepted + {bal.get('refused')} refused"
                            f" of {bal.get('total')}: {'ok' if ok else 'FAILED'}")
 
 
-def evidence_message(run: dict[str, Any]) -> Message | None:
-    ev = run.get("evidence")
+def evidence_message(run: Run) -> Message | None:
+    ev = run.evidence
     if not ev:
         return None
     verified = bool(ev.get("verified"))
@@ -210,34 +213,34 @@ def evidence_message(run: dict[str, Any]) -> Message | None:
     # why the bot did not take the node's word: the fetch refused, or a claimed dest
     why = tuple(Text(str(ev[k]), style="error") for k in ("fetch_error", "dest_refused")
                 if ev.get(k))
-    return Message(run["id"], "evidence", (Heading("Evidence copy"), Fields(tuple(pairs)),
+    return Message(run.id, "evidence", (Heading("Evidence copy"), Fields(tuple(pairs)),
                                            *why),
                    summary=f"Evidence {'verified' if verified else 'NOT verified'} "
                            f"at {ev.get('dest')}")
 
 
-def verdict_message(run: dict[str, Any]) -> Message:
-    verdict = run.get("verdict") or {}
+def verdict_message(run: Run) -> Message:
+    verdict = run.verdict or {}
     passed = bool(verdict.get("passed"))
     blocks: list[Any] = [Heading("Verdict: " + ("PASSED" if passed else "FAILED"))]
     for check in verdict.get("checks") or []:
         ok = bool(check.get("ok"))
         blocks.append(Text(f"{'✓' if ok else '✗'} {check.get('text')}",
                            style="ok" if ok else "error"))
-    return Message(run["id"], "verdict", tuple(blocks),
-                   summary=f"{run['name']}: pilot {'passed' if passed else 'failed'}")
+    return Message(run.id, "verdict", tuple(blocks),
+                   summary=f"{run.name}: pilot {'passed' if passed else 'failed'}")
 
 
-def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Message:
-    if run.get("kind", "pilot") != "pilot":
+def decision_message(run: Run, decisions: list[dict[str, Any]]) -> Message:
+    if run.kind != "pilot":
         return _volume_decision(run)
-    if run.get("status") == S.STOPPED:
-        stop = run.get("stop") or {}
+    if run.status == S.STOPPED:
+        stop = run.stop or {}
         who = (f" by {stop.get('by')} at {stop.get('at')}: {stop.get('reason')}"
                if stop.get("by") else "")
-        return Message(run["id"], "decision", (Heading("Decision"), Text(
-            f"The run was stopped{who}. Nothing to decide yet: `preflight resume {run['id']}` "
-            "continues it from its ledger.")), summary=f"{run['name']}: stopped")
+        return Message(run.id, "decision", (Heading("Decision"), Text(
+            f"The run was stopped{who}. Nothing to decide yet: `preflight resume {run.id}` "
+            "continues it from its ledger.")), summary=f"{run.name}: stopped")
     accepted = [d for d in decisions if d.get("accepted")]
     if accepted:
         d = accepted[-1]
@@ -249,28 +252,28 @@ def decision_message(run: dict[str, Any], decisions: list[dict[str, Any]]) -> Me
             over = (" (override of a failed pilot)" if what == "the pilot failed"
                     else f" (override: {what})")
         pairs = [("By", d["by"]), ("When", d["at"]), ("Reason", d["reason"])]
-        if run.get("volume_run"):
-            pairs.append(("Volume run", str(run["volume_run"])))
-        elif d["decision"] == "approve" and isinstance(run.get("manifest_json"), dict) \
-                and not run["manifest_json"].get("volume"):
+        if run.volume_run:
+            pairs.append(("Volume run", str(run.volume_run)))
+        elif d["decision"] == "approve" and run.manifest is not None \
+                and run.manifest.volume is None:
             pairs.append(("Volume", "nothing launched: the manifest has no volume section "
                                     "(docs/volume.md); add one and submit a new attempt to "
                                     "run the full corpus"))
-        return Message(run["id"], "decision",
+        return Message(run.id, "decision",
                        (Heading(f"Decision: {label}{over}"), Fields(tuple(pairs)),
                         *_refused(decisions)),
-                       summary=f"{run['name']}: {label} by {d['by']}")
-    buttons = (Button("approve", "Approve scale-up", run["id"], "primary"),
-               Button("fix-env", "Fix environment", run["id"], "danger"),
-               Button("revise", "Revise configuration", run["id"]))
+                       summary=f"{run.name}: {label} by {d['by']}")
+    buttons = (Button("approve", "Approve scale-up", run.id, "primary"),
+               Button("fix-env", "Fix environment", run.id, "danger"),
+               Button("revise", "Revise configuration", run.id))
     spend = spend_pairs(run)  # what an approval launches: nodes, cards, hosts
-    return Message(run["id"], "decision",
+    return Message(run.id, "decision",
                    (Heading("Decision"), Text("Launch the volume, fix the environment, or revise "
                                               "the configuration. A reason is required."),
                     *((Text("Approving launches the volume on:"), Fields(tuple(spend)))
                       if spend else ()),
                     *_refused(decisions), Actions(buttons)),
-                   summary=f"{run['name']}: awaiting a decision")
+                   summary=f"{run.name}: awaiting a decision")
 
 
 def _refused(decisions: list[dict[str, Any]], shown: int = 10) -> tuple[Any, ...]:
@@ -284,22 +287,22 @@ def _refused(decisions: list[dict[str, Any]], shown: int = 10) -> tuple[Any, ...
             Table(("decision", "by", "when", "refused because"), rows, len(refused)))
 
 
-def _volume_decision(run: dict[str, Any]) -> Message:
+def _volume_decision(run: Run) -> Message:
     """A volume run has no decision: the pilot's approval launched it, once."""
     text = (f"Nothing to decide: this is the full run that the approval of pilot "
-            f"{run.get('parent_run')} launched.")
-    if run.get("outcome") == "failed" or run.get("status") == S.STOPPED:
-        text += f" `preflight resume {run['id']}` runs the items its ledger lacks."
-    return Message(run["id"], "decision", (Heading("Volume run"), Text(text)),
-                   summary=f"{run['name']}: volume run {_state_word(run)}")
+            f"{run.parent_run} launched.")
+    if run.outcome == "failed" or run.status == S.STOPPED:
+        text += f" `preflight resume {run.id}` runs the items its ledger lacks."
+    return Message(run.id, "decision", (Heading("Volume run"), Text(text)),
+                   summary=f"{run.name}: volume run {_state_word(run)}")
 
 
-def _state_word(run: dict[str, Any]) -> str:
-    if run.get("status") == S.STOPPED:
+def _state_word(run: Run) -> str:
+    if run.status == S.STOPPED:
         return str(S.STOPPED)
-    if run.get("status") in ENDED - {S.STOPPED}:
-        return "passed" if run.get("outcome") == "passed" else "failed"
-    status = str(run.get("status", ""))
+    if run.status in ENDED - {S.STOPPED}:
+        return "passed" if run.outcome == "passed" else "failed"
+    status = str(run.status)
     words: dict[str, str] = {S.PLANNED: "planned", S.DISPATCHING: "starting",
                              S.RUNNING: "running", S.DISPATCH_FAILED: "could not start"}
     return words.get(status, status)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.messages.model import Heading, Message, Progress, Text
+from bot.pilot.record import Run
 from runner.events import (
     VOLUME_CARD_EXCLUDED,
     VOLUME_LATE,
@@ -101,14 +102,14 @@ def note(event: Event) -> Text | None:
     return None
 
 
-def volume_message(run: dict[str, Any], events: list[Event]) -> Message | None:
+def volume_message(run: Run, events: list[Event]) -> Message | None:
     """The volume's engine notes, updated in place; None before any."""
     notes = [n for n in (note(e) for e in sorted(events, key=lambda e: e.seq)) if n]
     if not notes:
         return None
     shown = notes[-NOTES_SHOWN:]
-    blocks: list[Any] = [Heading(f"Volume engine — {run['name']}"), *shown]
+    blocks: list[Any] = [Heading(f"Volume engine — {run.name}"), *shown]
     if len(notes) > len(shown):
         blocks.insert(1, Text(f"{len(notes) - len(shown)} earlier note(s) in events.jsonl",
                               "muted"))
-    return Message(run["id"], "volume", tuple(blocks), summary=shown[-1].text)
+    return Message(run.id, "volume", tuple(blocks), summary=shown[-1].text)

@@ -88,7 +88,10 @@ class Plan:
 
 
 def _number(value: Any) -> float | None:
-    return None if value is None else float(value)
+    """A stored figure as it was written (an int stays an int: "80 GiB", not "80.0 GiB")."""
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return float(value)
 
 
 def format_usd(amount: Decimal) -> str:

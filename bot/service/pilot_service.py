@@ -129,8 +129,32 @@ class PilotService:
         self.publisher.publish(message)
 
     # -- reading (Records) -------------------------------------------------------------
+    def record(self, run_id: str) -> Run:
+        """The run with exactly this id, typed (RunNotFound otherwise)."""
+        return self.records.record(run_id)
+
+    def find_record(self, run_id: str, *, channel: str | None = None) -> Run:
+        """The run a person names (``Records.find_record``), typed."""
+        return self.records.find_record(run_id, channel=channel)
+
+    def recent_runs(self, limit: int = 50, *, channel: str | None = None) -> list[Run]:
+        """The newest runs, typed; ``channel``: only that channel's."""
+        return self.records.records(limit, channel=channel)
+
+    def records_for(self, user: str, limit: int = 50) -> list[Run]:
+        """The runs a Slack user is in scope for (their App Home), typed."""
+        return self.records.records_for(user, limit)
+
+    def running(self) -> list[Run]:
+        """The runs whose runner is running, typed."""
+        return self.records.running()
+
+    def stages(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's stages, in order."""
+        return self.records.stages(run_id)
+
     def run(self, run_id: str) -> dict[str, Any]:
-        """The run with exactly this id (RunNotFound otherwise)."""
+        """The run with exactly this id, as the store holds it (RunNotFound otherwise)."""
         return self.records.run(run_id)
 
     def find(self, run_id: str) -> dict[str, Any]:
@@ -313,7 +337,7 @@ class PilotService:
                 "approvers": approvers, "two_person": int(two_person),
             })
         if kind == "pilot":
-            self._publish(views.plan_message(self.store.get_run(run_id)))
+            self._publish(views.plan_message(self.store.run(run_id)))
         return Submission(run_id, run_dir, loaded)
 
     def _new_run_dir(self, loaded: LoadedManifest, kind: str) -> tuple[int, str, Path]:
@@ -355,7 +379,7 @@ class PilotService:
                  "verdict": None, "stop": None} if resume else {}
         if not self.store.transition(run_id, from_states, S.DISPATCHING,
                                      started_at=now_utc(), finished_at=None, **fresh):
-            current = self.store.get_run(run_id)["status"]
+            current = self.store.run_record(run_id).status
             if current == S.DISPATCHING:  # another start or resume won the race
                 raise DispatchError(f"run {run_id} is being started by another start or "
                                     "resume: it is not started twice; follow it, or "
@@ -380,7 +404,7 @@ class PilotService:
             # Stopped (or settled by the watch) while it started: nobody would follow the
             # runner just launched, so it is stopped too.
             self._stop_quietly(run_id, replace(handle, pid=pid))
-            raise DispatchStopped(f"run {run_id} is {self.store.get_run(run_id)['status']}: "
+            raise DispatchStopped(f"run {run_id} is {self.store.run_record(run_id).status}: "
                                   "it was stopped while it was being started; the runner "
                                   "it launched is stopped")
         self.publisher.publish_status(run_id)
@@ -394,12 +418,12 @@ class PilotService:
                 self._node_proved(run_id)
             elif data.get("phase") == "listed":  # a corpus only the nodes hold: its ids
                 corpus_listed(self.store, run_id)
-            run = self.store.get_run(run_id)
+            run = self.store.run(run_id)
             message = dispatch_message(run, self.store.dispatch_events(
-                run_id, since=run.get("started_at")))
+                run_id, since=run.started_at))
             if message is not None:
                 self._publish(message)
-            if run["status"] != S.DISPATCHING:
+            if run.status != S.DISPATCHING:
                 raise DispatchStopped(f"run {run_id} was stopped while it was being started; "
                                       "what was started on its nodes is stopped")
         return step
@@ -409,7 +433,7 @@ class PilotService:
         in the thread when it differs (never a reason to fail the start)."""
         try:
             new = self.proven.node_proved(run_id)
-            message = proven_message(self.store.get_run(run_id)) if new else None
+            message = proven_message(self.store.run(run_id)) if new else None
             if message is not None:
                 self._publish(message)
         except Exception:
@@ -523,14 +547,14 @@ class PilotService:
                 refusal = not_decidable(current) or already_decided(current)
                 self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
                 raise DecisionRefused(refusal)
-            self._publish(views.decision_message(self.store.get_run(run_id),
+            self._publish(views.decision_message(self.store.run(run_id),
                                                  self.store.decisions(run_id)))
         self.write_report(run_id)
         if base["decision"] == "approve":
             record["volume_run"] = self._launch_or_reopen(run_id, record)
             if record["volume_run"]:  # the decision message names the volume it launched
                 self._publish(views.decision_message(
-                    {**self.store.get_run(run_id), "volume_run": record["volume_run"]},
+                    self.store.run(run_id).joined(volume_run=record["volume_run"]),
                     self.store.decisions(run_id)))
         return record
 
@@ -590,7 +614,7 @@ class PilotService:
                     "tries again") from exc
             why = f"the volume run was not created: {type(exc).__name__}: {exc}"
             self.store.reopen_decision(run_id, int(record["id"]), why)
-            self._publish(views.decision_message(self.store.get_run(run_id),
+            self._publish(views.decision_message(self.store.run(run_id),
                                                  self.store.decisions(run_id)))
             self.write_report(run_id)
             raise DecisionRefused(

@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from bot.errors import PreflightError
@@ -26,7 +25,7 @@ from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
 from bot.messages.volume_view import volume_message
 from bot.pilot.states import ENDED, S
 from bot.service.report_files import PICTURE, REPORT, ReportFiles, write_report
-from bot.store import Store
+from bot.store import Run, Store
 
 log = logging.getLogger(__name__)
 
@@ -40,24 +39,24 @@ class Publisher:
         self.notifier = notifier
         self.progress_interval = progress_interval
         self._progress: dict[str, ProgressMeter] = {}
-        self._status_base: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        self._status_base: dict[str, tuple[Run, list[dict[str, Any]]]] = {}
         self._last_progress_post: dict[str, float] = {}
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
 
     def thread_messages(self, run_id: str) -> list[Message]:
         """Every message of the run's thread as it stands now (for re-rendering)."""
-        run = self.store.get_run(run_id)
+        run = self.store.run(run_id)
         out: list[Message | None] = [views.plan_message(run), self.status(run_id),
                                      cards_message(run, self.store.stages(run_id)),
                                      self.volume_notes(run), proven_message(run)]
-        if run["status"] == S.DISPATCH_FAILED:
+        if run.status == S.DISPATCH_FAILED:
             out.append(views.first_error_message(run))
-        if run["status"] in ENDED:
+        if run.status in ENDED:
             out += [views.first_error_message(run), views.balance_message(run, balance_csv_of(run)),
                     views.evidence_message(run), with_report(views.verdict_message(run), run),
                     forecast_message(run),
-                    views.decision_message({**run, "volume_run": self.store.volume_of(run_id)},
+                    views.decision_message(run.joined(volume_run=self.store.volume_of(run_id)),
                                            self.store.decisions(run_id))]
         return [m for m in out if m is not None]
 
@@ -71,7 +70,7 @@ class Publisher:
         update changes only the counts, so it reads nothing from the store)."""
         base = self._status_base.get(run_id) if cached else None
         if base is None:
-            base = self._status_base[run_id] = (self.store.get_run(run_id),
+            base = self._status_base[run_id] = (self.store.run(run_id),
                                                 self.store.stages(run_id))
         meter = self._progress.get(run_id)
         return views.status_message(*base, meter.block() if meter else None)
@@ -91,16 +90,16 @@ class Publisher:
         self.publish(self.status(run_id))
 
     def publish_cards(self, run_id: str) -> None:
-        message = cards_message(self.store.get_run(run_id), self.store.stages(run_id))
+        message = cards_message(self.store.run(run_id), self.store.stages(run_id))
         if message is not None:
             self.publish(message)
 
-    def volume_notes(self, run: dict[str, Any]) -> Message | None:
+    def volume_notes(self, run: Run) -> Message | None:
         return volume_message(run, [e for etype in VOLUME_NOTES
-                                    for e in self.store.events_of_type(run["id"], etype)])
+                                    for e in self.store.events_of_type(run.id, etype)])
 
     def publish_volume(self, run_id: str) -> None:
-        message = self.volume_notes(self.store.get_run(run_id))
+        message = self.volume_notes(self.store.run(run_id))
         if message is not None:
             self.publish(message)
 
@@ -135,13 +134,13 @@ class Publisher:
             log.exception("publishing %s of run %s failed", message.key, message.run_id)
 
 
-def with_report(message: Message, run: dict[str, Any]) -> Message:
+def with_report(message: Message, run: Run) -> Message:
     """The verdict with the report and its picture attached (uploaded to the thread)."""
-    files = [Attachment(str(Path(run["run_dir"]) / name), name) for name in (REPORT, PICTURE)
-             if (Path(run["run_dir"]) / name).is_file()]
+    files = [Attachment(str(run.run_dir / name), name) for name in (REPORT, PICTURE)
+             if (run.run_dir / name).is_file()]
     return replace(message, blocks=message.blocks + tuple(files)) if files else message
 
 
-def balance_csv_of(run: dict[str, Any]) -> str | None:
-    path = Path(run["run_dir"]) / "balance.csv"
+def balance_csv_of(run: Run) -> str | None:
+    path = run.run_dir / "balance.csv"
     return str(path) if path.exists() else None

@@ -17,7 +17,7 @@ from bot.policy import checks
 from bot.policy.guard import PolicyGuard
 from bot.policy.model import Origin
 from bot.service.leases import set_state
-from bot.store import Store
+from bot.store import Run, Store
 
 
 class Records:
@@ -27,7 +27,39 @@ class Records:
         self.store = store
         self.guard = guard
 
-    # -- runs -----------------------------------------------------------------------
+    # -- runs, typed (bot.pilot.record.Run): what the transports read -------------------
+    def record(self, run_id: str) -> Run:
+        """The run with exactly this id (RunNotFound otherwise)."""
+        return self.store.run(run_id)
+
+    def find_record(self, run_id: str, *, channel: str | None = None) -> Run:
+        """The run with this id, ``latest``, a pilot's name or a unique id prefix, as a
+        person types it; ``channel``: among that channel's runs only (``find_in``)."""
+        if channel is None:
+            return self.store.find(run_id)
+        return self.store.run(str(self.find_in(run_id, channel)["id"]))
+
+    def records(self, limit: int = 50, *, channel: str | None = None) -> list[Run]:
+        """The newest runs; ``channel``: only that channel's (what a Slack channel sees)."""
+        return self.store.runs(limit=limit, channel=channel)
+
+    def records_for(self, user: str, limit: int = 50) -> list[Run]:
+        """The runs a Slack user is in scope for (their App Home): those they submitted or
+        may approve, every run for an admin."""
+        who = self.guard.identity(user, "slack")
+        admin = checks.holds(self.guard.policy, "admins", who)
+        return [r for r in self.store.runs(limit=max(limit, 200))
+                if admin or r.submitter == user or who.ids() & set(r.approvers)][:limit]
+
+    def running(self) -> list[Run]:
+        """The runs whose runner is running (what a restarted follower picks up)."""
+        return self.store.running()
+
+    def stages(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's stages, in order, with their facts and errors."""
+        return self.store.stages(run_id)
+
+    # -- runs as the store holds them (dicts: scripts, `show --json`, tests) ------------
     def run(self, run_id: str) -> dict[str, Any]:
         """The run with exactly this id (RunNotFound otherwise)."""
         return self.store.get_run(run_id)

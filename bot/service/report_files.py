@@ -46,7 +46,7 @@ class ReportFiles:
 
 
 def gather(store: Store, run_id: str) -> ReportData:
-    run = store.get_run(run_id)
+    run = store.run(run_id)
     stages = store.stages(run_id)
     starts = [t for t in (read_time(s.get("started_at")) for s in stages) if t is not None]
     zero = min(starts) if starts else None
@@ -61,10 +61,9 @@ def gather(store: Store, run_id: str) -> ReportData:
         if item.status == "accepted" and isinstance(seconds, (int, float)) \
                 and isinstance(size, int):
             points.append((float(size), float(seconds)))
-    record = Run.from_row(run)
-    sums, source = _checksums(record)
-    parent = store.run(record.parent_run) if record.parent_run else None
-    volume = record.kind == "volume"
+    sums, source = _checksums(run)
+    parent = store.run(run.parent_run) if run.parent_run else None
+    volume = run.kind == "volume"
     return ReportData(run=run, stages=stages, decisions=store.decisions(run_id),
                       generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       item_times=times, item_points=points, checksums=sums,
@@ -72,7 +71,7 @@ def gather(store: Store, run_id: str) -> ReportData:
                       parent_forecast=parent.forecast if parent else None,
                       launched_by=_launched_by(store, parent) if parent else None,
                       volume_run=None if volume else store.volume_of(run_id),
-                      engine=_engine(store, record, stages, len(outcomes)) if volume else None)
+                      engine=_engine(store, run, stages, len(outcomes)) if volume else None)
 
 
 def _launched_by(store: Store, parent: Run) -> dict[str, Any]:
@@ -203,7 +202,7 @@ def _read_text_nofollow(path: Path) -> str:
 def write_report(store: Store, run_id: str) -> ReportFiles:
     """Write (or rewrite) the run's report.html and summary picture; update the evidence."""
     data = gather(store, run_id)
-    run = Run.from_row(data.run)
+    run = data.run
     run_dir = run.run_dir
     html = render_report(data).encode("utf-8")
     target = run_dir / REPORT

@@ -26,7 +26,7 @@ from bot.pilot import leases as lease_rules
 from bot.pilot.states import S
 from bot.service.follower import Follower
 from bot.service.publisher import Publisher
-from bot.store import Store
+from bot.store import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +51,12 @@ class Watch:
     def watch_runs(self, now: datetime) -> list[Message]:
         """One watch pass: pump each active run, alert a stall once, announce a return once."""
         sent: list[Message] = []
-        for run in self.store.list_runs(status=S.DISPATCHING):
+        for run in self.store.runs(status=S.DISPATCHING):
             try:  # a start its bot never finished: running if the runner started, else failed
-                self.follower.reap(run["id"], now=now)
+                self.follower.reap(run.id, now=now)
             except PreflightError as exc:
-                log.warning("watch of %s: %s", run["id"], exc)
-        ids = [r["id"] for r in self.store.active_runs()]
+                log.warning("watch of %s: %s", run.id, exc)
+        ids = [r.id for r in self.store.running()]
         ids += [w["run"] for w in self.store.stalled_runs() if w["run"] not in ids]
         for run_id in ids:
             try:
@@ -74,12 +74,12 @@ class Watch:
 
     def _watch_one(self, run_id: str, now: datetime) -> Message | None:
         store = self.store
-        if store.get_run(run_id)["status"] == S.RUNNING:
+        if store.run_record(run_id).status == S.RUNNING:
             self.follower.reap(run_id)  # pumps; closes the run if its runner ended unseen
-        run = store.get_run(run_id)
+        run = store.run_record(run_id)
         stamp = iso(now)
         first = _first_seen(run, now)
-        state = store.observe_run(run_id, int(run["last_seq"]), stamp, iso(first))
+        state = store.observe_run(run_id, run.last_seq, stamp, iso(first))
         quiet = now - lease_rules.parse_time(state["seen_at"])
         if state["stalled"]:
             seen = lease_rules.parse_time(state["seen_at"])
@@ -87,7 +87,7 @@ class Watch:
             if seen > alerted and store.mark_recovered(run_id, stamp):
                 return recovered_message(run, quiet_since=state["alerted_at"])
             return None
-        if run["status"] != S.RUNNING:
+        if run.status != S.RUNNING:
             return None
         stall_after = timedelta(seconds=_stall_after(run))
         if quiet >= stall_after and store.mark_stalled(run_id, stamp):
@@ -151,18 +151,18 @@ class Watch:
             log.exception("publishing %s of %s failed", message.key, message.run_id)
 
 
-def _first_seen(run: dict[str, Any], now: datetime) -> datetime:
-    for key in ("last_event_at", "started_at"):
-        if run.get(key):
+def _first_seen(run: RunRecord, now: datetime) -> datetime:
+    for seen in (run.last_event_at, run.started_at):
+        if seen:
             try:
-                return min(lease_rules.parse_time(str(run[key])), now)
+                return min(lease_rules.parse_time(seen), now)
             except ValueError:
                 continue
     return now
 
 
-def _stall_after(run: dict[str, Any]) -> int:
-    node = run.get("node") or {}
+def _stall_after(run: RunRecord) -> int:
+    node = run.node or {}
     try:
         return int(node.get("stall_after_s") or DEFAULT_STALL_S)
     except (TypeError, ValueError):

@@ -130,8 +130,8 @@ def _on_command(h: Handlers) -> Callable[..., None]:
         elif verb == "stop":
             _stop(h, ack, args, channel, user)
         elif verb == "runs":
-            ack(text="Recent runs", blocks=runs_blocks(h.service.runs(limit=20,
-                                                                      channel=channel)))
+            ack(text="Recent runs", blocks=runs_blocks(h.service.recent_runs(20,
+                                                                             channel=channel)))
         elif verb == "lease":
             ack(text=_lease(h, args, user, channel))
         else:
@@ -199,7 +199,7 @@ def _stop(h: Handlers, ack: Ack, args: list[str], channel: str, user: str) -> No
         ack(text="Usage: `/preflight stop RUN reason…` (the reason is recorded)")
         return
     try:
-        run_id = h.service.find(args[0])["id"]
+        run_id = h.service.find_record(args[0]).id
     except PreflightError as exc:
         ack(text=escape(str(exc)))
         return
@@ -214,10 +214,10 @@ def _status(h: Handlers, ack: Ack, args: list[str], channel: str) -> None:
     """A run of this channel (a run of another channel is not shown: not found here)."""
     try:
         if args:
-            shown = h.service.show(args[0], channel=channel)
-            ack(text="Run status", blocks=status_blocks(shown))
+            run = h.service.find_record(args[0], channel=channel)
+            ack(text="Run status", blocks=status_blocks(run, h.service.stages(run.id)))
             return
-        runs = h.service.runs(limit=10, channel=channel)
+        runs = h.service.recent_runs(10, channel=channel)
         ack(text="Recent runs", blocks=runs_blocks(runs))
     except PreflightError as exc:
         ack(text=escape(str(exc)))
@@ -271,7 +271,7 @@ def _on_button(h: Handlers) -> Callable[..., None]:
         if not h.may_act(run_id, decision, user=user, channel=channel, thread_ts=thread_ts):
             return
         forecast = h.service.refresh_forecast(run_id) if decision == "approve" else None
-        spend = spend_lines(h.service.run(run_id)) if decision == "approve" else None
+        spend = spend_lines(h.service.record(run_id)) if decision == "approve" else None
         client.views_open(trigger_id=body["trigger_id"],
                           view=decide_modal(run_id, decision, channel, thread_ts, forecast,
                                             spend))

@@ -30,6 +30,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from bot.errors import PreflightError
 from bot.manifest.secrets import classify_value, redact_secrets
 from bot.messages.model import Attachment, Message
+from bot.pilot.record import RunRecord
 from bot.slack.blocks import Rendered, render
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class MessageRefs(Protocol):
     channel), the intent noted before a post, and when it was last sent. The bot's store
     is one; the notifier reads the run (its channel and thread) from it too."""
 
-    def get_run(self, run_id: str) -> dict[str, Any]: ...
+    def run_record(self, run_id: str) -> RunRecord: ...
     def message_ref(self, run_id: str, key: str, transport: str) -> dict[str, Any] | None: ...
     def set_message_ref(self, run_id: str, key: str, transport: str, ref: str,
                         channel: str | None = None) -> None: ...
@@ -92,8 +93,8 @@ class SlackNotifier:
                 self._cond.notify_all()
 
     def _publish(self, message: Message) -> None:
-        run = self.store.get_run(message.run_id)
-        if not run.get("channel"):
+        run = self.store.run_record(message.run_id)
+        if not run.channel:
             return  # a run started from the terminal has no Slack thread
         slot = self._slot(message.run_id, message.key)
         with slot.lock:
@@ -195,50 +196,50 @@ class SlackNotifier:
         return max(0.0, min(dues) - time.monotonic())
 
     def _deliver(self, slot: _Slot, message: Message) -> bool:
-        run = self.store.get_run(message.run_id)
+        run = self.store.run_record(message.run_id)
         with slot.lock:
             if self.store.message_ref(message.run_id, message.key, TRANSPORT) is None:
                 return self._post(run, message)
             return self._update(run, message)
 
-    def _post(self, run: dict[str, Any], message: Message) -> bool:
+    def _post(self, run: RunRecord, message: Message) -> bool:
         rendered = render(message)
         channel, thread_ts = self._thread_of(run)
-        first = self.store.record_post_intent(run["id"], message.key)
+        first = self.store.record_post_intent(run.id, message.key)
         try:
             if not first and thread_ts is not None:
-                found = self._find_posted(channel, thread_ts, run["id"], message.key)
+                found = self._find_posted(channel, thread_ts, run.id, message.key)
                 if found is not None:  # posted by a bot that died before storing its ts
-                    self.store.set_message_ref(run["id"], message.key, TRANSPORT, found, channel)
+                    self.store.set_message_ref(run.id, message.key, TRANSPORT, found, channel)
                     return self._update(run, message)
             resp = self.client.chat_postMessage(
                 channel=channel, thread_ts=thread_ts, text=rendered.text, blocks=rendered.blocks,
                 metadata={"event_type": EVENT_TYPE,
-                          "event_payload": {"run": run["id"], "key": message.key}})
+                          "event_payload": {"run": run.id, "key": message.key}})
         except (SlackApiError, SlackClientError) as exc:
-            log.warning("posting %s of run %s failed: %s", message.key, run["id"], _why(exc))
+            log.warning("posting %s of run %s failed: %s", message.key, run.id, _why(exc))
             return False
         if self.fault is not None:
             self.fault("posted", message)
         ts = str(resp["ts"])
-        self.store.set_message_ref(run["id"], message.key, TRANSPORT, ts, str(resp["channel"]))
-        self.store.record_sent(run["id"], message.key, time.time())
+        self.store.set_message_ref(run.id, message.key, TRANSPORT, ts, str(resp["channel"]))
+        self.store.record_sent(run.id, message.key, time.time())
         if thread_ts is None:
-            self.store.set_message_ref(run["id"], "thread", TRANSPORT, ts, str(resp["channel"]))
+            self.store.set_message_ref(run.id, "thread", TRANSPORT, ts, str(resp["channel"]))
         self._upload(run, rendered)
         return True
 
-    def _update(self, run: dict[str, Any], message: Message) -> bool:
-        ref = self.store.message_ref(run["id"], message.key, TRANSPORT)
+    def _update(self, run: RunRecord, message: Message) -> bool:
+        ref = self.store.message_ref(run.id, message.key, TRANSPORT)
         assert ref is not None
         rendered = render(message)
         try:
-            self.client.chat_update(channel=ref["channel"] or run["channel"], ts=ref["ref"],
+            self.client.chat_update(channel=str(ref["channel"] or run.channel), ts=ref["ref"],
                                     text=rendered.text, blocks=rendered.blocks)
         except (SlackApiError, SlackClientError) as exc:
-            log.warning("updating %s of run %s failed: %s", message.key, run["id"], _why(exc))
+            log.warning("updating %s of run %s failed: %s", message.key, run.id, _why(exc))
             return False
-        self.store.record_sent(run["id"], message.key, time.time())
+        self.store.record_sent(run.id, message.key, time.time())
         self._upload(run, rendered)
         return True
 
@@ -258,18 +259,18 @@ class SlackNotifier:
             if not resp.get("has_more") or not cursor:
                 return None
 
-    def _upload(self, run: dict[str, Any], rendered: Rendered) -> None:
+    def _upload(self, run: RunRecord, rendered: Rendered) -> None:
         for attachment in rendered.attachments:
             self._upload_once(run, attachment)
 
-    def _upload_once(self, run: dict[str, Any], attachment: Attachment) -> None:
+    def _upload_once(self, run: RunRecord, attachment: Attachment) -> None:
         key = f"file:{attachment.title}"
-        if self.store.message_ref(run["id"], key, TRANSPORT) is not None:
+        if self.store.message_ref(run.id, key, TRANSPORT) is not None:
             return
         try:
             data = attachable(run, attachment)
         except PreflightError as exc:
-            log.warning("not uploading %s of run %s: %s", attachment.title, run["id"], exc)
+            log.warning("not uploading %s of run %s: %s", attachment.title, run.id, exc)
             return
         channel, thread_ts = self._thread_of(run)
         try:
@@ -277,26 +278,26 @@ class SlackNotifier:
                                                file=data, filename=attachment.title,
                                                title=attachment.title)
         except (SlackApiError, SlackClientError, OSError) as exc:
-            log.warning("uploading %s of run %s failed: %s", attachment.title, run["id"], _why(exc))
+            log.warning("uploading %s of run %s failed: %s", attachment.title, run.id, _why(exc))
             return
         file_id = str((resp.get("file") or {}).get("id", "uploaded"))
-        self.store.set_message_ref(run["id"], key, TRANSPORT, file_id, channel)
+        self.store.set_message_ref(run.id, key, TRANSPORT, file_id, channel)
 
-    def _thread_of(self, run: dict[str, Any]) -> tuple[str, str | None]:
-        if run.get("thread_ts"):
-            return str(run["channel"]), str(run["thread_ts"])
-        root = self.store.message_ref(run["id"], "thread", TRANSPORT)
-        return str(run["channel"]), (str(root["ref"]) if root else None)
+    def _thread_of(self, run: RunRecord) -> tuple[str, str | None]:
+        if run.thread_ts:
+            return str(run.channel), str(run.thread_ts)
+        root = self.store.message_ref(run.id, "thread", TRANSPORT)
+        return str(run.channel), (str(root["ref"]) if root else None)
 
 
-def attachable(run: dict[str, Any], attachment: Attachment) -> bytes:
+def attachable(run: RunRecord, attachment: Attachment) -> bytes:
     """The bytes the bot may upload for ``attachment``: a regular file inside the run's
     directory (its folder resolved and compared, the file itself opened with
     ``O_NOFOLLOW``: a link is refused, never followed), at most ``MAX_UPLOAD_BYTES``, with
     every credential-looking value redacted (``redact_secrets``; a binary file that holds
     one is refused whole). A run's files are written by the team's code: a file name the
     bot chose says nothing of what is in it (docs/security.md)."""
-    run_dir = Path(run["run_dir"]).resolve()
+    run_dir = Path(run.run_dir).resolve()
     given = Path(attachment.path)
     path = given.parent.resolve() / given.name
     if run_dir not in path.parents:

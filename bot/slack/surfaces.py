@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from bot.errors import Problem
 from bot.pilot.leases import PROVISIONED, STATE_PATH
+from bot.pilot.record import Run, RunRecord
 from bot.slack.blocks import clip, context, escape, fit_blocks, section
 
 SUBMIT_CALLBACK = "preflight_submit"
@@ -130,32 +132,32 @@ def forecast_blocks(forecast: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [section(clip("\n".join(lines), 2900))]
 
 
-def run_line(run: dict[str, Any]) -> str:
-    stage = run.get("stage_reached") or "-"
-    outcome = f", {run['outcome']}" if run.get("outcome") else ""
-    return (f"`{escape(run['id'])}` *{escape(run['name'])}* — {escape(run['status'])}{outcome},"
+def run_line(run: RunRecord) -> str:
+    stage = run.stage_reached or "-"
+    outcome = f", {run.outcome}" if run.outcome else ""
+    return (f"`{escape(run.id)}` *{escape(run.name)}* — {escape(run.status)}{outcome},"
             f" stage {escape(stage)}")
 
 
-def runs_blocks(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def runs_blocks(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     if not runs:
         return [section("No runs yet. `/preflight help` says how to start one.")]
     lines = [run_line(r) for r in runs[:30]]
     return [section(clip("\n".join(lines), 2990))]
 
 
-def status_blocks(run: dict[str, Any]) -> list[dict[str, Any]]:
+def status_blocks(run: Run, stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     blocks = [section(run_line(run))]
-    for stage in run.get("stages") or []:
+    for stage in stages:
         blocks.append(context(f"{escape(stage['stage'])}: {escape(stage['state'])}"))
-    err = run.get("first_error")
+    err = run.first_error
     if err:
         blocks.append(section(f":x: first error at *{escape(str(err.get('stage')))}*: "
                               f"{escape(str(err.get('message', '')))}"))
     return fit_blocks(blocks)
 
 
-def home_view(active: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> dict[str, Any]:
+def home_view(active: Sequence[RunRecord], decisions: list[dict[str, Any]]) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": "Preflight"}},
         section("*Active pilots*"),

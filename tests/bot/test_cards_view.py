@@ -9,6 +9,7 @@ from bot.messages.cards import cards_message
 from bot.messages.model import Table, Text
 from bot.pilot.cards import healthy_cards
 from tests.bot.fakes import pilot_script
+from tests.bot.runs import run_of
 from tests.bot.test_service import IDS, make, submit
 
 
@@ -46,7 +47,7 @@ def stage_rows(*, link: bool = True) -> list[dict[str, Any]]:
 
 
 def test_the_card_table_names_the_bad_cards_and_the_link() -> None:
-    message = cards_message({"id": "r1", "name": "demo"}, stage_rows())
+    message = cards_message(run_of(id="r1", name="demo"), stage_rows())
     assert message is not None and message.key == "cards"
     table = next(b for b in message.blocks if isinstance(b, Table))
     assert len(table.rows) == 8
@@ -65,7 +66,7 @@ def test_the_card_table_names_the_bad_cards_and_the_link() -> None:
 
 
 def test_no_card_table_for_a_cpu_run() -> None:
-    assert cards_message({"id": "r1", "name": "demo"},
+    assert cards_message(run_of(id="r1", name="demo"),
                          [{"stage": "device", "state": "passed", "facts": {"count": 1}}]) is None
 
 
@@ -114,7 +115,7 @@ def test_the_card_table_renders_in_the_terminal_and_in_slack() -> None:
     from bot.console.render import to_text
     from bot.slack.blocks import render
 
-    message = cards_message({"id": "r1", "name": "demo"}, stage_rows())
+    message = cards_message(run_of(id="r1", name="demo"), stage_rows())
     assert message is not None
     text = to_text(message)
     assert "SLOW ⚠" in text and "0000:1b:00.0" in text and "Healthy cards" in text

@@ -8,6 +8,7 @@ from rich.console import Console
 from bot.console.render import to_rich, to_text
 from bot.messages import views
 from bot.messages.model import Actions, Button, Message
+from tests.bot.runs import run_of
 
 RUN = "20261203T100000000Z-demo-a1"
 
@@ -19,8 +20,8 @@ def _rich(message: Message) -> str:
 
 
 def test_the_decision_shows_the_decide_commands_not_button_labels() -> None:
-    message = views.decision_message({"id": RUN, "name": "demo", "kind": "pilot",
-                                      "status": "awaiting_decision"}, [])
+    message = views.decision_message(run_of(id=RUN, name="demo", kind="pilot",
+                                            status="awaiting_decision"), [])
     for text in (to_text(message), _rich(message)):
         assert "[approve]" not in text and "[revise]" not in text
         for action in ("approve", "fix-env", "revise"):

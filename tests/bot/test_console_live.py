@@ -14,6 +14,7 @@ from bot.console.render import to_text
 from bot.messages.model import Message
 from bot.messages.progress import ProgressMeter, duration, progress_words
 from bot.messages.views import status_message
+from tests.bot.runs import run_of
 
 T0 = "2026-01-01T10:00:00.000000+00:00"
 
@@ -24,7 +25,7 @@ def stage(name: str, state: str, started: str = T0, ended: str | None = None) ->
 
 
 def pilot_status(done: int, per_s: float | None = 100.0) -> Message:
-    run = {"id": "r1", "name": "demo", "kind": "pilot", "status": "running"}
+    run = run_of(id="r1", name="demo", kind="pilot", status="running")
     now = time.time()
     started = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(now - 30))
     stages = [stage("prepare", "passed", T0, "2026-01-01T10:00:01.500000+00:00"),

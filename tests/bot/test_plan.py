@@ -10,6 +10,7 @@ import pytest
 
 from bot.pilot.plan import format_usd, make_plan
 from tests.bot.manifest_helpers import dump, load, make_project, merged
+from tests.bot.runs import run_of
 
 
 def plan_for(tmp_path: Path, **change: object):  # type: ignore[no-untyped-def]
@@ -83,6 +84,6 @@ def test_the_plan_says_what_the_volume_is_inputs_nodes_and_cards(tmp_path: Path)
     assert "this machine (the pilot's node)" in cpu.volume
     from bot.messages.views import plan_message
 
-    shown = plan_message({"id": "r-a1", "name": "demo", "attempt": 1, "plan": ssh.to_dict()})
+    shown = plan_message(run_of(id="r-a1", name="demo", attempt=1, plan=ssh.to_dict()))
     pairs = dict(next(b.pairs for b in shown.blocks if hasattr(b, "pairs")))
     assert pairs["Volume (on approval)"] == ssh.volume

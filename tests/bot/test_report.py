@@ -15,6 +15,7 @@ import pytest
 from bot.errors import DecisionRefused
 from bot.messages.model import Attachment
 from bot.messages.report import ReportData, render_report
+from tests.bot.runs import run_of
 from tests.bot.test_forecast_service import finished_pilot
 
 SECTIONS = {"verdict", "plan", "forecast", "stages", "devices", "compute", "memory",
@@ -108,8 +109,8 @@ def test_a_training_pilot_shows_the_resume_losses() -> None:
          "ended_at": "2026-12-03T10:00:04+00:00",
          "facts": {"losses_a": [1.0, 0.8, 0.6, 0.5], "losses_b": [1.0, 0.8],
                    "losses_c": [0.6, 0.5], "bit_identical": True}}]
-    run = {"id": "r1", "name": "train", "attempt": 1, "status": "awaiting_decision",
-           "kind": "pilot", "run_dir": "/nonexistent", "plan": {}, "verdict": None}
+    run = run_of(id="r1", name="train", attempt=1, status="awaiting_decision",
+                 kind="pilot", run_dir="/nonexistent", plan={}, verdict=None)
     text = render_report(ReportData(run=run, stages=stages, decisions=[],
                                     generated_at="2026-12-03T10:01:00+00:00"))
     page = parse(text)
@@ -120,8 +121,8 @@ def test_a_training_pilot_shows_the_resume_losses() -> None:
 
 
 def test_report_text_is_escaped() -> None:
-    run = {"id": "r1", "name": "<script>alert(1)</script>", "attempt": 1, "status": "x",
-           "run_dir": "/n", "plan": {"formula": "<b>"}}
+    run = run_of(id="r1", name="<script>alert(1)</script>", attempt=1, status="x",
+                 run_dir="/n", plan={"formula": "<b>"})
     text = render_report(ReportData(run=run, stages=[], decisions=[], generated_at="now"))
     assert "<script>" not in text and "&lt;script&gt;" in text
 

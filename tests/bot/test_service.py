@@ -14,6 +14,7 @@ from bot.service import PilotService
 from bot.settings import Settings
 from bot.store import Run, Store
 from tests.bot.fakes import ScriptedDispatcher, pilot_script, write_manifest
+from tests.bot.runs import run_of
 
 IDS = ["doc-01", "doc-02", "doc-03", "doc-04"]
 
@@ -381,7 +382,7 @@ def test_a_large_balance_keeps_the_rows_shown_and_names_the_total(tmp_path: Path
     assert run["balance"]["items_total"] == 60
     assert [i["id"] for i in run["balance"]["items"]] == ids[:MAX_TABLE_ROWS]
     assert len(service.store.items(run_id)) == 60  # every row is still recorded
-    message = balance_message(run, "/tmp/balance.csv")
+    message = balance_message(run_of(run), "/tmp/balance.csv")
     assert message is not None
     table = [b for b in message.blocks if isinstance(b, Table) and b.columns[0] == "id"][0]
     assert (len(table.rows), table.total_rows) == (MAX_TABLE_ROWS, 60)

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from bot.messages import views
 from bot.messages.model import Fields
 from bot.messages.targets import spend_lines, spend_pairs
+from bot.pilot.record import Run
+from tests.bot.manifest_helpers import merged
+from tests.bot.runs import run_of
 
 PLAN = {"gpu": "H100", "lots": 2, "cards_per_lot": 8, "total_cards": 16, "days": 7,
         "total_usd": "1400.00"}
 
 
-def run_with(manifest: dict[str, object]) -> dict[str, object]:
-    return {"id": "run-1", "name": "demo", "kind": "pilot", "status": "awaiting_decision",
-            "plan": PLAN, "manifest_json": manifest}
+def run_with(manifest: dict[str, Any]) -> Run:
+    if isinstance(manifest.get("volume"), dict):  # a volume needs its inputs to be one
+        manifest = {**manifest, "volume": {"inputs": {"dir": "c", "expected_count": 3},
+                                           **manifest["volume"]}}
+    return run_of(id="run-1", name="demo", kind="pilot", status="awaiting_decision",
+                  plan=PLAN, manifest_json=merged(**manifest))
 
 
 def test_the_volume_nodes_cards_and_hosts_an_approval_spends_on() -> None:

@@ -14,6 +14,7 @@ from bot.service.report_files import gather
 from bot.settings import Settings
 from bot.store import Store
 from tests.bot.fakes import ScriptedDispatcher, pilot_script, write_manifest
+from tests.bot.runs import run_of
 from tests.bot.test_report import parse
 
 IDS = ["doc-01", "doc-02", "doc-03", "doc-04"]
@@ -55,7 +56,7 @@ def test_the_volume_report_names_its_pilot_approval_workers_and_pace(tmp_path: P
 
 
 def test_the_engine_section_lists_stops_and_resumes_in_order() -> None:
-    run = {"id": "x-v1", "name": "x", "kind": "volume", "status": "finished"}
+    run = run_of(id="x-v1", name="x", kind="volume", status="finished")
     engine = {"workers": WORKERS, "items": 40, "work_s": 20.0,
               "attempts": [{"at": "2026-12-03T10:00:00Z", "resume": False},
                            {"at": "2026-12-03T10:05:00Z", "resume": True}],

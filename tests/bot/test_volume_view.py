@@ -6,8 +6,9 @@ from bot.console.render import to_text
 from bot.messages.volume_view import progress_of, volume_message
 from bot.slack.blocks import progress_text
 from runner.events import Event
+from tests.bot.runs import run_of
 
-RUN = {"id": "r-v1", "name": "corpus"}
+RUN = run_of(id="r-v1", name="corpus")
 
 
 def _ev(seq: int, etype: str, **data: object) -> Event:

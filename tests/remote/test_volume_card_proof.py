@@ -25,6 +25,7 @@ from runner.events import Event
 from runner.raypin import RAY_VERSION
 from runner.stage import StageContext
 from runner.volume import report_node_proofs
+from tests.bot.runs import run_of
 from tests.runner.test_stages_kit import REPO, runner_env
 from tests.volume.kit import events, make_volume
 
@@ -214,7 +215,7 @@ def test_a_faulty_card_is_left_out_and_told_to_the_user(tmp_path: Path) -> None:
     report_node_proofs(ctx, spec["volume"]["nodes"])
     assert [(e.type, e.data["node"], e.data["cards"], e.data["stage"]) for e in told] == [
         ("volume.card_excluded", "gpu-b:22", ["1"], "compute")]
-    message = volume_message({"id": "r-1", "name": "corpus"}, told)
+    message = volume_message(run_of(id="r-1", name="corpus"), told)
     assert message is not None
     assert f"card 1 of node gpu-b:22 excluded by its compute stage: {wrong}" in to_text(message)
 
