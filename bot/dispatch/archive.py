@@ -1,4 +1,5 @@
-"""The upload's one archive stream: a tar written with the stdlib on the bot host.
+"""The upload's one archive stream: a tar written on the bot host (ustar headers; a long
+or non-ASCII name gets tarfile's pax header), read on the node with the stdlib tarfile.
 
 Every file a dispatch sends to a node (what differs of the runner package, the project,
 inputs outside it, the run's spec and manifest, a card proof's files) goes as members of
@@ -12,7 +13,6 @@ through a link) and must keep their size while they are read.
 
 from __future__ import annotations
 
-import io
 import os
 import tarfile
 import time
@@ -23,7 +23,8 @@ from typing import Union
 from bot.errors import DispatchError
 
 CHUNK = 1 << 20  # bytes per framed chunk
-TAR_BUFSIZE = 16 << 10  # the tar writer's own buffer (see _Sink)
+BLOCK = tarfile.BLOCKSIZE  # 512: a tar header, and what each member is padded to
+ZERO8 = b"0000000\0"  # an 8-byte octal field holding 0 (uid, gid)
 REPORT_EVERY = 8 << 20  # progress at most every 8 MiB ...
 REPORT_EVERY_S = 1.0  # ... or every second, whichever comes first
 END = b"0\n"
@@ -37,25 +38,45 @@ def frame(data: bytes) -> bytes:
 
 
 class _Sink:
-    """What the tar writer writes into: framed chunks of ``CHUNK`` bytes handed to
-    ``send``. The writer's own buffer is kept small (``TAR_BUFSIZE``): tarfile's stream
-    appends to an immutable ``bytes`` buffer, whose copying grows with its size (a 1 MiB
-    buffer cost 0.2 s for 3,000 small files); the chunks are gathered here instead."""
+    """Framed chunks of ``CHUNK`` bytes handed to ``send``, gathered in a ``bytearray``
+    (appending to it costs what is appended, not the size of what is already there)."""
 
     def __init__(self, send: Callable[[bytes], None]) -> None:
         self.send = send
         self.buf = bytearray()
+        self.written = 0
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes) -> None:
         self.buf += data
+        self.written += len(data)
         if len(self.buf) >= CHUNK:
             self.flush()
-        return len(data)
+
+    def pad(self, size: int) -> None:
+        """Zeros up to the next tar block after ``size`` bytes of a member."""
+        if size % BLOCK:
+            self.write(bytes(BLOCK - size % BLOCK))
 
     def flush(self) -> None:
         if self.buf:
             self.send(frame(bytes(self.buf)))
             self.buf = bytearray()
+
+
+def header(name: str, size: int, mode: int, mtime: int) -> bytes:
+    """A regular file's tar header, as ``tarfile`` writes it in the PAX format: a plain
+    ustar block for a short ASCII name (written here: tarfile's own took about 30 us a
+    file, 0.1 s for a 3,000-file project), else tarfile's (a pax header first)."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if (len(raw) > 100 or not raw.isascii() or not 0 <= size < 8 ** 11
+            or not 0 <= mtime < 8 ** 11):
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = size, mode, mtime
+        return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    block = b"".join((raw.ljust(100, b"\0"), b"%07o\0" % (mode & 0o7777), ZERO8, ZERO8,
+                      b"%011o\0" % size, b"%011o\0" % mtime, b" " * 8, tarfile.REGTYPE,
+                      bytes(100), tarfile.POSIX_MAGIC)).ljust(BLOCK, b"\0")
+    return block[:148] + b"%06o\0 " % sum(block) + block[156:]
 
 
 def total_bytes(entries: list[Entry]) -> int:
@@ -74,16 +95,17 @@ def write_archive(entries: list[Entry], workdir: str, send: Callable[[bytes], No
         report(0, total)
     base = workdir.rstrip("/") + "/"
     sink = _Sink(send)
-    with tarfile.open(fileobj=sink, mode="w|",  # type: ignore[call-overload]
-                      bufsize=TAR_BUFSIZE, format=tarfile.PAX_FORMAT) as tar:
-        for src, dst in entries:
-            if not dst.startswith(base):
-                raise DispatchError(f"{dst}: not under the node's workdir {workdir}")
-            done += _add(tar, src, dst[len(base):])
-            if report is not None and (done - last[0] >= REPORT_EVERY
-                                       or time.monotonic() - last[1] >= REPORT_EVERY_S):
-                report(done, total)
-                last = (done, time.monotonic())
+    for src, dst in entries:
+        if not dst.startswith(base):
+            raise DispatchError(f"{dst}: not under the node's workdir {workdir}")
+        done += _add(sink, src, dst[len(base):])
+        if report is not None and (done - last[0] >= REPORT_EVERY
+                                   or time.monotonic() - last[1] >= REPORT_EVERY_S):
+            report(done, total)
+            last = (done, time.monotonic())
+    sink.write(bytes(2 * BLOCK))  # the archive's end, padded to a whole record as tarfile's
+    if sink.written % tarfile.RECORDSIZE:
+        sink.write(bytes(tarfile.RECORDSIZE - sink.written % tarfile.RECORDSIZE))
     sink.flush()
     send(END)
     if report is not None:
@@ -91,12 +113,11 @@ def write_archive(entries: list[Entry], workdir: str, send: Callable[[bytes], No
     return done
 
 
-def _add(tar: tarfile.TarFile, src: Path | bytes, name: str) -> int:
-    info = tarfile.TarInfo(name)
-    info.mtime = int(time.time())
+def _add(sink: _Sink, src: Path | bytes, name: str) -> int:
     if isinstance(src, bytes):
-        info.size, info.mode = len(src), 0o644
-        tar.addfile(info, io.BytesIO(src))
+        sink.write(header(name, len(src), 0o644, int(time.time())))
+        sink.write(src)
+        sink.pad(len(src))
         return len(src)
     try:
         fh = os.fdopen(os.open(src, os.O_RDONLY | os.O_NOFOLLOW), "rb")  # never via a link
@@ -104,11 +125,17 @@ def _add(tar: tarfile.TarFile, src: Path | bytes, name: str) -> int:
         raise DispatchError(f"{src}: cannot read it to send it: {exc}") from exc
     with fh:
         st = os.fstat(fh.fileno())
-        info.size, info.mode = st.st_size, 0o755 if st.st_mode & 0o100 else 0o644
-        info.mtime = int(st.st_mtime)
-        try:
-            tar.addfile(info, fh)
-        except OSError as exc:  # tarfile's "unexpected end of data": the file shrank
-            raise DispatchError(f"{src}: cannot send it ({exc}); did it change while it "
-                                "was sent? Dispatch again") from exc
-    return int(st.st_size)
+        size = st.st_size
+        sink.write(header(name, size, 0o755 if st.st_mode & 0o100 else 0o644,
+                          int(st.st_mtime)))
+        left = size
+        while left:  # exactly the size the header gave
+            chunk = fh.read(min(left, CHUNK))
+            if not chunk:
+                raise DispatchError(f"{src}: cannot send it (it ended {left} bytes before "
+                                    f"its size, {size}); did it change while it was sent? "
+                                    "Dispatch again")
+            sink.write(chunk)
+            left -= len(chunk)
+        sink.pad(size)
+    return int(size)

@@ -58,6 +58,14 @@ def python_command(python: str, script: str, *args: str) -> str:
     return " ".join(shlex.quote(a) for a in (python, "-c", script, *args))
 
 
+def launcher_command(python: str, *args: str) -> str:
+    """``LAUNCH_SCRIPT`` run by the node's ``python`` without ``site`` (``-S``): it needs
+    the standard library only, a site's ``.pth`` files and ``sitecustomize`` would cost
+    every dispatch their import (20-50 ms), and one printing on stdout would garble the
+    launcher's answers. What it launches (the runner) gets the full interpreter."""
+    return " ".join(shlex.quote(a) for a in (python, "-S", "-c", LAUNCH_SCRIPT, *args))
+
+
 def _pid_of(pid: Any, run_dir: str) -> str:
     """Shell text for the runner's pid: the layout's, else the node's ``runner.pid``."""
     if isinstance(pid, int) and pid > 1:

@@ -38,7 +38,7 @@ from bot.dispatch.corpus import (
 )
 from bot.dispatch.inputs_check import CheckedInputs, checked_files, recheck_inputs
 from bot.dispatch.node_corpus import Row
-from bot.dispatch.node_scripts import HOLD_SCRIPT, LAUNCH_SCRIPT, python_command
+from bot.dispatch.node_scripts import HOLD_SCRIPT, launcher_command
 from bot.errors import DispatchError, NodeUnreachable
 from runner.evidence import file_sha256
 from runner.files import write_json_atomic
@@ -243,7 +243,7 @@ class UploadPlan:
         self.package = package
         self.skip = {handle.run_dir.parent.resolve()}
         self.extra: dict[Path, str] = {}
-        self._trees: list[tuple[str, str, dict[str, tuple[Path, str]]]] | None = None
+        self._trees: list[tuple[str, str, dict[str, tuple[Path, str | None]]]] | None = None
         # The inputs as checked at submission, checked again now (a DispatchError when the
         # folder or a file was swapped meanwhile); outside the project, exactly those go.
         # A corpus only the nodes hold has no copy here: nothing of it is read on this host.
@@ -270,15 +270,19 @@ class UploadPlan:
     def roots(self) -> list[str]:
         return [self.remote_pkg_root, self.remote_project, *self.extra.values()]
 
-    def trees(self) -> list[tuple[str, str, dict[str, tuple[Path, str]]]]:
-        """(kind, remote root, relative path -> (local path, sha256)); read once per plan."""
+    def trees(self) -> list[tuple[str, str, dict[str, tuple[Path, str | None]]]]:
+        """(kind, remote root, relative path -> (local path, sha256 or None: read only when
+        the node holds a file of that name, ``changes``)); listed once per plan."""
         if self._trees is not None:
             return self._trees
         out = [("runner", self.remote_pkg_root, {f"runner/{rel}": v for rel, v in
                                                 files(self.package, set(), top=False).items()}),
                ("project", self.remote_project, files(self.local_project, self.skip))]
-        out += [("project", remote, checked_files(self.inputs) if local == self.inputs.dir
-                 else files(local, self.skip)) for local, remote in self.extra.items()]
+        for local, remote in self.extra.items():
+            tree: dict[str, tuple[Path, str | None]] = (
+                dict(checked_files(self.inputs)) if local == self.inputs.dir
+                else files(local, self.skip))
+            out.append(("project", remote, tree))
         self._trees = out
         return out
 
@@ -295,7 +299,9 @@ class UploadPlan:
         for kind, root, local in self.trees():
             have = remote.get(root, {})
             for rel, (path, digest) in local.items():
-                if have.get(rel) != digest:
+                theirs = have.get(rel)
+                # a file the node lacks is sent unread here (a first dispatch hashes nothing)
+                if theirs is None or theirs != (digest or file_sha256(str(path))):
                     out.send.append((path, f"{root}/{rel}"))
                     out.sent[kind] += path.stat().st_size
             out.remove += [f"{root}/{rel}" for rel in have if rel not in local]
@@ -338,9 +344,9 @@ class UploadPlan:
     def hold_command(self, python: str) -> str:
         """Like ``launch_command``, but what it launches holds the workdir's lock while the
         node's Ray lives (a volume node other than the head: ``HOLD_SCRIPT``)."""
-        return python_command(python, LAUNCH_SCRIPT, self.lock, self.run_id,
-                              self.remote_run_dir, self.remote_project, self.remote_pkg_root,
-                              python, "-c", HOLD_SCRIPT)
+        return launcher_command(python, self.lock, self.run_id, self.remote_run_dir,
+                                self.remote_project, self.remote_pkg_root,
+                                python, "-c", HOLD_SCRIPT)
 
     def launch_command(self, python: str, resume: bool) -> str:
         """Takes the workdir's lock (prints a JSON line), then on ``launch`` on its stdin
@@ -348,8 +354,8 @@ class UploadPlan:
         run_dir = self.remote_run_dir
         argv = [python, "-m", "runner", f"{run_dir}/spec.json", "--run-dir", run_dir]
         argv += ["--resume"] if resume else []
-        return python_command(python, LAUNCH_SCRIPT, self.lock, self.run_id, run_dir,
-                              self.remote_project, self.remote_pkg_root, *argv)
+        return launcher_command(python, self.lock, self.run_id, run_dir,
+                                self.remote_project, self.remote_pkg_root, *argv)
 
     def corpus_check(self, python: str) -> tuple[str, list[Row]]:
         """The command listing the node's copy of the corpus (``on_nodes``) and the rows
@@ -367,9 +373,11 @@ class UploadPlan:
                 "lock": self.lock, "evidence": self.evidence, "uploaded": sent}
 
 
-def files(root: Path, skip: set[Path], *, top: bool = True) -> dict[str, tuple[Path, str]]:
-    """Regular files under ``root`` (relative POSIX path -> (path, sha256)), junk skipped."""
-    out: dict[str, tuple[Path, str]] = {}
+def files(root: Path, skip: set[Path], *,
+          top: bool = True) -> dict[str, tuple[Path, str | None]]:
+    """Regular files under ``root`` (relative POSIX path -> (path, None: its sha256 is read
+    only to compare it with the node's copy, ``UploadPlan.changes``)), junk skipped."""
+    out: dict[str, tuple[Path, str | None]] = {}
     for base, dirs, names in os.walk(root):
         here = Path(base)
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS
@@ -382,7 +390,7 @@ def files(root: Path, skip: set[Path], *, top: bool = True) -> dict[str, tuple[P
             if (name.endswith(".pyc") or name in SKIP_DIRS or path.is_symlink()
                     or not path.is_file()):
                 continue
-            out[path.relative_to(root).as_posix()] = (path, file_sha256(str(path)))
+            out[path.relative_to(root).as_posix()] = (path, None)
     return out
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.dispatch.archive import END, frame, write_archive
+from bot.dispatch.archive import CHUNK, END, frame, header, write_archive
 from bot.dispatch.node_untar import Chunks, untar
+from bot.errors import DispatchError
 from tests.remote.test_launcher_upload import launcher
 
 
@@ -182,3 +183,53 @@ def test_a_file_cut_off_midway_is_never_left_half_written(tmp_path: Path,
         assert (workdir / "proj" / "x.bin").read_bytes() == b"before"
     else:
         assert left == ["before.txt"]
+
+
+@pytest.mark.parametrize("name", ["a", "proj/src/app.py", "x" * 100, "x" * 101,
+                                  "data/" + "long" * 40 + ".txt", "données/é.txt"])
+@pytest.mark.parametrize(("size", "mode", "mtime"), [(0, 0o644, 0), (12_345, 0o755, 1_700_000_000),
+                                                     (8 ** 11, 0o644, 5)])
+def test_the_bots_headers_are_the_ones_tarfile_writes(name: str, size: int, mode: int,
+                                                      mtime: int) -> None:
+    """The bot writes a short ASCII name's header itself, byte for byte tarfile's; a long
+    or non-ASCII name, or a size past the ustar field, gets tarfile's pax header."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = size, mode, mtime
+    assert header(name, size, mode, mtime) == info.tobuf(tarfile.PAX_FORMAT, "utf-8",
+                                                        "surrogateescape")
+
+
+def test_the_bots_archive_reads_back_whole_with_tarfile(tmp_path: Path) -> None:
+    """Every member (empty, a block exactly, long and non-ASCII names, bytes) comes back
+    from the stdlib's stream reader with its name, mode and bytes, in order."""
+    sources = {"proj/empty.txt": b"", "proj/block.bin": b"b" * 512, "proj/run.sh": b"#!/bin/sh\n",
+               "proj/" + "d" * 120 + "/x.txt": b"deep", "proj/données.txt": "é".encode()}
+    entries: list[tuple[Path | bytes, str]] = []
+    for i, (name, data) in enumerate(sources.items()):
+        local = tmp_path / f"src-{i}"
+        local.write_bytes(data)
+        local.chmod(0o755 if name.endswith(".sh") else 0o644)
+        entries.append((local, f"/w/{name}"))
+    entries.append((b"{}", "/w/runs/r1/spec.json"))
+    chunks: list[bytes] = []
+    assert write_archive(entries, "/w", chunks.append) == sum(map(len, sources.values())) + 2
+    assert chunks[-1] == END
+    raw = Chunks(io.BytesIO(b"".join(chunks)))
+    got = []
+    with tarfile.open(fileobj=raw, mode="r|") as tar:  # type: ignore[call-overload]
+        for item in tar:
+            fh = tar.extractfile(item)
+            got.append((item.name, item.mode, fh.read() if fh is not None else None))
+    assert got == [*((n, 0o755 if n.endswith(".sh") else 0o644, d) for n, d in sources.items()),
+                   ("runs/r1/spec.json", 0o644, b"{}")]
+
+
+def test_a_file_that_shrinks_while_it_is_sent_fails_naming_it(tmp_path: Path) -> None:
+    local = tmp_path / "log.txt"
+    local.write_bytes(b"x" * (CHUNK + 5000))
+
+    def shrink(chunk: bytes) -> None:  # its first MiB is on its way: it is cut meanwhile
+        local.write_bytes(b"x" * 10)
+
+    with pytest.raises(DispatchError, match="log.txt: cannot send it .* did it change"):
+        write_archive([(local, "/w/proj/log.txt")], "/w", shrink)
