@@ -25,6 +25,7 @@ from bot.console.render import to_rich
 from bot.errors import DecisionRefused, ManifestError, PreflightError
 from bot.messages.model import NullNotifier
 from bot.pilot.decisions import DECISIONS
+from bot.pilot.record import Run
 from bot.pilot.states import S
 from bot.service import PilotService
 from bot.settings import Settings
@@ -104,7 +105,7 @@ def run(
     finally:
         notifier.close_live()
     try:
-        _after_run(service, final, decide, reason, user, override)
+        _after_run(service, service.record(str(final["id"])), decide, reason, user, override)
     finally:
         service.close()
     raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
@@ -153,7 +154,7 @@ def ask_decision(ask: Any, say: Any) -> str | None:
             "to decide later", highlight=False, markup=False)
 
 
-def _after_run(service: PilotService, run: dict[str, Any], decide: str | None, reason: str | None,
+def _after_run(service: PilotService, run: Run, decide: str | None, reason: str | None,
                user: str, override: bool) -> None:
     if decide is None and sys.stdin.isatty():
         decide = ask_decision(lambda: typer.prompt(
@@ -163,17 +164,17 @@ def _after_run(service: PilotService, run: dict[str, Any], decide: str | None, r
             reason = typer.prompt("Reason")
             user = typer.prompt("Decided by", default=user)
     if decide is None:
-        volume = (run.get("manifest_json") or {}).get("volume") or {}
-        if run.get("outcome") == "passed" and volume:
-            count = (volume.get("inputs") or {}).get("expected_count")
-            console.print(f"Approve the volume ({count} inputs): preflight decide {run['id']} "
+        volume = run.manifest.volume if run.manifest is not None else None
+        if run.outcome == "passed" and volume is not None:
+            count = volume.inputs.expected_count
+            console.print(f"Approve the volume ({count} inputs): preflight decide {run.id} "
                           "approve --reason \"…\" --by NAME", highlight=False)
             return
-        console.print(f"Decide later: preflight decide {run['id']} "
+        console.print(f"Decide later: preflight decide {run.id} "
                       f"{{{'|'.join(DECISIONS)}}} --reason \"...\" --by NAME", highlight=False)
         return
     try:
-        record = service.decide(run["id"], decide, reason or "", user, override=override,
+        record = service.decide(run.id, decide, reason or "", user, override=override,
                                 source="cli")
     except DecisionRefused as exc:
         err_console.print(f"[red]decision refused (recorded):[/red] {exc}", highlight=False)
@@ -230,14 +231,14 @@ def _follow_command(run_id: str, *, resume: bool) -> None:
     notifier = ConsoleNotifier(console)
     service = build_service(settings, notifier)
     try:
-        run_row = service.find(run_id)
+        found = service.find_record(run_id)
         if resume:
-            service.resume(run_row["id"])
+            service.resume(found.id)
         else:
-            for message in service.thread_messages(run_row["id"]):
+            for message in service.thread_messages(found.id):
                 if message.key == "plan":
                     notifier.publish(message)
-        final = _follow(service, run_row["id"], notifier)
+        final = _follow(service, found.id, notifier)
         if final.get("status") != S.RUNNING and "decision" not in {
                 m.key for m in notifier.messages}:
             # It had already finished, or another process closed it (someone stopped it):
@@ -280,12 +281,12 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
     from bot.console.runs import runs_lines
 
     service = build_service(Settings.from_env(), NullNotifier())
-    for row in service.active_runs():
-        service.reap(row["id"])  # record what runners wrote since; close runs that died
-    rows = service.runs(limit)
+    for active in service.running():
+        service.reap(active.id)  # record what runners wrote since; close runs that died
+    rows = service.recent_runs(limit)
     if as_json:
         keys = ("id", "name", "attempt", "kind", "status", "outcome", "stage_reached", "created_at")
-        typer.echo(json.dumps([{k: r.get(k) for k in keys} for r in rows], indent=2))
+        typer.echo(json.dumps([{k: getattr(r, k) for k in keys} for r in rows], indent=2))
         return
     if not rows:
         console.print("no runs yet: `preflight run MANIFEST` starts one")
@@ -323,25 +324,24 @@ def diff(run_a: str = typer.Argument(..., help="the earlier run"),
 
     service = build_service(Settings.from_env(), NullNotifier())
     try:
-        a, b = service.find(run_a), service.find(run_b)
+        a, b = service.find_record(run_a), service.find_record(run_b)
     except PreflightError as exc:
         raise _fail(str(exc), 2) from exc
-    manifest = diff_manifests(a.get("manifest_json") or {}, b.get("manifest_json") or {})
-    facts = diff_facts(a.get("environment") or {}, b.get("environment") or {},
-                       (str(a["id"]), str(b["id"])))
+    manifest = diff_manifests(a.manifest_json, b.manifest_json)
+    facts = diff_facts(a.environment or {}, b.environment or {}, (a.id, b.id))
     warning = one_factor_warning(manifest)
     if as_json:
-        typer.echo(json.dumps({"a": a["id"], "b": b["id"],
+        typer.echo(json.dumps({"a": a.id, "b": b.id,
                                "manifest": [c.to_dict() for c in manifest],
                                "environment": [c.to_dict() for c in facts],
                                "warning": warning}, indent=2, default=str))
         return
-    console.print(f"[bold]{a['id']} → {b['id']}[/bold]")
+    console.print(f"[bold]{a.id} → {b.id}[/bold]")
     console.print(f"Manifest: {len(manifest)} change(s)")
     for change in manifest:
         console.print(f"  {change}", markup=False, highlight=False)
     console.print(f"Environment facts: {len(facts)} change(s)"
-                  + ("" if a.get("environment") and b.get("environment")
+                  + ("" if a.environment and b.environment
                      else " (a run without recorded facts is compared as empty)"))
     for change in facts:
         console.print(f"  {change}", markup=False, highlight=False)

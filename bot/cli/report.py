@@ -23,8 +23,8 @@ def register(app: typer.Typer) -> None:
         """Write the run's self-contained report.html (run directory and evidence copy)."""
         service = build_service(Settings.from_env(), NullNotifier())
         try:
-            run = service.find(run_id)
-            files = service.write_report(run["id"], strict=True)
+            run = service.find_record(run_id)
+            files = service.write_report(run.id, strict=True)
         except RunNotFound as exc:
             raise fail(str(exc), 2) from exc
         except PreflightError as exc:

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+
+from bot.pilot.record import Run, RunRecord
 
 STATUS_WORDS = {"awaiting_decision": "to decide", "dispatching": "starting",
                 "dispatch_failed": "no start"}
 PILOT_MAX = 24
 
 
-def runs_lines(rows: list[dict[str, Any]], width: int = 80) -> list[str]:
+def runs_lines(rows: Sequence[RunRecord], width: int = 80) -> list[str]:
     """One line per run: the id's time stamp (a unique prefix to type), the pilot's name
     and attempt beside it, status, outcome, stage reached, then the first error cut to
     what is left of the line."""
-    cells = [(str(r["id"]).split("-", 1)[0], _pilot(r),
-              STATUS_WORDS.get(str(r["status"]), str(r["status"])), r.get("outcome") or "",
-              r.get("stage_reached") or "", _error(r)) for r in rows]
+    cells = [(r.id.split("-", 1)[0], _pilot(r),
+              STATUS_WORDS.get(r.status, r.status), r.outcome or "",
+              r.stage_reached or "", _error(r)) for r in rows]
     head = ("run", "pilot", "status", "outcome", "stage", "first error")
     widths = [max(len(c[i]) for c in [head, *cells]) for i in range(5)]
     out = []
@@ -26,13 +28,13 @@ def runs_lines(rows: list[dict[str, Any]], width: int = 80) -> list[str]:
     return out
 
 
-def _pilot(run: dict[str, Any]) -> str:
-    attempt = f"{'v' if run.get('kind') == 'volume' else 'a'}{run['attempt']}"
-    return _cut(str(run["name"]), PILOT_MAX - len(attempt) - 1) + " " + attempt
+def _pilot(run: RunRecord) -> str:
+    attempt = f"{'v' if run.kind == 'volume' else 'a'}{run.attempt}"
+    return _cut(run.name, PILOT_MAX - len(attempt) - 1) + " " + attempt
 
 
-def _error(run: dict[str, Any]) -> str:
-    err = run.get("first_error") or {}
+def _error(run: RunRecord) -> str:
+    err = (run.first_error if isinstance(run, Run) else None) or {}
     return " ".join(f"{err.get('stage')}: {err.get('message', '')}".split()) if err else ""
 
 
