@@ -1,11 +1,13 @@
 """Remote overhead: the 12-document pilot over loopback SSH against the same pilot run locally.
 
 Both runs happen in this invocation, on this machine: a real sshd on 127.0.0.1 (generated
-keys) and the local dispatcher. Prints the time of each, the ratio, the overhead of the
-first dispatch (target: under 0.5 s; best of two first dispatches, each with a new connection to a
-fresh workdir), and what a second dispatch with nothing changed
-uploads (target: the run's own files only: spec.json and manifest.yaml, no runner or
-project byte). The last line is the verdict (both targets).
+keys) and the local dispatcher. The pilot's project is the repository's as ``make demo``
+leaves it: the demo corpus's 3,000 small documents included (a first dispatch sends them,
+about 3,100 files in all), written the same every time. Prints the time of each, the
+ratio, the overhead of the first dispatch (target: under 0.5 s; best of two first
+dispatches, each with a new connection to a fresh workdir), and what a second dispatch
+with nothing changed uploads (target: the run's own files only: spec.json and
+manifest.yaml, no runner or project byte). The last line is the verdict (both targets).
 
 Run from the repository root: ``.venv/bin/python bench/remote.py``;
 ``PREFLIGHT_BENCH_SMOKE=1``: one pilot of each kind instead of the best of two
@@ -26,19 +28,29 @@ sys.path.insert(0, str(REPO))
 
 TARGET_S = 0.5
 SMOKE = os.environ.get("PREFLIGHT_BENCH_SMOKE") == "1"
+# the demo corpus's documents in the project: make demo's count (a smoke run, a few)
+CORPUS = 100 if SMOKE else 3000
 
 
 def snapshot(dest: Path) -> Path:
-    """The pilot's project (manifests, data, top-level files) copied as it is now."""
+    """The pilot's project (manifests, data, top-level files) copied as it is now, with the
+    demo's corpus as ``make demo`` leaves it: its 3,000 documents written here by
+    ``data/make_corpus.py`` (the same bytes every time), whether or not the work tree has
+    them (git-ignored), so the figure is the same on a fresh clone and after a demo."""
     import shutil
+    import subprocess
 
     dest.mkdir(parents=True)
     for name in ("manifests", "data", "config", "src"):
         if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, dest / name)
+            shutil.copytree(REPO / name, dest / name, ignore=lambda folder, names: (
+                ["corpus"] if Path(folder) == REPO / "data" else []))
     for path in REPO.iterdir():
         if path.is_file() and not path.name.startswith("."):
             shutil.copy2(path, dest / path.name)
+    subprocess.run([sys.executable, str(REPO / "data" / "make_corpus.py"),
+                    str(dest / "data" / "corpus"), str(CORPUS)], check=True,
+                   stdout=subprocess.DEVNULL)
     return dest
 
 
@@ -46,7 +58,7 @@ def main() -> int:
     import shutil
 
     from bot.compose import make_dispatchers
-    from bot.dispatch.ssh import RUNNER_PACKAGE
+    from bot.dispatch.upload import RUNNER_PACKAGE
     from bot.manifest.load import load_manifest
     from bot.messages.model import NullNotifier
     from bot.service import PilotService
@@ -119,7 +131,8 @@ def main() -> int:
     print(f"local pilot:           {local_s:6.2f} s")
     print(f"ssh pilot (first, best of {len(firsts)}): {first_s:6.2f} s  uploaded runner "
           f"{sent1['runner']} B, "
-          f"project {sent1['project']} B, run files {sent1['run']} B")
+          f"project {sent1['project']} B, run files {sent1['run']} B "
+          f"({len(first_ssh.uploaded_files[first])} files)")
     print(f"ssh pilot (unchanged, best of {len(firsts)}): {again_s:6.2f} s  "
           f"uploaded runner {sent2['runner']} B, "
           f"project {sent2['project']} B, run files {sent2['run']} B")
