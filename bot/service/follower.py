@@ -196,7 +196,7 @@ class Follower:
                 log.warning("catching up with %s: %s", run_id, exc)
                 continue
             finished = self._since_resume(run_id, RUN_FINISHED)
-            if finished and self.store.get_run(run_id)["status"] == S.RUNNING:
+            if finished and self.store.run_record(run_id).status == S.RUNNING:
                 ended.append((finished[-1].ts, run_id))
         for _, run_id in sorted(ended):
             self._finish(run_id)
@@ -250,12 +250,11 @@ class Follower:
         # A Slack follower and the watch job may both see run.finished: one finishes it
         # (fetching results once); the other finds it no longer running.
         with self.publisher.run_lock(run_id):
-            if self.store.get_run(run_id)["status"] == S.RUNNING:
+            if self.store.run_record(run_id).status == S.RUNNING:
                 self._finish_locked(run_id)
 
     def _finish_locked(self, run_id: str) -> None:
-        run = self.store.get_run(run_id)
-        record = Run.from_row(run)
+        record = self.store.run(run_id)
         finished = self._since_resume(run_id, RUN_FINISHED)[-1]
         balance = self._recorded(run_id, BALANCE)
         evidence = self._recorded(run_id, EVIDENCE)
@@ -273,7 +272,6 @@ class Follower:
             log.warning("could not fetch results of %s: %s", run_id, exc)
             evidence = {**(settle_evidence(record, evidence, None) or {}), "verified": False,
                         "fetch_error": str(exc)}
-        run = {**run, "balance": balance, "evidence": evidence}
         record = replace(record, balance=balance, evidence=evidence)
         stages = self.store.stages(run_id)
         environment = {s["stage"]: s["facts"] for s in stages if s.get("facts")}
@@ -281,45 +279,43 @@ class Follower:
         outcome = "passed" if verdict["passed"] else "failed"
         if self.store.transition(run_id, (S.RUNNING,), end_state(record), outcome=outcome,
                                  verdict=verdict, balance=balance, evidence=evidence,
-                                 environment=environment, forecast=self._forecast(run, stages),
+                                 environment=environment, forecast=self._forecast(record, stages),
                                  finished_at=now_utc(), exit_code=finished.data.get("exit_code")):
             self.publisher.publish_outcome(run_id)
             self.publisher.forget(run_id)
 
-    def _forecast(self, run: dict[str, Any], stages: list[dict[str, Any]]
-                  ) -> dict[str, Any] | None:
+    def _forecast(self, run: Run, stages: list[dict[str, Any]]) -> dict[str, Any] | None:
         """A pilot's forecast of its volume; a volume's actual time against that forecast."""
         try:
-            if run.get("kind") == "volume":
-                parent = self.store.get_run(run["parent_run"]) if run.get("parent_run") else {}
+            if run.kind == "volume":
+                parent = self.store.run(run.parent_run) if run.parent_run else None
                 events = sorted((e for etype in ATTEMPT_EVENTS
-                                 for e in self.store.events_of_type(run["id"], etype)),
+                                 for e in self.store.events_of_type(run.id, etype)),
                                 key=lambda e: e.seq)
                 done = next((e.data.get("done") for e in reversed(events)
                              if e.type == "progress" and isinstance(e.data.get("done"), int)),
                             None)
                 # scored on the forecast for the cards really used, once the nodes proved
                 # them (bot/service/proven.py); else on the approved one
-                own = run.get("forecast") or {}
+                own = run.forecast or {}
                 basis = own if own.get("proven") and "actual_s" not in own else \
-                    parent.get("forecast")
+                    (parent.forecast if parent else None)
                 return check_volume(run, stages, basis, events, done)
-            if not (run.get("manifest_json") or {}).get("volume"):
+            if run.manifest is None or run.manifest.volume is None:
                 return None  # nothing to forecast: the item outcomes are not even read
-            started = self.store.events_of_type(run["id"], "run.started")
-            return forecast_for(run, stages, self.store.item_outcomes(run["id"]),
+            started = self.store.events_of_type(run.id, "run.started")
+            return forecast_for(run, stages, self.store.item_outcomes(run.id),
                                 runner_started=started[-1].ts if started else None)
         except Exception:  # a forecast must never cost the run its verdict
-            log.exception("forecast of run %s failed", run["id"])
+            log.exception("forecast of run %s failed", run.id)
             return None
 
     def refresh_forecast(self, run_id: str) -> dict[str, Any] | None:
         """The pilot's forecast again, from now (an approval may come days after the
         pilot): stored when it changed; a volume run's check is left as it is."""
-        run = self.store.get_run(run_id)
-        old: dict[str, Any] | None = run.get("forecast")
-        if run.get("kind", "pilot") != "pilot" or run["status"] != "awaiting_decision" \
-                or not old:
+        run = self.store.run(run_id)
+        old = run.forecast
+        if run.kind != "pilot" or run.status != "awaiting_decision" or not old:
             return old
         new = self._forecast(run, self.store.stages(run_id))
         if new is not None and new != old:

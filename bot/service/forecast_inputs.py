@@ -19,6 +19,7 @@ from typing import Any
 from bot.pilot.cards import healthy_cards as run_healthy_cards
 from bot.pilot.clock import read_time
 from bot.pilot.forecast import ForecastInputs, ItemOutcome, Sample, Setup, forecast, plural
+from bot.pilot.record import Run, RunRecord
 from runner.events import Event
 from runner.inputs import InputsError, list_dir
 
@@ -26,7 +27,7 @@ from runner.inputs import InputsError, list_dir
 WORK_STAGES = ("volume", "pilot")
 
 
-def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
+def forecast_for(run: Run, stages: list[dict[str, Any]],
                  items: list[ItemOutcome], now: datetime | None = None,
                  runner_started: str | None = None,
                  node_cards: tuple[int | None, ...] | None = None,
@@ -38,10 +39,12 @@ def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
     proof found them (the forecast again at the volume's dispatch, ``bot.service.proven``);
     ``listing``: (count, bytes, largest, where) of a corpus only the nodes hold, as the head
     node listed it at that dispatch."""
-    manifest = run.get("manifest_json") or {}
-    volume = manifest.get("volume")
-    if not volume:
+    manifest = run.manifest
+    if manifest is None or manifest.volume is None:
         return None
+    # the nodes as the node helpers read them (a node's JSON, as RunRecord.node holds it)
+    volume = manifest.volume.model_dump(mode="json")
+    node = manifest.node.model_dump(mode="json")
     now = now or datetime.now(timezone.utc)
     count, total, largest, where, listing_error = _volume_inputs(run, volume) \
         if listing is None else (*listing, None)
@@ -49,32 +52,30 @@ def forecast_for(run: dict[str, Any], stages: list[dict[str, Any]],
     if listing_error:
         return {"possible": False, "reason": listing_error, "figures": [], "notes": [],
                 "fits": None}
-    plan = run.get("plan") or {}
-    task = manifest.get("task") or {}
-    hardware = manifest.get("hardware") or {}
-    starts = (manifest.get("lease") or {}).get("starts_at")
-    batch = int(task.get("batch_size") or 1)
-    shared = not task.get("command") and manifest.get("preparation") != "blender"
+    plan, task = run.plan, manifest.task
+    batch = task.batch_size
+    shared = not task.command and manifest.preparation != "blender"
     inputs = ForecastInputs(
         samples=tuple(samples(items, batch if shared else 1)),
         accepted=sum(1 for item in items if item.status == "accepted"),
         volume_count=count, volume_bytes=total, volume_max_bytes=largest, volume_where=where,
         volume_listed=listed,
-        rented_cards=int(plan.get("total_cards") or 1),
-        cards_per_lot=int(plan.get("cards_per_lot") or 1), lots=int(plan.get("lots") or 1),
-        days=int(plan.get("days") or hardware.get("days") or 1),
-        lot_price_usd_per_day=Decimal(str(plan.get("lot_price_usd_per_day") or "0")),
-        now=now, task_kind=str(task.get("kind") or "classify"), command=bool(task.get("command")),
+        rented_cards=plan.total_cards if plan else 1,
+        cards_per_lot=plan.cards_per_lot if plan else 1, lots=plan.lots if plan else 1,
+        days=plan.days if plan else manifest.hardware.days,
+        lot_price_usd_per_day=plan.lot_price_usd_per_day if plan else Decimal("0"),
+        now=now, task_kind=task.kind, command=bool(task.command),
         healthy_cards=healthy_cards(stages), node_cards=node_cards,
-        cards_per_worker=int(volume.get("cards_per_worker") or 1),
+        cards_per_worker=manifest.volume.cards_per_worker,
         nodes=_node_count(volume.get("nodes")),
-        pilot_node=pilot_node(manifest.get("node"), volume.get("nodes")),
-        gpus=manifest.get("backend") in ("cuda", "rocm") and plan.get("vendor") != "none",
-        cores=_cores(stages), batch_size=int(volume.get("batch_size") or batch),
-        setup=measured_setup(run, stages, runner_started, _volume_node(manifest, volume),
-                             on_nodes=bool((volume.get("inputs") or {}).get("on_nodes"))),
-        peak_memory_gib=_peak_memory(stages), card_memory_gib=plan.get("memory_per_card_gib"),
-        lease_starts_at=datetime.fromisoformat(starts) if starts else None)
+        pilot_node=pilot_node(node, volume.get("nodes")),
+        gpus=manifest.backend in ("cuda", "rocm") and (plan is None or plan.vendor != "none"),
+        cores=_cores(stages), batch_size=manifest.volume.batch_size or batch,
+        setup=measured_setup(run, stages, runner_started, _volume_node(node, volume),
+                             on_nodes=bool(manifest.volume.inputs.on_nodes)),
+        peak_memory_gib=_peak_memory(stages),
+        card_memory_gib=plan.memory_per_card_gib if plan else None,
+        lease_starts_at=manifest.lease.starts_at)
     return forecast(inputs).to_dict()
 
 
@@ -118,12 +119,12 @@ def _identity(node: dict[str, Any]) -> str:
     return f"ssh://{str(node.get('host') or '').strip().lower()}:{node.get('port') or 22}"
 
 
-def _volume_node(manifest: dict[str, Any], volume: dict[str, Any]) -> dict[str, Any]:
+def _volume_node(node: dict[str, Any], volume: dict[str, Any]) -> dict[str, Any]:
+    """The node the volume's head runs on: its first listed node, else the pilot's."""
     nodes = volume.get("nodes")
     if isinstance(nodes, list) and nodes and isinstance(nodes[0], dict):
         return nodes[0]
-    node = manifest.get("node")
-    return node if isinstance(node, dict) else {}
+    return node
 
 
 # The stages a node's card proof runs (bot/dispatch/card_proof.py) and those after the items.
@@ -131,7 +132,7 @@ PROOF_STAGES = ("prepare", "interpreter", "torch", "device", "compute", "interco
 AFTER_STAGES = ("pilot", "balance", "evidence")
 
 
-def measured_setup(run: dict[str, Any], stages: list[dict[str, Any]],
+def measured_setup(run: RunRecord, stages: list[dict[str, Any]],
                    runner_started: str | None, node: dict[str, Any], *,
                    on_nodes: bool = False) -> Setup:
     """What the pilot measured of the volume's setup: its diagnostics, its dispatch;
@@ -147,7 +148,7 @@ def measured_setup(run: dict[str, Any], stages: list[dict[str, Any]],
         if stage.get("stage") in PROOF_STAGES:
             proof += seconds
     dispatch = None
-    began, started = _when(run.get("started_at")), _when(runner_started)
+    began, started = _when(run.started_at), _when(runner_started)
     if began is not None and started is not None and started >= began:
         dispatch = (started - began).total_seconds()
     return Setup(diagnostics_s=diagnostics if seen else None, dispatch_s=dispatch,
@@ -186,7 +187,7 @@ def _number(value: Any) -> bool:
 NOT_LISTED = "counted from"  # the count is the manifest's, not a listing's
 
 
-def _volume_inputs(run: dict[str, Any], volume: dict[str, Any]
+def _volume_inputs(run: RunRecord, volume: dict[str, Any]
                    ) -> tuple[int, int | None, int | None, str, str | None]:
     """(count, total bytes, largest, where, error) of the volume's inputs."""
     spec = volume.get("inputs") or {}
@@ -195,13 +196,12 @@ def _volume_inputs(run: dict[str, Any], volume: dict[str, Any]
         return (count, None, None, f"{NOT_LISTED} volume.inputs.expected_count {count:,}; the "
                 f"corpus is only on the nodes (volume.inputs.on_nodes {spec.get('on_nodes')}) "
                 "and the head node lists it at the volume's dispatch; sizes unknown", None)
-    directory = Path(str(run.get("project_dir") or ".")) / str(spec.get("dir") or "")
+    directory = (run.project_dir or Path(".")) / str(spec.get("dir") or "")
     where = f"{directory.resolve()} on the bot host"
     try:
         files = list_dir(str(directory.resolve()), str(spec.get("pattern") or "*"))
     except InputsError as exc:
-        node = (run.get("node") or {}).get("kind")
-        if node == "ssh":
+        if run.node_kind == "ssh":
             # Listing on the node itself is not done yet: say so instead of guessing.
             count = int(spec.get("expected_count") or 0)
             return (count, None, None, f"{NOT_LISTED} volume.inputs.expected_count {count:,}; "
@@ -232,7 +232,7 @@ ATTEMPT_EVENTS = ("run.started", "stage.started", "stage.passed", "stage.failed"
                   "volume.workers")
 
 
-def check_volume(volume_run: dict[str, Any], stages: list[dict[str, Any]],
+def check_volume(volume_run: RunRecord, stages: list[dict[str, Any]],
                  pilot_forecast: dict[str, Any] | None, events: list[Event] | None = None,
                  done: int | None = None) -> dict[str, Any] | None:
     """After the volume: its actual processing time beside the forecast's, and the error.

@@ -34,7 +34,7 @@ from bot.errors import DispatchError
 from bot.pilot.forecast import duration, plural, proven_cards
 from bot.pilot.volume_limits import volume_limits
 from bot.service.forecast_inputs import forecast_for
-from bot.store import Store
+from bot.store import Run, Store
 from runner.files import write_text_atomic
 from runner.inputs import item_id
 
@@ -44,8 +44,7 @@ PROVED = "proved"
 def corpus_listed(store: Store, run_id: str) -> list[str] | None:
     """A corpus only the nodes hold, listed on the head node (``bot/dispatch/corpus_head``):
     its ids become the ones the volume run's balance expects (stored); None: no listing."""
-    run = store.get_run(run_id)
-    rows = _listing_rows(Path(str(run["run_dir"])))
+    rows = _listing_rows(store.run_record(run_id).run_dir)
     if rows is None:
         return None
     ids = sorted(item_id(name) for name, _size, _sha in rows)
@@ -92,17 +91,16 @@ class ProvenForecast:
         reported, the new forecast (stored; its ``proven`` summary says what changed and
         ``differs`` whether to tell the thread); None before that, or for any other run."""
         with self._lock:
-            run = self.store.get_run(run_id)
-            volume = (run.get("manifest_json") or {}).get("volume") or {}
-            listed = volume.get("nodes")
-            if run.get("kind") != "volume" or not run.get("parent_run") \
+            run = self.store.run(run_id)
+            listed = run.volume_nodes
+            if run.kind != "volume" or not run.parent_run \
                     or not isinstance(listed, list) or len(listed) < 2:
                 return None
-            stored = run.get("forecast") or {}
-            if (stored.get("proven") or {}).get("started_at") == run.get("started_at"):
+            stored = run.forecast or {}
+            if (stored.get("proven") or {}).get("started_at") == run.started_at:
                 return None  # this attempt's is made already
             steps = [e.data for e in self.store.dispatch_events(run_id,
-                                                                since=run.get("started_at"))]
+                                                                since=run.started_at)]
             cards = node_cards(steps, len(listed))
             if cards is None or _cpus_only(steps):
                 return None  # not every node yet; or a CPU volume: no cards to count
@@ -111,40 +109,41 @@ class ProvenForecast:
                 self.store.update_run(run_id, forecast=new)
             return new
 
-    def _forecast(self, run: dict[str, Any], cards: tuple[int | None, ...]
+    def _forecast(self, run: Run, cards: tuple[int | None, ...]
                   ) -> dict[str, Any] | None:
-        pilot = self.store.get_run(str(run["parent_run"]))
-        approved = pilot.get("forecast") or {}
-        started = self.store.events_of_type(pilot["id"], "run.started")
-        new = forecast_for(pilot, self.store.stages(pilot["id"]),
-                           self.store.item_outcomes(pilot["id"]),
+        pilot = self.store.run(str(run.parent_run))
+        approved = pilot.forecast or {}
+        started = self.store.events_of_type(pilot.id, "run.started")
+        new = forecast_for(pilot, self.store.stages(pilot.id),
+                           self.store.item_outcomes(pilot.id),
                            runner_started=started[-1].ts if started else None,
-                           node_cards=cards, listing=_listed(Path(str(run["run_dir"]))))
+                           node_cards=cards, listing=_listed(run.run_dir))
         if new is None:
             return None
-        plan = run.get("plan") or pilot.get("plan") or {}
-        rented = int(plan.get("total_cards") or 1)
-        limit = self._time_limit(run, plan, new)
+        plan = run.plan or pilot.plan
+        rented = plan.total_cards if plan else 1
+        limit = self._time_limit(run, plan.to_dict() if plan else {}, new)
         differs = _shape(new) != _shape(approved)
-        summary = {"started_at": run.get("started_at"), "node_cards": list(cards),
+        summary = {"started_at": run.started_at, "node_cards": list(cards),
                    "healthy": proven_cards(cards, rented, len(cards)), "rented": rented,
                    "nodes": len(cards), "approved": _range(approved), "now": _range(new),
                    "differs": differs, "time_limit": limit}
         summary["line"] = proven_line(summary)
         return {**new, "proven": summary}
 
-    def _time_limit(self, run: dict[str, Any], plan: dict[str, Any],
+    def _time_limit(self, run: Run, plan: dict[str, Any],
                     new: dict[str, Any]) -> dict[str, Any]:
         """The driver's time limit on the new forecast: kept, or widened in the spec the
         head is about to get (never narrowed below what the approver saw)."""
-        path = Path(str(run["spec_path"]))
+        path = Path(str(run.spec_path))
         try:
             spec = json.loads(path.read_text(encoding="utf-8"))
             was = float((spec.get("volume") or {}).get("time_limit_s") or 0)
         except (OSError, ValueError, AttributeError) as exc:
             raise DispatchError(f"{path}: cannot read the volume's time limit: {exc}") from exc
-        manifest = run.get("manifest_json") or {}
-        given = (manifest.get("volume") or {}).get("time_limit_s")
+        manifest = run.manifest_json  # as volume_limits reads it (the checked manifest)
+        volume = run.manifest.volume if run.manifest is not None else None
+        given = volume.time_limit_s if volume is not None else None
         if isinstance(given, (int, float)) and given > 0:
             return {"s": was, "was_s": was, "how": "kept", "why": "volume.time_limit_s"}
         if not new.get("possible"):

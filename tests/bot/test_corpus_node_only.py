@@ -23,6 +23,7 @@ from bot.dispatch.corpus_head import list_on_head
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
 from tests.bot.manifest_helpers import dump, load, locs, make_project, merged
+from tests.bot.runs import run_of
 
 NODE = {"kind": "ssh", "host": "gpu-1.example.net", "port": 2222, "user": "gpu"}
 NODES = [NODE, {**NODE, "host": "gpu-2.example.net"}]
@@ -66,7 +67,7 @@ def test_on_nodes_alone_on_this_machine_is_refused(tmp_path: Path) -> None:
 def test_the_forecast_says_its_count_is_the_manifests_until_the_nodes_list_it() -> None:
     from bot.service.forecast_inputs import _volume_inputs
 
-    run = {"project_dir": "/nonexistent", "node": {"kind": "ssh"}}
+    run = run_of(project_dir="/nonexistent", node={"kind": "ssh"})
     count, size, largest, where, error = _volume_inputs(run, node_only())
     assert (count, size, largest, error) == (3, None, None, None)
     assert where.startswith("counted from volume.inputs.expected_count 3; the corpus is only "

@@ -17,6 +17,7 @@ from bot.service.forecast_inputs import (
     samples,
 )
 from runner.events import Event
+from tests.bot.runs import run_of
 
 T0 = datetime(2026, 12, 1, 8, 0, 0, tzinfo=timezone.utc)
 
@@ -49,12 +50,12 @@ def test_the_pilots_setup_is_read_from_its_stages_and_its_dispatch() -> None:
               for name, start, end in (("prepare", 2, 3), ("interpreter", 3, 3.5),
                                        ("torch", 3.5, 5), ("device", 5, 6), ("memory", 6, 8),
                                        ("pilot", 8, 20), ("balance", 20, 21))]
-    run = {"started_at": at(0)}
+    run = run_of(started_at=at(0))
     setup = measured_setup(run, stages, runner_started=at(1.5), node={"kind": "ssh"})
     assert setup.diagnostics_s == 6.0          # every stage before the pilot's
     assert setup.proof_s == 4.0                # the card proof's stages (not memory)
     assert setup.dispatch_s == 1.5 and setup.ssh
-    nothing = measured_setup({}, [], None, {})
+    nothing = measured_setup(run_of(), [], None, {})
     assert (nothing.diagnostics_s, nothing.dispatch_s, nothing.ssh) == (None, None, False)
 
 
@@ -92,7 +93,7 @@ def test_actual_counts_the_attempts_running_time_not_the_days_between() -> None:
     events = attempt(1, 0, 3600, end=None, done=500) + attempt(10, 2 * 86400, 3600, done=1000)
     events.insert(5, event(14, "volume.workers", 2 * 86400 + 6, workers=[{"worker": "w0"}] * 3))
     assert attempt_seconds(events) == [3600.0, 3600.0]
-    check = check_volume({}, [], {**FORECAST, "workers": 4}, events, done=1000)
+    check = check_volume(run_of(), [], {**FORECAST, "workers": 4}, events, done=1000)
     assert check is not None
     assert (check["workers_started"], check["workers_forecast"]) == (3, 4)
     # the second attempt's Ray and workers were up 1 s into its work stage
@@ -109,7 +110,7 @@ def test_a_stopped_attempt_is_scored_on_the_items_it_ran() -> None:
     """Stopped after 300 of 1,000 items in 35 s: the forecast for those 300 items is one Ray
     start + 30 % of the processing, not the whole volume's."""
     events = attempt(1, 0, 35, end="stage.failed", done=300)
-    check = check_volume({}, [], FORECAST, events, done=300)
+    check = check_volume(run_of(), [], FORECAST, events, done=300)
     assert check is not None
     assert check["scored"] == "partial" and check["items_done"] == 300
     assert check["forecast_low_s"] == pytest.approx(4.6 + 24.0)
@@ -121,6 +122,6 @@ def test_a_stopped_attempt_is_scored_on_the_items_it_ran() -> None:
 
 def test_without_events_the_stage_row_is_one_attempt() -> None:
     stages = [{"stage": "pilot", "started_at": at(0), "ended_at": at(110)}]
-    check = check_volume({}, stages, FORECAST)
+    check = check_volume(run_of(), stages, FORECAST)
     assert check is not None and check["actual_s"] == 110.0 and check["attempts"] == 1
-    assert check_volume({}, stages, {"possible": False}) is None
+    assert check_volume(run_of(), stages, {"possible": False}) is None
