@@ -321,3 +321,25 @@ def test_only_the_entry_points_build_settings_from_the_environment() -> None:
             if isinstance(node, ast.Attribute) and node.attr == "from_env":
                 bad.append(where(path, node.lineno))
     assert bad == []
+
+
+RUN_NAMES = {"run", "pilot", "parent", "volume_run", "previous_run"}
+
+
+def test_a_run_is_passed_typed_outside_the_store() -> None:
+    """Outside bot/store, a run travels as its typed record (bot.pilot.record: RunRecord,
+    Run), checked once where it leaves the store: no parameter named for a run is a
+    ``dict[str, Any]`` read back by string keys."""
+    bad = []
+    for path in modules("bot"):
+        if path.relative_to(REPO).as_posix().startswith("bot/store/"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            bad += [f"{where(path, a.lineno)}: {a.arg}: {ast.unparse(a.annotation)}"
+                    for a in args if a.arg in RUN_NAMES and a.annotation is not None
+                    and ast.unparse(a.annotation).replace(" ", "").startswith("dict[")]
+    assert bad == []

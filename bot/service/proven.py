@@ -32,6 +32,7 @@ from typing import Any
 from bot.dispatch.corpus import LISTING_FILE, head_node, head_rows
 from bot.errors import DispatchError
 from bot.pilot.forecast import duration, plural, proven_cards
+from bot.pilot.plan import Plan
 from bot.pilot.volume_limits import volume_limits
 from bot.service.forecast_inputs import forecast_for
 from bot.store import Run, Store
@@ -122,7 +123,7 @@ class ProvenForecast:
             return None
         plan = run.plan or pilot.plan
         rented = plan.total_cards if plan else 1
-        limit = self._time_limit(run, plan.to_dict() if plan else {}, new)
+        limit = self._time_limit(run, plan, new)
         differs = _shape(new) != _shape(approved)
         summary = {"started_at": run.started_at, "node_cards": list(cards),
                    "healthy": proven_cards(cards, rented, len(cards)), "rented": rented,
@@ -131,7 +132,7 @@ class ProvenForecast:
         summary["line"] = proven_line(summary)
         return {**new, "proven": summary}
 
-    def _time_limit(self, run: Run, plan: dict[str, Any],
+    def _time_limit(self, run: Run, plan: Plan | None,
                     new: dict[str, Any]) -> dict[str, Any]:
         """The driver's time limit on the new forecast: kept, or widened in the spec the
         head is about to get (never narrowed below what the approver saw)."""
@@ -149,7 +150,8 @@ class ProvenForecast:
         if not new.get("possible"):
             return {"s": was, "was_s": was, "how": "kept",
                     "why": "no forecast on the proven nodes"}
-        limits = volume_limits(manifest, plan, new, datetime.now(timezone.utc))
+        limits = volume_limits(manifest, plan.to_dict() if plan else {}, new,
+                               datetime.now(timezone.utc))
         if limits is None or limits.time_limit_s <= was:
             return {"s": was, "was_s": was, "how": "kept",
                     "why": "the approved limit covers the new forecast"}
