@@ -323,7 +323,7 @@ def test_only_the_entry_points_build_settings_from_the_environment() -> None:
     assert bad == []
 
 
-RUN_NAMES = {"run", "pilot", "parent", "volume_run", "previous_run"}
+RUN_NAMES = {"run", "pilot", "parent", "volume_run", "previous"}
 
 
 def test_a_run_is_passed_typed_outside_the_store() -> None:

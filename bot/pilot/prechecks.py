@@ -8,6 +8,7 @@ from bot.errors import Problem
 from bot.manifest.load import LoadedManifest
 from bot.manifest.model import Inputs, VolumeInputs
 from bot.manifest.rules import Report, check_input_files
+from bot.pilot.record import Run
 
 
 def expected_inputs(loaded: LoadedManifest,
@@ -30,13 +31,14 @@ def volume_problems(loaded: LoadedManifest) -> list[Problem]:
     return report.errors
 
 
-def previous_changes(previous: dict[str, Any] | None,
+def previous_changes(previous: Run | None,
                      manifest_json: dict[str, Any]) -> list[dict[str, Any]]:
-    """Field-by-field changes against ``previous``, the previous attempt of the pilot."""
-    if previous is None or not previous.get("manifest_json"):
+    """Field-by-field changes against ``previous``, the previous attempt of the pilot (none
+    when it has no manifest that still validates: see ``Run.manifest_problem``)."""
+    if previous is None or previous.manifest is None:
         return []
     from bot.pilot.attempts import diff_manifests, factors
 
-    changes = diff_manifests(previous["manifest_json"], manifest_json)
+    changes = diff_manifests(previous.manifest_json, manifest_json)
     moving = set(factors(changes))
     return [{**c.to_dict(), "factor": c.path in moving} for c in changes]

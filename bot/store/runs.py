@@ -245,11 +245,12 @@ class RunsMixin(StoreBase):
             [name, kind]))
         return int(row["n"]) + 1
 
-    def previous_attempt(self, name: str, before: str) -> dict[str, Any] | None:
+    def previous_attempt(self, name: str, before: str) -> Run | None:
+        """The pilot's attempt before ``before``, typed (None for a first attempt)."""
         rows = list(self.db.query(
-            "SELECT * FROM runs WHERE name = ? AND kind = 'pilot' AND id < ? "
+            f"SELECT {_RUN_SELECT} FROM runs WHERE name = ? AND kind = 'pilot' AND id < ? "
             "ORDER BY id DESC LIMIT 1", [name, before]))
-        return _decode(rows[0]) if rows else None
+        return Run.from_row(_decode(rows[0])) if rows else None
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Change a run's fields; its status changes only through ``transition``."""
