@@ -46,6 +46,7 @@ from tests.remote.volume_service_kit import (
     dispatcher_for,
     executed,
     stage_facts,
+    stop_everything,
     write_project,
 )
 
@@ -177,32 +178,13 @@ def test_a_two_node_volume_approved_killed_stopped_and_resumed_through_the_servi
         seen.append(executed(project))
         remote = str(_remote_dir(service, volume))
     finally:
-        _cleanup(service, layout)
+        stop_everything(service, layout.groups)
     _nothing_of_the_run(layout, remote)
     assert 0 < len(at_kill) < len(at_stop) < COUNT
     _check_outcome(service, pilot, volume, run, ids)
     _check_attempts(service.store.events(volume), ids, seen, at_kill, at_stop, layout)
     _check_nodes(Path(remote), layout, ids)
     _check_token(dispatcher.sent, service, [tmp_path, *map(Path, layout.temps)])
-
-
-def _cleanup(service: PilotService, layout: TwoNodesOneHost) -> None:
-    """Whatever happened: stop what still runs (a failed assertion must not leave a
-    runner or Ray behind), close the SSH sessions and the store."""
-    try:
-        for run in service.store.list_runs(status="running"):
-            try:
-                service.stop(run["id"], by="test", reason="cleanup", timeout=60)
-            except Exception:  # noqa: BLE001 - best effort; the groups below are killed
-                pass
-        for group in layout.groups():
-            try:
-                os.killpg(group, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    finally:
-        service.close()
-        service.store.close()
 
 
 def _nothing_of_the_run(layout: TwoNodesOneHost, remote: str) -> None:

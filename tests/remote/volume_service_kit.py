@@ -6,8 +6,11 @@ of two nodes on one host, and what the handler executed, attempt by attempt."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +150,26 @@ def compose(home: Path, dispatcher: SSHDispatcher) -> PilotService:
     return PilotService(settings, store, {"ssh": dispatcher}, RecordingNotifier(),
                         lease_guard=lease_guard_for(store), policy=policy_for(settings),
                         precheck=precheck_manifest)
+
+
+def stop_everything(service: PilotService, groups: Callable[[], set[int]]) -> None:
+    """Whatever happened in a test: stop the runs that still run (a failed assertion must
+    not leave a runner or Ray behind), SIGKILL every Ray process group ``groups()`` names
+    (each node's ``ray start``), then close the SSH sessions and the store."""
+    try:
+        for run in service.store.list_runs(status="running"):
+            try:
+                service.stop(run["id"], by="test", reason="cleanup", timeout=60)
+            except Exception:  # noqa: BLE001 - best effort; the groups below are killed
+                pass
+        for group in groups():
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    finally:
+        service.close()
+        service.store.close()
 
 
 def executed(root: Path) -> Counter[str]:

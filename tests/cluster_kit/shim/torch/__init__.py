@@ -13,12 +13,20 @@ module when this import ends), then patches it:
 - a tensor asked for on ``cuda[:i]`` is made on the CPU, each dimension cut to
   ``SIM_MAX_DIM`` (so the compute stage's matmuls are small CPU matmuls and the
   interconnect's buffers small: their figures are not a card's), and marked: a matmul
-  with a marked tensor also sleeps ``PREFLIGHT_SIM_MATMUL_S`` (default 1 ms), the card's
-  simulated time, so that every card of a node shows about the same speed however busy
-  the CPU is (a card is judged against its peers): the compute stage's 8192 x 8192 bf16
-  figure then reads at most 1,100 TFLOP/s, above the H100's floor of 500;
-- ``torch.distributed``: the ``nccl`` backend is gloo; an all-reduce also sleeps
-  ``PREFLIGHT_SIM_ALLREDUCE_S`` (default 2 ms), the link's simulated time.
+  with a marked tensor takes ``PREFLIGHT_SIM_MATMUL_S`` (default 1 ms), the card's
+  simulated time (the real small matmul, then a sleep for what is left of it), so that
+  every card of a node shows the same speed however busy the CPU is (a card is judged
+  against its peers): the compute stage's 8192 x 8192 bf16 figure then reads 1,100
+  TFLOP/s, above the H100's floor of 500, unless the CPU holds a card's thread back by
+  more than 1.2 ms a matmul (a sleep added after the matmul, as before, read 453-482 on a
+  loaded 2-core machine: 7 of 8 cards below the floor, left out of the volume);
+- ``torch.distributed``: the ``nccl`` backend is gloo; an all-reduce on the cards takes
+  ``PREFLIGHT_SIM_ALLREDUCE_S`` (default 20 ms), the link's simulated time: the real gloo
+  all-reduce, then a sleep for what is left of it. Padded, not added: every pair of cards
+  then measures the same time unless the CPU holds a rank back by more than that (a
+  2-core machine running 4 nodes' card proofs at once held ranks back by about 20 ms an
+  all-reduce; with 2 ms added, the interconnect stage's pair rounds blamed a card in
+  every slow pair now and then, and the volume lost it).
 
 Nothing of Preflight is changed: the runner's stages run as they are on a GPU node.
 """
@@ -47,7 +55,7 @@ _cards_spec.loader.exec_module(_cards_mod)
 
 SIM_MAX_DIM = int(os.environ.get("PREFLIGHT_SIM_MAX_DIM", "128"))
 SIM_MATMUL_S = float(os.environ.get("PREFLIGHT_SIM_MATMUL_S", "0.001"))
-SIM_ALLREDUCE_S = float(os.environ.get("PREFLIGHT_SIM_ALLREDUCE_S", "0.002"))
+SIM_ALLREDUCE_S = float(os.environ.get("PREFLIGHT_SIM_ALLREDUCE_S", "0.02"))
 _ALL = _cards_mod.cards()
 _visible_env = os.environ.get("CUDA_VISIBLE_DEVICES")
 if _visible_env is None:
@@ -196,9 +204,12 @@ _real_matmul = _Tensor.__matmul__
 
 
 def _matmul(self, other):
+    start = time.perf_counter()
     out = _real_matmul(self, other)
-    if _marked(self) or _marked(other):
-        time.sleep(SIM_MATMUL_S)  # the card's simulated time
+    if _marked(self) or _marked(other):  # the card's simulated time: padded to it
+        left = SIM_MATMUL_S - (time.perf_counter() - start)
+        if left > 0:
+            time.sleep(left)
         _mark(out)
     return out
 
@@ -220,9 +231,12 @@ try:
     _real_all_reduce = _dist.all_reduce
 
     def _all_reduce(tensor, *args, **kwargs):
+        start = time.perf_counter()
         out = _real_all_reduce(tensor, *args, **kwargs)
-        if _marked(tensor):
-            time.sleep(SIM_ALLREDUCE_S)  # the link's simulated time
+        if _marked(tensor):  # the link's simulated time: the real op, padded to it
+            left = SIM_ALLREDUCE_S - (time.perf_counter() - start)
+            if left > 0:
+                time.sleep(left)
         return out
 
     _dist.init_process_group = _init_process_group
