@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import asyncssh
+
 from bot.dispatch.base import RunHandle
 from bot.dispatch.transfer import Meter, current_meter
 from bot.dispatch.upload import Backoff, SSHNode, verify_fetched
@@ -41,6 +43,7 @@ T = TypeVar("T")
 GIB = 1 << 30
 BLOCK = 256 * 1024  # bytes per SFTP read
 IN_FLIGHT = 16  # reads of one file in flight at once
+CLOSE_S = 5.0  # the longest a file's close waits for the node
 FILES_AT_ONCE = 8  # files fetched at the same time (a round trip each would add up)
 # Written by the bot, read back by it (where the run is, what it sent, which nodes run its
 # Ray, its report): the node's copy never replaces them ("ray_cluster.json" is
@@ -221,8 +224,10 @@ async def _get_file(sftp: Any, src: str, dst: Path, rel: str, budget: _Budget,
                     size: int) -> None:
     budget.check(rel, size)
     fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    opening = sftp.open(src, "rb")
     try:
-        async with sftp.open(src, "rb") as fh:
+        fh = await opening.__aenter__()
+        try:
             # lstat said a regular file; what was opened must be one too (not a link or a
             # FIFO swapped in meanwhile: SFTP's open follows links on the node)
             opened = await fh.stat()
@@ -242,8 +247,19 @@ async def _get_file(sftp: Any, src: str, dst: Path, rel: str, budget: _Budget,
                     done += len(data)
                     if len(data) < BLOCK:
                         return
+        finally:
+            await _close(opening)
     finally:
         os.close(fd)
+
+
+async def _close(opening: Any) -> None:
+    """Close a node's file, waiting ``CLOSE_S`` at most for its answer: a node that stopped
+    answering (a fetch cancelled as stalled) would hold the fetch's clean-up forever."""
+    try:
+        await asyncio.wait_for(opening.__aexit__(None, None, None), CLOSE_S)
+    except (OSError, asyncssh.Error, asyncio.TimeoutError):
+        pass
 
 
 async def _what(sftp: Any, src: str, mode: int) -> str:
