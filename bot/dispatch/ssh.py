@@ -129,7 +129,7 @@ class SSHDispatcher(SSHSessions):
             return self._call(self.watched(
                 self._tries(f"dispatch run {handle.run_id}",
                             lambda: self._dispatch(handle, node, env)),
-                watch, watch.meter(node.where, "upload")), None)
+                watch, watch.meter(node.where, "upload"), [node]), None)
         except BaseException:
             stop_volume_cluster(self, handle)
             raise
@@ -178,7 +178,8 @@ class SSHDispatcher(SSHSessions):
         node, layout = locate(handle)
         watch = TransferWatch(self.transfer_limits, FETCH_FIXED_S)
         return self._call(self.watched(fetch_results(self, handle, node, layout), watch,
-                                       watch.meter(node.where, "results fetch")), None)
+                                       watch.meter(node.where, "results fetch"), [node]),
+                          None)
 
     def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
         """The end of ``runner.log`` on the node ("" while the node cannot be reached)."""
@@ -231,7 +232,7 @@ class SSHDispatcher(SSHSessions):
                               PREPARE_FIXED_S * -(-len(nodes) // PREPARE_AT_ONCE))
         try:
             copies = self._call(self.watched(self._prepare_all(handle, nodes, held, watch),
-                                             watch), None)
+                                             watch, nodes=nodes), None)
             cluster = start_volume_cluster(self, handle, copies, self.ray_node)
             if cluster is None:
                 raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")

@@ -110,11 +110,14 @@ class SSHSessions:
                                   "does not answer") from exc
 
     async def watched(self, coro: Coroutine[Any, Any, T], watch: TransferWatch,
-                      meter: Meter | None = None) -> T:
+                      meter: Meter | None = None, nodes: Sequence[SSHNode] = ()) -> T:
         """``coro``, judged by ``watch`` (``bot/dispatch/transfer.py``) instead of a wall
         limit: once the watch says a transfer stalled or the copy passed its ceiling, it is
         cancelled, its clean-up awaited, and ``NodeUnreachable`` raised with the watch's
-        words (the node, the phase, the bytes moved). ``meter``: the current task's."""
+        words (the node, the phase, the bytes moved). ``meter``: the current task's. The
+        connection of a node (of ``nodes``) whose transfer stalled is dropped: its requests
+        fail at once, and the next try connects afresh (a stuck SFTP server or channel is
+        not reused)."""
         use_meter(meter)
         task = asyncio.ensure_future(coro)
         try:
@@ -129,6 +132,10 @@ class SSHSessions:
             task.cancel()
             raise
         task.cancel()
+        stalled = watch.stalled
+        for node in nodes:
+            if stalled is not None and node.where == stalled.where:
+                self._drop(node)
         await asyncio.wait({task}, timeout=60)  # its clean-up done (launchers released)
         raise NodeUnreachable(verdict)
 

@@ -79,6 +79,7 @@ class TransferWatch:
         self.limits, self.fixed_s, self.clock = limits, fixed_s, clock
         self.t0 = clock()
         self.meters: list[Meter] = []
+        self.stalled: Meter | None = None  # the transfer the last verdict found stalled
 
     def meter(self, where: str, phase: str) -> Meter:
         meter = Meter(where, phase, self.clock)
@@ -97,6 +98,7 @@ class TransferWatch:
         for m in self.meters:
             idle = now - m.last
             if m.active and idle > self.limits.stall_s:
+                self.stalled = m
                 return (f"{m.where}: the {m.phase} stalled: no byte moved for {idle:.0f} s "
                         f"({_size(m.done)} of {_size(m.total)} moved; the stall limit is "
                         f"{self.limits.stall_s:g} s, PREFLIGHT_TRANSFER_STALL_S). Check the "

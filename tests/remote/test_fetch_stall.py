@@ -1,6 +1,7 @@
 """A results fetch that stops moving fails after the stall limit, naming the node, the
 phase and the bytes (bot/dispatch/transfer.py), over a real loopback sshd whose SFTP
-server is stopped (SIGSTOP) as the fetch opens the run's large file; no wall limit waits."""
+server is stopped (SIGSTOP) as the fetch opens the run's large file; no wall limit waits,
+and the next fetch does not reuse the stuck connection."""
 
 from __future__ import annotations
 
@@ -85,9 +86,16 @@ def test_a_results_fetch_that_stalls_fails_naming_the_node_and_the_bytes(
     d = sshd.dispatcher(StoppingFetch, transfer_limits=TransferLimits(stall_s=1.0))
     assert isinstance(d, StoppingFetch)
     d.sshd, d.stopped, d.before = sshd, [], _sftp_servers(sshd)
+    handle = RunHandle("r1", run_dir, run_dir / "spec.json", tmp_path)
     try:
         with pytest.raises(NodeUnreachable) as stalled:
-            d.fetch_results(RunHandle("r1", run_dir, run_dir / "spec.json", tmp_path))
+            d.fetch_results(handle)
+        assert not (run_dir / "big.bin").exists() and not (run_dir / ".fetch").exists()
+        # its connection was dropped: the next fetch gets a fresh SFTP server (the stopped
+        # one still hangs) and brings the results back
+        d.backoff.clear()
+        assert d.fetch_results(handle) is None
+        assert (run_dir / "big.bin").stat().st_size == 40 << 20
     finally:
         for pid in d.stopped:  # gone already if its session was closed meanwhile
             with contextlib.suppress(ProcessLookupError):
@@ -97,4 +105,3 @@ def test_a_results_fetch_that_stalls_fails_naming_the_node_and_the_bytes(
         f"{sshd.user}@127.0.0.1:{sshd.port}: the results fetch stalled: no byte moved for "
         ), stalled.value
     assert "(0 bytes of 40.0 MiB moved; the stall limit is 1 s" in str(stalled.value)
-    assert not (run_dir / "big.bin").exists() and not (run_dir / ".fetch").exists()

@@ -186,6 +186,8 @@ def test_a_node_whose_upload_stalls_fails_after_the_stall_limit_naming_it(
     try:
         with pytest.raises(NodeUnreachable) as stalled:
             d._volume_cluster(handle, [SSHNode.from_dict(n) for n in nodes])
+        # the stalled node's connection was dropped: the next try starts afresh
+        assert not d._conns
     finally:
         for pid in stopped:  # gone already if its session was closed meanwhile
             with contextlib.suppress(ProcessLookupError):
