@@ -14,19 +14,22 @@ module when this import ends), then patches it:
   ``SIM_MAX_DIM`` (so the compute stage's matmuls are small CPU matmuls and the
   interconnect's buffers small: their figures are not a card's), and marked: a matmul
   with a marked tensor takes ``PREFLIGHT_SIM_MATMUL_S`` (default 1 ms), the card's
-  simulated time (the real small matmul, then a sleep for what is left of it), so that
-  every card of a node shows the same speed however busy the CPU is (a card is judged
-  against its peers): the compute stage's 8192 x 8192 bf16 figure then reads 1,100
-  TFLOP/s, above the H100's floor of 500, unless the CPU holds a card's thread back by
-  more than 1.2 ms a matmul (a sleep added after the matmul, as before, read 453-482 on a
-  loaded 2-core machine: 7 of 8 cards below the floor, left out of the volume);
+  simulated time: the real small matmul, then a sleep until the thread's card clock says
+  it is done (``_spend``: a matmul that overran is made up by the next ones), so a loop of
+  them runs at the card's rate on average and every card of a node shows the same speed
+  however busy the CPU is (a card is judged against its peers): the compute stage's
+  8192 x 8192 bf16 figure reads about 1,100 TFLOP/s, above the H100's floor of 500. A
+  sleep added after each matmul, as before, read 453-482 on a loaded 2-core machine (7 of
+  8 cards below the floor), and one padded to 1 ms read 720 against its peers' 915 (0.79:
+  slow); each such card was left out of the volume. Torch keeps one intra-op thread (8
+  card threads' small matmuls need no more; with two, a load of 16 read 630-675);
 - ``torch.distributed``: the ``nccl`` backend is gloo; an all-reduce on the cards takes
-  ``PREFLIGHT_SIM_ALLREDUCE_S`` (default 20 ms), the link's simulated time: the real gloo
-  all-reduce, then a sleep for what is left of it. Padded, not added: every pair of cards
-  then measures the same time unless the CPU holds a rank back by more than that (a
-  2-core machine running 4 nodes' card proofs at once held ranks back by about 20 ms an
-  all-reduce; with 2 ms added, the interconnect stage's pair rounds blamed a card in
-  every slow pair now and then, and the volume lost it).
+  ``PREFLIGHT_SIM_ALLREDUCE_S`` (default 20 ms), the link's simulated time, by the same
+  clock: the real gloo all-reduce, then a sleep until it is due. Every pair of cards then
+  measures the same time unless the CPU holds a rank back for long (a 2-core machine
+  running 4 nodes' card proofs at once held ranks back by about 20 ms an all-reduce; with
+  2 ms added after each, the interconnect stage's pair rounds blamed a card in every slow
+  pair now and then, and the volume lost it).
 
 Nothing of Preflight is changed: the runner's stages run as they are on a GPU node.
 """
@@ -56,7 +59,12 @@ _cards_spec.loader.exec_module(_cards_mod)
 SIM_MAX_DIM = int(os.environ.get("PREFLIGHT_SIM_MAX_DIM", "128"))
 SIM_MATMUL_S = float(os.environ.get("PREFLIGHT_SIM_MATMUL_S", "0.001"))
 SIM_ALLREDUCE_S = float(os.environ.get("PREFLIGHT_SIM_ALLREDUCE_S", "0.02"))
+# How far behind its clock a thread may be and still make it up (further: idle meanwhile).
+CATCH_UP_S = 0.025
 _ALL = _cards_mod.cards()
+# One intra-op thread: the simulated cards' small CPU matmuls, 8 threads at once, do not
+# need more, and more oversubscribe a loaded machine (the runner's workers set their own).
+_real.set_num_threads(1)
 _visible_env = os.environ.get("CUDA_VISIBLE_DEVICES")
 if _visible_env is None:
     _VISIBLE = list(range(len(_ALL)))
@@ -203,13 +211,28 @@ def _to(self, *args, **kwargs):
 _real_matmul = _Tensor.__matmul__
 
 
+def _spend(what, seconds, start):
+    """Sleep until this thread's ``what`` (a card's matmul, a link's all-reduce) is done:
+    ``seconds`` after the previous one was due, or after ``start`` when this thread was
+    idle meanwhile. A call that overran (the CPU held the thread back, a sleep woke late)
+    is made up by the next ones, so a loop of them runs at the simulated rate on average,
+    as a card would, however busy the CPU is."""
+    dues = _local.__dict__.setdefault("dues", {})
+    before = dues.get(what)
+    behind = start - before if before is not None else None
+    due = (before if behind is not None and behind < max(2 * seconds, CATCH_UP_S)
+           else start) + seconds
+    dues[what] = due
+    left = due - time.perf_counter()
+    if left > 0:
+        time.sleep(left)
+
+
 def _matmul(self, other):
     start = time.perf_counter()
     out = _real_matmul(self, other)
-    if _marked(self) or _marked(other):  # the card's simulated time: padded to it
-        left = SIM_MATMUL_S - (time.perf_counter() - start)
-        if left > 0:
-            time.sleep(left)
+    if _marked(self) or _marked(other):
+        _spend("matmul", SIM_MATMUL_S, start)  # the card's simulated time
         _mark(out)
     return out
 
@@ -233,10 +256,8 @@ try:
     def _all_reduce(tensor, *args, **kwargs):
         start = time.perf_counter()
         out = _real_all_reduce(tensor, *args, **kwargs)
-        if _marked(tensor):  # the link's simulated time: the real op, padded to it
-            left = SIM_ALLREDUCE_S - (time.perf_counter() - start)
-            if left > 0:
-                time.sleep(left)
+        if _marked(tensor):
+            _spend("all_reduce", SIM_ALLREDUCE_S, start)  # the link's simulated time
         return out
 
     _dist.init_process_group = _init_process_group
