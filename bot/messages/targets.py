@@ -42,8 +42,8 @@ def spend_pairs(run: Run) -> list[tuple[str, str]]:
     plan = run.plan
     hosts = sorted({"the bot host" if n.get("kind", "local") == "local"
                     else str(n.get("host")) for n in nodes})
-    cards = (f"{plan.total_cards} {plan.gpu} card(s) "
-             f"({plan.lots} lot(s) x {plan.cards_per_lot}) for "
+    cards = (f"{plan.total_cards} card(s) "
+             f"({plan.lots} {plan.gpu} lot(s) x {plan.cards_per_lot}) for "
              f"{plan.days} day(s), {format_usd(plan.total_usd)} USD") if plan is not None \
         else "no plan recorded"
     return [("Volume nodes", "; ".join(f"{where}: {node_label(n)}" for where, n in placed)),

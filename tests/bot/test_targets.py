@@ -29,7 +29,7 @@ def test_the_volume_nodes_cards_and_hosts_an_approval_spends_on() -> None:
     pairs = dict(spend_pairs(run_with({"node": nodes[0], "volume": {"nodes": nodes}})))
     assert pairs["Volume nodes"] == ("volume.nodes[0]: ssh gpu@gpu-1.example:22; "
                                      "volume.nodes[1]: ssh gpu-2.example:2222")
-    assert pairs["Cards"] == "16 H100 card(s) (2 lot(s) x 8) for 7 day(s), 1400.00 USD"
+    assert pairs["Cards"] == "16 card(s) (2 H100 lot(s) x 8) for 7 day(s), 1400.00 USD"
     assert pairs["Hosts"] == "gpu-1.example, gpu-2.example"
     # No volume.nodes: the pilot's node; the bot host named as such.
     local = dict(spend_pairs(run_with({"node": {"kind": "local"}, "volume": {"nodes": None}})))
