@@ -7,9 +7,12 @@ given a Settings (or the piece of it that it needs).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
+
+_N = TypeVar("_N", int, float)
 
 
 @dataclass(frozen=True)
@@ -125,31 +128,28 @@ def _csv(value: str | None) -> frozenset[str]:
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     """A positive number of seconds; an unusable value is one clear error, not a traceback."""
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        from bot.errors import PreflightError
-
-        raise PreflightError(f"{name}={raw!r}: expected a positive number of seconds")
-    return value
+    return _positive(env, name, default, float, "number of seconds")
 
 
 def _bytes(env: Mapping[str, str], name: str, default: int) -> int:
     """A positive whole number of bytes; an unusable value is one clear error."""
+    return _positive(env, name, default, int, "whole number of bytes")
+
+
+def _positive(env: Mapping[str, str], name: str, default: _N, parse: Callable[[str], _N],
+              unit: str) -> _N:
+    """``env[name]`` read by ``parse`` (``float``, ``int``), which must come out above zero
+    (NaN does not); ``default`` when unset or empty. Anything else is one PreflightError
+    naming the variable, its value and the ``unit`` expected."""
     raw = env.get(name)
     if not raw:
         return default
     try:
-        value = int(raw)
+        value: _N | None = parse(raw)
     except ValueError:
-        value = -1
-    if value <= 0:
+        value = None
+    if value is None or not value > 0:
         from bot.errors import PreflightError
 
-        raise PreflightError(f"{name}={raw!r}: expected a positive whole number of bytes")
+        raise PreflightError(f"{name}={raw!r}: expected a positive {unit}")
     return value
