@@ -12,9 +12,9 @@ the pilot, each volume node's card proof and the volume's head.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from runner.cards import card_label, healthy_cards, judge_count, judge_health
+from runner.cards import card_label, fmt, healthy_cards, judge_count, judge_health, number
 from runner.stage import StageContext, StageFailure
 
 GIB = 1024 ** 3
@@ -23,6 +23,9 @@ HINT_FAULT = ("ask the provider for a replacement node (or a replacement card); 
 HINT_SLOW = ("ask the provider to check the card (nvidia-smi -q -d PERFORMANCE,PCIE) or for "
              "a replacement node; or set diagnostics.slow_card: warn to continue on the "
              "healthy cards, which the volume will do")
+HINT_NONE = ("do not run the job on this node: ask the provider for a replacement node (or to "
+             "check the cards: nvidia-smi -q -d PERFORMANCE,PCIE,ECC); diagnostics.slow_card: "
+             "warn does not help, it only lets a slow card pass when healthy ones are left")
 
 
 def torch_card(torch: Any, index: int) -> Dict[str, Any]:
@@ -88,11 +91,46 @@ def judge_cards(ctx: StageContext, cards: Dict[str, Dict[str, Any]],
                            hint="check CUDA_VISIBLE_DEVICES, that every card shows in "
                                 "nvidia-smi / amd-smi, and that the node is the one ordered; "
                                 "a card that fell off the bus needs the provider")
+    require_healthy(ctx, "device", cards, facts)
     if faults:
         raise StageFailure("device", "; ".join(faults), facts=facts, error_type="CardFault",
                            hint=HINT_FAULT)
     if slow:
         report_slow(ctx, "device", slow, facts)
+
+
+def cards_needed(spec: Any) -> Tuple[int, str]:
+    """The healthy cards the run needs on this node and why: one for a pilot, a volume's
+    ``cards_per_worker`` (a worker owns that many)."""
+    volume = getattr(spec, "volume", None)
+    per_worker = int(getattr(volume, "cards_per_worker", 1) or 1) if volume is not None else 1
+    if per_worker > 1:
+        return per_worker, " (volume.cards_per_worker)"
+    return 1, ""
+
+
+def require_healthy(ctx: StageContext, stage: str, cards: Dict[str, Dict[str, Any]],
+                    facts: Dict[str, Any], bus: Optional[Dict[int, Any]] = None) -> None:
+    """Fail ``stage`` (``NoHealthyCard``) when it left fewer healthy cards than the run
+    needs, whatever ``diagnostics.slow_card`` says: warn lets a slow card pass among
+    healthy ones, never a node with none to run on. Names every card's verdict."""
+    healthy = facts.get("healthy_cards")
+    if not isinstance(healthy, list):
+        return
+    need, why = cards_needed(ctx.spec)
+    if len(healthy) >= need:
+        return
+    rows = []
+    for key, card in sorted(cards.items(), key=lambda kv: int(kv[0])):
+        label = card_label(int(key), (bus or {}).get(int(key), card.get("bus_id")))
+        reasons = card.get("reasons") or []
+        figure = number(card.get("bf16_tflops"))
+        rows.append(f"{label}: {'; '.join(map(str, reasons))}" if reasons
+                    else f"{label}: ok" + (f", bf16 matmul {fmt(figure)} TFLOP/s"
+                                           if figure is not None else ""))
+    raise StageFailure(stage, f"{stage} left {len(healthy)} healthy card(s) of {len(cards)}, "
+                              f"the run needs {need}{why}: " + "; ".join(rows),
+                       facts=facts, error_type="NoHealthyCard", hint=HINT_NONE)
 
 
 def report_slow(ctx: StageContext, stage: str, lines: List[str], facts: Dict[str, Any]) -> None:
@@ -119,4 +157,5 @@ def gpu_cards(ctx: StageContext, seen: List[Dict[str, Any]], facts: Dict[str, An
     judge_cards(ctx, cards, facts)
 
 
-__all__ = ["torch_card", "join_cards", "judge_cards", "gpu_cards", "report_slow", "HINT_SLOW"]
+__all__ = ["torch_card", "join_cards", "judge_cards", "gpu_cards", "report_slow", "HINT_SLOW",
+           "cards_needed", "require_healthy"]

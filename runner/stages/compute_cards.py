@@ -68,7 +68,7 @@ def measure_all(torch: Any, cards: List[int], check_n: int, timed_n: int,
 def judge_compute(ctx: StageContext, results: Dict[int, Dict[str, Any]],
                   tolerance: Dict[str, float], facts: Dict[str, Any]) -> None:
     """Per-card verdicts into ``facts["cards"]``, the run-level figures, and the failure."""
-    from runner.stages.cardset import report_slow
+    from runner.stages.cardset import report_slow, require_healthy
 
     hw = ctx.spec.hardware
     device = ctx.facts.get("device", {})
@@ -87,6 +87,7 @@ def judge_compute(ctx: StageContext, results: Dict[int, Dict[str, Any]],
     facts["healthy_cards"] = healthy_cards(
         before if isinstance(before, list) else results,
         (int(k) for k, r in cards.items() if r["verdict"] != "ok"))
+    require_healthy(ctx, "compute", cards, facts, bus)
     if wrong:
         named = "; ".join(f"{card_label(i, bus.get(i))}: {m}" for i, m in sorted(wrong.items()))
         raise StageFailure(

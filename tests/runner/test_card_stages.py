@@ -126,13 +126,14 @@ def test_compute_wrong_result_and_nan_fail_naming_the_cards(tmp_path: Path) -> N
     assert facts["healthy_cards"] == [0, 2]
 
 
-def test_all_cards_slow_are_caught_by_the_floor_and_warn_passes(tmp_path: Path) -> None:
+def test_all_cards_slow_are_caught_by_the_floor_and_fail_even_with_warn(tmp_path: Path) -> None:
     results = figures({0: 300.0, 1: 305.0})
     facts: dict[str, Any] = {}
-    judge_compute(ctx(tmp_path, slow_card="warn", bf16_floor_tflops=500.0,
-                      facts={"device": {}}), results, TOL, facts)
-    assert len(facts["warnings"]) == 2 and facts["healthy_cards"] == []
-    assert "below this model's floor of 500 TFLOP/s" in facts["warnings"][0]
+    with pytest.raises(StageFailure) as caught:  # no healthy card left (issue #23)
+        judge_compute(ctx(tmp_path, slow_card="warn", bf16_floor_tflops=500.0,
+                          facts={"device": {}}), results, TOL, facts)
+    assert caught.value.error_type == "NoHealthyCard" and facts["healthy_cards"] == []
+    assert "below this model's floor of 500 TFLOP/s" in caught.value.message
 
 
 class FakeCuda:
