@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.pilot.cards import CARD_STAGES, healthy_cards
 from bot.pilot.record import Run
 
 
@@ -14,6 +15,9 @@ def judge(run: Run, stages: list[dict[str, Any]],
     failed = [s["stage"] for s in stages if s["state"] == "failed"]
     checks.append(_check(not failed, "every stage passed or was skipped for a stated reason"
                          if not failed else f"stage(s) failed: {', '.join(failed)}"))
+    cards = _cards_check(run, stages)
+    if cards is not None:
+        checks.append(cards)
     success = run.success or {}
     balance = run.balance
     if balance is None:
@@ -40,6 +44,42 @@ def judge(run: Run, stages: list[dict[str, Any]],
     if finished.get("status") not in (None, "passed"):
         checks.append(_check(False, f"the runner reported the run as {finished.get('status')}"))
     return {"passed": all(c["ok"] for c in checks), "checks": checks}
+
+
+def _cards_check(run: Run, stages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The healthy cards the card stages left against what the volume needs: one card, or
+    ``volume.cards_per_worker`` (a worker owns that many). Whatever
+    ``diagnostics.slow_card`` says, a node with fewer never passes. None: no card stage
+    reported healthy cards (a CPU run)."""
+    healthy = healthy_cards(stages)
+    if healthy is None:
+        return None
+    volume = run.manifest.volume if run.manifest is not None else None
+    need = volume.cards_per_worker if volume is not None else 1
+    seen = max((len(_facts(row).get("cards") or {}) for row in stages
+                if row.get("stage") in CARD_STAGES and isinstance(_facts(row).get("cards"), dict)),
+               default=len(healthy))
+    why = " (volume.cards_per_worker)" if need > 1 else ""
+    text = f"healthy cards: {len(healthy)} of {seen} left, {need} needed{why}"
+    if len(healthy) >= need:
+        return _check(True, text)
+    out = []
+    for row in stages:
+        rows = _facts(row).get("cards")
+        if row.get("stage") not in CARD_STAGES or not isinstance(rows, dict):
+            continue
+        bad = [f"GPU {k}: {'; '.join(map(str, c.get('reasons') or []))}"
+               for k, c in sorted(rows.items(), key=lambda kv: str(kv[0]))
+               if isinstance(c, dict) and c.get("reasons")]
+        if bad:
+            out.append(f"{row['stage']} left out {'; '.join(bad)}")
+    named = f" ({'; '.join(out)})" if out else ""
+    return _check(False, f"{text}{named}: replace the node or ask the provider")
+
+
+def _facts(row: dict[str, Any]) -> dict[str, Any]:
+    facts = row.get("facts")
+    return facts if isinstance(facts, dict) else {}
 
 
 def _check(ok: bool, text: str) -> dict[str, Any]:
