@@ -54,6 +54,20 @@ Frames = Annotated[str | Int | list[Int | str], AfterValidator(_frames), Field(
                 "list; each frame is one input id, <file>.blend#0007")]
 
 
+def _version_spec(example: str) -> AfterValidator:
+    """A validator of a version constraint (">=3.10", ">=3.9,<3.13"), its message showing
+    ``example``: the Python and the Blender constraints differ only in that."""
+    def check(value: str) -> str:
+        if not all(_VERSION_SPEC.match(p) for p in value.split(",")):
+            raise ValueError(f"expected a version constraint such as {example}")
+        return value
+    return AfterValidator(check)
+
+
+PythonVersion = Annotated[str, _version_spec('">=3.10" or ">=3.9,<3.13"')]
+BlenderVersion = Annotated[str, _version_spec('">=3.6" or "==4.1.*"')]
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -91,15 +105,9 @@ class Node(Section):
 class Project(Section):
     dir: NonEmpty = Field(default=".", description="relative to the manifest file's directory")
     requirements: NonEmpty | None = Field(default=None, description="relative to project.dir")
-    python: str | None = Field(default=None, description='interpreter constraint, e.g. ">=3.10"')
+    python: PythonVersion | None = Field(default=None,
+                                         description='interpreter constraint, e.g. ">=3.10"')
     params: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("python")
-    @classmethod
-    def _version_spec(cls, value: str | None) -> str | None:
-        if value is not None and not all(_VERSION_SPEC.match(p) for p in value.split(",")):
-            raise ValueError('expected a version constraint such as ">=3.10" or ">=3.9,<3.13"')
-        return value
 
 
 class Inputs(Section):
@@ -277,7 +285,8 @@ class Blender(Section):
     """preparation: blender: what the runner checks and how it renders (docs/blender.md)."""
 
     executable: NonEmpty = Field(default="blender", description="name on PATH or a path")
-    version: str | None = Field(default=None, description='version constraint, e.g. ">=3.6"')
+    version: BlenderVersion | None = Field(default=None,
+                                           description='version constraint, e.g. ">=3.6"')
     addons: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")]] = Field(
         default_factory=list, description="add-on modules that must enable")
     licenses: list[BlenderLicense] = Field(default_factory=list)
@@ -294,13 +303,6 @@ class Blender(Section):
                            description="let the .blend run its Python (drivers, handlers)")
     compute_cpu_reference: bool = Field(default=True,
                                         description="also time the benchmark on the CPU")
-
-    @field_validator("version")
-    @classmethod
-    def _version_spec(cls, value: str | None) -> str | None:
-        if value is not None and not all(_VERSION_SPEC.match(p) for p in value.split(",")):
-            raise ValueError('expected a version constraint such as ">=3.6" or "==4.1.*"')
-        return value
 
 
 class Manifest(Section):
