@@ -265,6 +265,21 @@ def healthy_cards(cards: Iterable[int], *unhealthy: Iterable[int]) -> List[int]:
     return sorted(c for c in cards if c not in bad)
 
 
+HINT_NONE = ("do not run the job on this node: ask the provider for a replacement node (or to "
+             "check the cards: nvidia-smi -q -d PERFORMANCE,PCIE,ECC); diagnostics.slow_card: "
+             "warn does not help, it only lets a slow card pass when healthy ones are left")
+
+
+def cards_needed(spec: Any) -> Tuple[int, str]:
+    """The healthy cards the run needs on this node and why: one for a pilot, a volume's
+    ``cards_per_worker`` (a worker owns that many)."""
+    volume = getattr(spec, "volume", None)
+    per_worker = int(getattr(volume, "cards_per_worker", 1) or 1) if volume is not None else 1
+    if per_worker > 1:
+        return per_worker, " (volume.cards_per_worker)"
+    return 1, ""
+
+
 def tolerate_card_verdict(spec: Any, stage: str, result: Dict[str, Any]) -> Dict[str, Any]:
     """A volume goes on with the healthy cards: in a volume's spec, a card stage failed only
     for judging cards (``CARD_VERDICTS``) with healthy cards left passes instead, its
@@ -273,6 +288,8 @@ def tolerate_card_verdict(spec: Any, stage: str, result: Dict[str, Any]) -> Dict
     The pilot's failure is what the approver overrode ("continue on the healthy cards");
     without this the volume's own ``device`` stage failed again and its driver never ran.
     A several-node volume's card proof reads the same facts (bot/dispatch/card_proof.py).
+    Fewer healthy cards than a worker owns (``cards_per_worker``) is no card verdict but the
+    node's: the failure becomes ``NoHealthyCard`` (the card proof refuses the node for it).
     Any other result is returned as it is.
     """
     error = result.get("error") or {}
@@ -282,6 +299,12 @@ def tolerate_card_verdict(spec: Any, stage: str, result: Dict[str, Any]) -> Dict
             or result.get("status") != "failed" or error.get("type") not in CARD_VERDICTS
             or not isinstance(healthy, list) or not healthy):
         return result
+    need, why = cards_needed(spec)
+    if len(healthy) < need:
+        message = (f"{stage} left {len(healthy)} healthy card(s), the run needs {need}{why}: "
+                   f"{error.get('type')}: {error.get('message')}")
+        return {**result, "error": {**error, "type": "NoHealthyCard", "message": message,
+                                    "hint": HINT_NONE}}
     cards = ", ".join(str(c) for c in healthy)
     warnings = list(facts.get("warnings") or [])
     warnings.append(f"{error.get('type')}: {error.get('message')}: the volume goes on with "
@@ -294,4 +317,5 @@ __all__ = [
     "SLOW_RATIO", "XID_MEANINGS", "number", "card_label", "fmt", "judge_speed",
     "judge_results", "judge_count", "judge_health", "busbw", "judge_link", "pair_rounds",
     "judge_pairs", "healthy_cards", "CARD_STAGES", "CARD_VERDICTS", "tolerate_card_verdict",
+    "HINT_NONE", "cards_needed",
 ]

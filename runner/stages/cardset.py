@@ -12,9 +12,18 @@ the pilot, each volume node's card proof and the volume's head.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-from runner.cards import card_label, fmt, healthy_cards, judge_count, judge_health, number
+from runner.cards import (
+    HINT_NONE,
+    card_label,
+    cards_needed,
+    fmt,
+    healthy_cards,
+    judge_count,
+    judge_health,
+    number,
+)
 from runner.stage import StageContext, StageFailure
 
 GIB = 1024 ** 3
@@ -23,9 +32,6 @@ HINT_FAULT = ("ask the provider for a replacement node (or a replacement card); 
 HINT_SLOW = ("ask the provider to check the card (nvidia-smi -q -d PERFORMANCE,PCIE) or for "
              "a replacement node; or set diagnostics.slow_card: warn to continue on the "
              "healthy cards, which the volume will do")
-HINT_NONE = ("do not run the job on this node: ask the provider for a replacement node (or to "
-             "check the cards: nvidia-smi -q -d PERFORMANCE,PCIE,ECC); diagnostics.slow_card: "
-             "warn does not help, it only lets a slow card pass when healthy ones are left")
 
 
 def torch_card(torch: Any, index: int) -> Dict[str, Any]:
@@ -97,16 +103,6 @@ def judge_cards(ctx: StageContext, cards: Dict[str, Dict[str, Any]],
                            hint=HINT_FAULT)
     if slow:
         report_slow(ctx, "device", slow, facts)
-
-
-def cards_needed(spec: Any) -> Tuple[int, str]:
-    """The healthy cards the run needs on this node and why: one for a pilot, a volume's
-    ``cards_per_worker`` (a worker owns that many)."""
-    volume = getattr(spec, "volume", None)
-    per_worker = int(getattr(volume, "cards_per_worker", 1) or 1) if volume is not None else 1
-    if per_worker > 1:
-        return per_worker, " (volume.cards_per_worker)"
-    return 1, ""
 
 
 def require_healthy(ctx: StageContext, stage: str, cards: Dict[str, Dict[str, Any]],

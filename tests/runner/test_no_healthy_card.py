@@ -92,3 +92,25 @@ def test_device_with_every_card_slow_fails_with_warn(tmp_path: Path) -> None:
     assert caught.value.error_type == "NoHealthyCard"
     assert caught.value.message.startswith("device left 0 healthy card(s) of 2")
     assert "GPU 0 (0000:18:00.0): PCIe link at x4" in caught.value.message
+
+
+def test_a_volume_does_not_go_on_past_a_slow_link_that_leaves_too_few_cards(
+        tmp_path: Path) -> None:
+    """The interconnect can blame one card (in every slow pair): with four cards and
+    ``cards_per_worker: 4`` the three left make no worker; the volume's ladder then fails
+    the stage as ``NoHealthyCard`` (the card proof refuses the node for it) instead of
+    passing it on the healthy cards."""
+    spec = ctx(tmp_path, lots=4, volume={"cards_per_worker": 4}).spec
+    slow = {"status": "failed", "facts": {"healthy_cards": [0, 1, 3], "warnings": []},
+            "error": {"type": "SlowLink", "message": "all-reduce busbw 200 GB/s, 0.42x the "
+                      "reference 480 GB/s; GPU 2 is in every slow pair", "hint": "links"}}
+    out = tolerate_card_verdict(spec, "interconnect", slow)
+    assert out["status"] == "failed"
+    assert out["error"]["type"] == "NoHealthyCard"
+    assert out["error"]["message"] == (
+        "interconnect left 3 healthy card(s), the run needs 4 (volume.cards_per_worker): "
+        "SlowLink: all-reduce busbw 200 GB/s, 0.42x the reference 480 GB/s; GPU 2 is in "
+        "every slow pair")
+    assert "replacement node" in out["error"]["hint"]
+    enough = ctx(tmp_path, lots=4, volume={"cards_per_worker": 1}).spec
+    assert tolerate_card_verdict(enough, "interconnect", slow)["status"] == "passed"
