@@ -12,6 +12,10 @@ evidence) run in a thread the ladder waits on: past the timeout the stage fails,
 thread is abandoned (a call blocked in the kernel, e.g. on a hung network file system,
 cannot be killed) and can no longer emit events, and the ladder goes on.
 
+A several-node volume's head takes each card stage its card proof of this dispatch passed
+on this node from that proof, marked ``proven_by``, instead of running it again
+(``runner.proven``); a pilot, and any stage the proof did not pass, runs.
+
 In a volume's run a card stage (device, compute, interconnect) that failed only for
 judging cards, with healthy cards left, passes with its verdict as a warning: the volume
 goes on with the healthy cards (``runner.cards.tolerate_card_verdict``).
@@ -91,6 +95,7 @@ class Ladder:
         self._lock = threading.RLock()  # one writer of events.jsonl at a time
         self._defer = False  # a signal now is held until the write in progress is done
         self._pending: Optional[int] = None
+        self._proof: Optional[Dict[str, Dict[str, Any]]] = None
 
     # -------------------------------------------------------------- public
 
@@ -160,6 +165,10 @@ class Ladder:
             self.stage_reached = stage.name
         self._current, self._t0 = stage.name, time.monotonic()
         self._emit(ev.STAGE_STARTED, stage=stage.name)
+        proven = self._proven().get(stage.name)
+        if proven is not None:  # a volume head's card stage its card proof just passed
+            self._finish(stage.name, proven, proven.get("seconds"), started=True)
+            return
         timeout = stage_timeout(stage, self.spec)
         try:
             if stage.in_worker:
@@ -177,6 +186,14 @@ class Ladder:
 
             error["message"] = f"{error.get('message')}; {in_flight(self.spec, self.run_dir)}"
         self._finish(stage.name, result, time.monotonic() - self._t0, started=True)
+
+    def _proven(self) -> Dict[str, Dict[str, Any]]:
+        """The card stages taken from this volume head's card proof (read once)."""
+        if self._proof is None:
+            from runner.proven import proof_stages
+
+            self._proof = proof_stages(self.spec)
+        return self._proof
 
     def _run_in_thread(self, name: str, timeout: float,
                        function: Optional[str] = None) -> Dict[str, Any]:

@@ -198,6 +198,9 @@ class VolumeSpec:
     time_limit_s: float = 0.0
     nodes: Optional[List[Dict[str, Any]]] = None
     outputs_on_nodes: bool = False  # handlers' files stay on their nodes, listed on the head
+    # the head's card proof of this dispatch (``dir``, ``run``, ``finished_at``): its
+    # passed card stages are taken, not run again (runner/proven.py)
+    head_proof: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)

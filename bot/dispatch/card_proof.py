@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from bot.dispatch.upload import SSHNode, UploadPlan
 from bot.errors import DispatchError
+from runner.events import RUN_FINISHED
 from runner.spec import CARD_STAGES, CARD_VERDICTS
 
 # Not memory: it runs the user's workload, which the pilot measured; not the pilot and
@@ -84,6 +85,9 @@ class NodeProof:
     # card, e.g. blender's Cycles devices)
     cards: tuple[int, ...] | None = ()
     excluded: list[dict[str, Any]] = field(default_factory=list)
+    # the ``ts`` of the proof's ``run.finished`` event: names this very proof to the head's
+    # runner, which takes its passed card stages instead of running them (runner/proven.py)
+    finished_at: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "where": self.where, "host": self.host,
@@ -123,7 +127,7 @@ def read_proof(index: int, node: SSHNode, gpus: bool, code: int, out: str,
     if code not in (0, 1) or not stages:
         raise DispatchError(f"{name}: the card proof did not run (exit {code}): "
                             f"{_tail(err or out)}")
-    proof = NodeProof(index, node.where, node.host)
+    proof = NodeProof(index, node.where, node.host, finished_at=_finished_at(out))
     proof.device = str((stages.get("device", {}).get("facts") or {}).get("device") or "cpu")
     tolerated = CARD_VERDICTS if proof.device != "cpu" else frozenset()
     for stage in PROOF_STAGES:
@@ -172,6 +176,26 @@ def _healthy(stages: dict[str, dict[str, Any]]
             excluded.append({"card": card, "stage": stage, "reason": "; ".join(map(str, reasons))})
         keep &= {int(c) for c in healthy}
     return tuple(sorted(keep)), excluded
+
+
+def head_proof(copy: NodeCopy, run_id: str, proof: NodeProof) -> dict[str, Any] | None:
+    """What the head's spec names of its card proof (``volume.head_proof``), so its runner
+    takes the card stages this proof passed (None: the proof did not finish, run them)."""
+    if not proof.finished_at:
+        return None
+    return {"dir": f"{copy.run_dir}/{PROOF_DIR}", "run": run_id,
+            "finished_at": proof.finished_at}
+
+
+def _finished_at(out: str) -> str:
+    for line in reversed(out.splitlines()):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("type") == RUN_FINISHED:
+            return str(event.get("ts") or "")
+    return ""
 
 
 def _stage_events(out: str) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import yaml
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.card_proof import NodeCopy, NodeProof, prove_nodes
+from bot.dispatch.card_proof import NodeCopy, NodeProof, head_proof, prove_nodes
 from bot.dispatch.ray_cluster import RayCluster, RayNode, RayPorts, start_cluster, stop_cluster
 from bot.dispatch.upload import SSHNode, load_spec
 from bot.errors import DispatchError
@@ -103,7 +103,8 @@ def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCop
     cluster = start_cluster(_shell(runs, pairs), [r for _, r in pairs], lambda i, ray: (
         handle.progress({"node": ray.where, "index": i, "phase": "ray_up"})))
     spec["volume"] = {**spec["volume"], "address": cluster.address,
-                      "nodes": [p.to_dict() for p in proofs]}
+                      "nodes": [p.to_dict() for p in proofs],
+                      "head_proof": head_proof(copies[0], handle.run_id, proofs[0])}
     _write(handle.spec_path, spec)
     return cluster
 
