@@ -78,3 +78,21 @@ def test_a_node_with_a_slow_card_among_good_ones_offers_the_good_ones(tmp_path: 
     assert proof.cards == (0, 1, 3)
     assert [e["card"] for e in proof.excluded] == [2]
     assert "below this model's floor of 500 TFLOP/s" in proof.excluded[0]["reason"]
+
+
+def test_a_node_whose_slow_link_leaves_fewer_cards_than_a_worker_owns_is_refused(
+        tmp_path: Path) -> None:
+    from runner.cards import tolerate_card_verdict
+
+    out = proof_events(tmp_path, {0: 790.0, 1: 795.0, 2: 780.0, 3: 785.0}, 4)
+    spec = RunSpec.from_dict({"run_id": "v1", "name": "cards", "inputs": {"dir": "."},
+                              "volume": {"cards_per_worker": 4}})
+    link = tolerate_card_verdict(spec, "interconnect", {
+        "status": "failed", "facts": {"healthy_cards": [0, 1, 3], "cards": [0, 1, 2, 3]},
+        "error": {"type": "SlowLink", "message": "GPU 2 is in every slow pair"}})
+    out += json.dumps({"type": "stage.failed", "stage": "interconnect", **{
+        k: link[k] for k in ("facts", "error")}}) + "\n"
+    with pytest.raises(DispatchError, match=r"failed at the interconnect stage: NoHealthyCard: "
+                                            r"interconnect left 3 healthy card\(s\), the run "
+                                            r"needs 4 \(volume.cards_per_worker\): SlowLink"):
+        read_proof(2, NODE, True, 1, out, "")
