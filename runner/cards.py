@@ -13,7 +13,9 @@ A card's trouble is one of two kinds:
   trained narrower than its maximum, every slow pair of the interconnect): a failure by
   default, a warning with ``diagnostics.slow_card: warn``.
 
-Either way the card leaves ``healthy_cards``, the cards the volume runs on.
+Either way the card leaves ``healthy_cards``, the cards the volume runs on; a node left with
+fewer than the run needs (``cards_needed``: 1, or ``volume.cards_per_worker``) fails
+(``NoHealthyCard``), whatever ``slow_card`` says.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ product, waits for the others, then times bf16 and fp32 matmuls while its neighb
 the same, so a card that throttles under the heat and power of a full node shows. The
 figures are judged by runner.cards: a wrong result fails the stage naming the card; a
 card below ``SLOW_RATIO`` × its peers' median bf16 figure, or below the catalog's
-``bf16_floor_tflops``, is slow (a failure unless ``diagnostics.slow_card: warn``).
+``bf16_floor_tflops``, is slow (a failure unless ``diagnostics.slow_card: warn``). Either
+way, fewer healthy cards left than the run needs fail the stage (``NoHealthyCard``,
+runner.stages.cardset.require_healthy).
 """
 
 from __future__ import annotations
