@@ -129,82 +129,67 @@ class PilotService:
         self.publisher.publish(message)
 
     # -- reading (Records) -------------------------------------------------------------
+    # The façade over ``self.records`` (bot/service/records.py): transports call these on
+    # the service, and each hands the call on unchanged to the ``Records`` method that
+    # says what it returns (only ``recent_runs`` is ``Records.records`` under another name).
     def record(self, run_id: str) -> Run:
-        """The run with exactly this id, typed (RunNotFound otherwise)."""
         return self.records.record(run_id)
 
     def find_record(self, run_id: str, *, channel: str | None = None) -> Run:
-        """The run a person names (``Records.find_record``), typed."""
         return self.records.find_record(run_id, channel=channel)
 
     def recent_runs(self, limit: int = 50, *, channel: str | None = None) -> list[Run]:
-        """The newest runs, typed; ``channel``: only that channel's."""
         return self.records.records(limit, channel=channel)
 
     def records_for(self, user: str, limit: int = 50) -> list[Run]:
-        """The runs a Slack user is in scope for (their App Home), typed."""
         return self.records.records_for(user, limit)
 
     def running(self) -> list[Run]:
-        """The runs whose runner is running, typed."""
         return self.records.running()
 
     def stages(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's stages, in order."""
         return self.records.stages(run_id)
 
     def run(self, run_id: str) -> dict[str, Any]:
-        """The run with exactly this id, as the store holds it (RunNotFound otherwise)."""
         return self.records.run(run_id)
 
     def find(self, run_id: str) -> dict[str, Any]:
-        """The run with this id or unique id prefix, as a person types it."""
         return self.records.find(run_id)
 
     def find_in(self, run_id: str, channel: str) -> dict[str, Any]:
-        """Like ``find``, among the runs of ``channel`` only (``Records.find_in``)."""
         return self.records.find_in(run_id, channel)
 
     def runs(self, limit: int = 50, *, channel: str | None = None) -> list[dict[str, Any]]:
-        """The newest runs; ``channel``: only that channel's (what a Slack channel sees)."""
         return self.records.runs(limit, channel=channel)
 
     def runs_for(self, user: str, limit: int = 50) -> list[dict[str, Any]]:
-        """The runs a Slack user is in scope for (their App Home)."""
         return self.records.runs_for(user, limit)
 
     def decisions_for(self, user: str, limit: int = 20) -> list[dict[str, Any]]:
-        """The recent decisions on the runs ``runs_for`` shows that user."""
         return self.records.decisions_for(user, limit)
 
     def active_runs(self) -> list[dict[str, Any]]:
-        """The runs whose runner is running (what a restarted follower picks up)."""
         return self.records.active_runs()
 
     def show(self, run_id: str, *, channel: str | None = None) -> dict[str, Any]:
-        """A run with its stages and decisions (``Records.show``)."""
         return self.records.show(run_id, channel=channel)
 
     def healthy_cards(self, run_id: str) -> list[int] | None:
-        """The cards the run proved healthy: the ones a volume may use (None: not known)."""
         return self.records.healthy_cards(run_id)
 
     def decisions(self, run_id: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
         return self.records.decisions(run_id, limit=limit)
 
     def run_for_thread(self, channel: str, thread_ts: str) -> str | None:
-        """The run a chat thread belongs to, if any."""
         return self.records.run_for_thread(channel, thread_ts)
 
     def claim_event(self, event_id: str) -> bool:
-        """True the first time a transport's event id is seen (a retried delivery: False)."""
         return self.records.claim_event(event_id)
 
     def leases(self, *, include_ended: bool = True) -> list[dict[str, Any]]:
         return self.records.leases(include_ended=include_ended)
 
     def lease_of(self, node: str) -> dict[str, Any] | None:
-        """The current lease of a node (``host`` or ``host:port``), if any."""
         return self.records.lease_of(node)
 
     def lease_changes(self, lease_id: int) -> list[dict[str, Any]]:
@@ -213,8 +198,6 @@ class PilotService:
     def change_lease(self, node: str, state: str, user: str, *, origin: Origin,
                      note: str | None = None, starts_at: str | None = None,
                      days: int | None = None) -> dict[str, Any]:
-        """One lease state change, refused by the policy unless ``user`` may make it
-        (``Records.change_lease``)."""
         return self.records.change_lease(node, state, user, origin=origin, note=note,
                                           starts_at=starts_at, days=days)
 
