@@ -297,19 +297,23 @@ class RayCluster:
 
 def start_cluster(shell: Shell, nodes: Sequence[RayNode],
                   started: Callable[[int, RayNode], None] | None = None) -> RayCluster:
-    """Compare versions, then start the head and then the other nodes, up to
+    """Compare versions (every node probed at once), then start the head and then the
+    other nodes, up to
     ``RAY_START_AT_ONCE`` of them at a time; stop all on failure (the first failing node
     by node order is named). ``started`` hears of each node whose Ray is up, one at a
     time, in the order they come up (it may raise: all are stopped)."""
     if not nodes:
         raise DispatchError("a volume needs at least one node")
-    outputs = []
-    for node in nodes:
+    def probe(node: RayNode) -> str:
         code, out, err = shell(node, probe_command(node.python))
         if code != 0:
             raise DispatchError(f"{node.where}: `{node.python}` cannot run: {err[-300:]}")
-        outputs.append(out)
-    nodes = check_versions(nodes, outputs)
+        return out
+
+    with ThreadPoolExecutor(max_workers=min(RAY_START_AT_ONCE, len(nodes))) as pool:
+        probes = [pool.submit(probe, node) for node in nodes]  # every node's at once
+        wait(probes)
+    nodes = check_versions(nodes, [p.result() for p in probes])  # the first by node order
     cluster = RayCluster(list(nodes))
 
     def start(i: int) -> None:

@@ -1,4 +1,5 @@
-"""``ray start`` on the worker nodes at the same time, the head first (issue 23).
+"""``ray start`` on the worker nodes at the same time, the head first, and every node's
+version probe at once (issue 23).
 
 A recording shell stands in for the SSH connections: each worker node's ``ray start``
 waits (with a deadline) until every worker node has begun its own, so one after another
@@ -26,8 +27,11 @@ class RecordingShell:
     """Answers the probe, records each node's ``ray start`` and stop; the workers' starts
     wait until ``together`` of them have been inside at once (or a deadline passes)."""
 
-    def __init__(self, together: int, failing: str | None = None) -> None:
+    def __init__(self, together: int, nodes: int, failing: str | None = None) -> None:
         self.together = together
+        self.nodes = nodes
+        self.probing = 0  # probes begun (none ends before all began, or the deadline)
+        self.most_probing = 0
         self.failing = failing
         self.lock = threading.Condition()
         self.inside = 0
@@ -43,6 +47,13 @@ class RecordingShell:
                 with self.lock:
                     self.stopped.append(node.where)
                 return 0, "", ""
+            with self.lock:  # the version probe: held until every node's has begun
+                self.probing += 1
+                self.most_probing = max(self.most_probing, self.probing)
+                self.lock.notify_all()
+                deadline = time.monotonic() + 5
+                while self.probing < self.nodes and time.monotonic() < deadline:
+                    self.lock.wait(deadline - time.monotonic())
             return 0, PROBE_OUT + "\n", ""
         if "--head" in command:
             with self.lock:
@@ -70,10 +81,11 @@ def _nodes(count: int) -> list[RayNode]:
 
 
 def test_the_worker_nodes_start_ray_at_the_same_time_after_the_head() -> None:
-    shell = RecordingShell(together=3)
+    shell = RecordingShell(together=3, nodes=4)
     heard: list[tuple[int, str]] = []
     cluster = start_cluster(shell, _nodes(4), lambda i, node: heard.append((i, node.where)))
     assert cluster.address == "10.0.0.1:6380"
+    assert shell.most_probing == 4  # every node's version probe at once
     assert shell.most_inside == 3  # the three workers' starts overlapped
     assert shell.started_before_head == []  # the head was up before any worker started
     assert heard[0] == (0, "n0")  # each node's ray_up is still heard, the head first
@@ -82,7 +94,7 @@ def test_the_worker_nodes_start_ray_at_the_same_time_after_the_head() -> None:
 
 def test_no_more_than_the_bound_start_at_once() -> None:
     count = RAY_START_AT_ONCE + 3  # workers beyond the bound wait for a free slot
-    shell = RecordingShell(together=RAY_START_AT_ONCE)
+    shell = RecordingShell(together=RAY_START_AT_ONCE, nodes=RAY_START_AT_ONCE)
     heard: list[int] = []
     start_cluster(shell, _nodes(count), lambda i, node: heard.append(i))
     assert shell.most_inside == RAY_START_AT_ONCE
@@ -90,7 +102,7 @@ def test_no_more_than_the_bound_start_at_once() -> None:
 
 
 def test_a_failing_worker_node_is_named_and_every_node_is_stopped() -> None:
-    shell = RecordingShell(together=3, failing="n2")
+    shell = RecordingShell(together=3, nodes=4, failing="n2")
     with pytest.raises(DispatchError, match=r"^n2: ray start failed \(exit 1\): raylet did not "
                                             r"come up"):
         start_cluster(shell, _nodes(4))
