@@ -91,6 +91,7 @@ class ProjectSpec:
     requirements: Optional[str] = None
     params: Dict[str, Any] = field(default_factory=dict)
     commit: Optional[str] = None  # the project's git commit, taken by the bot at submit
+    exclude: List[str] = field(default_factory=list)  # absolute paths never sent to a node
 
 
 @dataclass(frozen=True)

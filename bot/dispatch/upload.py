@@ -242,6 +242,9 @@ class UploadPlan:
         self.run_id, self.resume = handle.run_id, handle.resume
         self.package = package
         self.skip = {handle.run_dir.parent.resolve()}
+        # project.exclude, resolved by the bot at submission: never sent, never hashed
+        self.skip |= {Path(str(p)).resolve()
+                      for p in spec.get("project", {}).get("exclude") or []}
         self.extra: dict[Path, str] = {}
         self._trees: list[tuple[str, str, dict[str, tuple[Path, str | None]]]] | None = None
         # The inputs as checked at submission, checked again now (a DispatchError when the
@@ -388,7 +391,7 @@ def files(root: Path, skip: set[Path], *,
             path = here / name
             # ".git" as a file: a worktree's or a submodule's pointer, never sent either
             if (name.endswith(".pyc") or name in SKIP_DIRS or path.is_symlink()
-                    or not path.is_file()):
+                    or not path.is_file() or path in skip):
                 continue
             out[path.relative_to(root).as_posix()] = (path, None)
     return out

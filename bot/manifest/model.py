@@ -108,6 +108,19 @@ class Project(Section):
     python: PythonVersion | None = Field(default=None,
                                          description='interpreter constraint, e.g. ">=3.10"')
     params: dict[str, Any] = Field(default_factory=dict)
+    exclude: list[NonEmpty] = Field(
+        default_factory=list, max_length=256,
+        description="folders or files under project.dir never sent to an ssh node (a data "
+                    "folder, checkpoints): paths relative to project.dir, no '..'")
+
+    @field_validator("exclude")
+    @classmethod
+    def _relative(cls, value: list[str]) -> list[str]:
+        for path in value:
+            parts = path.replace("\\", "/").split("/")
+            if path.startswith(("/", "~")) or ".." in parts or re.match(r"^[A-Za-z]:", path):
+                raise ValueError(f"{path!r}: a path relative to project.dir, without '..'")
+        return value
 
 
 class Inputs(Section):

@@ -334,7 +334,30 @@ def _check_project(parts: Parts, base_dir: Path, report: Report) -> Path | None:
     if requirements is not None and not (project_dir / requirements).is_file():
         report.problem(("project", "requirements"), f"{requirements!r} not found in "
                        f"{project_dir}")
+    _check_exclude(parts, project_dir, report)
     return project_dir
+
+
+def _check_exclude(parts: Parts, project_dir: Path, report: Report) -> None:
+    """What ``project.exclude`` leaves out must not hold what the run reads on the node:
+    the requirements file, the inputs (the volume's too, unless the nodes hold them), nor
+    the project itself."""
+    assert parts.project is not None
+    needed: list[tuple[str, Path]] = [("project.dir", project_dir)]
+    if parts.project.requirements:
+        needed.append(("project.requirements", project_dir / parts.project.requirements))
+    if parts.inputs is not None:
+        needed.append(("inputs.dir", project_dir / parts.inputs.dir))
+    volume = parts.volume.inputs if parts.volume is not None else None
+    if volume is not None and volume.dir is not None and not volume.on_nodes:
+        needed.append(("volume.inputs.dir", project_dir / volume.dir))
+    for k, path in enumerate(parts.project.exclude):
+        left_out = (project_dir / path).resolve()
+        for name, what in needed:
+            what = what.resolve()
+            if what == left_out or left_out in what.parents:
+                report.problem(("project", "exclude", k), f"{path!r} holds {name} ({what}), "
+                               "which the run reads on the node: exclude a folder beside it")
 
 
 def _volume_is_local(parts: Parts) -> bool:

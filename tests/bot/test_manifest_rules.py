@@ -137,6 +137,19 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
      "hardware.lot_price_usd_per_day", "6 decimal places"),
     ("hugging face token", {"task": {"params": {"hub": "hf_" + "aBcDeFgHiJ" * 4}}},
      "task.params.hub", "Hugging Face"),
+    ("exclude leaving the project", {"project": {"exclude": ["data/../../x"]}},
+     "project.exclude", "without '..'"),
+    ("exclude absolute", {"project": {"exclude": ["/etc"]}}, "project.exclude",
+     "relative to project.dir"),
+    ("exclude holding the inputs", {"project": {"exclude": ["ok", "data"]}},
+     "project.exclude[1]", "holds inputs.dir"),
+    ("exclude the inputs themselves", {"project": {"exclude": ["data/pilote"]}},
+     "project.exclude[0]", "holds inputs.dir"),
+    ("exclude the volume's corpus", {"project": {"exclude": ["corpus"]},
+                                     "volume": {"inputs": {"dir": "corpus",
+                                                           "expected_count": 9000},
+                                                "nodes": [_SSH_A]}},
+     "project.exclude[0]", "holds volume.inputs.dir"),
 ]
 
 
@@ -177,6 +190,8 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
     ("integer estimate", {"hardware": {"memory_estimate_gib": 40}}),
     ("largest price", {"hardware": {"lot_price_usd_per_day": "1000000"}}),
     ("tokenizer settings", {"task": {"params": {"pad_token": "<pad>", "eos_token": "</s>"}}}),
+    ("exclude a data folder beside the inputs", {"project": {"exclude": ["data/corpus",
+                                                                         "ckpt/last.pt"]}}),
 ]
 
 
