@@ -28,6 +28,7 @@ MIN_CV = 0.05              # the least spread a range keeps (timing noise betwee
 SKEW_TAIL = 1.0            # skewness above this is a heavy tail: the high end widens
 CPU_WORKERS_MAX = 4        # a local Ray: one CPU worker per core, at most this (runner/volume.py)
 RAY_START_S = 4.6          # a local Ray and its workers, per attempt (measured, embedded default)
+RAY_START_AT_ONCE = 8      # nodes that start Ray together (bot/dispatch/ray_cluster.py's bound)
 UPLOAD_BYTES_PER_S = 50e6  # an SSH node's upload of the inputs, when not measured
 HASH_BYTES_PER_S = 500e6  # a node reading and hashing its copy of the corpus (on_nodes)
 # Student's t, 95th percentile, by degrees of freedom (a small pilot's mean is uncertain).
@@ -363,11 +364,14 @@ def _setup(inp: ForecastInputs, figures: list[Figure], numbers: dict[str, Any]) 
         proof = st.proof_s if st.proof_s is not None else 0.0
         parts.append(("setup_proof", "Setup: card proofs", proof,
                       f"the pilot's card stages, measured: {secs(proof)}, on every node at once"))
-    ray = RAY_START_S * (nodes if nodes > 1 else 1)
+    # the head first, then the other nodes RAY_START_AT_ONCE at a time
+    waves = 1 + -(-(nodes - 1) // RAY_START_AT_ONCE) if nodes > 1 else 1
+    ray = RAY_START_S * waves
     parts.append(("setup_ray", "Setup: Ray start", ray,
                   f"{RAY_START_S:g} s per attempt (a local Ray and its workers, measured on "
-                  "the embedded default)" + (f" × {nodes} nodes, one `ray start` after another"
-                                             if nodes > 1 else "")))
+                  "the embedded default)" + (
+                      f" × {waves}: the head, then the {plural(nodes - 1, 'other node')} "
+                      f"{RAY_START_AT_ONCE} at a time" if nodes > 1 else "")))
     total = 0.0
     for key, label, seconds, formula in parts:
         figures.append(Figure(key, label, secs(seconds), formula))

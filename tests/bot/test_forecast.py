@@ -174,7 +174,7 @@ def test_the_setup_of_a_cluster_each_part_with_its_formula() -> None:
                                                  "2 nodes, the bot's uplink shared by the "
                                                  "nodes' copies")
     assert "on every node at once" in fc.figure("setup_proof").formula
-    assert "× 2 nodes, one `ray start` after another" in fc.figure("setup_ray").formula
+    assert "× 2: the head, then the 1 other node 8 at a time" in fc.figure("setup_ray").formula
     assert fc.figure("setup").formula == "6 s + 1.5 s + 20 s + 4 s + 9.2 s = 40.7 s"
 
 
@@ -275,3 +275,16 @@ def test_memory_against_the_card() -> None:
 def test_card_cost_rounds_half_up_to_the_cent() -> None:
     assert card_cost(86400.0, 1, Decimal("0.005"), 1) == Decimal("0.01")
     assert quantile([1.0, 2.0, 3.0, 4.0], 0.9) == pytest.approx(3.7)
+
+
+def test_ray_starts_on_the_head_then_the_other_nodes_eight_at_a_time() -> None:
+    """bot/dispatch/ray_cluster.py starts the head, then the others RAY_START_AT_ONCE at a
+    time: 10 nodes are three starts long, not ten."""
+    from bot.dispatch.ray_cluster import RAY_START_AT_ONCE as DISPATCH_AT_ONCE
+    from bot.pilot.forecast import RAY_START_AT_ONCE
+
+    assert RAY_START_AT_ONCE == DISPATCH_AT_ONCE
+    ten = forecast(h100(rented_cards=80, lots=10, cards_per_lot=8, nodes=10, healthy_cards=8))
+    assert ten.numbers["setup_ray_s"] == pytest.approx(3 * RAY_START_S)
+    assert "× 3: the head, then the 9 other nodes 8 at a time" in ten.figure("setup_ray").formula
+    assert forecast(h100()).numbers["setup_ray_s"] == pytest.approx(RAY_START_S)
