@@ -131,6 +131,9 @@ def stage_detail(row: dict[str, Any]) -> str:
     if not parts:
         parts = [f"{k}={_fmt(v)}" for k, v in list(facts.items())[:3]
                  if isinstance(v, (str, int, float, bool))]
+    proven = facts.get("proven_by")
+    if isinstance(proven, dict):  # a volume's head: taken from its card proof, not run again
+        parts.append(f"from this node's card proof at {proven.get('at') or '?'}")
     return ", ".join(parts)
 
 

@@ -121,3 +121,16 @@ def test_the_card_table_renders_in_the_terminal_and_in_slack() -> None:
     assert "SLOW ⚠" in text and "0000:1b:00.0" in text and "Healthy cards" in text
     slack = render(message)
     assert "FAULT" in str(slack)
+
+
+def test_a_head_stage_taken_from_its_card_proof_says_so() -> None:
+    """A volume's head reuses the card stages its proof passed minutes before
+    (runner/proven.py): the thread says where the figures come from."""
+    from bot.messages.views import stage_detail
+
+    row = {"stage": "compute", "state": "passed",
+           "facts": {**compute_facts(), "proven_by": {"card_proof": "proof-0",
+                                                      "at": "2026-12-04T04:00:00Z"}}}
+    assert stage_detail(row).endswith("from this node's card proof at 2026-12-04T04:00:00Z")
+    del row["facts"]["proven_by"]
+    assert "card proof" not in stage_detail(row)
