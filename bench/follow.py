@@ -150,7 +150,7 @@ def watch(service: Any, run_id: str, runner: int, follower: int) -> Readings:
 def recheck_seconds(service: Any, run_id: str) -> float:
     """CPU seconds of the bot's re-check of this run's balance (median of 3): what
     finishing a run costs per item, timed here on the database the follower wrote."""
-    run = service.store.get_run(run_id)
+    run = service.store.run(run_id)  # the typed record the follower reads
     balance = service.follower._recorded(run_id, "balance")  # the runner's balance event
     times = []
     for _ in range(3):
