@@ -149,7 +149,9 @@ class Worker:
         }}
 
     def kill(self) -> None:
-        """Kill the worker's whole process group and reap it."""
+        """Kill the worker's whole process group, reap it, and wait (2 s at most) until no
+        process of the group is left: a SIGKILLed grandchild (a user's check, a compiler)
+        dies when the kernel next runs it, which on a loaded node is after our wait()."""
         proc = self.proc
         if proc is None:
             return
@@ -158,6 +160,13 @@ class Worker:
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:  # again: a fork that raced the first signal is killed too
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(0.01)
         self._close_pipes()
 
     def stop(self, grace: float = 5.0) -> None:
