@@ -81,9 +81,14 @@ def test_off_a_terminal_plain_lines_come_at_a_steady_rate_without_new_events() -
 def test_states_are_drawn_on_a_timer_not_once_per_event() -> None:
     out = io.StringIO()
     notifier = ConsoleNotifier(Console(file=out, width=120), tick_s=0.05, plain_every_s=0.5)
+    start = time.monotonic()
     for done in range(1, 5001):  # 5,000 progress states published as fast as possible
         notifier.publish(pilot_status(done))
+    publishing_s = time.monotonic() - start
     notifier.close_live()
     printed = out.getvalue().splitlines()
-    assert len([line for line in printed if "pilot running" in line]) <= 3
+    # one plain line per plain_every_s while they came (a loaded machine takes longer to
+    # publish them, so more of those periods pass), one at the close: never one per event
+    drawn = len([line for line in printed if "pilot running" in line])
+    assert drawn <= 2 + int(publishing_s / 0.5) and drawn < 50, (drawn, publishing_s)
     assert "5000/20000 (25%)" in out.getvalue()  # the last state is the one shown at the end
