@@ -3,12 +3,13 @@ ended, evidence not secured. Pure: what they say is decided from the records giv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bot.messages.model import Fields, Heading, Message, Text
 from bot.pilot.leases import LeaseAction
-from bot.pilot.record import RunRecord
+from bot.pilot.record import Run, RunRecord
 
 
 def stall_message(run: RunRecord, after: timedelta) -> Message:
@@ -34,9 +35,9 @@ def recovered_message(run: RunRecord, *, quiet_since: str | None) -> Message:
         Fields((("stalled since", quiet_since or "?"), ("status", str(run.status))))))
 
 
-def lease_message(action: LeaseAction, runs: list[dict[str, Any]],
+def lease_message(action: LeaseAction, runs: Sequence[Run],
                   pending: list[str], now: datetime) -> Message:
-    anchor = runs[-1]["id"] if runs else f"lease-{action.node}"
+    anchor = runs[-1].id if runs else f"lease-{action.node}"
     end = iso(action.end)
     if action.kind == "end":
         head, text = "Lease ended", f"The lease of {action.node} ended at {end}."

@@ -21,12 +21,14 @@ the scheduled job is tested by calling it with an explicit time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bot.errors import LeaseError
 from bot.pilot.clock import read_time
+from bot.pilot.record import Run
 from bot.pilot.states import S
 
 STATES = ("ordered", "payment-notified", "funds-confirmed", "provisioned", "ended")
@@ -146,16 +148,15 @@ def due_actions(lease: dict[str, Any], now: datetime) -> list[LeaseAction]:
     return [LeaseAction("remind", node, lid, end, hours=min(due))]
 
 
-def unsecured(runs: list[dict[str, Any]]) -> list[str]:
+def unsecured(runs: Sequence[Run]) -> list[str]:
     """What is not yet secured on a node: evidence not verified, decision not taken."""
     out: list[str] = []
     for run in runs:
-        evidence = run.get("evidence") or {}
-        if run.get("status") == S.RUNNING:
-            out.append(f"{run['id']}: still running")
-        if run.get("kind", "pilot") == "pilot" and run.get("status") != S.DISPATCH_FAILED \
-                and not evidence.get("verified"):
-            out.append(f"{run['id']}: evidence not verified")
-        if run.get("status") == S.AWAITING_DECISION:
-            out.append(f"{run['id']}: decision not taken")
+        if run.status == S.RUNNING:
+            out.append(f"{run.id}: still running")
+        if run.kind == "pilot" and run.status != S.DISPATCH_FAILED \
+                and not (run.evidence or {}).get("verified"):
+            out.append(f"{run.id}: evidence not verified")
+        if run.status == S.AWAITING_DECISION:
+            out.append(f"{run.id}: decision not taken")
     return out

@@ -386,7 +386,7 @@ def over_caps(policy: Policy, plan: Plan | None) -> list[tuple[str, str]]:
 
 # -- leases ---------------------------------------------------------------------------
 def check_lease_change(policy: Policy, who: Identity, origin: Origin, state: str,
-                       waiting: Iterable[dict[str, Any]]) -> list[Refusal]:
+                       waiting: Iterable[Run]) -> list[Refusal]:
     """From Slack a lease moves only for a lease operator; ``funds-confirmed`` and
     ``provisioned`` are never recorded by the submitter of a two-person pilot waiting on
     the node (the step that lets the spending start needs a second person)."""
@@ -396,11 +396,11 @@ def check_lease_change(policy: Policy, who: Identity, origin: Origin, state: str
     if state not in LEASE_GATES:
         return []
     for run in waiting:
-        if run.get("submitter") == who.user and run.get("two_person"):
+        if run.submitter == who.user and run.two_person:
             forced = policy.file.approvals.two_person
-            return [Refusal("approvals.two_person", f"{who.user} submitted run {run['id']}, "
+            return [Refusal("approvals.two_person", f"{who.user} submitted run {run.id}, "
                             f"which waits on this node: with the two-person rule another "
                             f"person records {state}",
                             policy.where("approvals.two_person") if forced else
-                            f"the manifest of run {run['id']} (approvals.two_person)")]
+                            f"the manifest of run {run.id} (approvals.two_person)")]
     return []

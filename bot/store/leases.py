@@ -7,13 +7,14 @@ and every change is kept in ``lease_changes`` with who and when.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import sqlite_utils
 
 from bot.pilot.leases import ENDED
+from bot.pilot.record import Run
 from bot.store.base import StoreBase
+from bot.store.runs import RUN_SELECT, decode_row
 from runner.events import utc_now
 
 
@@ -90,18 +91,27 @@ class LeasesMixin(StoreBase):
             "SELECT * FROM lease_changes WHERE lease = ? ORDER BY id", [lease_id]))
 
     def runs_on_node(self, host: str, port: int = 22, *,
-                     since: str | None = None) -> list[dict[str, Any]]:
+                     since: str | None = None) -> list[Run]:
         """Runs whose SSH node is ``host:port`` (oldest first), optionally created since.
 
         The host is compared in lower case, as lease keys are (``bot.leases.lease_key``).
         """
         rows = self.db.query(
-            "SELECT id, name, kind, status, outcome, evidence, balance, created_at, thread_ts, "
-            "channel FROM runs WHERE json_extract(node, '$.kind') = 'ssh' "
+            f"SELECT {RUN_SELECT} FROM runs WHERE json_extract(node, '$.kind') = 'ssh' "
             "AND lower(json_extract(node, '$.host')) = ? "
             "AND COALESCE(json_extract(node, '$.port'), 22) = ? AND created_at >= ? "
             "ORDER BY id", [host.lower(), int(port), since or ""])
-        return [_decode_json(r, ("evidence", "balance")) for r in rows]
+        return [Run.from_row(decode_row(r)) for r in rows]
+
+    def runs_waiting_on_node(self, host: str, port: int = 22) -> list[Run]:
+        """Runs on SSH node ``host:port`` not started yet (their dispatch waits on the lease)."""
+        rows = self.db.query(
+            f"SELECT {RUN_SELECT} FROM runs WHERE json_extract(node, '$.kind') = 'ssh' "
+            "AND lower(json_extract(node, '$.host')) = ? "
+            "AND COALESCE(json_extract(node, '$.port'), 22) = ? "
+            "AND status IN ('planned', 'dispatching', 'dispatch_failed') ORDER BY id",
+            [host.lower(), int(port)])
+        return [Run.from_row(decode_row(r)) for r in rows]
 
 
     def running_on_node(self, host: str, port: int = 22) -> list[str]:
@@ -116,6 +126,3 @@ class LeasesMixin(StoreBase):
             "ORDER BY id", [host.lower(), int(port), host.lower(), int(port)])
         return [r["id"] for r in rows]
 
-
-def _decode_json(row: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    return {k: (json.loads(v) if k in keys and isinstance(v, str) else v) for k, v in row.items()}

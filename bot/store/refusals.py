@@ -31,12 +31,3 @@ class RefusalsMixin(StoreBase):
         rows = self.db.query("SELECT * FROM refusals ORDER BY id DESC LIMIT ?", [limit])
         return [{**r, "detail": json.loads(r["detail"] or "null")} for r in rows]
 
-    def runs_waiting_on_node(self, host: str, port: int = 22) -> list[dict[str, Any]]:
-        """Runs on SSH node ``host:port`` not started yet (their dispatch waits on the lease)."""
-        return list(self.db.query(
-            "SELECT id, submitter, two_person, status FROM runs "
-            "WHERE json_extract(node, '$.kind') = 'ssh' "
-            "AND lower(json_extract(node, '$.host')) = ? "
-            "AND COALESCE(json_extract(node, '$.port'), 22) = ? "
-            "AND status IN ('planned', 'dispatching', 'dispatch_failed') ORDER BY id",
-            [host.lower(), int(port)]))

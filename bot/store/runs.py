@@ -47,7 +47,7 @@ JSON_COLUMNS = frozenset({
     "categories", "success", "approvers", "forecast", "stop",
 })
 
-_RUN_SELECT = ", ".join(RUN_COLUMNS)
+RUN_SELECT = ", ".join(RUN_COLUMNS)
 
 STAGE_STATE = {"stage.started": "running", "stage.passed": "passed",
                "stage.failed": "failed", "stage.skipped": "skipped"}
@@ -105,7 +105,7 @@ def _encode(fields: dict[str, Any]) -> dict[str, Any]:
                 else v) for k, v in fields.items()}
 
 
-def _decode(row: dict[str, Any]) -> dict[str, Any]:
+def decode_row(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (json.loads(v) if k in JSON_COLUMNS and isinstance(v, str) else v)
             for k, v in row.items()}
 
@@ -136,7 +136,7 @@ class RunsMixin(StoreBase):
         rows = list(self.db.query("SELECT * FROM runs WHERE id = ?", [run_id]))
         if not rows:
             raise RunNotFound(run_id)
-        return _decode(rows[0])
+        return decode_row(rows[0])
 
     def run_head(self, run_id: str) -> dict[str, Any]:
         """What a follower needs on every poll (state, position, where the runner is),
@@ -146,7 +146,7 @@ class RunsMixin(StoreBase):
             "events_offset, last_seq, resume_seq FROM runs WHERE id = ?", [run_id]))
         if not rows:
             raise RunNotFound(run_id)
-        return _decode(rows[0])
+        return decode_row(rows[0])
 
     def run_record(self, run_id: str) -> RunRecord:
         """The run's typed record (bot.store.record): its identity, state, where it runs and
@@ -155,15 +155,15 @@ class RunsMixin(StoreBase):
                                   [run_id]))
         if not rows:
             raise RunNotFound(run_id)
-        return RunRecord.from_row(_decode(rows[0]))
+        return RunRecord.from_row(decode_row(rows[0]))
 
     def run(self, run_id: str) -> Run:
         """The run, typed (bot.pilot.record.Run): its plan, its manifest checked once, its
         verdict, balance, forecast..., without the expected ids (``expected_ids``)."""
-        rows = list(self.db.query(f"SELECT {_RUN_SELECT} FROM runs WHERE id = ?", [run_id]))
+        rows = list(self.db.query(f"SELECT {RUN_SELECT} FROM runs WHERE id = ?", [run_id]))
         if not rows:
             raise RunNotFound(run_id)
-        return Run.from_row(_decode(rows[0]))
+        return Run.from_row(decode_row(rows[0]))
 
     def find(self, prefix: str) -> Run:
         """``find_run``'s run, typed."""
@@ -175,13 +175,13 @@ class RunsMixin(StoreBase):
         conds = [c for c, v in (("status = ?", status), ("channel = ?", channel)) if v]
         params = [v for v in (status, channel) if v]
         where = f"WHERE {' AND '.join(conds)}" if conds else ""
-        sql = f"SELECT {_RUN_SELECT} FROM runs {where} ORDER BY id DESC LIMIT ?"
-        return [Run.from_row(_decode(r)) for r in self.db.query(sql, [*params, limit])]
+        sql = f"SELECT {RUN_SELECT} FROM runs {where} ORDER BY id DESC LIMIT ?"
+        return [Run.from_row(decode_row(r)) for r in self.db.query(sql, [*params, limit])]
 
     def running(self) -> list[Run]:
         """``active_runs``, typed: the runs whose runner is running, oldest first."""
-        return [Run.from_row(_decode(r)) for r in self.db.query(
-            f"SELECT {_RUN_SELECT} FROM runs WHERE status = ? ORDER BY id",
+        return [Run.from_row(decode_row(r)) for r in self.db.query(
+            f"SELECT {RUN_SELECT} FROM runs WHERE status = ? ORDER BY id",
             [str(RunStatus.RUNNING)])]
 
     def expected_ids(self, run_id: str) -> list[str] | None:
@@ -189,7 +189,7 @@ class RunsMixin(StoreBase):
         rows = list(self.db.query("SELECT expected_ids FROM runs WHERE id = ?", [run_id]))
         if not rows:
             raise RunNotFound(run_id)
-        ids = _decode(rows[0])["expected_ids"]
+        ids = decode_row(rows[0])["expected_ids"]
         return None if ids is None else [str(i) for i in ids]
 
     def find_run(self, prefix: str) -> dict[str, Any]:
@@ -233,10 +233,10 @@ class RunsMixin(StoreBase):
         params = [v for v in (status, channel) if v]
         where = f"WHERE {' AND '.join(conds)}" if conds else ""
         sql = f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?"
-        return [_decode(r) for r in self.db.query(sql, [*params, limit])]
+        return [decode_row(r) for r in self.db.query(sql, [*params, limit])]
 
     def active_runs(self) -> list[dict[str, Any]]:
-        return [_decode(r) for r in self.db.query(
+        return [decode_row(r) for r in self.db.query(
             "SELECT * FROM runs WHERE status = ? ORDER BY id", [str(RunStatus.RUNNING)])]
 
     def next_attempt(self, name: str, kind: str = "pilot") -> int:
@@ -248,9 +248,9 @@ class RunsMixin(StoreBase):
     def previous_attempt(self, name: str, before: str) -> Run | None:
         """The pilot's attempt before ``before``, typed (None for a first attempt)."""
         rows = list(self.db.query(
-            f"SELECT {_RUN_SELECT} FROM runs WHERE name = ? AND kind = 'pilot' AND id < ? "
+            f"SELECT {RUN_SELECT} FROM runs WHERE name = ? AND kind = 'pilot' AND id < ? "
             "ORDER BY id DESC LIMIT 1", [name, before]))
-        return Run.from_row(_decode(rows[0])) if rows else None
+        return Run.from_row(decode_row(rows[0])) if rows else None
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Change a run's fields; its status changes only through ``transition``."""
@@ -377,7 +377,7 @@ class RunsMixin(StoreBase):
                        "WHERE run = ? AND state = 'running'", [utc_now(), run_id])
 
     def stages(self, run_id: str) -> list[dict[str, Any]]:
-        return [_decode(r) for r in self.db.query(
+        return [decode_row(r) for r in self.db.query(
             "SELECT * FROM stages WHERE run = ? ORDER BY rowid", [run_id])]
 
     def item_outcomes(self, run_id: str) -> list[ItemOutcome]:

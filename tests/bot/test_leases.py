@@ -116,10 +116,11 @@ def test_due_actions_remind_at_24_and_2_hours_and_end_at_expiry() -> None:
 
 
 def test_unsecured_lists_unverified_evidence_and_pending_decisions() -> None:
-    runs = [{"id": "a", "status": "awaiting_decision", "evidence": {"verified": True}},
-            {"id": "b", "status": "decided", "evidence": None},
-            {"id": "c", "status": "running", "evidence": None},
-            {"id": "d", "status": "dispatch_failed", "evidence": None}]
+    runs = [run_of(id="a", status="awaiting_decision", evidence={"verified": True}),
+            run_of(id="b", status="decided", evidence=None),
+            run_of(id="c", status="running", evidence=None),
+            run_of(id="d", status="dispatch_failed", evidence=None),
+            run_of(id="e", kind="volume", status="finished", evidence=None)]
     assert unsecured(runs) == ["a: decision not taken", "b: evidence not verified",
                                "c: still running", "c: evidence not verified"]
 

@@ -189,7 +189,7 @@ def test_submitters_approvals_caps_and_leases(tmp_path: Path) -> None:
     assert [r.rule for r in checks.check_lease_change(p, MEMBER, "slack", "ordered", [])] == [
         "roles.lease_operators"]
     ops = Identity("U0OPS")
-    waiting = [{"id": "run-1", "submitter": "U0OPS", "two_person": 1}]
+    waiting = [run_of(id="run-1", submitter="U0OPS", two_person=1)]
     assert checks.check_lease_change(p, ops, "slack", "payment-notified", waiting) == []
     refused = checks.check_lease_change(p, ops, "slack", "provisioned", waiting)
     assert [r.rule for r in refused] == ["approvals.two_person"]
