@@ -110,20 +110,11 @@ class PilotService:
     def notifier(self) -> Notifier:
         return self.publisher.notifier
 
-    @property
-    def progress_interval(self) -> float:
-        """How often, at most, a progress count is published (seconds)."""
-        return self.publisher.progress_interval
+    def _dispatcher(self, run: RunRecord) -> Dispatcher:
+        return dispatcher_for(self._dispatchers, run)
 
-    @progress_interval.setter
-    def progress_interval(self, seconds: float) -> None:
-        self.publisher.progress_interval = seconds
-
-    def _dispatcher(self, run: RunRecord | dict[str, Any]) -> Dispatcher:
-        return dispatcher_for(self._dispatchers, _record(run))
-
-    def _handle(self, run: RunRecord | dict[str, Any], *, resume: bool = False) -> RunHandle:
-        return handle_for(_record(run), resume=resume)
+    def _handle(self, run: RunRecord, *, resume: bool = False) -> RunHandle:
+        return handle_for(run, resume=resume)
 
     def _publish(self, message: Message) -> None:
         self.publisher.publish(message)
@@ -623,8 +614,3 @@ class PilotService:
         """Close what the dispatchers hold open (SSH sessions and their event loop)."""
         for dispatcher in self.dispatchers.values():
             dispatcher.close()
-
-
-def _record(run: RunRecord | dict[str, Any]) -> RunRecord:
-    """A run as its typed record (a row read as a dict is checked here)."""
-    return run if isinstance(run, RunRecord) else RunRecord.from_row(run)

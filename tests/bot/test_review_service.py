@@ -47,7 +47,7 @@ def test_resume_after_a_finished_attempt_follows_the_new_runner(tmp_path: Path) 
     run = service.follow(run_id, timeout=30)
     # The resumed runner's events are all consumed: the old run.finished does not end it.
     assert run["last_seq"] > seen and not service.dispatchers["local"].is_alive(
-        service._handle(run))
+        service._handle(service.store.run_record(run_id)))
     assert (run["status"], run["outcome"]) == ("awaiting_decision", "passed")
 
 

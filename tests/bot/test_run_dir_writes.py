@@ -77,7 +77,7 @@ def test_a_local_resume_never_appends_the_runner_log_through_a_link(
     service = PilotService(settings, Store(settings.db_path), {"local": local},
                            RecordingNotifier())
     loaded = load_manifest_file(write_manifest(tmp_path / "project"))
-    run = service.store.get_run(service.submit(loaded, submitter="bob").run_id)
+    run = service.store.run_record(service.submit(loaded, submitter="bob").run_id)
     h = service._handle(run, resume=True)
     (h.run_dir / "runner.log").symlink_to(bashrc)  # left by the run's code before
     with pytest.raises(DispatchError, match="runner.log"):

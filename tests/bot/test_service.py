@@ -92,11 +92,11 @@ def test_restart_neither_loses_nor_repeats_events(tmp_path: Path) -> None:
 def test_same_lines_read_twice_are_recorded_once(tmp_path: Path) -> None:
     service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
     run_id = submit(service, tmp_path)
-    run = service.follow(run_id, timeout=30)
+    service.follow(run_id, timeout=30)
     before = len(service.store.events(run_id))
     # Replay the whole file from offset 0, as a follower that lost its offset would.
     dispatcher = service.dispatchers["local"]
-    events, offset = dispatcher.read_events(service._handle(run), 0)
+    events, offset = dispatcher.read_events(service._handle(service.store.run_record(run_id)), 0)
     assert service.store.record_events(run_id, events, offset) == []
     assert len(service.store.events(run_id)) == before
     assert len(service.store.items(run_id)) == 4

@@ -112,7 +112,7 @@ def test_probe_cut_off_is_no_contact_not_a_failure(tmp_path: Path, sshd: Sshd) -
         run_id = start_run(bot, manifest)
         pump_until(bot, run_id, items_done(2))
         bot.dispatcher.armed = "probe"  # type: ignore[attr-defined]
-        handle = bot.service._handle(bot.store.get_run(run_id))
+        handle = bot.service._handle(bot.store.run_record(run_id))
         assert bot.dispatcher.is_alive(handle)  # unknown is not dead
         assert bot.dispatcher.fired == ["probe"]  # type: ignore[attr-defined]
         (workdir / "runs" / run_id / "go").write_text("")

@@ -70,7 +70,7 @@ def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
         assert restored.job_ids() == ["preflight-evidence", "preflight-leases", "preflight-watch"]
         run = second.store.get_run(run_id)
         assert (run["last_seq"], run["events_offset"]) == (seen["last_seq"], seen["events_offset"])
-        handle = second.service._handle(run)
+        handle = second.service._handle(second.store.run_record(run_id))
         assert second.dispatcher.is_alive(handle)
         (workdir / "runs" / run_id / "go").write_text("")
 
