@@ -140,12 +140,12 @@ def _volume(loaded: LoadedManifest, plan: Plan,
                       outputs_on_nodes=volume.outputs_on_nodes)
 
 
-def _inputs_dir(project_dir: Path, src: Any) -> str:
+def _inputs_dir(project_dir: Path, src: Inputs | VolumeInputs) -> str:
     """The folder the runner lists: under project.dir, or, for a corpus only the nodes hold
     (``volume.inputs.on_nodes`` without ``dir``), its path on the nodes (never read here)."""
-    if src.dir is None:
+    if isinstance(src, VolumeInputs) and src.dir is None:
         return str(src.on_nodes)
-    return str((project_dir / src.dir).resolve())
+    return str((project_dir / str(src.dir)).resolve())
 
 
 def runs_dir_for(loaded: LoadedManifest, default: Path) -> Path:
