@@ -130,7 +130,8 @@ def test_nothing_imports_a_transport_but_the_entry_point() -> None:
     assert bad == []
 
 
-STORE_FREE = ("bot/slack/", "bot/cli/", "bot/console/")
+# the transports, and the scheduler that runs the service's jobs on a clock
+STORE_FREE = ("bot/slack/", "bot/cli/", "bot/console/", "bot/schedule.py")
 
 
 def test_transports_never_reach_the_store() -> None:
@@ -151,6 +152,13 @@ def test_transports_never_reach_the_store() -> None:
             if isinstance(node, ast.Attribute) and node.attr == "store" \
                     and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
                 bad.append(f"{where(path, node.lineno)} reads {ast.unparse(node)}")
+            # nor patches the service it was given (``service.notifier = ...``, or its
+            # guard's directory): what a transport brings is handed to make_service
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and "service" in ast.unparse(target.value):
+                    bad.append(f"{where(path, node.lineno)} sets {ast.unparse(target)}")
     assert bad == []
 
 

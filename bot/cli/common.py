@@ -41,8 +41,7 @@ def build_service(settings: Settings, notifier: Notifier, *,
                    "project whose runs you want (or set PREFLIGHT_HOME to it); "
                    "`preflight run MANIFEST` starts the first run of a new project", 2)
     try:
-        service = make_service(settings, notifier)
-        service.progress_interval = 0.5  # the terminal draws on a timer: fewer states suffice
-        return service
+        # the terminal draws on a timer: fewer progress states suffice
+        return make_service(settings, notifier, progress_interval=0.5)
     except PreflightError as exc:  # an unusable state directory or database
         raise fail(str(exc), 2) from exc
