@@ -3,6 +3,7 @@ not an event."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 from bot.dispatch.base import RunHandle
 from bot.dispatch.local import LocalDispatcher
+from bot.dispatch.ssh import SSHDispatcher
+from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
 from runner.events import EventFormatError
 
@@ -25,3 +28,33 @@ def test_a_line_that_is_no_event_is_a_dispatch_error_naming_the_run(tmp_path: Pa
         LocalDispatcher(sys.executable, env={}).read_events(handle, 0)
     assert isinstance(caught.value.__cause__, EventFormatError)
     assert "preflight stop r7" in str(caught.value)
+
+
+class _NodeEvents(SSHDispatcher):
+    """The SSH dispatcher's read of events.jsonl, the node's bytes given (no SSH)."""
+
+    def __init__(self, chunk: bytes) -> None:
+        super().__init__()
+        self.chunk = chunk
+
+    async def _read(self, node: SSHNode, path: str, offset: int) -> bytes:
+        return self.chunk[offset:]
+
+
+def test_a_node_line_that_is_no_event_is_a_dispatch_error_naming_run_file_and_node(
+        tmp_path: Path) -> None:
+    good = b'{"seq": 1, "type": "run.started", "run": "r7", "ts": "t"}\n'
+    node = {"kind": "ssh", "host": "gpu-a", "workdir": "/w"}
+    (tmp_path / "remote.json").write_text(json.dumps({"node": node, "run_dir": "/w/runs/r7"}))
+    handle = RunHandle(run_id="r7", run_dir=tmp_path, spec_path=tmp_path / "spec.json",
+                       project_dir=tmp_path)
+    dispatcher = _NodeEvents(good + b"not an event\n")
+    try:
+        with pytest.raises(DispatchError, match=r"run r7: /w/runs/r7/events\.jsonl on gpu-a "
+                                                r"has a line that is not an event") as caught:
+            dispatcher.read_events(handle, 0)
+        assert isinstance(caught.value.__cause__, EventFormatError)
+        assert "preflight stop r7" in str(caught.value)
+        assert not (tmp_path / "events.jsonl").exists()  # nothing of the chunk mirrored
+    finally:
+        dispatcher.close()
