@@ -52,11 +52,19 @@ def healthy_cards(facts: Dict[str, Any]) -> Optional[List[int]]:
     stage reported them: the latest card stage that reported a list of card indices (ints;
     a JSON ``true`` is no card). The runner's volume and the bot read them by this rule."""
     for stage in reversed(CARD_STAGES):
-        stage_facts = facts.get(stage)
-        cards = stage_facts.get("healthy_cards") if isinstance(stage_facts, dict) else None
-        if isinstance(cards, list) and all(isinstance(c, int) and not isinstance(c, bool)
-                                           for c in cards):
-            return sorted(cards)
+        cards = stage_cards(facts.get(stage))
+        if cards is not None:
+            return cards
+    return None
+
+
+def stage_cards(stage_facts: Any) -> Optional[List[int]]:
+    """One card stage's ``healthy_cards`` (sorted), or None when it reported no list of
+    card indices (a JSON ``true`` is no card)."""
+    cards = stage_facts.get("healthy_cards") if isinstance(stage_facts, dict) else None
+    if isinstance(cards, list) and all(isinstance(c, int) and not isinstance(c, bool)
+                                       for c in cards):
+        return sorted(cards)
     return None
 
 

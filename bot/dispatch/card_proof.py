@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from bot.dispatch.upload import SSHNode, UploadPlan
 from bot.errors import DispatchError
 from runner.events import RUN_FINISHED
-from runner.spec import CARD_STAGES, CARD_VERDICTS
+from runner.spec import CARD_STAGES, CARD_VERDICTS, healthy_cards, stage_cards
 
 # Not memory: it runs the user's workload, which the pilot measured; not the pilot and
 # what follows it: the driver's run does those.
@@ -150,22 +150,24 @@ def read_proof(index: int, node: SSHNode, gpus: bool, code: int, out: str,
 
 def _healthy(stages: dict[str, dict[str, Any]]
              ) -> tuple[tuple[int, ...] | None, list[dict[str, Any]]]:
-    """The cards every card stage that judged them left healthy (None: no stage judged
-    any), and each card left out with the stage that left it out and its reasons."""
-    if not any(isinstance((stages.get(s, {}).get("facts") or {}).get("healthy_cards"), list)
-               for s in CARD_STAGES):
+    """The healthy cards by the runner's one rule (``runner.spec.healthy_cards``: the
+    latest card stage's list; None: no stage judged any), and each card left out with the
+    stage that left it out and its reasons."""
+    by_stage = {s: stages.get(s, {}).get("facts") or {} for s in CARD_STAGES}
+    cards = healthy_cards(by_stage)
+    if cards is None:
         return None, []
-    device = stages["device"].get("facts") or {}
+    device = by_stage["device"]
     seen = sorted(int(k) for k in device.get("cards") or {}) or list(
         range(int(device.get("count") or 0)))
     keep, excluded = set(seen), []
     for stage in CARD_STAGES:
         event = stages.get(stage, {})
-        facts = event.get("facts") or {}
-        healthy = facts.get("healthy_cards")
-        if not isinstance(healthy, list):
+        facts = by_stage[stage]
+        healthy = stage_cards(facts)
+        if healthy is None:
             continue
-        for card in sorted(keep - {int(c) for c in healthy}):
+        for card in sorted(keep - set(healthy)):
             rows = facts.get("cards")  # by card (device, compute); interconnect: a list
             row = (rows.get(str(card)) if isinstance(rows, dict) else None) or {}
             # a volume's stage passes with its verdict kept (runner.cards.tolerate_card_verdict)
@@ -174,8 +176,8 @@ def _healthy(stages: dict[str, dict[str, Any]]
                                              or "; ".join(map(str, facts.get("warnings") or []))
                                              or f"left out by the {stage} stage"]
             excluded.append({"card": card, "stage": stage, "reason": "; ".join(map(str, reasons))})
-        keep &= {int(c) for c in healthy}
-    return tuple(sorted(keep)), excluded
+        keep &= set(healthy)
+    return tuple(cards), excluded
 
 
 def head_proof(copy: NodeCopy, run_id: str, proof: NodeProof) -> dict[str, Any] | None:

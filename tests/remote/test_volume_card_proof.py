@@ -23,6 +23,7 @@ from bot.errors import DispatchError, NodeUnreachable
 from bot.messages.volume_view import volume_message
 from runner.events import Event
 from runner.raypin import RAY_VERSION
+from runner.spec import healthy_cards
 from runner.stage import StageContext
 from runner.volume import report_node_proofs
 from tests.bot.runs import run_of
@@ -194,6 +195,26 @@ def test_a_card_in_every_slow_pair_of_the_interconnect_is_left_out(tmp_path: Pat
     proof = json.loads(handle.spec_path.read_text())["volume"]["nodes"][1]
     assert proof["excluded"] == [{"card": 2, "stage": "interconnect",
                                   "reason": link["warnings"][0]}]
+
+
+def test_the_proof_reads_healthy_cards_by_the_runner_s_one_rule(tmp_path: Path) -> None:
+    """A node's stages whose lists are not all card indices (a JSON true is no card, once
+    read as card 1): the proof offers the cards runner.spec.healthy_cards reads, as the
+    runner's volume does, never a card made of a boolean."""
+    handle, copies = _handle(tmp_path)
+    rows = {str(c): {"verdict": "ok", "reasons": []} for c in range(3)}
+    device = {"device": "cuda", "count": 3, "cards": rows, "healthy_cards": [0, 2]}
+    out = (_line("torch", "passed", {}) + _line("device", "passed", device)
+           + _line("compute", "passed", {"cards": rows, "healthy_cards": [True, 2]})
+           + _line("interconnect", "passed", {"healthy_cards": "all"}))
+    nodes = _Nodes({"gpu-a": gpu_proof(2), "gpu-b": out})
+    assert start_volume_cluster(nodes, handle, copies) is not None
+    [command] = nodes.started("gpu-b")
+    assert healthy_cards({"device": device, "compute": {"healthy_cards": [True, 2]}}) == [0, 2]
+    assert " CUDA_VISIBLE_DEVICES=0,2 " in command and "--num-gpus 2 " in command
+    proof = json.loads(handle.spec_path.read_text())["volume"]["nodes"][1]
+    assert proof["cards"] == [0, 2] and proof["excluded"] == [
+        {"card": 1, "stage": "device", "reason": "left out by the device stage"}]
 
 
 def test_a_faulty_card_is_left_out_and_told_to_the_user(tmp_path: Path) -> None:
