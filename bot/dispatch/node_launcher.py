@@ -51,9 +51,13 @@ def stat_fields(text: Union[str, bytes]) -> List[str]:
     return parts[1].split() if len(parts) == 2 else []
 
 
+ENDED_STATES = ("Z", "X")  # a zombie, or dead: ended, whether or not reaped yet
+
+
 def running(pid: int) -> Optional[List[str]]:
     """The fields of ``/proc/<pid>/stat`` while ``pid`` is running (empty where there is no
-    /proc to read), or None when it is gone or a zombie."""
+    /proc to read), or None when it is gone, a zombie or dead (``ENDED_STATES``, as the
+    runner's own Ray group stop and the node's Ray stop read them)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -65,7 +69,7 @@ def running(pid: int) -> Optional[List[str]]:
             fields = stat_fields(fh.read())
     except OSError:
         return []
-    return None if fields[:1] == ["Z"] else fields
+    return None if fields[:1] and fields[0] in ENDED_STATES else fields
 
 
 def hashes(skip: List[str], top: List[str], roots: List[str]) -> Dict[str, Dict[str, str]]:

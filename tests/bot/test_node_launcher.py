@@ -3,11 +3,16 @@ launcher's lock, the local dispatcher and the SSH probe share: gone or a zombie 
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from bot.dispatch import node_launcher
 from bot.dispatch.base import RunHandle
 from bot.dispatch.local import LocalDispatcher
 from bot.dispatch.node_launcher import running, stat_fields
@@ -35,6 +40,16 @@ def test_a_zombie_is_not_running_for_the_launcher_nor_the_local_dispatcher(
     fields = running(os.getpid())
     assert fields is not None and fields[0] in ("R", "S")
 
+
+def test_a_process_in_state_x_is_not_running_either(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dead (X), as the Ray group stops read it: a process seen at that instant has ended."""
+    def stat_of(state: str) -> Callable[..., io.BytesIO]:
+        return lambda path, mode="r": io.BytesIO(f"{os.getpid()} (python) {state} 1 2".encode())
+
+    monkeypatch.setattr(node_launcher, "open", stat_of("X"), raising=False)
+    assert running(os.getpid()) is None
+    monkeypatch.setattr(node_launcher, "open", stat_of("D"), raising=False)
+    assert running(os.getpid()) == ["D", "1", "2"]  # waiting on a disk: running
 
 
 def test_the_shell_probe_of_a_node_without_proc(tmp_path: Path) -> None:
