@@ -264,6 +264,12 @@ def _check_volume(service: PilotService, pilot: str, volume: str, run: dict[str,
     assert (run["balance"]["accepted"], run["balance"]["refused"]) == (COUNT - 1, 1)
     rows = (Path(run["run_dir"]) / "balance.csv").read_text().splitlines()[1:]
     assert Counter(r.split(",")[0] for r in rows) == Counter(ids)
+    # each attempt's dispatch told every node's copy, card proof and Ray, and the launch
+    steps = Counter((e.data.get("phase"), e.data.get("index"))
+                    for e in service.store.dispatch_events(volume)
+                    if e.type == "dispatch.node" and e.data.get("phase") != "uploading")
+    assert steps == Counter({**{(phase, i): 2 for phase in ("uploaded", "proved", "ray_up")
+                                for i in range(NODES)}, ("launching", 0): 2}), steps
     check = service.store.get_run(volume)["forecast"]  # the forecast against the actual
     assert (check["attempts"], check["items_done"]) == (2, COUNT), check
     assert check["workers_forecast"] == check["workers_started"] == NODES * CARDS, check

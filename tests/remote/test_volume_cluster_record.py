@@ -12,9 +12,10 @@ import yaml
 
 from bot.dispatch.base import RunHandle
 from bot.dispatch.card_proof import NodeCopy
+from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import SSHNode
 from bot.dispatch.volume_cluster import CLUSTER_FILE, start_volume_cluster
-from bot.errors import DispatchError
+from bot.errors import DispatchError, NodeUnreachable
 from runner.raypin import RAY_VERSION
 
 
@@ -48,8 +49,8 @@ def cpu_proof() -> str:
 COPIES = [NodeCopy("/w/runs/r-1", "/w/runner-pkg", "/w/projects/p") for _ in range(2)]
 
 
-def _handle(tmp_path: Path) -> RunHandle:
-    nodes = [{"kind": "ssh", "host": h, "workdir": "/w"} for h in ("gpu-a", "gpu-b")]
+def _handle(tmp_path: Path, hosts: tuple[str, ...] = ("gpu-a", "gpu-b")) -> RunHandle:
+    nodes = [{"kind": "ssh", "host": h, "workdir": "/w"} for h in hosts]
     (tmp_path / "manifest.yaml").write_text(yaml.safe_dump({"volume": {"nodes": nodes}}))
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"volume": {"gpus": False}}))
@@ -79,3 +80,44 @@ def test_an_earlier_ray_that_cannot_be_stopped_refuses_the_new_start(tmp_path: P
                                             "stopping Ray failed .*permission denied"):
         start_volume_cluster(stuck, handle, COPIES)
     assert "start" not in [k for k, _ in stuck.ran] and (tmp_path / CLUSTER_FILE).exists()
+
+
+class _HeadGone(SSHDispatcher):
+    """The real dispatcher's stop, its commands answered without SSH: the hosts in
+    ``down`` are out of reach (as the follower found the head), the others stop."""
+
+    def __init__(self, down: set[str]) -> None:
+        super().__init__()
+        self.down = down
+        self.stopped: list[str] = []
+
+    def run(self, node: SSHNode, command: str, stdin: str = "",
+            timeout: float = 120) -> tuple[int, str, str]:
+        if node.host in self.down:
+            raise NodeUnreachable(f"{node.where}: connection timed out")
+        assert "signal.SIGKILL" in command, command  # nothing but Ray's stop is sent
+        self.stopped.append(node.host)
+        return 0, "", ""
+
+
+def test_a_head_out_of_reach_stops_every_other_node_and_keeps_its_record(
+        tmp_path: Path) -> None:
+    hosts = ("gpu-a", "gpu-b", "gpu-c")
+    handle = _handle(tmp_path, hosts)
+    assert start_volume_cluster(_Node(), handle, COPIES + COPIES[:1]) is not None
+    dispatcher = _HeadGone({"gpu-a"})
+    problems = dispatcher.stop_other_nodes(handle)
+    assert dispatcher.stopped == ["gpu-c", "gpu-b"]  # every other node, the head last
+    assert len(problems) == 1 and problems[0].startswith("gpu-a:22: connection timed out")
+    assert (tmp_path / CLUSTER_FILE).exists()  # the head's Ray still to stop: kept
+    dispatcher.down.clear()  # the next look reaches the head
+    assert dispatcher.stop_other_nodes(handle) == []
+    assert dispatcher.stopped[2:] == ["gpu-c", "gpu-b", "gpu-a"]
+    assert not (tmp_path / CLUSTER_FILE).exists()
+
+
+def test_an_unreadable_record_is_a_problem_named_not_a_crash(tmp_path: Path) -> None:
+    handle = _handle(tmp_path)
+    (tmp_path / CLUSTER_FILE).write_text("{not json")
+    problems = _HeadGone(set()).stop_other_nodes(handle)
+    assert len(problems) == 1 and CLUSTER_FILE in problems[0], problems
