@@ -67,8 +67,9 @@ def test_libraries_stay_in_their_module(library: str, home: str) -> None:
 
 
 # Code of bot/ that runs on a node, not in the bot (sent as its text): the launcher hands
-# the node's own environment on to the runner it starts there.
-ON_THE_NODE = ("bot/dispatch/node_launcher.py",)
+# the node's own environment on to the runner it starts there, and a Ray hold reads the
+# temp dir its launcher names in it.
+ON_THE_NODE = ("bot/dispatch/node_launcher.py", "bot/dispatch/node_ray.py")
 
 
 def test_only_settings_reads_the_environment() -> None:

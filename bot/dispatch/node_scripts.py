@@ -26,31 +26,11 @@ LAUNCH_SCRIPT = UNTAR_FUNCTION + Path(__file__).with_name("node_launcher.py").re
     encoding="utf-8")
 
 
-# Runs on a volume node other than the head, launched by ``LAUNCH_SCRIPT`` once that node's
-# Ray has started: as long as the Ray process group named in ``<HOLD_ENV dir>/preflight.pgid``
-# lives (the file is removed when it is stopped), this process, and with it the launcher's
-# supervisor, holds the node's workdir lock, so no other dispatch writes under its workers.
-HOLD_ENV = "PREFLIGHT_HOLD_RAY"
-HOLD_SCRIPT = r"""
-import os, stat, sys, time
-path = os.path.join(os.environ.get("PREFLIGHT_HOLD_RAY", ""), "preflight.pgid")
-try:  # a group named in a temp dir that is not ours alone is nobody's word (ray_cluster.py)
-    st = os.lstat(os.path.dirname(path))
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        sys.exit(0)
-    with open(path) as fh:
-        group = int(fh.read())
-except (OSError, ValueError):
-    sys.exit(0)
-while os.path.exists(path):
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        break
-    except PermissionError:
-        pass
-    time.sleep(1)
-"""
+# A volume's Ray on a node: started and stopped in a process group of its own, and, on a
+# node other than the head, held by what ``LAUNCH_SCRIPT`` launches there once its Ray has
+# started (``node_ray.py``'s hold, ``HOLD_ENV`` naming the Ray temp dir): it lives as long
+# as that Ray does, and with it the launcher's supervisor, which holds the workdir lock.
+NODE_RAY = Path(__file__).with_name("node_ray.py").read_text(encoding="utf-8")
 
 
 def python_command(python: str, script: str, *args: str) -> str:

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from bot.dispatch.node_scripts import NODE_RAY
 from bot.errors import DispatchError
 from runner.raypin import RAY_VERSION, install_command
 from runner.spec import NODE_RUN_DIR_ENV
@@ -140,113 +141,13 @@ def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> list[Ray
     return sized
 
 
-# The run's Ray temp dir on the node (its sockets, logs and ``preflight.pgid``) has a
-# predictable name under a shared /tmp, so another user of the node could create it first
-# and choose which process group a stop kills. It is created 0700; one that already exists
-# and is not a real folder owned by the node user with no access for others is refused,
-# naming the path, before Ray starts; a stop trusts ``preflight.pgid`` only inside a folder
-# that passes the same check. Ray itself gets a folder inside it (``RAY_SUBDIR``), since
-# Ray makes its temp dir 0777 on purpose; the private folder around it keeps other users
-# out. (Keep the path short: Ray's AF_UNIX sockets live under it, and a socket path must
-# stay under 108 characters.)
+# The run's Ray temp dir on the node (its sockets, logs and ``preflight.pgid``) is made
+# private by ``node_ray.py`` (sent as its text, ``NODE_RAY``), which starts and stops this
+# run's Ray in a process group of its own. Ray itself gets a folder inside it
+# (``RAY_SUBDIR``), since Ray makes its temp dir 0777 on purpose; the private folder around
+# it keeps other users out. (Keep the path short: Ray's AF_UNIX sockets live under it, and
+# a socket path must stay under 108 characters.)
 RAY_SUBDIR = "ray"
-PRIVATE_DIR = r"""
-import os, stat, sys
-def not_private(d):
-    try:
-        st = os.lstat(d)
-    except FileNotFoundError:
-        return None
-    kind = "a link" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) \
-        else "not a folder"
-    if kind == "a folder" and st.st_uid == os.getuid() and not st.st_mode & 0o077:
-        return None
-    return ("preflight: the Ray temp dir %s is %s of uid %d with mode %o, not a private "
-            "folder of this user (uid %d): another user may control it. Remove it (or ask "
-            "its owner to) and start again" % (d, kind, st.st_uid, stat.S_IMODE(st.st_mode),
-                                                os.getuid()))
-"""
-# Runs on the node: ``ray start`` in a process group of its own, whose id is written to
-# ``<temp dir>/preflight.pgid``; every Ray process it starts stays in that group (the
-# actors take their own, and die with their raylet), so stopping ends exactly this run's
-# Ray, not another Ray of the same user.
-GROUP_START = PRIVATE_DIR + r"""
-d = sys.argv[1]
-os.makedirs(os.path.dirname(d) or ".", exist_ok=True)
-try:
-    os.mkdir(d, 0o700)
-except FileExistsError:
-    pass
-problem = not_private(d)
-if problem:
-    sys.stderr.write(problem + "\n")
-    sys.exit(3)
-pid = os.fork()
-if pid:
-    sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
-os.setsid()
-fd = os.open(os.path.join(d, "preflight.pgid"),
-             os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-os.write(fd, str(os.getpgid(0)).encode())
-os.close(fd)
-os.execv(sys.executable, [sys.executable] + sys.argv[2:])
-"""
-# Stopping: SIGTERM to the group, then SIGKILL, each given up to 2 s; a member that ended
-# but is not reaped yet (a node whose init reaps late, as in many containers) counts as ended.
-GROUP_STOP = PRIVATE_DIR + r"""
-import signal, time
-d = sys.argv[1]
-problem = not_private(d)
-if problem:
-    sys.stderr.write(problem + "; its preflight.pgid was not trusted, nothing stopped\n")
-    sys.exit(3)
-path = os.path.join(d, "preflight.pgid")
-try:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
-            sys.exit(0)
-        group = int(os.read(fd, 64))
-    finally:
-        os.close(fd)
-except (OSError, ValueError):
-    sys.exit(0)
-if group <= 1:
-    sys.exit(0)
-def gone(sig):
-    try:
-        os.killpg(group, sig)
-    except ProcessLookupError:
-        return True
-    return False
-def ended():
-    if gone(0):
-        return True
-    try:
-        names = [n for n in os.listdir('/proc') if n.isdigit()]
-    except OSError:
-        return False
-    for n in names:
-        try:
-            f = open('/proc/' + n + '/stat').read().rsplit(') ', 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(f[2]) == group and f[0] not in ('Z', 'X'):
-            return False
-    return True
-for sig in (signal.SIGTERM, signal.SIGKILL):
-    if gone(sig):
-        break
-    for _ in range(40):
-        time.sleep(0.05)
-        if ended():
-            break
-    else:
-        continue
-    break
-os.remove(path)
-"""
 
 
 def start_command(node: RayNode, head: str | None) -> str:
@@ -261,7 +162,7 @@ def start_command(node: RayNode, head: str | None) -> str:
         env.append(f"PYTHONPATH={shlex.quote(node.package_root)}${{PYTHONPATH:+:$PYTHONPATH}}")
     if node.run_dir:
         env.append(f"{NODE_RUN_DIR_ENV}={shlex.quote(node.run_dir)}")
-    args = [node.python, "-c", GROUP_START, node.temp_dir, "-m", "ray.scripts.scripts",
+    args = [node.python, "-c", NODE_RAY, "start", node.temp_dir, "-m", "ray.scripts.scripts",
             "start", "--disable-usage-stats", "--node-ip-address", node.address,
             *gpus, "--temp-dir", f"{node.temp_dir}/{RAY_SUBDIR}", *node.ports.flags()]
     if head is None:
@@ -274,7 +175,8 @@ def start_command(node: RayNode, head: str | None) -> str:
 
 def stop_command(node: RayNode) -> str:
     """End this run's Ray on the node: its process group (SIGTERM, then SIGKILL)."""
-    return " ".join(shlex.quote(a) for a in (node.python, "-c", GROUP_STOP, node.temp_dir))
+    return " ".join(shlex.quote(a) for a in (node.python, "-c", NODE_RAY, "stop",
+                                              node.temp_dir))
 
 
 @dataclass

@@ -42,7 +42,8 @@ from bot.dispatch.corpus import check_listing
 from bot.dispatch.corpus_head import list_on_head
 from bot.dispatch.fetch import FetchLimits, fetch_results
 from bot.dispatch.node_launcher import stat_fields
-from bot.dispatch.node_scripts import HOLD_ENV, probe_command, stop_command
+from bot.dispatch.node_ray import HOLD_ENV
+from bot.dispatch.node_scripts import probe_command, stop_command
 from bot.dispatch.ray_cluster import RayCluster
 from bot.dispatch.ssh_session import SSHSessions
 from bot.dispatch.transfer import TransferLimits, TransferWatch, current_meter, use_meter

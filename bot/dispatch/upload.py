@@ -38,7 +38,7 @@ from bot.dispatch.corpus import (
 )
 from bot.dispatch.inputs_check import CheckedInputs, checked_files, recheck_inputs
 from bot.dispatch.node_corpus import Row
-from bot.dispatch.node_scripts import HOLD_SCRIPT, launcher_command
+from bot.dispatch.node_scripts import NODE_RAY, launcher_command
 from bot.errors import DispatchError, NodeUnreachable
 from runner.evidence import file_sha256
 from runner.files import write_json_atomic
@@ -346,10 +346,10 @@ class UploadPlan:
 
     def hold_command(self, python: str) -> str:
         """Like ``launch_command``, but what it launches holds the workdir's lock while the
-        node's Ray lives (a volume node other than the head: ``HOLD_SCRIPT``)."""
+        node's Ray lives (a volume node other than the head: ``node_ray.py``'s hold)."""
         return launcher_command(python, self.lock, self.run_id, self.remote_run_dir,
                                 self.remote_project, self.remote_pkg_root,
-                                python, "-c", HOLD_SCRIPT)
+                                python, "-c", NODE_RAY, "hold")
 
     def launch_command(self, python: str, resume: bool) -> str:
         """Takes the workdir's lock (prints a JSON line), then on ``launch`` on its stdin

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shlex
 import socket
 import sys
 import time
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bot.dispatch.node_scripts import NODE_RAY
 from bot.dispatch.ray_cluster import RayPorts
 from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import RUNNER_PACKAGE
@@ -199,3 +201,14 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def command_kind(command: str) -> str:
+    """What a volume's dispatch asks a node (for the fakes that answer without SSH): its
+    card proof, ``ray start``, the stop of its Ray, else the version probe."""
+    if "--stages" in command:
+        return "proof"
+    argv = shlex.split(command.split(" && exec ", 1)[-1])  # a start reads its token first
+    if len(argv) > 3 and argv[1:3] == ["-c", NODE_RAY] and argv[3] in ("start", "stop"):
+        return argv[3]
+    return "probe"

@@ -22,6 +22,7 @@ from bot.errors import DispatchError
 from runner.raypin import RAY_VERSION
 from tests.processes import live_processes
 from tests.remote.conftest import BARE_PYTHON, Sshd
+from tests.remote.remote_kit import command_kind
 
 
 def _shell(sshd: Sshd, workdir: Path):  # type: ignore[no-untyped-def]
@@ -66,7 +67,7 @@ def test_a_node_without_ray_or_with_another_version_is_refused_before_anything_s
             start_cluster(shell, mixed)
     finally:
         dispatcher.close()
-    assert ran and not [c for c in ran if " start " in c]  # refused before any ray start
+    assert ran and not [c for c in ran if command_kind(c) == "start"]  # refused before any
 
 
 def _probe(python: str) -> str:

@@ -18,6 +18,7 @@ import pytest
 from bot.dispatch.ray_cluster import RAY_START_AT_ONCE, RayNode, start_cluster
 from bot.errors import DispatchError
 from runner.raypin import RAY_VERSION
+from tests.remote.remote_kit import command_kind
 
 PROBE_OUT = json.dumps({"python": ".".join(map(str, sys.version_info[:3])), "ray": RAY_VERSION,
                         "cpus": 4})
@@ -42,8 +43,8 @@ class RecordingShell:
         self.stopped: list[str] = []
 
     def __call__(self, node: RayNode, command: str, stdin: str = "") -> tuple[int, str, str]:
-        if "ray.scripts.scripts" not in command:
-            if "preflight.pgid" in command:  # the stop
+        if command_kind(command) != "start":
+            if command_kind(command) == "stop":
                 with self.lock:
                     self.stopped.append(node.where)
                 return 0, "", ""

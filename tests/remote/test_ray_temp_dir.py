@@ -14,18 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.dispatch.node_scripts import HOLD_SCRIPT
-from bot.dispatch.ray_cluster import (
-    GROUP_START,
-    GROUP_STOP,
-    RAY_SUBDIR,
-    RayNode,
-    start_command,
-    stop_command,
-)
+from bot.dispatch.node_ray import HOLD_ENV
+from bot.dispatch.node_scripts import NODE_RAY
+from bot.dispatch.ray_cluster import RAY_SUBDIR, RayNode, start_command, stop_command
 
 # Stands in for ``-m ray.scripts.scripts start ...``: leaves a mark, then lives on in the
-# process group GROUP_START made (as Ray's daemons do) while the command returns.
+# process group node_ray.py's start made (as Ray's daemons do) while the command returns.
 FAKE_RAY = ("import os, subprocess, sys\nopen(sys.argv[1], 'w').write('ran')\n"
             "os.makedirs(sys.argv[2], exist_ok=True)\nos.chmod(sys.argv[2], 0o777)\n"  # as Ray does
             "d = subprocess.DEVNULL\n"
@@ -34,13 +28,13 @@ FAKE_RAY = ("import os, subprocess, sys\nopen(sys.argv[1], 'w').write('ran')\n"
 
 
 def start(temp_dir: Path, mark: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", GROUP_START, str(temp_dir), "-c", FAKE_RAY,
+    return subprocess.run([sys.executable, "-c", NODE_RAY, "start", str(temp_dir), "-c", FAKE_RAY,
                            str(mark), str(temp_dir / RAY_SUBDIR)], capture_output=True,
                           text=True, timeout=60)
 
 
 def stop(temp_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", GROUP_STOP, str(temp_dir)],
+    return subprocess.run([sys.executable, "-c", NODE_RAY, "stop", str(temp_dir)],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -149,8 +143,8 @@ def test_the_workdir_hold_ignores_a_group_in_a_loose_temp_dir(
         tmp_path: Path, victim: subprocess.Popen[bytes]) -> None:
     temp_dir = tmp_path / "pf-ray-0123abcd-1"
     plant(temp_dir, victim.pid, 0o755)
-    done = subprocess.run([sys.executable, "-c", HOLD_SCRIPT], capture_output=True,
-                          env={**os.environ, "PREFLIGHT_HOLD_RAY": str(temp_dir)}, timeout=60)
+    done = subprocess.run([sys.executable, "-c", NODE_RAY, "hold"], capture_output=True,
+                          env={**os.environ, HOLD_ENV: str(temp_dir)}, timeout=60)
     assert done.returncode == 0  # ends at once instead of holding while that group lives
 
 
@@ -158,3 +152,30 @@ def test_ray_gets_a_folder_inside_the_private_temp_dir() -> None:
     node = RayNode("u@h:22", "h", temp_dir="/tmp/pf-ray-0123abcd-0")
     assert "--temp-dir /tmp/pf-ray-0123abcd-0/ray " in start_command(node, None)
     assert stop_command(node).endswith("/tmp/pf-ray-0123abcd-0")
+
+
+def test_the_workdir_hold_lives_as_long_as_the_ray_group(tmp_path: Path) -> None:
+    """node_ray.py's hold on a volume node: alive while the Ray group it names lives, ended
+    once that group is stopped (its preflight.pgid removed)."""
+    temp_dir = tmp_path / "pf-ray-0123abcd-2"
+    assert start(temp_dir, tmp_path / "mark").returncode == 0
+    group = int((temp_dir / "preflight.pgid").read_text())
+    holder = subprocess.Popen([sys.executable, "-c", NODE_RAY, "hold"],
+                              env={**os.environ, HOLD_ENV: str(temp_dir)})
+    try:
+        time.sleep(1.5)
+        assert holder.poll() is None  # the group lives: the hold (and the lock) too
+        assert stop(temp_dir).returncode == 0
+        assert holder.wait(timeout=10) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+        if not wait_until_gone(group, within=0):
+            os.killpg(group, 9)
+    assert wait_until_gone(group)
+
+
+def test_node_ray_says_how_to_call_it() -> None:
+    done = subprocess.run([sys.executable, "-c", NODE_RAY, "restart", "/tmp/x"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "usage: start DIR ARGV... | stop DIR | hold" in done.stderr

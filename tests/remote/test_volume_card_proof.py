@@ -27,6 +27,7 @@ from runner.spec import healthy_cards
 from runner.stage import StageContext
 from runner.volume import report_node_proofs
 from tests.bot.runs import run_of
+from tests.remote.remote_kit import command_kind
 from tests.runner.test_stages_kit import REPO, runner_env
 from tests.volume.kit import events, make_volume
 
@@ -81,8 +82,7 @@ class _Nodes:
 
     def run(self, node: Any, command: str, stdin: str = "",
             timeout: float = 120) -> tuple[int, str, str]:
-        kind = "stop" if "signal.SIGKILL" in command else "proof" if "--stages" in command \
-            else "start" if " start " in command else "probe"
+        kind = command_kind(command)
         self.ran.append((kind, node.host, command))
         if kind == "proof":
             out = self.proofs[node.host]

@@ -17,6 +17,7 @@ from bot.dispatch.upload import SSHNode
 from bot.dispatch.volume_cluster import CLUSTER_FILE, start_volume_cluster
 from bot.errors import DispatchError, NodeUnreachable
 from runner.raypin import RAY_VERSION
+from tests.remote.remote_kit import command_kind
 
 
 class _Node:
@@ -28,8 +29,7 @@ class _Node:
 
     def run(self, node: SSHNode, command: str, stdin: str = "",
             timeout: float = 120) -> tuple[int, str, str]:
-        kind = "stop" if "signal.SIGKILL" in command else "proof" if "--stages" in command \
-            else "start" if " start " in command else "probe"
+        kind = command_kind(command)
         self.ran.append((kind, node.host))
         if kind == "stop" and self.stop_fails:
             return 1, "", "permission denied"
@@ -95,7 +95,7 @@ class _HeadGone(SSHDispatcher):
             timeout: float = 120) -> tuple[int, str, str]:
         if node.host in self.down:
             raise NodeUnreachable(f"{node.where}: connection timed out")
-        assert "signal.SIGKILL" in command, command  # nothing but Ray's stop is sent
+        assert command_kind(command) == "stop", command  # nothing but Ray's stop is sent
         self.stopped.append(node.host)
         return 0, "", ""
 
