@@ -47,9 +47,10 @@ def torch_card(torch: Any, index: int) -> Dict[str, Any]:
     if getattr(props, "pci_bus_id", None) is not None:
         row["bus_id"] = (f"{int(getattr(props, 'pci_domain_id', 0)):04x}:"
                          f"{int(props.pci_bus_id):02x}:{int(props.pci_device_id):02x}.0")
-    arch = getattr(props, "gcnArchName", None)
-    if arch:
-        row["gfx_arch"] = arch
+    # a ROCm build's cards have a gfx target; a CUDA build's a compute capability (recent
+    # CUDA builds also carry gcnArchName, the card's name: seen on an H200, torch 2.11)
+    if getattr(getattr(torch, "version", None), "hip", None):
+        row["gfx_arch"] = getattr(props, "gcnArchName", None) or None
     else:
         row["capability"] = f"{props.major}.{props.minor}"
     return row

@@ -46,11 +46,39 @@ def device_warnings(model: str, devices: List[Dict[str, Any]], arch_list: List[s
         if want and want not in ("cpu", "any") and want not in name:
             warnings.append(f"GPU {dev['index']} is {dev['name']}, the manifest asks for {model}")
         cap = dev.get("capability")
-        arch = f"sm_{cap.replace('.', '')}" if cap else str(dev.get("gfx_arch", "")).split(":")[0]
-        if arch and arch_list and arch not in arch_list:
-            warnings.append(f"GPU {dev['index']} arch {arch} is not in this torch build's arch "
+        if cap and arch_list and not cuda_arch_built(str(cap), arch_list):
+            warnings.append(f"GPU {dev['index']} arch sm_{str(cap).replace('.', '')} is not in "
+                            f"this torch build's arch list {arch_list} (no kernel for it, nor "
+                            "one of its major version it can run, nor PTX to compile): expect "
+                            "'no kernel image' errors")
+        gfx = str(dev.get("gfx_arch") or "").split(":")[0]
+        if not cap and gfx and arch_list and gfx not in arch_list:
+            warnings.append(f"GPU {dev['index']} arch {gfx} is not in this torch build's arch "
                             f"list {arch_list}: expect 'no kernel image' errors")
     return warnings
+
+
+def cuda_arch_built(capability: str, arch_list: List[str]) -> bool:
+    """Whether a torch build whose ``get_arch_list()`` is ``arch_list`` has code a card of
+    compute ``capability`` ("9.0") runs: its own ``sm_90``, an ``sm_9x`` below it of the
+    same major version (binary compatible), or PTX (``compute_XY``) at most its version,
+    which the driver compiles. An arch-specific build (``sm_90a``) runs on that card only."""
+    try:
+        major, minor = (int(p) for p in capability.split(".")[:2])
+    except ValueError:
+        return True  # not a capability we can read: nothing to say
+    want = major * 10 + minor
+    for entry in arch_list:
+        m = re.fullmatch(r"(sm|compute)_(\d+)([a-z]?)", entry)
+        if m is None:
+            continue
+        have, specific = int(m.group(2)), bool(m.group(3))
+        if m.group(1) == "sm" and (have == want or (
+                not specific and have // 10 == major and have < want)):
+            return True
+        if m.group(1) == "compute" and not specific and have <= want:
+            return True
+    return False
 
 
 def cpu_facts() -> Dict[str, Any]:

@@ -49,6 +49,21 @@ def test_nvidia_smi_rows_with_ecc_errors_and_a_downgraded_link() -> None:
     assert [i for i, v in verdicts.items() if v[1]] == [5]
 
 
+def test_a_real_h200_s_nvidia_smi_rows() -> None:
+    """Recorded on a rented H200 (2026-12-04, driver 580.159.04) with the runner's own
+    queries: an idle card (throttle 0x1 is idle, not a throttle), ECC on, no pending rows."""
+    [row] = smi.parse_nvidia_cards(fixture("nvidia-smi-1xh200-real.csv"),
+                                   fixture("nvidia-smi-remapped-rows-1xh200-real.csv"))
+    assert (row["index"], row["name"], row["bus_id"], row["capability"]) == (
+        0, "NVIDIA H200", "0000:00:06.0", "9.0")
+    assert (row["memory_mib"], row["memory_free_mib"]) == (143771, 143156)
+    assert row["pcie"] == {"gen_current": 5, "gen_max": 5, "width_current": 16,
+                           "width_max": 16}
+    assert row["throttle_reasons"] == [] and row["ecc_volatile_uncorrected"] == 0
+    assert (row["rows_pending"], row["row_remap_failure"]) == (0, False)
+    assert cards.judge_health(row) == ([], [], [])  # no fault, no slowness, no note
+
+
 def test_malformed_smi_lines_are_skipped_not_fatal() -> None:
     assert smi.parse_nvidia_cards("garbage\n1, 2, 3\n\n") == []
     assert smi.parse_nvidia_remap("x") == {}

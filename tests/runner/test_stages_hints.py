@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from runner.events import STAGES
 from runner.stage import STAGE_TABLE, StageDef, StageFailure, stage_timeout
-from runner.stages.device import device_warnings
+from runner.stages.cardset import torch_card
+from runner.stages.device import cuda_arch_built, device_warnings
 from runner.stages.hints import describe_error, hint_for
 from runner.stages.smi import parse_cuda_version, parse_nvidia_smi, parse_rocm_smi
 
@@ -112,6 +115,44 @@ def test_device_warnings_for_model_and_arch() -> None:
     assert any("sm_90" in w and "no kernel image" in w for w in warns)
     amd = [{"index": 0, "name": "AMD Instinct MI300X", "gfx_arch": "gfx942:sramecc+:xnack-"}]
     assert device_warnings("MI300X", amd, ["gfx942"]) == []
+    assert any("gfx942" in w for w in device_warnings("MI300X", amd, ["gfx90a"]))
+
+
+# torch 2.11+cu130's get_arch_list() on a rented H200 (2026-12-04)
+H200_TORCH_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+
+
+def test_a_cuda_card_is_judged_by_its_capability_and_what_runs_on_it() -> None:
+    """Seen on a real H200: the card's row from torch carried gcnArchName (its name) and the
+    stage warned "arch NVIDIA H200 is not in this torch build's arch list". A CUDA card is
+    judged by its compute capability: its own sm, a lower sm of its major version, or PTX."""
+    h200 = [{"index": 0, "name": "NVIDIA H200", "capability": "9.0"}]
+    assert device_warnings("H200", h200, H200_TORCH_ARCHS) == []
+    l40s = [{"index": 0, "name": "NVIDIA L40S", "capability": "8.9"}]
+    assert device_warnings("L40S", l40s, ["sm_80", "sm_86"]) == []  # sm_86 runs on 8.9
+    assert device_warnings("L40S", l40s, ["sm_80", "compute_80"]) == []  # PTX, compiled
+    [warn] = device_warnings("L40S", l40s, ["sm_75", "sm_90a"])
+    assert "arch sm_89 is not in this torch build's arch list" in warn
+    assert device_warnings("B200", [{"index": 0, "name": "NVIDIA B200", "capability": "10.0"}],
+                           ["sm_90"]) != []  # another major version: nothing runs
+    assert cuda_arch_built("9.0", ["sm_90a"]) and not cuda_arch_built("9.0", ["sm_86"])
+
+
+class _Props:
+    name, total_memory, multi_processor_count = "NVIDIA H200", 150_117_562_368, 132
+    major, minor, gcnArchName = 9, 0, "NVIDIA H200"  # as torch 2.11+cu130 has it
+
+
+def _torch(hip: str | None) -> Any:
+    return SimpleNamespace(version=SimpleNamespace(hip=hip, cuda=None if hip else "13.0"),
+                           cuda=SimpleNamespace(get_device_properties=lambda i: _Props()))
+
+
+def test_a_cuda_build_s_card_row_has_its_capability_not_a_gfx_arch() -> None:
+    row = torch_card(_torch(None), 0)
+    assert row["capability"] == "9.0" and "gfx_arch" not in row
+    rocm = torch_card(_torch("6.4"), 0)
+    assert rocm["gfx_arch"] == "NVIDIA H200" and "capability" not in rocm
 
 
 

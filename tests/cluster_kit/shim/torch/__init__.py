@@ -86,6 +86,7 @@ class _Props:
         self.pci_device_id = int(rest.split(".")[0], 16)
         major, minor = row["capability"].split(".")
         self.major, self.minor = int(major), int(minor)
+        self.gcnArchName = row["name"]  # a CUDA build carries it too (torch 2.11, a real H200)
 
     def __repr__(self):
         return f"_CudaDeviceProperties(name='{self.name}', simulated)"
