@@ -127,8 +127,8 @@ def watch(service: Any, run_id: str, runner: int, follower: int) -> Readings:
     follower recorded (one row: next to nothing for this process), every 50 ms until the
     runner ends; mark when the first item reached events.jsonl."""
     out, tick = Readings(), threading.Event()
-    run = service.store.get_run(run_id)
-    handle, events = service._handle(run), Path(run["run_dir"]) / "events.jsonl"
+    run = service.store.run_record(run_id)
+    handle, events = service._handle(run), run.run_dir / "events.jsonl"
     offset = 0
     while service.dispatchers["local"].is_alive(handle):
         parent, cpu = own_cpu(runner), own_cpu(follower)

@@ -146,7 +146,7 @@ def test_each_entry_that_is_not_a_file_or_folder_is_refused_by_name(
         local, remote = Path(run["run_dir"]), workdir / "runs" / run_id
         assert (local / "exit_code").read_text().strip() == "0"
         assert (local / "events.jsonl").read_bytes() == (remote / "events.jsonl").read_bytes()
-        handle = bot.service._handle(bot.store.get_run(run_id))
+        handle = bot.service._handle(bot.store.run_record(run_id))
         (remote / "out" / "deep").mkdir(parents=True)
         (remote / "out" / "deep" / "ok.txt").write_text("fetched\n")
         bot.dispatcher.fetch_results(handle)
@@ -210,7 +210,7 @@ def test_a_link_in_the_nodes_evidence_copy_refuses_the_fetch_and_keeps_the_bots_
         kept = tree_digest(evidence)
         [node_copy] = (workdir / "evidence").glob(f"*/{run_id}")
         (node_copy / "outputs" / "leak").symlink_to("../../../../../bot-home/.bashrc")
-        handle = bot.service._handle(bot.store.get_run(run_id))
+        handle = bot.service._handle(bot.store.run_record(run_id))
         try:
             bot.dispatcher.fetch_results(handle)
             raise AssertionError("fetched a link")
