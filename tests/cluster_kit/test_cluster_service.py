@@ -251,10 +251,21 @@ def _check_volume(service: PilotService, pilot: str, volume: str, run: dict[str,
     runs = attempts(events)
     assert len(runs) == 2
     first = runs[0]
+    # A worker per card each attempt's card proofs left healthy: a node's 8 while its
+    # simulated cards keep up. One the loaded CPU held back reads slow against its peers
+    # (0.78x of their median, seen under make test): it is left out, told, and the
+    # workers, the forecast on the proven nodes and the check follow.
+    proved = [e.data for e in service.store.dispatch_events(volume)
+              if e.type == "dispatch.node" and e.data.get("phase") == "proved"]
+    healthy = [{p["index"]: len(p["cards"]) for p in proved[k:k + NODES]} for k in (0, NODES)]
+    assert [sorted(h) for h in healthy] == [list(range(NODES))] * 2, proved
     workers = [e for e in first if e.type == "volume.workers"][-1].data["workers"]
-    assert len(workers) == NODES * CARDS and len({w["node"] for w in workers}) == NODES
+    assert len(workers) == sum(healthy[0].values()) >= NODES * CARDS // 2, (workers, proved)
+    assert len({w["node"] for w in workers}) == NODES
+    excluded = [c for e in first if e.type == "volume.card_excluded" for c in e.data["cards"]]
+    assert len(excluded) == NODES * CARDS - len(workers), excluded
     lost = [e for e in first if e.type == "volume.node_lost"]
-    assert len(lost) == 1 and len(lost[0].data["workers"]) == CARDS, lost
+    assert len(lost) == 1 and len(lost[0].data["workers"]) == healthy[0][NODES - 1], lost
     refused = {e.data["id"]: e.data for e in events if e.type == "item.done"
                and e.data.get("status") == "refused"}
     assert list(refused) == [HUNG] and refused[HUNG]["reason"].startswith("timeout"), refused
@@ -272,7 +283,8 @@ def _check_volume(service: PilotService, pilot: str, volume: str, run: dict[str,
                                 for i in range(NODES)}, ("launching", 0): 2}), steps
     check = service.store.get_run(volume)["forecast"]  # the forecast against the actual
     assert (check["attempts"], check["items_done"]) == (2, COUNT), check
-    assert check["workers_forecast"] == check["workers_started"] == NODES * CARDS, check
+    assert check["workers_forecast"] == check["workers_started"] == sum(healthy[1].values()), (
+        check, proved)
 
 
 def _cleanup(service: PilotService, layout: Layout) -> None:
