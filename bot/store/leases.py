@@ -30,6 +30,12 @@ def migrate_leases(db: sqlite_utils.Database) -> None:
         note TEXT)""")
 
 
+# A node object ``{v}`` (a JSON column or value) that is the SSH node host:port (two
+# parameters: the host in lower case, as lease keys are, and the port).
+ON_NODE = ("json_extract({v}, '$.kind') = 'ssh' AND lower(json_extract({v}, '$.host')) = ? "
+           "AND COALESCE(json_extract({v}, '$.port'), 22) = ?")
+
+
 class LeasesMixin(StoreBase):
 
     # -- leases -------------------------------------------------------------------
@@ -96,33 +102,27 @@ class LeasesMixin(StoreBase):
 
         The host is compared in lower case, as lease keys are (``bot.leases.lease_key``).
         """
-        rows = self.db.query(
-            f"SELECT {RUN_SELECT} FROM runs WHERE json_extract(node, '$.kind') = 'ssh' "
-            "AND lower(json_extract(node, '$.host')) = ? "
-            "AND COALESCE(json_extract(node, '$.port'), 22) = ? AND created_at >= ? "
-            "ORDER BY id", [host.lower(), int(port), since or ""])
-        return [Run.from_row(decode_row(r)) for r in rows]
+        return self._runs_on(host, port, "created_at >= ?", since or "")
 
     def runs_waiting_on_node(self, host: str, port: int = 22) -> list[Run]:
         """Runs on SSH node ``host:port`` not started yet (their dispatch waits on the lease)."""
-        rows = self.db.query(
-            f"SELECT {RUN_SELECT} FROM runs WHERE json_extract(node, '$.kind') = 'ssh' "
-            "AND lower(json_extract(node, '$.host')) = ? "
-            "AND COALESCE(json_extract(node, '$.port'), 22) = ? "
-            "AND status IN ('planned', 'dispatching', 'dispatch_failed') ORDER BY id",
-            [host.lower(), int(port)])
-        return [Run.from_row(decode_row(r)) for r in rows]
+        return self._runs_on(host, port,
+                             "status IN ('planned', 'dispatching', 'dispatch_failed')")
 
+    def _runs_on(self, host: str, port: int, cond: str, *params: str) -> list[Run]:
+        """The runs whose own node is ``host:port`` and that meet ``cond``, oldest first."""
+        rows = self.db.query(
+            f"SELECT {RUN_SELECT} FROM runs WHERE {ON_NODE.format(v='node')} AND {cond} "
+            "ORDER BY id", [host.lower(), int(port), *params])
+        return [Run.from_row(decode_row(r)) for r in rows]
 
     def running_on_node(self, host: str, port: int = 22) -> list[str]:
         """Ids of the running runs that use ``host:port``: as their node, or as one of
         their volume's nodes (a several-node volume's workers)."""
-        match = ("json_extract({v}, '$.kind') = 'ssh' AND lower(json_extract({v}, '$.host')) = ? "
-                 "AND COALESCE(json_extract({v}, '$.port'), 22) = ?")
         rows = self.db.query(
-            "SELECT id FROM runs WHERE status = 'running' AND ((" + match.format(v="node")
+            "SELECT id FROM runs WHERE status = 'running' AND ((" + ON_NODE.format(v="node")
             + ") OR EXISTS (SELECT 1 FROM json_each(runs.manifest_json, '$.volume.nodes') AS n "
-            "WHERE json_type(n.value) = 'object' AND " + match.format(v="n.value") + ")) "
+            "WHERE json_type(n.value) = 'object' AND " + ON_NODE.format(v="n.value") + ")) "
             "ORDER BY id", [host.lower(), int(port), host.lower(), int(port)])
         return [r["id"] for r in rows]
 
