@@ -160,14 +160,14 @@ def _healthy(stages: dict[str, dict[str, Any]]
     device = by_stage["device"]
     seen = sorted(int(k) for k in device.get("cards") or {}) or list(
         range(int(device.get("count") or 0)))
-    keep, excluded = set(seen), []
-    for stage in CARD_STAGES:
+    left_out, excluded = set(seen) - set(cards), []
+    for stage in CARD_STAGES:  # each card left out, told by the first stage that left it
         event = stages.get(stage, {})
         facts = by_stage[stage]
         healthy = stage_cards(facts)
         if healthy is None:
             continue
-        for card in sorted(keep - set(healthy)):
+        for card in sorted(left_out - set(healthy)):
             rows = facts.get("cards")  # by card (device, compute); interconnect: a list
             row = (rows.get(str(card)) if isinstance(rows, dict) else None) or {}
             # a volume's stage passes with its verdict kept (runner.cards.tolerate_card_verdict)
@@ -176,7 +176,7 @@ def _healthy(stages: dict[str, dict[str, Any]]
                                              or "; ".join(map(str, facts.get("warnings") or []))
                                              or f"left out by the {stage} stage"]
             excluded.append({"card": card, "stage": stage, "reason": "; ".join(map(str, reasons))})
-        keep &= set(healthy)
+        left_out &= set(healthy)
     return tuple(cards), excluded
 
 
