@@ -43,8 +43,9 @@ class RecordingShell:
         self.stopped: list[str] = []
 
     def __call__(self, node: RayNode, command: str, stdin: str = "") -> tuple[int, str, str]:
-        if command_kind(command) != "start":
-            if command_kind(command) == "stop":
+        kind = command_kind(command)
+        if kind != "start":
+            if kind == "stop":
                 with self.lock:
                     self.stopped.append(node.where)
                 return 0, "", ""
