@@ -29,7 +29,8 @@ def make_dispatchers(settings: Settings) -> dict[str, Dispatcher]:
                                                       settings.fetch_max_file_bytes),
                              transfer_limits=TransferLimits(
                                  settings.transfer_stall_s,
-                                 float(settings.transfer_floor_bytes_per_s))),
+                                 float(settings.transfer_floor_bytes_per_s)),
+                             keep_out=(settings.runs_dir, settings.db_path.parent)),
     }
 
 

@@ -30,6 +30,7 @@ import yaml
 from bot.dispatch.base import first_difference, json_object
 from bot.dispatch.inputs_check import CheckedInputs, checked_files
 from bot.dispatch.node_corpus import Row, listing_digest
+from bot.dispatch.node_names import node_name
 from bot.errors import DispatchError
 from runner.inputs import item_id
 
@@ -133,6 +134,21 @@ def _signature(path: Path) -> tuple[int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
+def node_rows(files: Any, where: str, folder: str) -> list[Row]:
+    """A node's listing rows, type-checked: each ``[name, size, sha256]`` with a plain name
+    (``node_name``), a non-negative integer size and a digest (a string, compared only);
+    a DispatchError naming the node otherwise."""
+    rows: list[Row] = []
+    for row in files if isinstance(files, list) else [files] if files else []:
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[1], int)
+                and not isinstance(row[1], bool) and row[1] >= 0 and isinstance(row[2], str)
+                and len(row[2]) <= 128):
+            raise DispatchError(f"{where}: the listing of {folder} holds {str(row)[:200]!r}, "
+                                "not [name, size, sha256]: the node's answer is refused")
+        rows.append((node_name(row[0], where, folder), row[1], row[2]))
+    return rows
+
+
 def corpus_command(python: str, on_nodes: str, pattern: str, rows: list[Row]) -> str:
     """The node's listing of ``on_nodes``: prints its digest (and its rows if it differs)."""
     return " ".join(shlex.quote(a) for a in (python, "-c", NODE_CORPUS_SCRIPT, on_nodes,
@@ -160,7 +176,8 @@ def check_listing(where: str, on_nodes: str, rows: list[Row], reply: str, *,
                             f"on the node ({answer['error']}){again}")
     if answer.get("digest") == listing_digest(rows):
         return
-    theirs = {str(r[0]): (int(r[1]), str(r[2])) for r in answer.get("files") or []}
+    theirs = {n: (size, sha) for n, size, sha in node_rows(answer.get("files"), where,
+                                                          on_nodes)}
     ours = {name: (size, sha) for name, size, sha in rows}
     first = first_difference(ours, theirs, key=lambda n: (item_id(n), n))
     if first is not None:

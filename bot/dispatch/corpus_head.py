@@ -17,7 +17,13 @@ from collections import Counter
 from typing import Any, Protocol
 
 from bot.dispatch.base import RunHandle, json_object
-from bot.dispatch.corpus import LISTING_FILE, corpus_command, corpus_node_only, corpus_on_nodes
+from bot.dispatch.corpus import (
+    LISTING_FILE,
+    corpus_command,
+    corpus_node_only,
+    corpus_on_nodes,
+    node_rows,
+)
 from bot.dispatch.node_corpus import Row, listing_digest
 from bot.dispatch.upload import SSHNode, load_spec
 from bot.errors import DispatchError
@@ -57,7 +63,7 @@ def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> list[Row] | No
     if answer.get("error"):
         raise DispatchError(f"{name}: volume.inputs.on_nodes {on_nodes} cannot be listed on "
                             f"the head node ({answer['error']}); nothing was started")
-    rows = [(str(n), int(size), str(sha)) for n, size, sha in answer.get("files") or []]
+    rows = node_rows(answer.get("files"), name, on_nodes)
     _check(name, on_nodes, pattern, rows, inputs)
     write_text_atomic(handle.run_dir / LISTING_FILE, json.dumps(
         {"node": head.where, "on_nodes": on_nodes, "pattern": pattern,

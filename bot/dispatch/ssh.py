@@ -96,13 +96,16 @@ class SSHDispatcher(SSHSessions):
                  node_of: Callable[[RunHandle], dict[str, Any]] | None = None,
                  ray_node: RayNodeOf = default_ray_node,
                  fetch_limits: FetchLimits | None = None,
-                 transfer_limits: TransferLimits | None = None) -> None:
+                 transfer_limits: TransferLimits | None = None,
+                 keep_out: Sequence[Path | str] = ()) -> None:
         super().__init__(known_hosts=known_hosts, client_keys=client_keys,
                          ssh_config=ssh_config, use_agent=use_agent,
                          connect_timeout=connect_timeout, backoff=backoff)
         self.runner_package = Path(runner_package or RUNNER_PACKAGE)
         self.attempts = attempts  # tries of a dispatch and of a results fetch
         self.fetch_limits = fetch_limits or FetchLimits()  # the most a fetch brings back
+        # the bot's own folders (its runs folder, its state) no evidence home may touch
+        self.keep_out = tuple(Path(p) for p in keep_out)
         # when a copy to or from a node has failed: its stall limit and floor rate
         self.transfer_limits = transfer_limits or TransferLimits()
         self.node_of = node_of or node_section
@@ -393,7 +396,7 @@ class SSHDispatcher(SSHSessions):
             lock_holder(reply, node.where, plan.workdir, node.python, plan.run_id)
             hashes = parse_hashes(await self.guarded(node, lambda _conn: _line(
                 launcher, "before the launcher printed the file hashes")),
-                node.where, node.python)
+                node.where, node.python, plan.roots())
         except BaseException:
             await _release(launcher)
             raise

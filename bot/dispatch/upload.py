@@ -38,6 +38,7 @@ from bot.dispatch.corpus import (
 )
 from bot.dispatch.inputs_check import CheckedInputs, checked_files, recheck_inputs
 from bot.dispatch.node_corpus import Row
+from bot.dispatch.node_names import node_relpath
 from bot.dispatch.node_scripts import NODE_RAY, launcher_command
 from bot.errors import DispatchError, NodeUnreachable
 from runner.evidence import file_sha256
@@ -201,14 +202,27 @@ def launched_pid(out: str, node: str) -> int:
         raise DispatchError(f"{node}: the launcher printed no pid: {out!r}") from exc
 
 
-def parse_hashes(out: str, node: str, python: str) -> dict[str, dict[str, str]]:
-    """The launcher's answer to ``hash_request`` (JSON), or an error saying what it printed."""
+def parse_hashes(out: str, node: str, python: str,
+                 roots: list[str] | None = None) -> dict[str, dict[str, str]]:
+    """The launcher's answer to ``hash_request`` (JSON: root -> relative path -> sha256),
+    type-checked, each relative path's parts checked by ``node_relpath`` (the upload
+    removes what the node lists and the bot does not have), only the ``roots`` asked
+    kept; or an error saying what it printed."""
     hashes = json_object(out)
     if hashes is None:
         raise DispatchError(f"{node}: node.python {python!r} did not print the file hashes "
                             f"(got {out.strip()[:200]!r}); is it Python >= 3.9 and does the "
                             "login print nothing on stdout?")
-    return hashes
+    checked: dict[str, dict[str, str]] = {}
+    for root, files in hashes.items():
+        if roots is not None and root not in roots:
+            continue
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise DispatchError(f"{node}: the file hashes under {root!r} are not a mapping of "
+                                "relative paths to SHA-256 digests: the node's answer is "
+                                "refused")
+        checked[root] = {node_relpath(rel, node, root): digest for rel, digest in files.items()}
+    return checked
 
 
 def write_layout(path: Path, layout: dict[str, Any]) -> None:

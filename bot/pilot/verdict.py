@@ -37,6 +37,12 @@ def judge(run: Run, stages: list[dict[str, Any]],
             cap = int(success["max_refused"])
             checks.append(_check(refused <= cap, f"refused {refused} ≤ {cap} allowed"))
     evidence = run.evidence
+    if evidence and evidence.get("fetch_error"):
+        # the results stayed on the node: what the events said is kept, but not taken as
+        # proven until a fetch brings the results back (`preflight fetch RUN`)
+        checks.append(_check(False, f"the results were not brought back from the node: "
+                                    f"{evidence['fetch_error']} (`preflight fetch {run.id}` "
+                                    "tries again)"))
     if success.get("require_evidence") or success.get("copy_to"):
         verified = bool(evidence and evidence.get("verified"))
         checks.append(_check(verified, "evidence copy verified" if verified

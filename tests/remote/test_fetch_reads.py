@@ -55,9 +55,13 @@ def fetch(sshd: Sshd, src: Path, dst: Path, size: int | None = None) -> list[int
 
     async def work(conn: Any) -> list[int]:
         sftp = CountingSFTP(await dispatcher.sftp_of(conn))
-        budget = _Budget("r1", FetchLimits())
-        await _get_file(sftp, str(src), dst, "x", budget,
-                        src.stat().st_size if size is None else size)
+        budget = _Budget("r1", node.where, FetchLimits())
+        budget.check("x", src.stat().st_size if size is None else size)
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            await _get_file(sftp, str(src), fd, "x", budget)
+        finally:
+            os.close(fd)
         return sftp.reads
 
     try:

@@ -1,0 +1,51 @@
+"""A node whose SSH answers are the team's (issue 32): once its code ran there as the
+login user, a ``command="…"`` prefix in ``~/.ssh/authorized_keys`` routes every session,
+the SFTP subsystem included, through a program of theirs. Here that program
+(``forced_command.py``) sits between sshd and the real sftp-server and rewrites the names
+of the run directory's listing as an attacker would; the fetch refuses them, naming the
+node and the path, and writes or removes nothing on the bot host outside the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.remote.remote_kit import provisioned_bot, start_run, write_project
+from tests.remote.sshd_server import BARE_PYTHON, running_sshd
+from tests.remote.test_remote_results import with_plants
+
+FORCED = Path(__file__).resolve().with_name("forced_command.py")
+RENAMES = {"decoy.txt": "../../victim.txt", "decoy-dir": "../../keep"}
+
+
+def test_a_node_that_renames_its_listing_writes_and_removes_nothing_outside_the_run(
+        tmp_path: Path) -> None:
+    plan = tmp_path / "renames.json"
+    plan.write_text(json.dumps({"names": RENAMES}), encoding="utf-8")
+    home = tmp_path / "home"  # the bot's: runs/ and state/ live here
+    (home / "keep").mkdir(parents=True)
+    (home / "keep" / "canary").write_text("the bot's own folder\n", encoding="utf-8")
+    (home / "victim.txt").write_text("the bot's own file\n", encoding="utf-8")
+    workdir = tmp_path / "node"  # what the renamed paths lead to on the node
+    (workdir / "keep").mkdir(parents=True)
+    (workdir / "keep" / "from-node").write_text("node bytes\n", encoding="utf-8")
+    (workdir / "victim.txt").write_text("node bytes\n", encoding="utf-8")
+    with running_sshd(tmp_path / "sshd") as sshd:
+        key = (sshd.root / "user_ed25519.pub").read_text(encoding="utf-8")
+        (sshd.root / "authorized_keys").write_text(
+            f'command="{BARE_PYTHON} {FORCED} {plan}" {key}', encoding="utf-8")
+        manifest = with_plants(write_project(tmp_path / "project", sshd.node(workdir)),
+                               [{"path": "decoy.txt", "bytes": 5},
+                                {"path": "decoy-dir/x", "bytes": 3}])
+        with provisioned_bot(home, sshd) as bot:
+            run_id = start_run(bot, manifest)
+            run = bot.service.follow(run_id, timeout=60)
+    assert (home / "victim.txt").read_text(encoding="utf-8") == "the bot's own file\n"
+    assert (home / "keep" / "canary").is_file() and not (home / "keep" / "from-node").exists()
+    error = run["evidence"]["fetch_error"]
+    assert f"{sshd.user}@127.0.0.1:{sshd.port}: the node answered the name " in error, error
+    assert "'../../victim.txt'" in error or "'../../keep'" in error, error
+    assert f"{workdir}/runs/{run_id}" in error and "nothing was written or removed" in error
+    assert run["outcome"] == "failed"  # the fetch refused: never PASSED on its word
+    # what was recorded stays: the verdict from the events, the copy's refusal said
+    assert run["verdict"]["checks"] and not (Path(run["run_dir"]) / ".fetch").exists()
