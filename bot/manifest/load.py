@@ -12,6 +12,7 @@ expected ids, the record the dispatch re-checks) use those instead of reading ag
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
@@ -135,9 +136,11 @@ class LoadedManifest:
 
 def load_manifest(text: str, *, source: str, base_dir: Path,
                   catalog: Catalog | None = None,
-                  parsed: ParsedText | None = None) -> LoadedManifest:
+                  parsed: ParsedText | None = None,
+                  bot_places: Sequence[tuple[str, Path]] = ()) -> LoadedManifest:
     """Parse and check ``text``; raise ManifestError listing every problem found.
-    ``parsed``: ``text`` already parsed (``parse_manifest``), so it is not parsed again."""
+    ``parsed``: ``text`` already parsed (``parse_manifest``), so it is not parsed again.
+    ``bot_places``: the bot's own folders (what, path), which no evidence copy may touch."""
     if parsed is None or parsed.text != text:
         parsed = parse_manifest(text, source=source)
     data, source_map = parsed.data, parsed.marks
@@ -150,7 +153,8 @@ def load_manifest(text: str, *, source: str, base_dir: Path,
     report.errors += source_map.duplicates  # reported beside every other problem
     manifest, parts = _validate(data, report)
     listed = check_rules(parts, data, base_dir=Path(base_dir),
-                         catalog=catalog or default_catalog(), report=report)
+                         catalog=catalog or default_catalog(), report=report,
+                         bot_places=bot_places)
     report.errors.sort(key=_by_line)
     report.warnings.sort(key=_by_line)
     if report.errors or manifest is None:

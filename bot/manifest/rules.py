@@ -24,11 +24,13 @@ from bot.manifest.model import (
     Inputs,
     Node,
     Project,
+    Results,
     Success,
     Task,
     Volume,
     VolumeInputs,
 )
+from bot.manifest.results_rules import LOC, evidence_place_problem
 from bot.manifest.secrets import find_secrets
 from bot.manifest.source import FieldPath, SourceMap, format_loc
 from bot.manifest.volume_rules import check_node_lots, check_volume
@@ -94,6 +96,7 @@ class Parts:
     approvals: Approvals | None = None
     volume: Volume | None = None
     blender: Blender | None = None
+    results: Results | None = None
     gpu_name: str | None = None  # hardware.gpu as written, even when hardware has errors
 
 
@@ -138,9 +141,10 @@ def list_folder(directory: Path, pattern: str, frames: Any = None) -> InputListi
 
 
 def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
-                report: Report) -> Listings:
+                report: Report, bot_places: Sequence[tuple[str, Path]] = ()) -> Listings:
     """Run every rule whose sections validated; findings go into ``report``. Returns the
-    inputs folders as listed by the rules (each listed once)."""
+    inputs folders as listed by the rules (each listed once). ``bot_places``: the bot's
+    own folders (its runs folder, its state), which no evidence copy may touch."""
     gpu = _check_hardware(parts, catalog, report)
     _check_backend_nuances(parts, gpu, report)
     _check_task(parts, report)
@@ -155,6 +159,10 @@ def check_rules(parts: Parts, data: Any, *, base_dir: Path, catalog: Catalog,
         for loc, message in check_entry_points(parts.task, project_dir):
             report.problem(loc, message)
     _check_evidence(parts, data, report)
+    if project_dir is not None:
+        why = evidence_place_problem(parts.results, project_dir, bot_places)
+        if why is not None:
+            report.problem(LOC, why)
     listings = Listings()
     if project_dir is not None and parts.inputs is not None:
         listings = replace(listings, inputs=check_input_files(

@@ -38,6 +38,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
     project_dir = loaded.project_dir
     src: Inputs | VolumeInputs = inputs if inputs is not None else m.inputs
     task = m.task
+    paths = spec_paths(m, project_dir, inputs=src)
     return RunSpec(
         run_id=run_id,
         name=m.name,
@@ -45,12 +46,11 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
         backend=m.backend,
         python=m.project.python,
         hardware=_hardware(plan, node_count(m)),
-        project=ProjectSpec(dir=str(project_dir),
-                            requirements=_under(project_dir, m.project.requirements),
+        project=ProjectSpec(dir=paths["project.dir"],
+                            requirements=paths["project.requirements"],
                             params=dict(m.project.params),
-                            exclude=[str((project_dir / p).resolve())
-                                     for p in m.project.exclude]),
-        inputs=InputsSpec(dir=_inputs_dir(project_dir, src), pattern=src.pattern,
+                            exclude=paths["project.exclude"]),
+        inputs=InputsSpec(dir=paths["inputs.dir"], pattern=src.pattern,
                           expected_count=src.expected_count,
                           expected_refusals=list(src.expected_refusals),
                           frames=_frames(src.frames)),
@@ -60,7 +60,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                             max_refused=m.success.max_refused if kind == "pilot" else None,
                             balance_ok=m.success.balance_ok,
                             require_evidence=m.success.require_evidence),
-        results=ResultsSpec(copy_to=_copy_to(project_dir, m.results.copy_to),
+        results=ResultsSpec(copy_to=paths["results.copy_to"],
                             sample_per_category=m.results.sample_per_category,
                             sample_chars=m.results.sample_chars),
         training=TrainingSpec(steps=task.steps, resume_steps=task.resume_steps,
@@ -69,6 +69,20 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
         blender=_blender(m.blender),
         volume=_volume(loaded, plan, forecast) if kind == "volume" else None,
     )
+
+
+def spec_paths(m: Manifest, project_dir: Path, *,
+               inputs: Inputs | VolumeInputs | None = None) -> dict[str, Any]:
+    """Every path of a spec, by its field (``project.dir``, ``project.requirements``,
+    ``project.exclude``, ``inputs.dir``, ``results.copy_to``), from the manifest and its
+    project folder: what ``build_spec`` writes, and what a start holds a run's
+    ``spec.json`` to (its record in the database says the manifest and the folder)."""
+    src: Inputs | VolumeInputs = inputs if inputs is not None else m.inputs
+    return {"project.dir": str(project_dir),
+            "project.requirements": _under(project_dir, m.project.requirements),
+            "project.exclude": [str((project_dir / p).resolve()) for p in m.project.exclude],
+            "inputs.dir": _inputs_dir(project_dir, src),
+            "results.copy_to": _copy_to(project_dir, m.results.copy_to)}
 
 
 def _hardware(plan: Plan, nodes: int) -> HardwareSpec:

@@ -53,6 +53,7 @@ from bot.service.proven import ProvenForecast, corpus_listed
 from bot.service.publisher import Publisher
 from bot.service.records import Records
 from bot.service.report_files import ReportFiles
+from bot.service.run_checks import check_spec_paths, refuse_evidence_place
 from bot.service.watch import Watch
 from bot.settings import Settings
 from bot.store import Run, RunRecord, Store
@@ -277,6 +278,7 @@ class PilotService:
         if self.precheck is not None and kind == "pilot":  # a volume was checked as its pilot
             self.precheck(loaded)
         m = loaded.manifest
+        refuse_evidence_place(loaded, self.settings)  # never a run directory (issue 32)
         plan = make_plan(loaded)
         ids = expected_inputs(loaded, inputs)
         with self._lock:
@@ -362,10 +364,11 @@ class PilotService:
                                 "submit the manifest again for a new attempt")
         heartbeat = DispatchHeartbeat(self.store, run_id)  # the watch's sign of life
         try:
+            check_spec_paths(run)  # its paths, against its record (a resume above all)
             pid = dispatcher.start(handle)
         except DispatchStopped:
             raise  # recorded `stopped` by the stop; what had started is stopped
-        except PreflightError as exc:
+        except Exception as exc:  # any failure, expected or not: never left `dispatching`
             if self.store.transition(run_id, (S.DISPATCHING,), S.DISPATCH_FAILED,
                                      first_error={"stage": "dispatch",
                                                   "type": type(exc).__name__,

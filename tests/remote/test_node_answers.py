@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bot.dispatch.bot_records import BOT_RECORDS
 from tests.remote.remote_kit import provisioned_bot, start_run, write_project
-from tests.remote.sshd_server import BARE_PYTHON, running_sshd
+from tests.remote.sshd_server import BARE_PYTHON, Sshd, running_sshd
 from tests.remote.test_remote_results import with_plants
 
 FORCED = Path(__file__).resolve().with_name("forced_command.py")
@@ -49,3 +50,25 @@ def test_a_node_that_renames_its_listing_writes_and_removes_nothing_outside_the_
     assert run["outcome"] == "failed"  # the fetch refused: never PASSED on its word
     # what was recorded stays: the verdict from the events, the copy's refusal said
     assert run["verdict"]["checks"] and not (Path(run["run_dir"]) / ".fetch").exists()
+
+
+def test_no_record_of_the_bot_is_ever_replaced_by_the_node_s_copy(
+        tmp_path: Path, sshd: Sshd) -> None:
+    """Each of the bot's own records (``BOT_RECORDS``), forged in the node's run
+    directory, stays the bot's after a fetch; the node's other files come back."""
+    workdir = tmp_path / "node"
+    manifest = write_project(tmp_path / "project", sshd.node(workdir))
+    with provisioned_bot(tmp_path / "home", sshd) as bot:
+        run_id = start_run(bot, manifest)
+        run = bot.service.follow(run_id, timeout=60)
+        local, remote = Path(run["run_dir"]), workdir / "runs" / run_id
+        kept = {name: (local / name).read_bytes() if (local / name).exists() else None
+                for name in BOT_RECORDS}
+        assert kept["inputs.checked.json"] and kept["spec.json"] and kept["remote.json"]
+        for name in BOT_RECORDS:
+            (remote / name).write_text('{"forged": "by the node"}\n', encoding="utf-8")
+        (remote / "runner.log").write_text("the node's own log\n", encoding="utf-8")
+        bot.dispatcher.fetch_results(bot.service._handle(bot.store.run_record(run_id)))
+    for name, data in kept.items():
+        assert ((local / name).read_bytes() if (local / name).exists() else None) == data, name
+    assert (local / "runner.log").read_text(encoding="utf-8") == "the node's own log\n"
