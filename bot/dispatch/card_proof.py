@@ -63,14 +63,18 @@ def proof_files(plan: UploadPlan) -> dict[str, bytes]:
 
 
 def proof_command(copy: NodeCopy, python: str) -> str:
-    """Runs the card stages on the node, from its own copy (a fresh probe directory)."""
+    """Runs the card stages on the node, from its own copy (a fresh probe directory), its
+    output thrown away, then prints the proof's events file: what comes back is the
+    events the runner wrote, read through the capped reader (``SSHSessions.run``), never
+    whatever the project's modules print (they come first on its path)."""
     q = shlex.quote
     probe = f"{copy.run_dir}/{PROOF_DIR}"
     stages = ",".join(PROOF_STAGES)
-    return (f"cd {q(copy.project_dir)} && rm -rf {q(probe)} && "
+    return (f"cd {q(copy.project_dir)} && rm -rf {q(probe)} && {{ "
             f"PYTHONPATH={q(copy.package_root)}${{PYTHONPATH:+:$PYTHONPATH}} "
-            f"PYTHONUNBUFFERED=1 exec {q(python)} -m runner {q(copy.run_dir + '/' + PROOF_SPEC)} "
-            f"--run-dir {q(probe)} --stages {stages}")
+            f"PYTHONUNBUFFERED=1 {q(python)} -m runner {q(copy.run_dir + '/' + PROOF_SPEC)} "
+            f"--run-dir {q(probe)} --stages {stages} >/dev/null; s=$?; "
+            f"cat {q(probe + '/events.jsonl')}; exit $s; }}")
 
 
 @dataclass

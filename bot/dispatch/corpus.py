@@ -31,6 +31,7 @@ from bot.dispatch.base import first_difference, json_object
 from bot.dispatch.inputs_check import CheckedInputs, checked_files
 from bot.dispatch.node_corpus import Row, listing_digest
 from bot.dispatch.node_names import node_name
+from bot.dispatch.node_output import NODE_OUTPUT_CAP
 from bot.errors import DispatchError
 from runner.inputs import item_id
 
@@ -132,6 +133,12 @@ def _signature(path: Path) -> tuple[int, int, int]:
     except OSError:
         return (-1, -1, -1)  # checked_files names it
     return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def listing_cap(inputs: int) -> int:
+    """The most a node's listing of ``inputs`` files may print: 1 KiB a row (a name of 255
+    bytes, JSON-escaped, its size and digest) over 4 MiB; the bot reads no more of it."""
+    return NODE_OUTPUT_CAP + 1024 * max(0, inputs)
 
 
 def node_rows(files: Any, where: str, folder: str) -> list[Row]:

@@ -22,6 +22,7 @@ from bot.dispatch.corpus import (
     corpus_command,
     corpus_node_only,
     corpus_on_nodes,
+    listing_cap,
     node_rows,
 )
 from bot.dispatch.node_corpus import Row, listing_digest
@@ -35,7 +36,7 @@ LIST_TIMEOUT_S = 3600.0  # a node reads and hashes its whole corpus (a terabyte 
 
 class Runs(Protocol):
     def run(self, node: SSHNode, command: str, stdin: str = "",
-            timeout: float = 120) -> tuple[int, str, str]:
+            timeout: float = 120, cap: int = ...) -> tuple[int, str, str]:
         ...
 
 
@@ -52,7 +53,8 @@ def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> list[Row] | No
     try:
         # an empty listing's digest: the node prints its rows unless its folder is empty
         code, out, err = runs.run(head, corpus_command(head.python, on_nodes, pattern, []),
-                                  timeout=LIST_TIMEOUT_S)
+                                  timeout=LIST_TIMEOUT_S,
+                                  cap=listing_cap(int(inputs.get("expected_count") or 0)))
     except DispatchError as exc:
         raise type(exc)(f"{name}: volume.inputs.on_nodes {on_nodes} could not be listed: "
                         f"{exc}; nothing was started") from exc

@@ -38,10 +38,11 @@ import asyncssh
 from bot.dispatch.archive import Entry, write_archive
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error
 from bot.dispatch.card_proof import NodeCopy, proof_files
-from bot.dispatch.corpus import check_listing
+from bot.dispatch.corpus import check_listing, listing_cap
 from bot.dispatch.corpus_head import list_on_head
 from bot.dispatch.fetch import FetchLimits, fetch_results
 from bot.dispatch.node_launcher import stat_fields
+from bot.dispatch.node_output import NODE_OUTPUT_CAP, read_capped, too_large
 from bot.dispatch.node_ray import HOLD_ENV
 from bot.dispatch.node_scripts import probe_command, stop_command
 from bot.dispatch.ray_cluster import RayCluster
@@ -338,8 +339,8 @@ class SSHDispatcher(SSHSessions):
             await self._remove(node, changes.remove)
         if plan.on_nodes:  # the corpus is the node's own: it must equal the bot's copy
             command, rows = await asyncio.to_thread(plan.corpus_check, node.python)
-            check_listing(node.where, plan.on_nodes, rows, await self._exec(node, command),
-                          head=plan.head)
+            reply = await self._exec(node, command, cap=listing_cap(len(rows)))
+            check_listing(node.where, plan.on_nodes, rows, reply, head=plan.head)
         return {**changes.sent, "run": sum(len(d) for d in run_files.values())}, \
             [dst for _, dst in changes.send]
 
@@ -405,7 +406,11 @@ class SSHDispatcher(SSHSessions):
     async def _launch(self, node: SSHNode, launcher: Any, env: dict[str, str]) -> int:
         async def work(conn: Any) -> str:
             launcher.stdin.write((f"launch {json.dumps(env)}\n" if env else "launch\n").encode())
-            out = bytes(await launcher.stdout.read()).decode("utf-8", errors="replace")
+            raw = await read_capped(launcher.stdout, NODE_OUTPUT_CAP)
+            if raw is None:
+                launcher.close()
+                raise too_large(node.where, "the launcher", "output", NODE_OUTPUT_CAP)
+            out = raw.decode("utf-8", errors="replace")
             if not out.strip():
                 await _cut_off(launcher, "before the launcher printed the runner's pid")
             return out

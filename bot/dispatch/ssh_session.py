@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import asyncssh
 
+from bot.dispatch.node_output import NODE_OUTPUT_CAP, run_capped
 from bot.dispatch.transfer import Meter, TransferWatch, use_meter
 from bot.dispatch.upload import Backoff, ConnKey, SSHNode, conn_key, host_key_refused
 from bot.errors import DispatchError, NodeUnreachable
@@ -57,17 +58,18 @@ class SSHSessions:
         self._guard = threading.Lock()
 
     def run(self, node: SSHNode, command: str, stdin: str = "",
-            timeout: float = 120) -> tuple[int, str, str]:
+            timeout: float = 120, cap: int = NODE_OUTPUT_CAP) -> tuple[int, str, str]:
         """Run one command on the node (``stdin`` fed to it, e.g. a secret that must not
-        appear on a command line); returns (exit status, stdout, stderr)."""
-        async def work(conn: Any) -> Any:
-            result = await conn.run(command, input=stdin or None, check=False)
-            if result.exit_status is None:
+        appear on a command line); returns (exit status, stdout, stderr), each stream read
+        up to ``cap`` bytes (``NodeOutputTooLarge`` past it, naming the node)."""
+        async def work(conn: Any) -> tuple[int, str, str]:
+            code, out, err = await run_capped(conn, command, where=node.where, stdin=stdin,
+                                              cap=cap)
+            if code is None:
                 raise ConnectionResetError("the command ended with no exit status")
-            return result
+            return code, out, err
 
-        result = self._call(self.guarded(node, work), timeout)
-        return int(result.exit_status), str(result.stdout or ""), str(result.stderr or "")
+        return self._call(self.guarded(node, work), timeout)
 
     def _may_try(self, node: SSHNode) -> None:
         wait = self.backoff.wait_s(conn_key(node))
@@ -229,20 +231,20 @@ class SSHSessions:
             self.backoff.failed(conn_key(node))
             raise
 
-    async def _exec(self, node: SSHNode, command: str, *, check: bool = True) -> str:
-        async def work(conn: Any) -> Any:
-            result = await conn.run(command, check=False)
-            if result.exit_status is None:
+    async def _exec(self, node: SSHNode, command: str, *, check: bool = True,
+                    cap: int = NODE_OUTPUT_CAP) -> str:
+        async def work(conn: Any) -> tuple[int, str, str]:
+            code, out, err = await run_capped(conn, command, where=node.where, cap=cap)
+            if code is None:
                 raise ConnectionResetError("the command ended with no exit status: its "
                                            "connection dropped")
-            return result
+            return code, out, err
 
-        result = await self.guarded(node, work)
-        if check and result.exit_status != 0:
-            err = str(result.stderr or "").strip()[-600:]
+        code, out, err = await self.guarded(node, work)
+        if check and code != 0:
             raise DispatchError(f"{node.where}: `{command[:80]}` failed "
-                                f"(exit {result.exit_status}): {err}")
-        return str(result.stdout or "")
+                                f"(exit {code}): {err.strip()[-600:]}")
+        return out
 
     async def _read(self, node: SSHNode, path: str, offset: int) -> bytes:
         async def work(conn: Any) -> bytes:

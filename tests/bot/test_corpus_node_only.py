@@ -91,7 +91,7 @@ class LocalRuns:
         self.commands: list[str] = []
 
     def run(self, node: SSHNode, command: str, stdin: str = "",
-            timeout: float = 120) -> tuple[int, str, str]:
+            timeout: float = 120, cap: int = 0) -> tuple[int, str, str]:
         self.commands.append(command)
         done = subprocess.run(command, shell=True, input=stdin, capture_output=True,
                               text=True, timeout=timeout)
