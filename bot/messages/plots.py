@@ -46,7 +46,10 @@ def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
+    # text.parse_math off: a label is drawn as written, never parsed as mathtext (a stage
+    # name from a node like "$x^{x^{...}}$" made the parser fail and the report vanish)
     matplotlib.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "preflight",
+                                "text.parse_math": False,
                                 "font.size": 9, "axes.spines.top": False,
                                 "axes.spines.right": False})
     import matplotlib.pyplot as plt

@@ -9,6 +9,8 @@ decisions, checksums, and resume for a training pilot) so tests and readers can 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
@@ -20,6 +22,8 @@ from bot.pilot.clock import read_time
 from bot.pilot.forecast import duration
 from bot.pilot.plan import format_usd
 from bot.pilot.record import Run
+
+log = logging.getLogger(__name__)
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#212121;
@@ -40,6 +44,11 @@ svg{max-width:100%;height:auto}
 @media print{body{margin:0;max-width:none;font-size:11px}section{break-inside:avoid}
 a{color:inherit;text-decoration:none}}
 """
+
+
+# The page runs no script and loads nothing: only its inline style and inline pictures.
+# Every text in it is escaped; this is the second wall, should one ever not be.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'"
 
 
 @dataclass(frozen=True)
@@ -67,8 +76,20 @@ def render_report(data: ReportData) -> str:
                 _decisions(data), _checksums(data)]
     title = f"Preflight report — {run.name} ({run.id})"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
             + "".join(s for s in sections if s) + "</body></html>\n")
+
+
+def _drawn(draw: Callable[..., str], *args: Any) -> str:
+    """A picture, or a line saying it could not be drawn: what a node reported (a stage
+    name, a loss that is no number) never costs the page itself."""
+    try:
+        return draw(*args)
+    except Exception as exc:  # matplotlib's errors are many; the page must still be written
+        log.warning("a picture of the report was not drawn: %s: %s", type(exc).__name__, exc)
+        return (f'<p class="muted">A picture was not drawn: {escape(type(exc).__name__)}: '
+                f'{escape(str(exc)[:200])}</p>')
 
 
 def _section(sid: str, title: str, body: str) -> str:
@@ -145,7 +166,7 @@ def _forecast(data: ReportData) -> str:
         error = fc.get("error_pct")
         mid = float(fc.get("forecast_mid_s") or fc["forecast_low_s"])
         rows = [("Actual processing time", duration(float(fc["actual_s"]))
-                 + (f" over {fc['attempts']} attempts" if int(fc.get("attempts") or 1) > 1
+                 + (f" over {fc['attempts']} attempts" if _count(fc.get("attempts")) > 1
                     else "")),
                 ("Forecast (middle, range)", f"{duration(mid)} "
                                              f"({duration(float(fc['forecast_low_s']))} – "
@@ -170,7 +191,7 @@ def _forecast(data: ReportData) -> str:
                    [(f["label"], f["value"], f["formula"]) for f in fc.get("figures") or []])
     body += "".join(f'<p class="note">{escape(str(n))}</p>' for n in fc.get("notes") or [])
     if data.item_points and any(b for b, _ in data.item_points):
-        body += plots.time_against_size(data.item_points, fc.get("fit"))
+        body += _drawn(plots.time_against_size, data.item_points, fc.get("fit"))
     return _section("forecast", "Forecast of the volume", body)
 
 
@@ -194,10 +215,10 @@ def _stages(data: ReportData) -> str:
         length = f"{(e - b).total_seconds():.3f}" if b and e else ""
         detail = (s.get("error") or {}).get("message") if s.get("error") else s.get("reason")
         rows.append((s["stage"], s.get("state"), length, detail or ""))
-    body = plots.stage_timeline(bars) if bars else ""
+    body = _drawn(plots.stage_timeline, bars) if bars else ""
     body += _table(("stage", "state", "seconds", "error / reason"), rows, num=(2,))
     if data.item_times:
-        body += plots.throughput(data.item_times)
+        body += _drawn(plots.throughput, data.item_times)
     return _section("stages", "Stages", body)
 
 
@@ -229,7 +250,8 @@ def _compute(data: ReportData) -> str:
     pairs = [(name, float(facts[f"{key}_tflops"]), _num(facts.get(f"{key}_peak_tflops")))
              for key, name in (("bf16", "bf16"), ("fp32", "fp32"))
              if _num(facts.get(f"{key}_tflops")) is not None]
-    body = plots.bars_against("Measured TFLOPS against the card's peak", pairs, "TFLOPS") \
+    body = _drawn(plots.bars_against, "Measured TFLOPS against the card's peak", pairs,
+                  "TFLOPS") \
         if pairs else ""
     scalar = [(k, v) for k, v in facts.items() if not isinstance(v, (list, dict))]
     body += _table(("fact", "value"), scalar) if scalar else \
@@ -253,7 +275,8 @@ def _memory(data: ReportData) -> str:
     pairs = [(k.replace("_gib", ""), float(facts[k]), card) for k in
              ("peak_allocated_gib", "peak_reserved_gib", "peak_rss_gib")
              if _num(facts.get(k)) is not None]
-    body = plots.bars_against("Peak memory against the card", pairs, "GiB") if pairs else ""
+    body = _drawn(plots.bars_against, "Peak memory against the card", pairs, "GiB") \
+        if pairs else ""
     scalar = [(k, v) for k, v in facts.items() if not isinstance(v, (list, dict))]
     body += _table(("fact", "value"), scalar) if scalar else \
         '<p class="muted">No memory figures (the stage did not run or was skipped).</p>'
@@ -266,26 +289,43 @@ def _balance(run: Run) -> str:
     bal = run.balance
     if not bal:
         return _section("balance", "Balance", '<p class="bad">No balance was produced.</p>')
+    if bal.get("malformed"):  # the node's event did not type-check: never drawn
+        recheck = bal.get("recheck") or {}
+        body = ('<p class="bad">The runner\'s balance cannot be read, so it is not shown: '
+                f'{escape("; ".join(map(str, bal["malformed"])))}. FAILS</p>')
+        if recheck:
+            body += ("<p>Recounted from the item events the bot recorded: "
+                     f"{escape(_text(recheck.get('accepted')))} accepted + "
+                     f"{escape(_text(recheck.get('refused')))} refused of "
+                     f"{escape(_text(recheck.get('total')))} expected</p>")
+        return _section("balance", "Balance", body)
     ok = bool(bal.get("ok"))
-    accepted, refused = int(bal.get("accepted") or 0), int(bal.get("refused") or 0)
+    accepted, refused = _count(bal.get("accepted")), _count(bal.get("refused"))
     body = (f'<p class="{"ok" if ok else "bad"}">{accepted} accepted + {refused} refused = '
-            f'{accepted + refused} of {bal.get("total")} expected: '
+            f'{accepted + refused} of {escape(_text(bal.get("total")))} expected: '
             f'{"holds" if ok else "FAILS"}</p>')
     by_cat = bal.get("by_category") or {}
     if by_cat:
-        body += _table(("category", "items"), sorted(by_cat.items()), num=(1,))
-    problems = bal.get("problems") or []
+        body += _table(("category", "items"), sorted(by_cat.items(), key=lambda kv: str(kv[0])),
+                       num=(1,))
+    problems = [p for p in bal.get("problems") or [] if isinstance(p, dict)]
     if problems:
         body += f'<p class="bad">{len(problems)} problem(s)</p>' + _table(
             ("problem", "id", "detail"),
             [(p.get("kind"), p.get("id"), p.get("detail")) for p in problems])
-    sample = [s for s in bal.get("sample") or [] if s.get("id")]
+    sample = [s for s in bal.get("sample") or [] if isinstance(s, dict) and s.get("id")]
     if sample:
         body += "<p><b>Sample review</b>: each result beside the beginning of its input</p>"
         body += _table(("id", "result", "input begins"),
                        [(s.get("id"), s.get("category") or s.get("reason"),
                          s.get("input_head") or s.get("excerpt") or "") for s in sample])
     return _section("balance", "Balance", body)
+
+
+def _count(value: Any) -> int:
+    """A count as an integer (a balance is type-checked where it is taken in; a record
+    from before that check shows 0 rather than whatever it held)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _resume(data: ReportData) -> str:
@@ -298,8 +338,8 @@ def _resume(data: ReportData) -> str:
     verdict = ("C continues A bit for bit" if same else
                "C differs from A" if same is False else "C was not run")
     body = (f'<p class="{"ok" if same else "bad"}">{escape(verdict)}</p>'
-            + plots.resume_losses([float(x) for x in a], [float(x) for x in b],
-                                  [float(x) for x in c]))
+            + _drawn(lambda: plots.resume_losses([float(x) for x in a], [float(x) for x in b],
+                                                 [float(x) for x in c])))
     return _section("resume", "Training: the resume comparison", body)
 
 

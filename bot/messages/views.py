@@ -167,6 +167,8 @@ def balance_message(run: Run, csv_path: str | None = None) -> Message | None:
     bal = run.balance
     if not bal:
         return None
+    if bal.get("malformed"):
+        return _malformed_balance(run, bal)
     ok = bool(bal.get("ok"))
     blocks: list[Any] = [
         Heading("Balance"),
@@ -202,6 +204,22 @@ def balance_message(run: Run, csv_path: str | None = None) -> Message | None:
     return Message(run.id, "balance", tuple(blocks),
                    summary=f"Balance {bal.get('accepted')} accepted + {bal.get('refused')} refused"
                            f" of {bal.get('total')}: {'ok' if ok else 'FAILED'}")
+
+
+def _malformed_balance(run: Run, bal: dict[str, Any]) -> Message:
+    """A balance whose event did not type-check: the flag and the bot's own recount, none
+    of the node's figures."""
+    recheck = bal.get("recheck") or {}
+    blocks: list[Any] = [
+        Heading("Balance"),
+        Text("The runner's balance cannot be read, so it is not shown: "
+             + "; ".join(map(str, bal["malformed"])), style="error")]
+    if recheck:
+        blocks.append(Text(f"Recounted from the item events the bot recorded: "
+                           f"{recheck.get('accepted')} accepted + {recheck.get('refused')} "
+                           f"refused of {recheck.get('total')} expected"))
+    return Message(run.id, "balance", tuple(blocks),
+                   summary="Balance: the runner's balance cannot be read: FAILED")
 
 
 def evidence_message(run: Run) -> Message | None:

@@ -22,9 +22,12 @@ def judge(run: Run, stages: list[dict[str, Any]],
     balance = run.balance
     if balance is None:
         checks.append(_check(False, "no balance was produced"))
+    elif balance.get("malformed"):
+        checks.append(_check(False, "the runner's balance cannot be read: "
+                                    + "; ".join(map(str, balance["malformed"]))))
     else:
-        accepted, refused = int(balance.get("accepted", 0)), int(balance.get("refused", 0))
-        total = int(balance.get("total", 0))
+        accepted, refused = _int(balance.get("accepted")), _int(balance.get("refused"))
+        total = _int(balance.get("total"))
         if success.get("balance_ok", True):
             n = len(balance.get("problems") or [])
             checks.append(_check(bool(balance.get("ok")),
@@ -86,6 +89,10 @@ def _cards_check(run: Run, stages: list[dict[str, Any]]) -> dict[str, Any] | Non
 def _facts(row: dict[str, Any]) -> dict[str, Any]:
     facts = row.get("facts")
     return facts if isinstance(facts, dict) else {}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _check(ok: bool, text: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from bot.errors import (
 from bot.messages.views import MAX_TABLE_ROWS
 from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
 from bot.messages.volume_view import progress_of
+from bot.pilot.balance_check import checked_balance
 from bot.pilot.cards import CARD_STAGES
 from bot.pilot.clock import now_utc
 from bot.pilot.death import runner_death
@@ -258,8 +259,8 @@ class Follower:
         finished = self._since_resume(run_id, RUN_FINISHED)[-1]
         balance = self._recorded(run_id, BALANCE)
         evidence = self._recorded(run_id, EVIDENCE)
-        if balance is not None:
-            balance = self._recheck_balance(record, balance)
+        if balance is not None:  # typed first: a forged one is flagged, never drawn
+            balance = self._recheck_balance(record, checked_balance(balance) or {})
         handle = self._handle(record)
         try:
             # the copy the team controls, verified here; the bot decides where evidence
