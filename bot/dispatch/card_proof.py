@@ -100,17 +100,18 @@ class NodeProof:
 
 
 def prove_nodes(runs: Runs, nodes: Sequence[SSHNode], copies: Sequence[NodeCopy],
-                gpus: bool, report: Callable[[dict[str, Any]], None] | None = None
-                ) -> list[NodeProof]:
+                gpus: bool, report: Callable[[dict[str, Any]], None] | None = None,
+                share: int | None = None) -> list[NodeProof]:
     """Every node's proof, run at the same time; the first refusal (by node order) wins.
-    ``report`` hears of each node proven as its proof comes in (``phase: proved``)."""
+    ``report`` hears of each node proven as its proof comes in (``phase: proved``);
+    ``share``: the cards each node is rented for, the most a proof may offer."""
     def one(i: int) -> NodeProof:
         try:
             out = runs.run(nodes[i], proof_command(copies[i], nodes[i].python), timeout=1200)
         except DispatchError as exc:  # unreachable, or no answer in time: name the node
             raise type(exc)(f"volume.nodes[{i}] ({nodes[i].where}): the card proof did not "
                             f"finish: {exc}; nothing was started") from exc
-        proof = read_proof(i, nodes[i], gpus, *out)
+        proof = read_proof(i, nodes[i], gpus, *out, share=share)
         if report is not None:
             report({"node": nodes[i].where, "index": i, "phase": "proved",
                     "cards": None if proof.cards is None else list(proof.cards),
@@ -124,19 +125,32 @@ def prove_nodes(runs: Runs, nodes: Sequence[SSHNode], copies: Sequence[NodeCopy]
 
 
 def read_proof(index: int, node: SSHNode, gpus: bool, code: int, out: str,
-               err: str) -> NodeProof:
-    """The node's proof from the runner's events (its stdout), or the refusal."""
+               err: str, *, share: int | None = None) -> NodeProof:
+    """The node's proof from the runner's events (its events file), or the refusal. The
+    events are the node's word: typed here (a field of the wrong type refuses the node,
+    named), and the healthy cards kept are only those its device stage saw, at most
+    ``share`` (more is refused)."""
     name = f"volume.nodes[{index}] ({node.where}, python {node.python})"
+    try:
+        return _read_proof(name, index, node, gpus, code, out, err, share)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise DispatchError(f"{name}: the card proof's events cannot be read "
+                            f"({type(exc).__name__}: {exc}); the node's answer is refused and "
+                            "nothing was started") from exc
+
+
+def _read_proof(name: str, index: int, node: SSHNode, gpus: bool, code: int, out: str,
+                err: str, share: int | None) -> NodeProof:
     stages = _stage_events(out)
     if code not in (0, 1) or not stages:
         raise DispatchError(f"{name}: the card proof did not run (exit {code}): "
                             f"{_tail(err or out)}")
     proof = NodeProof(index, node.where, node.host, finished_at=_finished_at(out))
-    proof.device = str((stages.get("device", {}).get("facts") or {}).get("device") or "cpu")
+    proof.device = str(stages.get("device", {}).get("facts", {}).get("device") or "cpu")
     tolerated = CARD_VERDICTS if proof.device != "cpu" else frozenset()
     for stage in PROOF_STAGES:
         event = stages.get(stage, {})
-        error = event.get("error") or {}
+        error = event.get("error", {})
         if event.get("type") == "stage.failed" and error.get("type") not in tolerated:
             raise DispatchError(
                 f"{name}: the card proof failed at the {stage} stage: "
@@ -145,6 +159,12 @@ def read_proof(index: int, node: SSHNode, gpus: bool, code: int, out: str,
                 + "; nothing was started")
     if gpus and proof.device != "cpu":
         proof.cards, proof.excluded = _healthy(stages)
+        if proof.cards is not None and share is not None and len(proof.cards) > share:
+            raise DispatchError(
+                f"{name}: the card proof offers {len(proof.cards)} healthy cards, more than "
+                f"the {share} rented on this node: the extra cards are not the lease's to "
+                "use, so the node is refused and nothing was started (show the node only "
+                "its rented cards, e.g. CUDA_VISIBLE_DEVICES)")
         if proof.cards is not None and not proof.cards:
             why = "; ".join(f"card {e['card']} ({e['stage']}): {e['reason']}"
                             for e in proof.excluded) or "the stages named none"
@@ -155,15 +175,16 @@ def read_proof(index: int, node: SSHNode, gpus: bool, code: int, out: str,
 def _healthy(stages: dict[str, dict[str, Any]]
              ) -> tuple[tuple[int, ...] | None, list[dict[str, Any]]]:
     """The healthy cards by the runner's one rule (``runner.spec.healthy_cards``: the
-    latest card stage's list; None: no stage judged any), and each card left out with the
-    stage that left it out and its reasons."""
-    by_stage = {s: stages.get(s, {}).get("facts") or {} for s in CARD_STAGES}
+    latest card stage's list; None: no stage judged any), kept to the cards the device
+    stage saw, and each card left out with the stage that left it out and its reasons."""
+    by_stage = {s: stages.get(s, {}).get("facts", {}) for s in CARD_STAGES}
     cards = healthy_cards(by_stage)
     if cards is None:
         return None, []
     device = by_stage["device"]
     seen = sorted(int(k) for k in device.get("cards") or {}) or list(
         range(int(device.get("count") or 0)))
+    cards = [c for c in cards if c in set(seen)]  # a card never seen is no card
     left_out, excluded = set(seen) - set(cards), []
     for stage in CARD_STAGES:  # each card left out, told by the first stage that left it
         event = stages.get(stage, {})
@@ -174,12 +195,15 @@ def _healthy(stages: dict[str, dict[str, Any]]
         for card in sorted(left_out - set(healthy)):
             rows = facts.get("cards")  # by card (device, compute); interconnect: a list
             row = (rows.get(str(card)) if isinstance(rows, dict) else None) or {}
+            row = row if isinstance(row, dict) else {}
             # a volume's stage passes with its verdict kept (runner.cards.tolerate_card_verdict)
             verdict = event.get("error") or facts.get("card_verdict") or {}
+            verdict = verdict if isinstance(verdict, dict) else {}
             reasons = row.get("reasons") or [verdict.get("message")
                                              or "; ".join(map(str, facts.get("warnings") or []))
                                              or f"left out by the {stage} stage"]
-            excluded.append({"card": card, "stage": stage, "reason": "; ".join(map(str, reasons))})
+            excluded.append({"card": card, "stage": stage,
+                             "reason": "; ".join(map(str, reasons))[:500]})
         left_out &= set(healthy)
     return tuple(cards), excluded
 
@@ -205,7 +229,8 @@ def _finished_at(out: str) -> str:
 
 
 def _stage_events(out: str) -> dict[str, dict[str, Any]]:
-    """The last stage event of each stage in the runner's stdout (other lines ignored)."""
+    """The last stage event of each stage in the proof's events (other lines ignored), its
+    ``facts`` and ``error`` always mappings (anything else from the node is dropped)."""
     found: dict[str, dict[str, Any]] = {}
     for line in out.splitlines():
         try:
@@ -214,7 +239,9 @@ def _stage_events(out: str) -> dict[str, dict[str, Any]]:
             continue
         if isinstance(event, dict) and str(event.get("type", "")).startswith("stage.") \
                 and event.get("type") != "stage.started":
-            found[str(event.get("stage"))] = event
+            found[str(event.get("stage"))] = {
+                **event, **{k: event[k] if isinstance(event.get(k), dict) else {}
+                            for k in ("facts", "error")}}
     return found
 
 

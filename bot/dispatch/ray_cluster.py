@@ -119,6 +119,10 @@ def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> list[Ray
         except (ValueError, IndexError) as exc:
             raise DispatchError(f"{node.where}: cannot read its Ray and Python versions "
                                 f"(`{node.python}` printed {out[-200:]!r})") from exc
+        if not isinstance(facts, dict) or not isinstance(facts.get("python"), str) \
+                or not isinstance(facts.get("ray"), (str, type(None))):
+            raise DispatchError(f"{node.where}: its Ray and Python versions are not the "
+                                f"probe's answer (`{node.python}` printed {out[-200:]!r})")
         if not facts.get("ray"):
             raise DispatchError(f"{node.where}: Ray is not installed for {node.python}; "
                                 f"install the pinned version: {install_command(node.python)}")

@@ -118,7 +118,17 @@ class SSHDispatcher(SSHSessions):
     def start(self, handle: RunHandle) -> int | None:
         """A several-node volume first gets the run into every node's own workdir, its
         cards proven there, and Ray started on them; the token reaches the driver through
-        the launcher's standard input only. A failed dispatch stops that Ray."""
+        the launcher's standard input only. A failed dispatch stops that Ray. An answer of
+        a node that cannot be read (JSON of the wrong shape) is a DispatchError naming the
+        run's node, never a bare error."""
+        try:
+            return self._start(handle)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            where = (handle.node or {}).get("host") or "its node"
+            raise DispatchError(f"run {handle.run_id}: an answer of {where} cannot be read "
+                                f"({type(exc).__name__}: {exc}); nothing was started") from exc
+
+    def _start(self, handle: RunHandle) -> int | None:
         env: dict[str, str] = {}
         nodes = volume_nodes(handle)
         # a corpus only the nodes hold: the head's listing first, every node's reference
@@ -481,8 +491,11 @@ class SSHDispatcher(SSHSessions):
             failed = json.loads(reply)["failed"]
         except (ValueError, KeyError, TypeError):
             failed = [f"the launcher answered {reply.strip()[:200]!r}"]
+        if not isinstance(failed, list):
+            failed = [f"the launcher answered {reply.strip()[:200]!r}"]
         if failed:
-            raise DispatchError(f"{node.where}: the upload failed: {'; '.join(failed[:5])}")
+            raise DispatchError(f"{node.where}: the upload failed: "
+                                f"{'; '.join(str(f)[:300] for f in failed[:5])}")
 
     async def _remove(self, node: SSHNode, stale: list[str]) -> None:
         """Files the project no longer has, removed from the node's copy (over SFTP)."""

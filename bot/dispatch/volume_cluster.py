@@ -28,6 +28,7 @@ from bot.dispatch.ray_cluster import RayCluster, RayNode, RayPorts, start_cluste
 from bot.dispatch.upload import SSHNode, load_spec
 from bot.errors import DispatchError
 from runner.files import write_text_atomic
+from runner.spec import node_share
 
 CLUSTER_FILE = "ray_cluster.json"
 RayNodeOf = Callable[[int, SSHNode, str, bool], RayNode]
@@ -92,7 +93,8 @@ def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCop
     end_earlier_cluster(runs, handle)
     spec = load_spec(handle.spec_path)
     gpus = bool(spec["volume"].get("gpus"))
-    proofs = prove_nodes(runs, nodes, copies, gpus, handle.progress)
+    proofs = prove_nodes(runs, nodes, copies, gpus, handle.progress,
+                         share=node_cards(spec, len(nodes)))
     # read again: hearing the proofs, the service may have widened the driver's time limit
     # to the forecast on the proven nodes (bot/service/proven.py)
     spec = load_spec(handle.spec_path)
@@ -107,6 +109,20 @@ def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCop
                       "head_proof": head_proof(copies[0], handle.run_id, proofs[0])}
     _write(handle.spec_path, spec)
     return cluster
+
+
+def node_cards(spec: dict[str, Any], nodes: int) -> int | None:
+    """The cards each node of the volume is rented for (its spec's ``hardware``: the one
+    rule, ``runner.spec.node_share``), the most its card proof may offer; None for a spec
+    that names no hardware."""
+    hardware = spec.get("hardware")
+    if not isinstance(hardware, dict):
+        return None
+    share = hardware.get("node_cards")
+    if isinstance(share, int) and not isinstance(share, bool) and share > 0:
+        return share
+    return node_share(int(hardware.get("lots") or 1), int(hardware.get("cards_per_lot") or 1),
+                      nodes)
 
 
 def _placed(node: RayNode, proof: NodeProof, copy: NodeCopy) -> RayNode:
