@@ -227,8 +227,10 @@ def evidence_message(run: Run) -> Message | None:
     if not ev:
         return None
     verified = bool(ev.get("verified"))
+    said = ("as claimed by the node (not checked by the bot host)"
+            if verified and ev.get("verified_by") == "node" else "yes" if verified else "NO")
     pairs = [("Copied to", str(ev.get("dest"))), ("Files", str(ev.get("files"))),
-             ("Bytes", str(ev.get("bytes", "?"))), ("Verified", "yes" if verified else "NO")]
+             ("Bytes", str(ev.get("bytes", "?"))), ("Verified", said)]
     if ev.get("node_dest"):
         pairs.insert(1, ("Node's copy", str(ev["node_dest"])))
     # why the bot did not take the node's word: the fetch refused, or a claimed dest

@@ -47,12 +47,23 @@ def judge(run: Run, stages: list[dict[str, Any]],
                                     f"{evidence['fetch_error']} (`preflight fetch {run.id}` "
                                     "tries again)"))
     if success.get("require_evidence") or success.get("copy_to"):
-        verified = bool(evidence and evidence.get("verified"))
-        checks.append(_check(verified, "evidence copy verified" if verified
-                             else "evidence copy missing or not verified"))
+        checks.append(_evidence_check(evidence))
     if finished.get("status") not in (None, "passed"):
         checks.append(_check(False, f"the runner reported the run as {finished.get('status')}"))
     return {"passed": all(c["ok"] for c in checks), "checks": checks}
+
+
+def _evidence_check(evidence: dict[str, Any] | None) -> dict[str, Any]:
+    """The evidence copy verified, saying who verified it when the bot host did not: a URL
+    copy made from an SSH node is checked by that node only (its claim)."""
+    verified = bool(evidence and evidence.get("verified"))
+    if not verified or evidence is None:
+        return _check(False, "evidence copy missing or not verified")
+    if evidence.get("verified_by") == "node":
+        return _check(True, f"evidence copy verified as claimed by the node at "
+                            f"{evidence.get('dest')} (the bot host did not check it: run "
+                            "`preflight verify` on it from a machine that can read it)")
+    return _check(True, "evidence copy verified")
 
 
 def _cards_check(run: Run, stages: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -155,7 +155,9 @@ def settle_evidence(run: RunRecord, evidence: dict[str, Any] | None,
 
     ``fetched``: the copy an SSH fetch brought back (the bot chose where). Otherwise the
     runner's ``dest`` must be ``evidence_home``; any other place is refused: the record
-    keeps the bot's place, the claim as ``node_dest``, ``verified`` false and why."""
+    keeps the bot's place, the claim as ``node_dest``, ``verified`` false and why. A URL
+    copy made from an SSH node was checked by the node alone: ``verified_by: node`` says
+    that its ``verified`` is the node's claim (the verdict says so)."""
     if not evidence:
         return evidence
     claimed = evidence.get("dest")
@@ -169,6 +171,8 @@ def settle_evidence(run: RunRecord, evidence: dict[str, Any] | None,
         return {**evidence, "dest": None, "node_dest": claimed, "verified": False}
     if isinstance(claimed, str) and home is not None and (
             claimed == home or (not is_url(claimed) and os.path.normpath(claimed) == home)):
+        if run.node_kind == "ssh":  # a URL the node copied to and checked: its word only
+            return {**evidence, "dest": home, "verified_by": "node"}
         return {**evidence, "dest": home}
     if home is None:  # no results.copy_to: no evidence is expected, none is written
         why = (f"the runner said it copied the evidence to {claimed!r}, but the manifest "

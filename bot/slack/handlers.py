@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -40,8 +39,8 @@ class Handlers:
         self.service = service
         self.client = client
         self.followers = followers
-        api = urlsplit(settings.slack_api_url or "https://slack.com/api/")
-        self.file_hosts = frozenset({(api.hostname or "slack.com").lower()})
+        # the token goes to Slack's hosts over https, or to this configured endpoint only
+        self.api_url = settings.slack_api_url or "https://slack.com/api/"
 
     # -- where we serve -----------------------------------------------------------
     def allowed(self, channel: str | None) -> bool:
@@ -64,7 +63,7 @@ class Handlers:
             resp = self.client.files_info(file=str(info["id"]))
             url = str(resp["file"].get("url_private_download") or resp["file"]["url_private"])
         token = self.client.token or ""
-        return download(url, token, self.file_hosts), str(info.get("name"))
+        return download(url, token, self.api_url), str(info.get("name"))
 
     def submit(self, text: str, *, source: str, user: str, channel: str,
                thread_ts: str) -> str | None:

@@ -10,6 +10,7 @@ import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from bot.errors import PreflightError
@@ -76,15 +77,42 @@ def manifest_files(files: list[dict[str, object]]) -> list[dict[str, object]]:
     return [f for f in files if str(f.get("name", "")).lower().endswith(MANIFEST_SUFFIXES)]
 
 
-def download(url: str, token: str, allowed_hosts: frozenset[str]) -> str:
-    """A private Slack file, fetched with the bot token (only from Slack's own hosts)."""
-    host = (urlsplit(url).hostname or "").lower()
-    if not (host in allowed_hosts or host == "slack.com" or host.endswith(".slack.com")):
-        raise IntakeError(f"refusing to send the bot token to {host or url!r}: "
-                          "files are only fetched from Slack")
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is never followed: urllib would send the bot token on to wherever it
+    points (another host, plain http)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
+                         headers: Any, newurl: str) -> urllib.request.Request | None:
+        host = urlsplit(newurl).hostname or newurl
+        raise IntakeError(f"Slack answered the file download with a redirect (HTTP {code}) "
+                          f"to {host[:100]!r}: it is not followed, so the bot token goes "
+                          "nowhere else; download the file again or paste the manifest")
+
+
+def download_allowed(url: str, api_url: str) -> bool:
+    """Whether the bot token may go to ``url``: https on Slack's own hosts, or exactly the
+    API endpoint the bot is configured with (its scheme, host and port: a Slack emulator,
+    a proxy the operator set)."""
+    target, api = urlsplit(url), urlsplit(api_url or "https://slack.com/api/")
+    host = (target.hostname or "").lower()
+    if target.scheme == "https" and (host == "slack.com" or host.endswith(".slack.com")):
+        return True
+    return bool(host) and (target.scheme, host, target.port) == (
+        api.scheme, (api.hostname or "").lower(), api.port)
+
+
+def download(url: str, token: str, api_url: str) -> str:
+    """A private Slack file, fetched with the bot token: only over https from Slack's own
+    hosts (or the configured API endpoint), never following a redirect."""
+    if not download_allowed(url, api_url):
+        host = urlsplit(url).hostname
+        raise IntakeError(f"refusing to send the bot token to {(host or url)[:100]!r} "
+                          f"({urlsplit(url).scheme or 'no scheme'}): files are only fetched "
+                          "over https from Slack")
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    opener = urllib.request.build_opener(_NoRedirect())
     try:
-        with urllib.request.urlopen(request, timeout=20) as resp:  # noqa: S310 (checked host)
+        with opener.open(request, timeout=20) as resp:  # noqa: S310 (checked host)
             data: bytes = resp.read(MAX_MANIFEST_BYTES + 1)
     except urllib.error.HTTPError as exc:
         raise IntakeError(f"could not download the file (HTTP {exc.code}): is the bot a "

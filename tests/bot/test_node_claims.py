@@ -10,6 +10,7 @@ from typing import Any
 
 from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
+from bot.messages.views import evidence_message
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.store import Store
@@ -88,3 +89,39 @@ def test_an_honest_evidence_dest_gets_the_report_added(tmp_path: Path) -> None:
     assert run["evidence"]["verified"] is True and run["outcome"] == "passed"
     assert (home / "report.html").is_file()
     assert "  report.html" in (home / SUMS).read_text(encoding="utf-8")
+
+
+def test_url_evidence_from_an_ssh_node_is_recorded_as_the_node_s_claim(
+        tmp_path: Path) -> None:
+    """``copy_to: memory://…`` on an SSH node: the node copied and checked the evidence
+    itself, and the bot host never read it. Its ``verified: true`` stays the node's
+    word, said in the record, the verdict and the thread (issue 32)."""
+    def script(run_id: str) -> list[dict[str, Any]]:
+        events = pilot_script(IDS, refuse=())
+        at = next(i for i, e in enumerate(events) if e.get("stage") == "evidence")
+        events[at:at + 1] = [
+            {"type": "stage.started", "stage": "evidence"},
+            {"type": "evidence", "dest": f"memory://bucket/ev/{run_id}", "files": 7,
+             "bytes": 100, "verified": True, "problems": []},
+            {"type": "stage.passed", "stage": "evidence", "facts": {"verified": True}}]
+        return events
+
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path / "home")})
+    service = PilotService(settings, Store(settings.db_path),
+                           {"ssh": ScriptedDispatcher(script)}, RecordingNotifier())
+    manifest = write_manifest(tmp_path / "project", extra=(
+        "results: {copy_to: 'memory://bucket/ev'}\n"
+        "node: {kind: ssh, host: gpu-1.example, workdir: /srv/w}"))
+    run_id = service.submit(load_manifest_file(manifest), submitter="bob").run_id
+    service.start(run_id)
+    run = service.follow(run_id, timeout=30)
+    evidence = run["evidence"]
+    assert evidence["dest"] == f"memory://bucket/ev/{run_id}"
+    assert evidence["verified"] is True and evidence["verified_by"] == "node"
+    [check] = [c for c in run["verdict"]["checks"] if "evidence" in c["text"]]
+    assert check["text"].startswith("evidence copy verified as claimed by the node at "
+                                    f"memory://bucket/ev/{run_id} (the bot host did not "
+                                    "check it")
+    message = evidence_message(service.store.run(run_id))
+    assert message is not None
+    assert "as claimed by the node (not checked by the bot host)" in repr(message.blocks)
