@@ -18,7 +18,7 @@ import json
 import os
 import posixpath
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, BinaryIO, Dict, List, Optional, Set, Tuple
 
 from runner.errors import RunnerError
 from runner.files import is_temp_name, write_bytes_atomic
@@ -31,6 +31,7 @@ TREES = ("outputs",)
 OPTIONAL = ("provenance.json",)  # copied (and checksummed) when the run wrote it
 # The columns balance.csv must have, and the spec fields that carry the run's parameters.
 BALANCE_COLUMNS = ("id", "status", "category", "reason")
+MAX_DOC_BYTES = 64 << 20  # spec.json, environment.json, balance.json: JSON read whole
 SPEC_FIELDS = ("run_id", "inputs.dir", "inputs.expected_count", "project.params", "task.params",
                "task.kind")
 
@@ -89,6 +90,12 @@ class _Local:
         except FileNotFoundError:
             return None
 
+    def open(self, rel: str) -> Optional[BinaryIO]:
+        try:
+            return open(os.path.join(self.root, *rel.split("/")), "rb")
+        except FileNotFoundError:
+            return None
+
     def listing(self) -> List[str]:
         out = []
         for base, _dirs, names in os.walk(self.root):
@@ -124,6 +131,13 @@ class _Remote:
             return bytes(self.fs.cat_file(posixpath.join(self.root, rel)))
         except FileNotFoundError:
             return None
+
+    def open(self, rel: str) -> Optional[BinaryIO]:
+        try:
+            fh: BinaryIO = self.fs.open(posixpath.join(self.root, rel), "rb")
+        except FileNotFoundError:
+            return None
+        return fh
 
     def listing(self) -> List[str]:
         try:
@@ -241,14 +255,14 @@ def verify_evidence(path: str) -> VerifyReport:
     intact: Set[str] = set()  # read back with the right checksum: safe to look inside
     report.problems.extend(bad_lines)
     for rel, digest in listed.items():
-        data = store.read(rel)
-        if data is None:
+        found = _digest(store, rel)  # read in chunks: never a whole file in memory
+        if found is None:
             report.problems.append(f"{rel}: missing")
-        elif hashlib.sha256(data).hexdigest() != digest:
+        elif found[0] != digest:
             report.problems.append(f"{rel}: checksum mismatch (content changed)")
         else:
             report.files += 1
-            report.bytes += len(data)
+            report.bytes += found[1]
             intact.add(rel)
     for rel in REQUIRED:
         if rel not in listed:
@@ -261,6 +275,22 @@ def verify_evidence(path: str) -> VerifyReport:
     report.problems.extend(_check_context(store, intact))
     report.ok = not report.problems
     return report
+
+
+def _digest(store: Any, rel: str) -> Optional[Tuple[str, int]]:
+    """SHA-256 and size of one file of the copy, read 1 MiB at a time; None if absent."""
+    try:
+        fh = store.open(rel)
+    except (IsADirectoryError, NotADirectoryError):
+        return None
+    if fh is None:
+        return None
+    h, size = hashlib.sha256(), 0
+    with fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
 
 
 def _parse_sums(raw: bytes) -> Tuple[Dict[str, str], List[str]]:
@@ -282,9 +312,13 @@ def _check_references(store: Any, listed: Dict[str, str], intact: Set[str]) -> L
     always has one row per input, so a large run is checked line by line)."""
     if "balance.csv" not in intact:
         return []
-    data = store.read("balance.csv") or b""
-    text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="")
-    reader = csv.DictReader(text)
+    raw = store.open("balance.csv") or io.BytesIO(b"")
+    with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as text:
+        return _references(csv.DictReader(text), listed)
+
+
+def _references(reader: csv.DictReader[str], listed: Dict[str, str]) -> List[str]:
+    """The outputs balance.csv names that are not in the copy, row by row."""
     absent = [c for c in BALANCE_COLUMNS if c not in (reader.fieldnames or [])]
     if absent:
         return [f"balance.csv: no column {', '.join(absent)} (expected at least "
@@ -309,12 +343,12 @@ def _check_context(store: Any, listed: Set[str]) -> List[str]:
         if rel not in listed:
             continue
         try:
-            docs[rel] = json.loads(store.read(rel) or b"")
+            docs[rel] = json.loads(_head(store, rel, MAX_DOC_BYTES + 1))
         except ValueError:
             docs[rel] = None
         if not isinstance(docs[rel], dict):
             problems.append(f"{rel}: not a JSON object")
-    if "manifest.yaml" in listed and not (store.read("manifest.yaml") or b"").strip():
+    if "manifest.yaml" in listed and not _head(store, "manifest.yaml", MAX_DOC_BYTES).strip():
         problems.append("manifest.yaml: empty (the manifest as submitted is needed)")
     spec = docs.get("spec.json")
     if isinstance(spec, dict):
@@ -326,6 +360,17 @@ def _check_context(store: Any, listed: Set[str]) -> List[str]:
             problems.append(f"balance.json: run {bal.get('run')!r} is not the spec's run "
                             f"{spec.get('run_id')!r}")
     return problems
+
+
+def _head(store: Any, rel: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of one file of the copy (b"" if absent): a document bigger
+    than ``MAX_DOC_BYTES`` is not a run's, and is not read whole to find it out."""
+    fh = store.open(rel)
+    if fh is None:
+        return b""
+    with fh:
+        data: bytes = fh.read(limit)
+    return data
 
 
 def _dig(doc: Any, path: str) -> Any:

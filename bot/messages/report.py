@@ -17,6 +17,7 @@ from typing import Any
 
 from bot.messages import plots
 from bot.messages.forecast_view import fit_line
+from bot.pilot.balance_check import NODE_LISTED, node_listed
 from bot.pilot.cards import healthy_cards
 from bot.pilot.clock import read_time
 from bot.pilot.forecast import duration
@@ -304,6 +305,8 @@ def _balance(run: Run) -> str:
     body = (f'<p class="{"ok" if ok else "bad"}">{accepted} accepted + {refused} refused = '
             f'{accepted + refused} of {escape(_text(bal.get("total")))} expected: '
             f'{"holds" if ok else "FAILS"}</p>')
+    if node_listed(run):
+        body += f'<p class="note">Balance {escape(NODE_LISTED)}.</p>'
     by_cat = bal.get("by_category") or {}
     if by_cat:
         body += _table(("category", "items"), sorted(by_cat.items(), key=lambda kv: str(kv[0])),

@@ -22,6 +22,7 @@ from bot.messages.model import (
 )
 from bot.messages.progress import epoch, seconds_between
 from bot.messages.targets import spend_pairs
+from bot.pilot.balance_check import NODE_LISTED, node_listed
 from bot.pilot.plan import describe_lots, describe_price, format_usd, plural
 from bot.pilot.record import Run
 from bot.pilot.states import ENDED, S
@@ -176,6 +177,8 @@ def balance_message(run: Run, csv_path: str | None = None) -> Message | None:
                 ("Expected", str(bal.get("total"))),
                 ("Check", "accepted + refused = expected" if ok else "FAILED"))),
     ]
+    if node_listed(run):
+        blocks.append(Text(f"Balance {NODE_LISTED}."))
     by_cat = bal.get("by_category") or {}
     if by_cat:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(by_cat.items()))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.pilot.record import Run
+
 COUNTS = ("accepted", "refused", "total")
 
 
@@ -53,3 +55,16 @@ def checked_balance(raw: Any) -> dict[str, Any] | None:
         return dict(raw)
     return {"ok": False, "malformed": problems,
             "problems": [{"kind": "malformed", "id": "", "detail": p} for p in problems]}
+
+
+NODE_LISTED = ("node-listed: the inputs it expects were listed by the head node "
+               "(volume.nodes[0]) and their outcomes reported by the same nodes; the bot "
+               "holds no copy of the corpus to check either against")
+
+
+def node_listed(run: Run) -> bool:
+    """A volume run whose corpus only the nodes hold (``volume.inputs.on_nodes`` without
+    ``dir``): its balance is the nodes' word on both sides, and is said to be."""
+    volume = run.manifest.volume if run.manifest is not None else None
+    return run.kind == "volume" and volume is not None and bool(volume.inputs.on_nodes) \
+        and volume.inputs.dir is None

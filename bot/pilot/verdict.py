@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.pilot.balance_check import NODE_LISTED, node_listed
 from bot.pilot.cards import CARD_STAGES, healthy_cards
 from bot.pilot.record import Run
 
@@ -30,9 +31,11 @@ def judge(run: Run, stages: list[dict[str, Any]],
         total = _int(balance.get("total"))
         if success.get("balance_ok", True):
             n = len(balance.get("problems") or [])
+            listed = f" ({NODE_LISTED})" if node_listed(run) else ""
             checks.append(_check(bool(balance.get("ok")),
-                                 f"balance holds: {accepted} accepted + {refused} refused = {total}"
-                                 if balance.get("ok") else f"balance fails with {n} problem(s)"))
+                                 f"balance holds: {accepted} accepted + {refused} refused = "
+                                 f"{total}{listed}" if balance.get("ok") else
+                                 f"balance fails with {n} problem(s){listed}"))
         if success.get("min_accepted") is not None:
             want = int(success["min_accepted"])
             checks.append(_check(accepted >= want, f"accepted {accepted} ≥ {want} required"))

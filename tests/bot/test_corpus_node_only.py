@@ -237,5 +237,15 @@ def test_through_the_service_the_heads_listing_gives_the_volume_its_ids_and_coun
         done = service.follow(volume, timeout=30)
         assert done["balance"]["recheck"]["ok"] is True
         assert done["balance"]["recheck"]["total"] == 40
+        # the balance is the nodes' word on both sides, and says so (issue 32)
+        [check] = [c for c in done["verdict"]["checks"] if c["text"].startswith("balance")]
+        assert "(node-listed: the inputs it expects were listed by the head node" in \
+            check["text"]
+        report = (Path(done["run_dir"]) / "report.html").read_text(encoding="utf-8")
+        assert "Balance node-listed: the inputs it expects" in report
+        from bot.messages.views import balance_message
+
+        message = balance_message(service.store.run(volume))
+        assert message is not None and "Balance node-listed" in repr(message.blocks)
     finally:
         kit.VOLUME_IDS = original

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -11,6 +12,8 @@ from typer.testing import CliRunner
 
 from bot.cli.evidence import register
 from runner.evidence import copy_evidence, verify_evidence
+
+REPO = Path(__file__).resolve().parents[2]
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = {"run_id": "r", "inputs": {"dir": "/in", "expected_count": 1},
@@ -165,3 +168,40 @@ def test_the_copy_counts_the_files_that_verify_counts(tmp_path: Path) -> None:
     assert copied.verified and checked.ok
     assert copied.files == checked.files  # the panel and `preflight verify` say the same
     assert copied.bytes == checked.bytes
+
+
+VERIFY_SIDE = """
+import json, re, sys
+from pathlib import Path
+from runner.evidence import verify_evidence
+
+def status(key):
+    return int(re.search(key + r":\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1))
+
+base = status("VmRSS")
+Path("/proc/self/clear_refs").write_text("5")
+report = verify_evidence(sys.argv[1])
+print(json.dumps({"ok": report.ok, "bytes": report.bytes,
+                  "growth_mib": (status("VmHWM") - base) // 1024}))
+"""
+
+
+def test_verification_hashes_a_large_file_in_chunks(tmp_path: Path) -> None:
+    """A fetched evidence copy holds files of up to 2 GiB: verifying one never reads it whole
+    into memory (issue 32). Measured in a process of its own (peak RSS from /proc)."""
+    run = make_run(tmp_path)
+    big = run / "outputs" / "big.bin"
+    digest = hashlib.sha256()
+    with open(big, "wb") as fh:
+        for n in range(160):
+            chunk = bytes([n]) * (1 << 20)
+            fh.write(chunk)
+            digest.update(chunk)
+    dest = tmp_path / "dest"
+    assert copy_evidence(str(run), str(dest)).verified
+    done = subprocess.run([sys.executable, "-c", VERIFY_SIDE, str(dest)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    assert found["ok"] and found["bytes"] > 160 << 20
+    assert found["growth_mib"] < 40, found
