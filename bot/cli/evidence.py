@@ -1,4 +1,5 @@
-"""`preflight verify PATH`: re-verify a copied evidence folder, without the original run."""
+"""`preflight verify PATH`: re-verify a copied evidence folder, without the original run;
+`preflight fetch RUN`: bring an ended run's results back from its node again."""
 
 from __future__ import annotations
 
@@ -11,7 +12,31 @@ from runner.evidence import verify_evidence
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``verify`` command to the ``preflight`` app."""
+    """Add the ``verify`` and ``fetch`` commands to the ``preflight`` app."""
+
+    @app.command("fetch")
+    def fetch(run_id: str = typer.Argument(..., help="the run id (or its unique prefix)")
+              ) -> None:
+        """Fetch an ended run's results from its node again (after a refused or cut-off
+        fetch); a run awaiting its decision is judged again on what comes back."""
+        from bot.cli.common import build_service, console, fail_on
+        from bot.errors import PreflightError
+        from bot.messages.model import NullNotifier
+        from bot.settings import Settings
+
+        service = build_service(Settings.from_env(), NullNotifier())
+        try:
+            run = service.fetch(run_id)
+        except PreflightError as exc:
+            raise fail_on(exc) from exc
+        finally:
+            service.close()
+        evidence = run.get("evidence") or {}
+        console.print(f"run {run['id']}: results fetched; evidence "
+                      f"{'verified' if evidence.get('verified') else 'NOT verified'} at "
+                      f"{evidence.get('dest')}; outcome {run.get('outcome')}",
+                      markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(0 if run.get("outcome") == "passed" else 1)
 
     @app.command("verify")
     def verify(

@@ -422,6 +422,14 @@ class PilotService:
         except PreflightError as exc:
             log.warning("run %s: could not stop what its start left: %s", run_id, exc)
 
+    def fetch(self, run_id: str) -> dict[str, Any]:
+        """Bring an ended run's results back again, and judge it again on them while it
+        awaits its decision (``bot/service/refetch.py``)."""
+        from bot.service.refetch import fetch_again
+
+        run = self.store.find(run_id)
+        return fetch_again(self.store, self._dispatcher(run), self.publisher, run.id)
+
     def resume(self, run_id: str) -> None:
         """Start a stopped run again from its ledger, or a run never started (a dispatch
         refused because the node's lease was not provisioned yet) for the first time."""

@@ -10,7 +10,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from typer.testing import CliRunner
+
+from bot.cli.app import app
 from bot.dispatch.bot_records import BOT_RECORDS
+from bot.settings import Settings
+from bot.store import Store
 from tests.remote.remote_kit import provisioned_bot, start_run, write_project
 from tests.remote.sshd_server import BARE_PYTHON, Sshd, running_sshd
 from tests.remote.test_remote_results import with_plants
@@ -72,3 +78,40 @@ def test_no_record_of_the_bot_is_ever_replaced_by_the_node_s_copy(
     for name, data in kept.items():
         assert ((local / name).read_bytes() if (local / name).exists() else None) == data, name
     assert (local / "runner.log").read_text(encoding="utf-8") == "the node's own log\n"
+
+
+def test_a_refused_fetch_loses_nothing_and_preflight_fetch_tries_again(
+        tmp_path: Path, sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fetch at the run's end is refused (a FIFO in the node's run directory): the
+    events, balance and verdict stay recorded, the verdict says why the copy was refused;
+    once the node's results are fixed, `preflight fetch RUN` brings them back and the
+    pilot, still awaiting its decision, is judged again on them."""
+    workdir = tmp_path / "node"
+    manifest = with_plants(write_project(tmp_path / "project", sshd.node(workdir)),
+                           [{"path": "pipe", "fifo": True}])
+    home = tmp_path / "home"
+    with provisioned_bot(home, sshd) as bot:
+        run_id = start_run(bot, manifest)
+        run = bot.service.follow(run_id, timeout=60)
+        events = [e.seq for e in bot.store.events(run_id)]
+    assert run["status"] == "awaiting_decision" and run["outcome"] == "failed"
+    assert run["balance"]["ok"] is True and events
+    why = run["evidence"]["fetch_error"]
+    assert "'pipe', which is a FIFO" in why
+    [check] = [c for c in run["verdict"]["checks"] if not c["ok"]]
+    assert check["text"].startswith("the results were not brought back from the node: ")
+    assert f"`preflight fetch {run_id}` tries again" in check["text"]
+    (workdir / "runs" / run_id / "pipe").unlink()  # the node's results set right
+    monkeypatch.setenv("PREFLIGHT_HOME", str(home))
+    monkeypatch.setenv("PREFLIGHT_SSH_KNOWN_HOSTS", str(sshd.known_hosts))
+    monkeypatch.setenv("PREFLIGHT_SSH_KEYS", str(sshd.user_key))
+    done = CliRunner().invoke(app, ["fetch", run_id])
+    assert done.exit_code == 0, done.output
+    assert f"run {run_id}: results fetched" in done.output
+    store = Store(Settings.from_env({"PREFLIGHT_HOME": str(home)}).db_path)
+    after = store.get_run(run_id)
+    assert [e.seq for e in store.events(run_id)] == events  # nothing lost
+    store.close()
+    assert after["outcome"] == "passed" and "fetch_error" not in (after["evidence"] or {})
+    assert all(c["ok"] for c in after["verdict"]["checks"])
+    assert (Path(after["run_dir"]) / "runner.log").exists()  # the results are here now
