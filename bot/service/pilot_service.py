@@ -63,6 +63,9 @@ from runner.events import DISPATCH_NODE, Event
 log = logging.getLogger(__name__)
 
 LeaseGuard = Callable[[Run], None]
+# What an answer of a node of the wrong shape raises where no check caught it: the start
+# is recorded as failed with it, never left `dispatching` (issue 32).
+MALFORMED = (ValueError, TypeError, KeyError, AttributeError, IndexError)
 # The manifest and project checks that stop a pilot before it is planned (ProjectCheckError).
 Precheck = Callable[[LoadedManifest], object]
 
@@ -368,7 +371,7 @@ class PilotService:
             pid = dispatcher.start(handle)
         except DispatchStopped:
             raise  # recorded `stopped` by the stop; what had started is stopped
-        except Exception as exc:  # any failure, expected or not: never left `dispatching`
+        except (PreflightError, *MALFORMED) as exc:  # a node's odd answer too: recorded
             if self.store.transition(run_id, (S.DISPATCHING,), S.DISPATCH_FAILED,
                                      first_error={"stage": "dispatch",
                                                   "type": type(exc).__name__,

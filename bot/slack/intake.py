@@ -84,6 +84,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
                          headers: Any, newurl: str) -> urllib.request.Request | None:
         host = urlsplit(newurl).hostname or newurl
+        fp.close()  # the answer is not read: its connection goes
         raise IntakeError(f"Slack answered the file download with a redirect (HTTP {code}) "
                           f"to {host[:100]!r}: it is not followed, so the bot token goes "
                           "nowhere else; download the file again or paste the manifest")

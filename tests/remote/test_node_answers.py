@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from bot.cli.app import app
 from bot.dispatch.bot_records import BOT_RECORDS
+from bot.dispatch.evidence_home import EvidenceHomeRefused
 from bot.settings import Settings
 from bot.store import Store
 from tests.remote.remote_kit import provisioned_bot, start_run, write_project
@@ -115,3 +116,25 @@ def test_a_refused_fetch_loses_nothing_and_preflight_fetch_tries_again(
     assert after["outcome"] == "passed" and "fetch_error" not in (after["evidence"] or {})
     assert all(c["ok"] for c in after["verdict"]["checks"])
     assert (Path(after["run_dir"]) / "runner.log").exists()  # the results are here now
+
+
+def test_the_fetch_refuses_an_evidence_home_that_is_the_run_directory(
+        tmp_path: Path, sshd: Sshd) -> None:
+    """A run recorded before the manifest's rule (its layout's evidence home is its own
+    run directory): the fetch refuses before a byte moves and the bot's records stay."""
+    workdir = tmp_path / "node"
+    manifest = write_project(tmp_path / "project", sshd.node(workdir),
+                             copy_to=str(tmp_path / "evidence"))
+    with provisioned_bot(tmp_path / "home", sshd) as bot:
+        run_id = start_run(bot, manifest)
+        run = bot.service.follow(run_id, timeout=60)
+        local = Path(run["run_dir"])
+        layout = json.loads((local / "remote.json").read_text(encoding="utf-8"))
+        layout["evidence"]["local"] = str(local.parent)  # home: runs/<run id>, the run dir
+        (local / "remote.json").write_text(json.dumps(layout), encoding="utf-8")
+        kept = {n: (local / n).read_bytes() for n in ("spec.json", "remote.json")}
+        with pytest.raises(EvidenceHomeRefused) as caught:
+            bot.dispatcher.fetch_results(bot.service._handle(bot.store.run_record(run_id)))
+    assert f"run {run_id}: the evidence copy would be fetched to {local}" in str(caught.value)
+    assert "it is the run directory" in str(caught.value)
+    assert {n: (local / n).read_bytes() for n in kept} == kept
