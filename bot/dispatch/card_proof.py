@@ -184,7 +184,8 @@ def _healthy(stages: dict[str, dict[str, Any]]
     device = by_stage["device"]
     seen = sorted(int(k) for k in device.get("cards") or {}) or list(
         range(int(device.get("count") or 0)))
-    cards = [c for c in cards if c in set(seen)]  # a card never seen is no card
+    visible = set(seen)
+    cards = [c for c in cards if c in visible]  # a card never seen is no card
     left_out, excluded = set(seen) - set(cards), []
     for stage in CARD_STAGES:  # each card left out, told by the first stage that left it
         event = stages.get(stage, {})
