@@ -42,7 +42,7 @@ from bot.messages.model import Message, Notifier
 from bot.pilot.clock import new_run_id, now_utc
 from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec, runs_dir_for
-from bot.pilot.states import RESUMABLE, S
+from bot.pilot.states import RESUMABLE, S, resume_refusal
 from bot.pilot.volume_nodes import volume_node
 from bot.policy import Policy, default_policy
 from bot.policy.guard import Directory, PolicyGuard
@@ -435,6 +435,9 @@ class PilotService:
                                     f"it stopped, try again in {DISPATCH_GRACE_S} s")
         if run.status == S.DECIDED:
             raise DispatchError(f"run {run_id} is decided; submit the manifest again instead")
+        finished = resume_refusal(run)
+        if finished is not None:
+            raise DispatchError(finished)
         if run.status == S.RUNNING and self._dispatcher(run).is_alive(self._handle(run)):
             raise DispatchError(f"run {run_id} is still running; nothing to resume")
         self.start(run_id, resume=True)

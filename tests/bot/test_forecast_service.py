@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bot.errors import DecisionRefused
+from bot.errors import DecisionRefused, DispatchError
 from bot.messages.model import Fields, Heading, Table, Text
 from bot.service import PilotService
 from tests.bot.fakes import pilot_script
@@ -189,3 +189,28 @@ def test_a_volume_that_ran_part_of_its_items_is_scored_on_them(tmp_path: Path) -
     assert check["scored"] == "partial" and (check["items_done"], check["items_total"]) == (3, 6)
     assert check["actual_s"] == 1.5 and check["forecast_mid_s"] == 4.6 + 1.5
     assert "3 of 6 items" in texts(notifier.latest[(volume_id, "forecast")])
+
+
+def test_a_finished_passed_volume_is_not_resumed(tmp_path: Path) -> None:
+    """A resume of a volume that finished and passed is refused with the reason, and
+    changes nothing: no new attempt, no stage time, no forecast score moved (issue 37)."""
+    service, _, run_id = finished_pilot(tmp_path, datetime.now(timezone.utc) - timedelta(hours=1))
+    volume_id = service.decide(run_id, "approve", "go", "alice")["volume_run"]
+    done = service.follow(volume_id, timeout=30)
+    assert (done["status"], done["outcome"]) == ("finished", "passed")
+    before = (service.store.get_run(volume_id), service.store.stages(volume_id),
+              len(service.store.events(volume_id)))
+    with pytest.raises(DispatchError, match="finished and passed: its work is complete, "
+                                            "nothing to resume"):
+        service.resume(volume_id)
+    assert (service.store.get_run(volume_id), service.store.stages(volume_id),
+            len(service.store.events(volume_id))) == before
+
+
+def test_a_passed_pilot_awaiting_its_decision_is_not_resumed(tmp_path: Path) -> None:
+    service, _, run_id = finished_pilot(tmp_path, datetime.now(timezone.utc) - timedelta(hours=1))
+    before = service.store.get_run(run_id)
+    assert (before["status"], before["outcome"]) == ("awaiting_decision", "passed")
+    with pytest.raises(DispatchError, match=f"preflight decide {run_id} approve"):
+        service.resume(run_id)
+    assert service.store.get_run(run_id) == before

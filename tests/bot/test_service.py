@@ -266,8 +266,9 @@ def test_two_resumes_of_one_run_cannot_both_start(tmp_path: Path) -> None:
     import threading
 
     settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
-    attempts = [pilot_script(IDS, refuse=()),  # the resumed runner finds every id done
-                pilot_script(IDS, refuse=(), drop=tuple(IDS), lie=True)]
+    # the first attempt lost doc-02 (failed); the resumed runner reports only it
+    attempts = [pilot_script(IDS, refuse=(), drop=("doc-02",)),
+                pilot_script(IDS, refuse=(), drop=("doc-01", "doc-03", "doc-04"), lie=True)]
     slow = SlowStart(lambda run: attempts.pop(0))
     service = PilotService(settings, Store(settings.db_path), {"local": slow},
                            RecordingNotifier())
