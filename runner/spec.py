@@ -139,6 +139,9 @@ class TaskSpec:
     trainer: Optional[str] = None
     item_timeout_s: float = 300.0
     torch_threads: Optional[int] = None  # None: the cores the worker owns (runner/threads.py)
+    # A volume follows this pilot: its workers' cards each (0: CPU workers, one CPU each), so
+    # the pilot measures with the threads a volume worker gets; None: no volume follows
+    worker_cards: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,11 @@ class ForecastInputs:
     peak_memory_gib: float | None = None
     card_memory_gib: float | None = None
     lease_starts_at: datetime | None = None
+    # The torch threads the pilot measured its items with, and why (its pilot stage's facts;
+    # None: not recorded, e.g. no torch); ``torch_threads``: the manifest's task.torch_threads
+    pilot_threads: int | None = None
+    pilot_threads_why: str | None = None
+    torch_threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -223,6 +228,7 @@ def _per_item(inp: ForecastInputs, figures: list[Figure], notes: list[str],
                           f"p50 {secs(p50)}, p90 {secs(p90)}"))
     numbers.update(samples=n, p50_s=p50, p90_s=p90, mean_s=spread.mean, sd_s=spread.sd,
                    units=spread.units)
+    _conditions(inp, figures, notes, numbers)
     if spread.units < 2:
         notes.append(f"the pilot timed its items as {plural(spread.units, 'batch', 'batches')}"
                      f" only: the spread between items was not measured and is assumed "
@@ -253,6 +259,47 @@ def _per_item(inp: ForecastInputs, figures: list[Figure], notes: list[str],
                           "(the residuals')"))
     numbers.update(item_mean_s=base, item_sd_s=rest.sd)
     return fitted
+
+
+def worker_threads(inp: ForecastInputs) -> tuple[int | None, str]:
+    """The torch threads each volume worker gets (runner/threads.py), and why; None when
+    the pilot's node did not show its cores (a GPU worker shares them)."""
+    if inp.torch_threads:
+        return inp.torch_threads, "task.torch_threads"
+    if not inp.gpus:
+        return 1, "a CPU worker: the 1 CPU Ray gives it"
+    cards = inp.healthy_cards if inp.healthy_cards is not None else \
+        inp.rented_cards // max(1, inp.nodes)
+    workers = max(1, cards // max(1, inp.cards_per_worker))
+    if not inp.cores:
+        return None, "its node's cores shared by its workers (cores not measured)"
+    return max(1, inp.cores // workers), (f"{inp.cores} cores ÷ {plural(workers, 'worker')} "
+                                          "on its node")
+
+
+def _conditions(inp: ForecastInputs, figures: list[Figure], notes: list[str],
+                numbers: dict[str, Any]) -> None:
+    """Under which conditions the per-item time was measured, beside those of a volume
+    worker: the same torch threads, or a note saying the time may not carry over."""
+    threads, why = worker_threads(inp)
+    worker = f"{plural(threads, 'torch thread')} ({why})" if threads else why
+    numbers.update(pilot_threads=inp.pilot_threads, worker_threads=threads)
+    if inp.pilot_threads is None:
+        text = f"pilot's torch threads not recorded; each volume worker: {worker}"
+    else:
+        text = (f"the pilot measured with {plural(inp.pilot_threads, 'torch thread')}"
+                + (f" ({inp.pilot_threads_why})" if inp.pilot_threads_why else "")
+                + f"; each volume worker runs with {worker}")
+    figures.append(Figure("conditions", "Measured under", "the volume worker's threads"
+                          if threads is not None and inp.pilot_threads == threads else
+                          "other threads than a volume worker's", text))
+    numbers["conditions"] = text
+    if threads is not None and inp.pilot_threads is not None and inp.pilot_threads != threads:
+        measured = plural(inp.pilot_threads, "torch thread")
+        notes.append(f"the pilot measured its items with {measured}, each volume worker gets "
+                     f"{threads}: the per-item time may not carry over (a compute-heavy "
+                     "handler can be several times slower with fewer threads); a pilot run "
+                     "by this version measures with a worker's threads")
 
 
 def item_spread(samples: tuple[Sample, ...], values: list[float]) -> Spread:

@@ -54,7 +54,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                           expected_count=src.expected_count,
                           expected_refusals=list(src.expected_refusals),
                           frames=_frames(src.frames)),
-        task=_task(m),
+        task=_task(m, plan),
         diagnostics=_diagnostics(m),
         success=SuccessSpec(min_accepted=m.success.min_accepted if kind == "pilot" else None,
                             max_refused=m.success.max_refused if kind == "pilot" else None,
@@ -86,7 +86,7 @@ def _hardware(plan: Plan, nodes: int) -> HardwareSpec:
         node_cards=node_share(plan.lots, plan.cards_per_lot, nodes), nodes=nodes)
 
 
-def _task(m: Manifest) -> TaskSpec:
+def _task(m: Manifest, plan: Plan) -> TaskSpec:
     task = m.task
     command = [task.command] if isinstance(task.command, str) else task.command
     return TaskSpec(kind=task.kind, handler=task.handler, command=command,
@@ -95,7 +95,20 @@ def _task(m: Manifest) -> TaskSpec:
                     batch_size=task.batch_size,
                     params=dict(task.params), trainer=task.trainer,
                     item_timeout_s=float(task.item_timeout_s),
-                    torch_threads=task.torch_threads)
+                    torch_threads=task.torch_threads, worker_cards=_worker_cards(m, plan))
+
+
+def _worker_cards(m: Manifest, plan: Plan) -> int | None:
+    """The cards each volume worker holds (0: CPU workers), so the pilot measures with a
+    worker's threads (runner/threads.py); None without a volume."""
+    if m.volume is None:
+        return None
+    return m.volume.cards_per_worker if _gpus(m, plan) else 0
+
+
+def _gpus(m: Manifest, plan: Plan) -> bool:
+    """The volume's workers ask Ray for cards (else: CPU workers)."""
+    return m.backend in ("cuda", "rocm") and plan.vendor != "none"
 
 
 def _diagnostics(m: Manifest) -> DiagnosticsSpec:
@@ -133,7 +146,7 @@ def _volume(loaded: LoadedManifest, plan: Plan,
         return None
     return VolumeSpec(cards_per_worker=volume.cards_per_worker,
                       batch_size=volume.batch_size or 0,
-                      gpus=loaded.manifest.backend in ("cuda", "rocm") and plan.vendor != "none",
+                      gpus=_gpus(loaded.manifest, plan),
                       batch_timeout_s=limits.batch_timeout_s,
                       pilot_batch_s=limits.pilot_batch_s, in_flight=limits.in_flight,
                       time_limit_s=limits.time_limit_s,

@@ -214,3 +214,23 @@ def test_a_passed_pilot_awaiting_its_decision_is_not_resumed(tmp_path: Path) -> 
     with pytest.raises(DispatchError, match=f"preflight decide {run_id} approve"):
         service.resume(run_id)
     assert service.store.get_run(run_id) == before
+
+
+def test_the_forecast_reads_the_threads_the_pilot_measured_with(tmp_path: Path) -> None:
+    """The pilot stage's facts say it ran with 1 torch thread, as a CPU volume worker
+    does: the stored forecast says under which conditions it was measured (issue 37)."""
+    def script(run_id: str) -> list[dict[str, Any]]:
+        out = timed(run_id)
+        for event in out:
+            if event["type"] == "stage.passed" and event["stage"] == "pilot":
+                event["facts"].update(torch_threads=1, torch_threads_why="1 CPU, as Ray "
+                                      "gives each CPU worker of the volume")
+        return out
+
+    service, notifier, run_id = finished_pilot(
+        tmp_path, datetime.now(timezone.utc) - timedelta(hours=1), script=script)
+    fc = service.store.get_run(run_id)["forecast"]
+    assert (fc["pilot_threads"], fc["worker_threads"]) == (1, 1)
+    shown = texts(notifier.latest[(run_id, "forecast")])
+    assert "Measured under | the volume worker's threads | the pilot measured with 1 torch " \
+           "thread (1 CPU, as Ray gives each CPU worker of the volume)" in shown
