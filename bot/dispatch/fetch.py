@@ -45,9 +45,11 @@ CLOSE_S = 5.0  # the longest a file's close waits for the node
 FILES_AT_ONCE = 8  # files fetched at the same time (a round trip each would add up)
 # Written by the bot, read back by it (where the run is, what it sent, which nodes run its
 # Ray, its report): the node's copy never replaces them ("ray_cluster.json" is
-# volume_cluster.CLUSTER_FILE, "report.html"/"report-summary.png" bot.service.report_files's).
+# volume_cluster.CLUSTER_FILE, "report.html"/"report-summary.png" bot.service.report_files's,
+# ".end.lock" bot.service.end_lock's: the lock the bot holds while it fetches).
 BOT_FILES = frozenset({"spec.json", "manifest.yaml", "remote.json", "evidence-fetch.json",
-                       "ray_cluster.json", "report.html", "report-summary.png"})
+                       "ray_cluster.json", "report.html", "report-summary.png",
+                       ".end.lock"})
 
 
 @dataclass(frozen=True)

@@ -120,9 +120,10 @@ def stop_volume_cluster(runs: Runs, handle: RunHandle) -> list[str]:
     """End this run's Ray on every node it was started on (nothing when there is none);
     returns the problems met. The record is removed once every node is stopped."""
     path = handle.run_dir / CLUSTER_FILE
-    if not path.exists():
+    try:
+        pairs = _read(path)
+    except FileNotFoundError:  # none, or another bot process stopped it and removed it
         return []
-    pairs = _read(path)
     problems = stop_cluster(_shell(runs, pairs), [r for _, r in pairs])
     if not problems:
         path.unlink(missing_ok=True)
@@ -140,12 +141,15 @@ def _shell(runs: Runs, pairs: list[tuple[SSHNode, RayNode]]) -> Any:
 
 
 def _read(path: Path) -> list[tuple[SSHNode, RayNode]]:
+    """The record's nodes; FileNotFoundError when there is none."""
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))["nodes"]
         return [(SSHNode(**row["ssh"]),
                  RayNode(**{**row["ray"], "ports": RayPorts(**row["ray"]["ports"]),
                             "cards": None if row["ray"]["cards"] is None
                             else tuple(row["ray"]["cards"])})) for row in rows]
+    except FileNotFoundError:
+        raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DispatchError(f"{path}: cannot read which nodes run this volume's Ray: "
                             f"{exc}") from exc

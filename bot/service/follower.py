@@ -32,6 +32,7 @@ from bot.pilot.death import runner_death
 from bot.pilot.decisions import end_state
 from bot.pilot.states import S
 from bot.pilot.verdict import judge
+from bot.service.end_lock import end_lock
 from bot.service.forecast_inputs import ATTEMPT_EVENTS, check_volume, forecast_for
 from bot.service.handles import dispatcher_for, handle_for
 from bot.service.publisher import Publisher
@@ -247,9 +248,12 @@ class Follower:
         return True
 
     def _finish(self, run_id: str) -> None:
-        # A Slack follower and the watch job may both see run.finished: one finishes it
-        # (fetching results once); the other finds it no longer running.
-        with self.publisher.run_lock(run_id):
+        # A Slack follower and the watch job may both see run.finished, and so may another
+        # bot process (a `preflight stop` following the run it stopped): one finishes it
+        # (stopping Ray and fetching results once); the others wait, then find it ended.
+        run = self.store.run_record(run_id)
+        with end_lock(run.run_dir, run_id, "fetching its results"), \
+                self.publisher.run_lock(run_id):
             if self.store.run_record(run_id).status == S.RUNNING:
                 self._finish_locked(run_id)
 

@@ -47,6 +47,7 @@ from bot.pilot.volume_nodes import volume_node
 from bot.policy import Policy, default_policy
 from bot.policy.guard import Directory, PolicyGuard
 from bot.policy.model import Origin
+from bot.service.end_lock import end_lock
 from bot.service.follower import DISPATCH_GRACE_S, DispatchHeartbeat, Follower
 from bot.service.handles import base_dir_of, dispatcher_for, handle_for
 from bot.service.proven import ProvenForecast, corpus_listed
@@ -470,7 +471,11 @@ class PilotService:
             current = self.store.run_record(run.id).status
             raise DispatchError(f"run {run.id} is {current}: only a running run can be "
                                 "stopped, or one being started")
-        self._dispatcher(run).stop(self._handle(self.store.run_record(run.id)))
+        with end_lock(run.run_dir, run.id, f"stopping its runner for {by}"):
+            # another bot process may be ending it meanwhile: then nothing is left to stop
+            record = self.store.run_record(run.id)
+            if record.status == S.RUNNING:
+                self._dispatcher(record).stop(self._handle(record))
         return self.follow(run.id, timeout=timeout) if wait else self.store.get_run(run.id)
 
     def may_act(self, run_id: str, action: str, user: str, *, channel: str | None) -> None:

@@ -111,7 +111,7 @@ def _checksums(run: Run) -> tuple[list[tuple[str, str]], str]:
     pairs = []
     for path in sorted(p for p in run_dir.rglob("*") if _regular(p)):
         rel = path.relative_to(run_dir).as_posix()
-        skip = rel in (REPORT, PICTURE) or rel.startswith(("ledger.sqlite", "runner."))
+        skip = rel in (REPORT, PICTURE) or rel.startswith(("ledger.sqlite", "runner.", "."))
         if skip or len(pairs) >= MAX_CHECKSUMS:
             continue
         try:
