@@ -19,6 +19,10 @@ SPEC_VERSION = 1
 # Ray worker of that node inherits it): that node's own copy of the run directory, whose
 # spec.json has the node's own paths (project, inputs). docs/volume.md.
 NODE_RUN_DIR_ENV = "PREFLIGHT_NODE_RUN_DIR"
+# Set the same way: the node's address as the manifest names it (``user@host:port``), by
+# which the volume's workers and messages name their node (rented images often share one
+# hostname, ``ubuntu``, so a hostname does not tell two nodes apart).
+NODE_WHERE_ENV = "PREFLIGHT_NODE_WHERE"
 
 
 class SpecError(RunnerError, ValueError):

@@ -68,6 +68,7 @@ class Worker:
     node: str = ""
     host: str = ""
     cards: List[str] = field(default_factory=list)
+    where: str = ""  # its node as the manifest names it (several nodes); else the host
     started: float = 0.0
     done: int = 0
     lost: bool = False
@@ -76,7 +77,12 @@ class Worker:
     @property
     def label(self) -> str:
         cards = ",".join(self.cards) if self.cards else "cpu"
-        return f"w{self.key}@{self.host or self.node[:8]}[{cards}]"
+        return f"w{self.key}@{self.place}[{cards}]"
+
+    @property
+    def place(self) -> str:
+        """Its node: the manifest's address, else the hostname, else Ray's node id."""
+        return self.where or self.host or self.node[:8]
 
     @property
     def usable(self) -> bool:
@@ -261,7 +267,7 @@ class Driver:
         self.ctx.emit(ev.VOLUME_WORKER_LOST, worker=w.label, node=w.node, cards=w.cards,
                       reason=reason)
         if self._node_gone(w.node, reason):
-            self._put_back(o, f"node {w.host or w.node[:8]} of worker {w.label} was lost")
+            self._put_back(o, f"node {w.place} of worker {w.label} was lost")
             return
         outside = outside_cause(exc)
         if outside == NODE_DIED:  # Ray's own word, before ray.nodes() says so
@@ -335,7 +341,7 @@ class Driver:
     def _drop_node(self, node: str, reason: str) -> None:
         self.lost_nodes.add(node)
         gone = [w for w in self.workers if w.node == node]
-        host = next((w.host for w in gone if w.host), "")
+        host = next((w.place for w in gone if w.place), "")
         self.ctx.emit(ev.VOLUME_NODE_LOST, node=node, host=host, reason=reason,
                       workers=[w.label for w in gone],
                       cards=sorted({c for w in gone for c in w.cards}))
@@ -408,12 +414,14 @@ class Driver:
             self._kill(new)
             return
         new.node, new.host = str(info.get("node") or ""), str(info.get("host") or "")
+        new.where = str(info.get("where") or "")
         new.cards, new.started = [str(c) for c in info.get("cards") or []], self.clock()
         self.workers.append(new)
         self.lines[new.key] = []
         self.replaced += 1
         self.ctx.emit(ev.VOLUME_WORKER_STARTED, worker=new.label, node=new.node,
-                      host=new.host, cards=new.cards, run_dir=info.get("run_dir"), why=why)
+                      host=new.host, where=new.where or None, cards=new.cards,
+                      run_dir=info.get("run_dir"), why=why)
 
     def _check_starting(self) -> None:
         now = self.clock()
@@ -584,11 +592,14 @@ def _start_workers(ctx: StageContext, ray: Any, vspec: Any, cpu_workers: int,
     now = time.monotonic()
     for w, info in zip(workers, where):
         if info.get("error"):
-            raise StageFailure("pilot", f"worker on {info.get('host')}: {info['error']}",
+            raise StageFailure("pilot", f"worker on {info.get('where') or info.get('host')}: "
+                               f"{info['error']}",
                                hint="check task.handler and project.dir on every node")
         w.node, w.host, w.cards, w.started = info["node"], info["host"], info["cards"], now
+        w.where = str(info.get("where") or "")
     # run_dir None: the driver's own paths; threads: torch's, as the actor chose them
     ctx.emit(ev.VOLUME_WORKERS, workers=[{"worker": w.label, "node": w.node, "host": w.host,
+                                          "where": w.where or None,
                                           "cards": w.cards, "run_dir": info.get("run_dir"),
                                           "item_timeout": info.get("item_timeout"),
                                           **(info.get("threads") or {})}

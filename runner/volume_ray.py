@@ -16,7 +16,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple, Type
 
 from runner.raypin import RAY_VERSION, install_command
-from runner.spec import NODE_RUN_DIR_ENV
+from runner.spec import NODE_RUN_DIR_ENV, NODE_WHERE_ENV
 from runner.stage import StageFailure
 
 SESSION_FILE = "ray_session.json"
@@ -231,6 +231,7 @@ class _Worker:
 
         ctx = ray.get_runtime_context()
         return {"node": ctx.get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
+                "where": os.environ.get(NODE_WHERE_ENV) or None,
                 "cards": [str(c) for c in ray.get_gpu_ids()], "error": self.error,
                 "threads": self.threads,
                 "item_timeout": "on" if self.clock is not None and self.clock.active

@@ -25,7 +25,7 @@ from typing import Protocol
 from bot.dispatch.node_scripts import NODE_RAY
 from bot.errors import DispatchError
 from runner.raypin import RAY_VERSION, install_command
-from runner.spec import NODE_RUN_DIR_ENV
+from runner.spec import NODE_RUN_DIR_ENV, NODE_WHERE_ENV
 
 PROBE = ("import os, sys, json\ntry:\n    import ray\n    v = ray.__version__\nexcept Exception:\n"
          "    v = None\nprint(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], "
@@ -162,6 +162,7 @@ def start_command(node: RayNode, head: str | None) -> str:
         env.append(f"PYTHONPATH={shlex.quote(node.package_root)}${{PYTHONPATH:+:$PYTHONPATH}}")
     if node.run_dir:
         env.append(f"{NODE_RUN_DIR_ENV}={shlex.quote(node.run_dir)}")
+    env.append(f"{NODE_WHERE_ENV}={shlex.quote(node.where)}")  # the workers' name of it
     args = [node.python, "-c", NODE_RAY, "start", node.temp_dir, "-m", "ray.scripts.scripts",
             "start", "--disable-usage-stats", "--node-ip-address", node.address,
             *gpus, "--temp-dir", f"{node.temp_dir}/{RAY_SUBDIR}", *node.ports.flags()]

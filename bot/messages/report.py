@@ -309,7 +309,7 @@ def _engine(data: ReportData) -> str:
     if engine is None:
         return ""
     workers = list(engine.get("workers") or [])
-    nodes = {str(w.get("host") or w.get("node")) for w in workers}
+    nodes = {str(w.get("node") or w.get("where") or w.get("host")) for w in workers}
     items, work_s = int(engine.get("items") or 0), engine.get("work_s")
     rows: list[tuple[Any, ...]] = [
         ("Workers", f"{len(workers)} on {len(nodes)} node(s)" if workers else "none recorded"),
@@ -321,11 +321,23 @@ def _engine(data: ReportData) -> str:
     body = _table(("", ""), rows)
     if workers:
         body += _table(("worker", "node", "cards"),
-                       [(w.get("worker"), w.get("host") or w.get("node"),
+                       [(w.get("worker"), w.get("where") or w.get("host") or w.get("node"),
                          ",".join(str(c) for c in w.get("cards") or []) or "cpu")
                         for w in workers])
-    body += _attempts(engine)
+    body += _attempts(engine) + _engine_notes(engine.get("notes") or {})
     return _section("engine", "Volume engine: workers, pace, stops and resumes", body)
+
+
+def _engine_notes(notes: dict[str, Any]) -> str:
+    """The engine's notes as the terminal told them (excluded workers, splits, inputs
+    refused alone...), the last ones when there were many."""
+    shown = list(notes.get("shown") or [])
+    if not shown:
+        return ""
+    earlier = int(notes.get("total") or len(shown)) - len(shown)
+    head = (f'<p class="muted">{earlier} earlier note(s) in events.jsonl</p>'
+            if earlier > 0 else "")
+    return head + _table(("when", "what the engine did"), [(ts, text) for ts, text, _ in shown])
 
 
 def _attempts(engine: dict[str, Any]) -> str:

@@ -29,6 +29,7 @@ from runner.files import write_bytes_atomic
 REPORT = "report.html"
 PICTURE = "report-summary.png"
 MAX_CHECKSUMS = 2000
+ENGINE_NOTES = 200  # the volume engine's notes a report shows (the last ones)
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +94,21 @@ def _engine(store: Store, run: Run, stages: list[dict[str, Any]],
              for e in store.events_of_type(run.id, "stage.failed")
              if (e.data.get("error") or {}).get("type") == "Interrupted"]
     return {"workers": list(workers[-1].data.get("workers") or []) if workers else [],
-            "items": items,
+            "items": items, "notes": engine_notes(store, run.id),
             "work_s": work_seconds(stages), "attempts": attempts, "stops": stops,
             "stop": run.stop}
+
+
+def engine_notes(store: Store, run_id: str) -> dict[str, Any]:
+    """What the terminal's Volume engine message told (workers excluded or lost, batches
+    split or re-queued, inputs refused alone, cards excluded), in order: the last
+    ``ENGINE_NOTES`` of them and how many there were."""
+    from bot.messages.volume_view import NOTE_TYPES, note
+
+    events = sorted((e for etype in NOTE_TYPES if etype != "volume.workers"
+                     for e in store.events_of_type(run_id, etype)), key=lambda e: e.seq)
+    texts = [(e.ts, n.text, n.style) for e in events for n in [note(e)] if n is not None]
+    return {"total": len(texts), "shown": texts[-ENGINE_NOTES:]}
 
 
 def _checksums(run: Run) -> tuple[list[tuple[str, str]], str]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from bot.dispatch.upload import SSHNode
 from bot.dispatch.volume_cluster import CLUSTER_FILE
 from bot.manifest.load import load_manifest_file
 from tests.processes import wait_until
@@ -47,6 +48,7 @@ def test_a_stop_while_another_process_follows_ends_the_volume_once(
     other = compose(tmp_path / "home", dispatcher_for([sshd, sshd2], layout,
                                                       tmp_path / "known_hosts2"))
     followed: dict[str, Any] = {}
+    volume = ""
     try:
         for s in (sshd, sshd2):
             provision(service.store, s.lease_key)
@@ -81,3 +83,8 @@ def test_a_stop_while_another_process_follows_ends_the_volume_once(
         assert (run_dir / name).is_file(), name  # fetched from the head, once
     assert not (run_dir / CLUSTER_FILE).exists()  # Ray stopped on every node
     assert not [t for t in layout.temps if Path(t).exists()]  # and its temp dirs removed
+    # both nodes are this host (one hostname): the workers name theirs by its address
+    workers = service.store.events_of_type(volume, "volume.workers")[-1].data["workers"]
+    wheres = {SSHNode.from_dict(n).where for n in nodes}
+    assert {w["where"] for w in workers} == wheres and len({w["node"] for w in workers}) == 2
+    assert all(w["worker"].split("@", 1)[1].startswith(w["where"]) for w in workers)
