@@ -11,8 +11,9 @@ with a first-wins, id-keyed insert, and keeps going whatever fails:
 - a batch that failed because of what it holds (the handler raised, an item ran past
   ``task.item_timeout_s`` on its worker, the worker held it past the batch timeout, the
   worker's process died while its node lived: the batch it was running, not those
-  queued behind it) is split in halves until the input that fails is alone, and that
-  input is refused with the reason (``runner.volume_queue``);
+  queued behind it) is split (one input a batch after a hang, else halves) until the
+  input that fails is alone, and that input is refused with the reason
+  (``runner.volume_queue``); the batch timeout never comes before a batch's item clock;
 - a worker past the batch timeout is excluded and stopped (its cards freed), and a
   fresh worker is started in its place (at most 8 times, or once per worker if more).
 
@@ -48,6 +49,9 @@ PROGRESS_EVERY_S = 1.0
 NODES_EVERY_S = 5.0      # how often the driver looks for nodes gone from the cluster
 MIN_TIMEOUT_S = 60.0
 TIMEOUT_FACTOR = 10.0
+ITEM_GRACE_S = 10.0      # the batch timeout waits this beyond a batch's item clock
+HELD_AFTER_S = 10.0      # a batch out longer than this (and 3 × the slowest) is "held"
+HELD_FACTOR = 3.0
 CPU_WORKERS_MAX = 4
 START_TIMEOUT_S = 600.0  # a worker started in place of another must answer within this
 REPLACE_MIN = 8          # workers started again: at least this many, or one per worker
@@ -353,13 +357,13 @@ class Driver:
             self._release(w, f"node {host or node[:8]} was lost")
 
     def _check_timeouts(self) -> None:
-        limit = self.timeout()
         now = self.clock()
         for w in self.workers:
             line = self.lines.get(w.key) or []
             if not w.usable or not line or line[0] not in self.out:
                 continue
             head = self.out[line[0]]
+            limit = self.timeout(len(head.batch.items))
             if now - head.since <= limit:
                 continue
             w.excluded = True
@@ -372,13 +376,30 @@ class Driver:
             self._failed(head, LATE, f"held past {limit:.0f} s")
             self._replace(w, f"held batch {head.batch.n} past {limit:.0f} s")
 
-    def timeout(self) -> float:
-        """The batch timeout: the spec's, else ten times the slowest batch (the pilot's
-        measure before any batch finished here), at least 60 s."""
+    def timeout(self, items: int = 1) -> float:
+        """The batch timeout of a batch of ``items``: the spec's, else ten times the slowest
+        batch (the pilot's measure before any batch finished here), at least 60 s, and never
+        before the batch's item clock (``items`` × the item timeout) could interrupt it on
+        its worker, plus a grace: the interrupt keeps the worker, the timeout stops it."""
         if self.fixed_timeout > 0:
             return self.fixed_timeout
         slowest = max(self.batch_seconds + [self.pilot_batch_s])
-        return max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * slowest)
+        clock = items * self.item_timeout_s + ITEM_GRACE_S if self.item_timeout_s > 0 else 0.0
+        return max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * slowest, clock)
+
+    def held(self, now: float) -> List[Tuple[float, float]]:
+        """(seconds out, its batch timeout) of each batch a worker runs that is out well
+        past what a batch takes (3 × the slowest, at least ``HELD_AFTER_S``), the longest
+        first: the ETA admits them."""
+        after = max(HELD_AFTER_S, HELD_FACTOR * max(self.batch_seconds + [self.pilot_batch_s]))
+        out = []
+        for w in self.workers:
+            line = self.lines.get(w.key) or []
+            if w.usable and line and line[0] in self.out:
+                head = self.out[line[0]]
+                if now - head.since > after:
+                    out.append((now - head.since, self.timeout(len(head.batch.items))))
+        return sorted(out, reverse=True)
 
     # ------------------------------------------------------------------ workers
     def _kill(self, w: Worker) -> None:
@@ -442,8 +463,11 @@ class Driver:
         done = len(self.recorder.recorded)
         elapsed = max(now - self.t0, 1e-6)
         rate = (done - self.start_done) / elapsed
+        held = self.held(now)
         self.ctx.emit(ev.PROGRESS, done=done, total=self.total, items_per_s=round(rate, 2),
                       eta_s=round((self.total - done) / rate, 1) if rate > 0 else None,
+                      held=len(held), held_s=round(held[0][0], 1) if held else None,
+                      held_limit_s=round(held[0][1], 1) if held else None,
                       per_card={w.label: round(w.done / max(now - w.started, 1e-6), 2)
                                 for w in self.workers if w.usable},
                       workers=sum(1 for w in self.workers if w.usable))

@@ -138,9 +138,10 @@ class Task(Section):
         default=None, description="external program; a string is split like a shell would")
     categories: list[NonEmpty] = Field(default_factory=list)
     batch_size: Int = Field(default=8, ge=1)
-    item_timeout_s: Number = Field(
-        default=300, ge=0, description="seconds an item may take in the handler (a batch gets "
-        "this per item); an item past it is refused naming the timeout; 0 turns it off")
+    item_timeout_s: Number | None = Field(
+        default=None, ge=0, description="seconds an item may take in the handler (a batch "
+        "gets this per item); an item past it is refused naming the timeout; 0 turns it off; "
+        "null: 300 s in the pilot, and in the volume 10 x the pilot's p90 per item (5-300 s)")
     torch_threads: Int | None = Field(
         default=None, ge=1, description="torch's intra-op threads in the pilot (null: the "
         "cores the worker owns, from its affinity mask and CPU quota)")

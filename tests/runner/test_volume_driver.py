@@ -32,6 +32,7 @@ class ActorDiedError(Exception):
 class Ref:
     def __init__(self, actor: FakeActor, payload: list[list[Any]] | None) -> None:
         self.actor, self.payload = actor, payload  # payload None: a where() call
+        self.at = actor.ray.now  # when it was handed out
 
 
 class FakeActor:
@@ -61,7 +62,9 @@ class FakeActor:
 
 
 class FakeRay:
-    """``hang``: ids whose batch never answers; ``raises``: ids whose batch raises;
+    """``hang``: ids whose batch never answers; ``interrupted``: ids whose batch answers
+    "timeout" once its item clock (``item_s`` × its items) ran out; ``raises``: ids whose
+    batch raises;
     ``times_out``: ids whose batch runs past task.item_timeout_s on the worker;
     ``kills``: ids whose batch kills its worker (its node lives); ``dies``: workers whose
     node dies with their first batch."""
@@ -70,8 +73,12 @@ class FakeRay:
 
     def __init__(self, workers: int, *, hang: set[str] = frozenset(),  # type: ignore[assignment]
                  raises: set[str] = frozenset(), times_out: set[str] = frozenset(),  # type: ignore[assignment]
-                 kills: set[str] = frozenset(), dies: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+                 kills: set[str] = frozenset(), dies: set[int] = frozenset(),  # type: ignore[assignment]
+                 interrupted: set[str] = frozenset(), item_s: float = 0.0) -> None:  # type: ignore[assignment]
         self.hang, self.raises, self.times_out = set(hang), set(raises), set(times_out)
+        # ids that hang until the worker's item clock (item_s per item of the batch)
+        # interrupts them: the batch answers "timeout" then
+        self.interrupted, self.item_s = set(interrupted), item_s
         self.kills, self.dies = set(kills), set(dies)
         self.dead_nodes: set[str] = set()
         self.partitioned: set[str] = set()
@@ -99,7 +106,10 @@ class FakeRay:
         head = next((r for r in actor.line if not getattr(r, "done", False)), None)
         if head is not ref:
             return False  # behind another call of the same actor
-        return not self.hang & {p[0] for p in ref.payload}
+        ids = {p[0] for p in ref.payload}
+        if self.interrupted & ids:
+            return self.now - ref.at >= len(ids) * self.item_s
+        return not self.hang & ids
 
     def wait(self, refs: list[Ref], num_returns: int, timeout: float) -> tuple[list, list]:
         ready = [r for r in refs if self._ready(r)][:num_returns]
@@ -122,7 +132,7 @@ class FakeRay:
         if self.raises & set(ids):
             return {"error": "task.handler raised ValueError: bad input "
                              f"{sorted(self.raises & set(ids))[0]}", "cause": "raised"}
-        if self.times_out & set(ids):
+        if (self.times_out | self.interrupted) & set(ids):
             return {"error": "no result within task.item_timeout_s = 1 s per item",
                     "cause": "timeout"}
         return {"results": [{"id": i, "status": "accepted", "category": "x"} for i in ids],
@@ -200,14 +210,15 @@ def test_a_hung_input_is_isolated_and_refused_without_excluding_every_worker(
     assert rows["i417"].status == "refused"
     assert "batch timeout of 120 s" in (rows["i417"].reason or "")
     assert all(r.status == "accepted" for i, r in rows.items() if i != "i417")
-    # bisected: 25 -> 13 -> 7 -> 4 -> 2 -> 1, one worker excluded per level, each replaced
-    assert facts["workers_excluded"] == 6 and facts["batches_split"] == 5
-    assert facts["refused_alone"] == 1 and len(ray.actors) == 8 + 6  # six started again ...
-    assert facts["workers_started_again"] == 5  # ... the last one after the work was done,
+    # a hang: its batch of 25 run one input a batch, the hung one alone excluded once more
+    # (it was bisected 25 -> 13 -> 7 -> 4 -> 2 -> 1, a worker excluded at each level)
+    assert facts["workers_excluded"] == 2 and facts["batches_split"] == 1
+    assert facts["refused_alone"] == 1 and len(ray.actors) == 8 + 2  # two started again ...
+    assert facts["workers_started_again"] == 1  # ... the last one after the work was done,
     unused = ray.actors[-1].key  # so it was stopped unused
     assert sorted(ray.killed) == sorted([w.key for w in driver.workers if w.excluded] + [unused])
     excluded = [d for e, d in events if e == "volume.card_excluded"]
-    assert len(excluded) == 6 and all("cards freed" in d["reason"] for d in excluded)
+    assert len(excluded) == 2 and all("cards freed" in d["reason"] for d in excluded)
     split = [d for e, d in events if e == "volume.split"]
     assert split[-1]["refused"] == [{"id": "i417", "reason": rows["i417"].reason}]
 
@@ -216,9 +227,9 @@ def test_a_hung_input_on_two_workers_is_isolated_by_workers_started_again(
         tmp_path: Path) -> None:
     ray = FakeRay(2, hang={"i021"})
     driver, ledger, _ = _driver(tmp_path, ray, 64, timeout=60, size=16)
-    facts = driver.run()  # 16 -> 8 -> 4 -> 2 -> 1: five workers stopped, two at the start
+    facts = driver.run()  # 16 -> 16 of one: two workers stopped (it was 16 -> 8 -> ... -> 1: 5)
     rows = _every_id_once(ledger, 64)
-    assert rows["i021"].status == "refused" and facts["workers_excluded"] == 5
+    assert rows["i021"].status == "refused" and facts["workers_excluded"] == 2
     assert sum(r.status == "accepted" for r in rows.values()) == 63
 
 
@@ -503,3 +514,25 @@ def test_ray_s_own_errors_tell_a_lost_node_from_a_worker_that_died() -> None:
              "error code 2. End of file.", None)):
         exc = rex.RayActorError(error_msg=died.format(text))
         assert outside_cause(exc) == expected, text
+
+
+def test_with_the_defaults_a_hung_input_is_interrupted_before_any_worker_is_stopped(
+        tmp_path: Path) -> None:
+    """The issue's defaults: a batch of 25 whose item clock (25 × 5 s = 125 s) outlasts
+    the 60 s floor of the batch timeout. The batch timeout waits for the item clock, so the
+    interrupt refuses the hung input in about one batch's clock and one item timeout, and
+    no worker is stopped; meanwhile the progress admits the held batch (issue 37, point 5)."""
+    ray = FakeRay(4, interrupted={"i417"}, item_s=5.0)
+    driver, ledger, events = _driver(tmp_path, ray, 800, size=25, item_timeout_s=5.0,
+                                     pilot_batch_s=0.25)
+    facts = driver.run()
+    rows = _every_id_once(ledger, 800)
+    assert rows["i417"].status == "refused"
+    assert rows["i417"].reason == ("timeout: no result within task.item_timeout_s = 5 s "
+                                   "(the handler was interrupted on its worker)")
+    assert facts["workers_excluded"] == 0 and facts["workers_lost"] == 0
+    assert ray.killed == [] and len(ray.actors) == 4
+    assert ray.now < 25 * 5 + 5 + 10  # the batch's clock, then the input alone
+    held = [d for e, d in events if e == "progress" and d.get("held")]
+    assert held and held[-1]["held"] == 1 and held[-1]["held_s"] > 100
+    assert held[-1]["held_limit_s"] == 25 * 5 + 10  # the batch timeout waits for its clock
