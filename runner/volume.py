@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from runner import events as ev
+from runner.handler_errors import keep
 from runner.inputs import Item
 from runner.recording import ItemRecorder
 from runner.spec import healthy_cards
@@ -219,6 +220,10 @@ class Driver:
             return
         if "error" in reply:
             cause = str(reply.get("cause") or RAISED)
+            if reply.get("traceback"):  # where the handler raised, kept in the run dir
+                keep(self.ctx.run_dir, [it.id for it in o.batch.items], str(reply["error"]),
+                     reply.get("where"), str(reply["traceback"]), batch=o.batch.n,
+                     worker=o.worker.label)
             self._failed(o, TIMEOUT if cause == TIMEOUT else RAISED, str(reply["error"]))
             return
         if isinstance(reply.get("seconds"), (int, float)):

@@ -200,6 +200,7 @@ class _Worker:
         self.handler: Any = None
         self.threads: Dict[str, Any] = {}
         self.inputs_root = ""
+        self.project_dir: Optional[str] = None
         self.clock: Any = None
         self.node_run_dir = os.environ.get(NODE_RUN_DIR_ENV) or None
         if self.node_run_dir is None:  # one machine: the driver's paths are this node's
@@ -214,6 +215,7 @@ class _Worker:
                 spec, outputs_dir = node_paths(spec, self.node_run_dir)
             run_spec = RunSpec.from_dict(spec)
             self.inputs_root = os.path.abspath(run_spec.inputs.dir)
+            self.project_dir = run_spec.project.dir
             self.handler = load_handler(run_spec)
             self.ctx = make_context(run_spec, outputs_dir)
             self.ctx.device = device
@@ -270,9 +272,13 @@ class _Worker:
             return {"error": f"no result within task.item_timeout_s = "
                              f"{self.clock.per_item_s:g} s per item", "cause": "timeout",
                     "seconds": time.perf_counter() - t0}
-        except Exception as exc:
-            return {"error": f"task.handler raised {type(exc).__name__}: {exc}",
-                    "cause": "raised"}
+        except Exception as exc:  # its place kept: runner/handler_errors.py
+            from runner.handler_errors import formatted, where
+
+            at = where(exc, self.project_dir)
+            return {"error": f"task.handler raised {type(exc).__name__}: {exc}"
+                             + (f" (at {at})" if at else ""), "cause": "raised",
+                    "where": at, "traceback": formatted(exc)}
 
 
 def node_paths(spec: Dict[str, Any], run_dir: str) -> Tuple[Dict[str, Any], str]:

@@ -29,7 +29,7 @@ padding-bottom:.2rem;margin-top:1.8rem}
 table{border-collapse:collapse;width:100%;margin:.4rem 0;font-size:13px}
 th,td{border:1px solid #e0e0e0;padding:.25rem .45rem;text-align:left;vertical-align:top}
 th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
-.ok{color:#2e7d32;font-weight:600}.bad{color:#c62828;font-weight:600}.muted{color:#757575}
+.ok{color:#2e7d32;font-weight:600}.bad{color:#c62828;font-weight:600}.warn{color:#b26a00;font-weight:600}.muted{color:#757575}
 .badge{display:inline-block;padding:.1rem .5rem;border-radius:.3rem;color:#fff;font-weight:600}
 .badge.ok{background:#2e7d32;color:#fff}.badge.bad{background:#c62828;color:#fff}
 .formula{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;color:#424242}
@@ -104,9 +104,9 @@ def _header(data: ReportData) -> str:
              f'{"PASSED" if passed else "FAILED"}</span>' if verdict else
              f'<span class="badge bad">{escape(str(run.status))}</span>')
     kind = "Volume run" if run.kind == "volume" else "Pilot"
-    checks = "".join(f'<li class="{"ok" if c.get("ok") else "bad"}">'
-                     f'{"✓" if c.get("ok") else "✗"} {escape(str(c.get("text")))}</li>'
-                     for c in verdict.get("checks") or [])
+    checks = "".join(f'<li class="{"warn" if c.get("warn") else "ok" if c.get("ok") else "bad"}">'
+                     f'{"⚠" if c.get("warn") else "✓" if c.get("ok") else "✗"} '
+                     f'{escape(str(c.get("text")))}</li>' for c in verdict.get("checks") or [])
     err = run.first_error or {}
     first = (f'<p class="bad">First error at stage <b>{escape(str(err.get("stage")))}</b>: '
              f'{escape(str(err.get("type") or ""))}: {escape(str(err.get("message") or ""))}'

@@ -227,9 +227,9 @@ def verdict_message(run: Run) -> Message:
     passed = bool(verdict.get("passed"))
     blocks: list[Any] = [Heading("Verdict: " + ("PASSED" if passed else "FAILED"))]
     for check in verdict.get("checks") or []:
-        ok = bool(check.get("ok"))
-        blocks.append(Text(f"{'✓' if ok else '✗'} {check.get('text')}",
-                           style="ok" if ok else "error"))
+        ok, warn = bool(check.get("ok")), bool(check.get("warn"))
+        blocks.append(Text(f"{'⚠' if warn else '✓' if ok else '✗'} {check.get('text')}",
+                           style="warn" if warn else "ok" if ok else "error"))
     return Message(run.id, "verdict", tuple(blocks),
                    summary=f"{run.name}: pilot {'passed' if passed else 'failed'}")
 
