@@ -100,6 +100,12 @@ class Node(Section):
         description='pinned host key, "SHA256:..." as printed by ssh-keygen -lf')
     stall_after_s: Int = Field(default=600, ge=1,
                                description="alert after this many seconds without an event")
+    ray_port: Int | None = Field(
+        default=None, ge=1024, le=60000,
+        description="a several-node volume: the first of this node's Ray ports (its GCS on "
+                    "the head, then 6 more), its workers' ports moved as far from 11000 "
+                    "(null: 6380 and 11000, and a node on the same host as an earlier one "
+                    "100 higher)")
 
 
 class Project(Section):
