@@ -138,8 +138,9 @@ def _follow(service: PilotService, run_id: str, notifier: ConsoleNotifier) -> di
         return dict(service.follow(run_id, poll=FOLLOW_POLL_S))
     except KeyboardInterrupt:
         notifier.close_live()
-        err_console.print(f"stopped following {run_id}; the runner keeps going. Follow it "
-                          f"again: preflight follow {run_id}", highlight=False)
+        err_console.print(f"stopped following {run_id}; the run goes on: preflight follow "
+                          f"{run_id} / preflight stop {run_id} --reason \"…\"",
+                          highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(130) from None
 
 
@@ -204,7 +205,7 @@ def decide(
     try:
         record = service.decide(run_id, decision, reason, who(by, settings), override=override)
         if record.get("volume_run") and follow:
-            service.follow(record["volume_run"], poll=FOLLOW_POLL_S)
+            _follow(service, str(record["volume_run"]), notifier)
     except DecisionRefused as exc:
         raise _fail(str(exc) + by_hint(by, settings), 1) from exc
     except PreflightError as exc:
