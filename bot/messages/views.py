@@ -23,7 +23,7 @@ from bot.messages.model import (
 from bot.messages.progress import epoch, seconds_between
 from bot.messages.targets import spend_pairs
 from bot.pilot.plan import describe_lots, describe_price, format_usd, plural
-from bot.pilot.record import Run
+from bot.pilot.record import Run, RunRecord
 from bot.pilot.states import ENDED, S
 from runner.events import STAGES
 
@@ -300,12 +300,20 @@ def _volume_decision(run: Run) -> Message:
                    summary=f"{run.name}: volume run {_state_word(run)}")
 
 
+def lease_refused(run: RunRecord) -> bool:
+    """A planned run its node's lease kept from starting (the refusal is its first error)."""
+    err = run.first_error if isinstance(run, Run) else None
+    return run.status == S.PLANNED and bool(err) and (err or {}).get("stage") == "lease"
+
+
 def _state_word(run: Run) -> str:
     if run.status == S.STOPPED:
         return str(S.STOPPED)
     if run.status in ENDED - {S.STOPPED}:
         return "passed" if run.outcome == "passed" else "failed"
     status = str(run.status)
+    if lease_refused(run):
+        return "refused (lease)"
     words: dict[str, str] = {S.PLANNED: "planned", S.DISPATCHING: "starting",
                              S.RUNNING: "running", S.DISPATCH_FAILED: "could not start"}
     return words.get(status, status)

@@ -342,7 +342,11 @@ class PilotService:
     def start(self, run_id: str, *, resume: bool = False) -> None:
         run = self.store.run(run_id)
         if self.lease_guard is not None:
-            self.lease_guard(run)
+            try:
+                self.lease_guard(run)
+            except LeaseError as exc:
+                self._lease_refused(run, exc)
+                raise
         dispatcher = self._dispatcher(run)
         handle = replace(self._handle(run, resume=resume), progress=self._dispatch_step(run_id))
         # "dispatching" until the runner's pid is known: the watch and `preflight runs` only
@@ -351,7 +355,7 @@ class PilotService:
         # A resumed run is judged on what the new runner reports: the earlier attempt's
         # run.finished, balance and first error no longer count (its events stay recorded).
         fresh = {"resume_seq": run.last_seq, "first_error": None, "outcome": None,
-                 "verdict": None, "stop": None} if resume else {}
+                 "verdict": None, "stop": None} if resume else {"first_error": None}
         if not self.store.transition(run_id, from_states, S.DISPATCHING,
                                      started_at=now_utc(), finished_at=None, **fresh):
             current = self.store.run_record(run_id).status
@@ -383,6 +387,17 @@ class PilotService:
                                   "it was stopped while it was being started; the runner "
                                   "it launched is stopped")
         self.publisher.publish_status(run_id)
+
+    def _lease_refused(self, run: Run, exc: LeaseError) -> None:
+        """A run its node's lease keeps from starting stays ``planned`` (`preflight resume`
+        starts it once provisioned), with the refusal as its first error: it shows as
+        "refused (lease)" with why, not as a run planned and forgotten."""
+        if run.status != S.PLANNED:
+            return
+        self.store.update_run(run.id, first_error={
+            "stage": "lease", "type": "LeaseError", "message": str(exc),
+            "hint": f"`preflight resume {run.id}` starts it once the lease is provisioned"})
+        self.publisher.publish_status(run.id)
 
     def _dispatch_step(self, run_id: str) -> Callable[[dict[str, Any]], None]:
         """The dispatch's report of a step: recorded (a sign of life), shown in the thread,

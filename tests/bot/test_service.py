@@ -307,10 +307,23 @@ def test_a_run_refused_by_its_lease_can_be_started_later(tmp_path: Path) -> None
     sub = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
     with pytest.raises(LeaseError):
         service.start(sub.run_id)
-    assert service.store.get_run(sub.run_id)["status"] == "planned"
+    row = service.store.get_run(sub.run_id)
+    assert row["status"] == "planned"
+    # not planned and forgotten: refused (lease), with why (issue 37, point 9)
+    assert (row["first_error"]["stage"], row["first_error"]["message"]) == (
+        "lease", "lease of gpu-1 is 'ordered': not provisioned")
+    assert f"`preflight resume {sub.run_id}`" in row["first_error"]["hint"]
+    thread = {m.key: m for m in service.thread_messages(sub.run_id)}
+    assert thread["status"].blocks[0].text.endswith("(refused (lease))")
+    assert "not provisioned" in str(thread["first_error"].blocks)
+    from bot.console.runs import runs_lines
+
+    line = runs_lines([service.store.run(sub.run_id)], width=200)[1]
+    assert "refused (lease)" in line and "lease: lease of gpu-1 is 'ordered'" in line
     provisioned["ok"] = True
     service.resume(sub.run_id)  # what `preflight resume RUN` does once provisioned
-    assert service.follow(sub.run_id, timeout=30)["status"] == "awaiting_decision"
+    run = service.follow(sub.run_id, timeout=30)
+    assert (run["status"], run["first_error"]) == ("awaiting_decision", None)
 
 
 def test_a_start_interrupted_by_a_bot_crash_is_settled_by_the_watch(tmp_path: Path) -> None:
