@@ -14,7 +14,7 @@ from html import escape
 from typing import Any
 
 from bot.messages import plots
-from bot.messages.forecast_view import fit_line
+from bot.messages.forecast_view import check_rows, fit_line
 from bot.pilot.cards import healthy_cards
 from bot.pilot.clock import read_time
 from bot.pilot.forecast import duration
@@ -142,17 +142,7 @@ def _forecast(data: ReportData) -> str:
         return _section("forecast", "Forecast of the volume",
                         '<p class="muted">No volume section: nothing to forecast.</p>')
     if "actual_s" in fc:
-        error = fc.get("error_pct")
-        mid = float(fc.get("forecast_mid_s") or fc["forecast_low_s"])
-        rows = [("Actual processing time", duration(float(fc["actual_s"]))
-                 + (f" over {fc['attempts']} attempts" if int(fc.get("attempts") or 1) > 1
-                    else "")),
-                ("Forecast (middle, range)", f"{duration(mid)} "
-                                             f"({duration(float(fc['forecast_low_s']))} – "
-                                             f"{duration(float(fc['forecast_high_s']))})"),
-                ("Error against the middle", "—" if error is None else f"{error:+.1f}%"),
-                ("Within the range", "yes" if fc.get("within_range") else "no")]
-        body = (_table(("figure", "value"), rows)
+        body = (_table(("figure", "value"), check_rows(fc))
                 + f'<p class="formula">{escape(str(fc.get("formula") or ""))}</p>')
         parent = data.parent_forecast or {}
         if parent.get("figures"):

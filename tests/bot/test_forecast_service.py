@@ -11,6 +11,7 @@ import pytest
 
 from bot.errors import DecisionRefused, DispatchError
 from bot.messages.model import Fields, Heading, Table, Text
+from bot.pilot.forecast import duration
 from bot.service import PilotService
 from tests.bot.fakes import pilot_script
 from tests.bot.test_service import make, submit
@@ -105,7 +106,18 @@ def test_after_the_volume_its_actual_time_is_set_beside_the_forecast(tmp_path: P
     assert check["attempts"] == 1 and check["scored"] == "whole"
     assert check["error_pct"] == round((check["actual_s"] - 7.6) / 7.6 * 100, 1)
     shown = texts(notifier.latest[(volume_id, "forecast")])
-    assert "Actual processing time" in shown and "Error against the middle" in shown
+    assert "Error against the middle" in shown
+    # two figures, two spans, each labelled: the scored one is the work stage's; the wall
+    # time shown before approval (setup included) is beside it, not scored (issue 37, 10)
+    assert "Actual time of the work stage (Ray start + processing): " in shown
+    assert f"Forecast of the work stage: {duration(7.6)} ({duration(check['forecast_low_s'])}" \
+           in shown and "the same span: no setup" in shown
+    pilot_fc = service.store.get_run(run_id)["forecast"]
+    assert f"Wall time forecast before approval: {duration(pilot_fc['low_s'])} – " \
+           f"{duration(pilot_fc['high_s'])} (setup included" in shown
+    before = texts(notifier.latest[(run_id, "forecast")])
+    assert f"The volume takes {duration(pilot_fc['low_s'])} – {duration(pilot_fc['high_s'])} " \
+           f"of wall time (setup {duration(pilot_fc['setup_s'])} + processing" in before
 
 
 def test_the_forecast_is_judged_again_at_approval_time(tmp_path: Path) -> None:
