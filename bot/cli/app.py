@@ -107,6 +107,7 @@ def run(
     try:
         _after_run(service, service.record(str(final["id"])), decide, reason, user, override)
     finally:
+        notifier.close_live()  # what the decision published (off a terminal: held till now)
         service.close()
     raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
 

@@ -109,7 +109,8 @@ def watch(once: bool = typer.Option(False, help="run each job once now and exit"
 
     settings = Settings.from_env()
     try:
-        service = build_service(settings, ConsoleNotifier(console), create=True)
+        service = build_service(settings, ConsoleNotifier(console, panels_at_end=False),
+                                create=True)
     except PreflightError as exc:
         raise fail_on(exc) from exc
     try:
