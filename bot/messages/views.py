@@ -275,8 +275,20 @@ def decision_message(run: Run, decisions: list[dict[str, Any]]) -> Message:
                                               "the configuration. A reason is required."),
                     *((Text("Approving launches the volume on:"), Fields(tuple(spend)))
                       if spend else ()),
-                    *_refused(decisions), Actions(buttons)),
+                    *_refused(decisions), Actions(buttons), Text(who_may_approve(run))),
                    summary=f"{run.name}: awaiting a decision")
+
+
+def who_may_approve(run: Run) -> str:
+    """Who ``--by NAME`` may be for an approval (approvals.approvers; with two_person, not
+    the submitter): the hint named NAME without saying whose name."""
+    if not run.approvers:
+        return ("Nobody may approve: approvals.approvers lists no one (list them and "
+                "submit again)")
+    text = f"Who may approve (--by): {', '.join(run.approvers)} (approvals.approvers)"
+    if run.two_person and run.submitter:
+        text += f"; two_person: not {run.submitter}, who submitted it"
+    return text
 
 
 def _refused(decisions: list[dict[str, Any]], shown: int = 10) -> tuple[Any, ...]:
