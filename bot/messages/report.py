@@ -307,7 +307,10 @@ def _engine(data: ReportData) -> str:
     if workers and isinstance(work_s, (int, float)) and work_s > 0 and items:
         rows.append(("Throughput", f"{items / work_s:.3g} items/s in all, "
                                    f"{items / work_s / len(workers):.3g} items/s per worker "
-                                   f"(over the last attempt's {duration(float(work_s))})"))
+                                   f"(over the work stage's {duration(float(work_s))}"
+                                   + (f" in {engine['work_attempts']} attempts"
+                                      if int(engine.get("work_attempts") or 1) > 1 else "")
+                                   + ")"))
     body = _table(("", ""), rows)
     if workers:
         body += _table(("worker", "node", "cards"),

@@ -85,8 +85,13 @@ def _launched_by(store: Store, parent: Run) -> dict[str, Any]:
 def _engine(store: Store, run: Run, stages: list[dict[str, Any]],
             items: int) -> dict[str, Any]:
     """A volume's workers, pace and attempts (started, stopped, resumed) from its events."""
-    from bot.service.forecast_inputs import work_seconds
+    from bot.service.forecast_inputs import ATTEMPT_EVENTS, attempt_seconds, work_seconds
 
+    # the work stage's own time in each attempt, added: the items recorded over every
+    # attempt are divided by it (the last attempt's alone gave a resumed run's pace wrong)
+    spans = attempt_seconds(sorted((e for etype in ATTEMPT_EVENTS
+                                    for e in store.events_of_type(run.id, etype)),
+                                   key=lambda e: e.seq))
     workers = store.events_of_type(run.id, "volume.workers")
     attempts = [{"at": e.ts, "resume": bool(e.data.get("resume"))}
                 for e in store.events_of_type(run.id, "run.started")]
@@ -95,7 +100,8 @@ def _engine(store: Store, run: Run, stages: list[dict[str, Any]],
              if (e.data.get("error") or {}).get("type") == "Interrupted"]
     return {"workers": list(workers[-1].data.get("workers") or []) if workers else [],
             "items": items, "notes": engine_notes(store, run.id),
-            "work_s": work_seconds(stages), "attempts": attempts, "stops": stops,
+            "work_s": sum(spans) if spans else work_seconds(stages),
+            "work_attempts": max(1, len(spans)), "attempts": attempts, "stops": stops,
             "stop": run.stop}
 
 

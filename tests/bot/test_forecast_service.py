@@ -13,6 +13,7 @@ from bot.errors import DecisionRefused, DispatchError
 from bot.messages.model import Fields, Heading, Table, Text
 from bot.pilot.forecast import duration
 from bot.service import PilotService
+from bot.service.forecast_inputs import stage_seconds
 from tests.bot.fakes import pilot_script
 from tests.bot.test_service import make, submit
 
@@ -131,6 +132,13 @@ def test_the_forecast_is_judged_again_at_approval_time(tmp_path: Path) -> None:
     assert service.store.get_run(run_id)["forecast"]["fits"] is False
 
 
+def with_workers(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The attempt's driver says it started one worker, once its work stage started."""
+    at = events.index({"type": "stage.started", "stage": "pilot"}) + 1
+    workers = [{"worker": "w0@h[cpu]", "node": "n0", "host": "h", "cards": []}]
+    return [*events[:at], {"type": "volume.workers", "workers": workers}, *events[at:]]
+
+
 def dated(events: list[dict[str, Any]], start: datetime, work_s: float,
           upto: int | None = None) -> list[dict[str, Any]]:
     """A volume attempt's events with their times: the work stage (``pilot``) runs
@@ -157,8 +165,10 @@ def test_after_a_kill_and_a_resume_actual_is_the_attempts_running_time(tmp_path:
     """The volume's driver killed after 3 of 6 items (30 s of its work stage), resumed two
     days later for 60 s: actual 90 s over 2 attempts, not the two days between them."""
     first = datetime(2026, 11, 1, 8, 0, tzinfo=timezone.utc)
-    attempts = [dated(pilot_script(IDS, refuse=(), finish=False), first, 60, upto=3),
-                dated(pilot_script(IDS, refuse=()), first + timedelta(days=2), 60)]
+    attempts = [dated(with_workers(pilot_script(IDS, refuse=(), finish=False)), first, 60,
+                      upto=3),
+                dated(with_workers(pilot_script(IDS, refuse=())), first + timedelta(days=2),
+                      60)]
 
     def script(run_id: str) -> list[dict[str, Any]]:
         return timed(run_id) if run_id.endswith("-a1") else attempts.pop(0)
@@ -177,6 +187,18 @@ def test_after_a_kill_and_a_resume_actual_is_the_attempts_running_time(tmp_path:
     assert check["forecast_mid_s"] == 2 * 4.6 + 3.0
     shown = texts(notifier.latest[(volume_id, "forecast")])
     assert "1 min 30 s over 2 attempts" in shown
+    # each attempt's own time: the work stage shows the resumed attempt's 60 s, not the
+    # two days since the first start; the report's pace is over both attempts' 90 s
+    stages = {s["stage"]: s for s in service.store.stages(volume_id)}
+    assert stage_seconds(stages["pilot"]) == 60.0
+    from bot.messages.report import render_report
+    from bot.service.report_files import gather
+    from tests.bot.test_report import parse
+
+    engine = " ".join(parse(render_report(gather(service.store, volume_id))).sections[
+        "engine"].split())
+    assert "0.0667 items/s in all" in engine
+    assert "over the work stage's 1 min 30 s in 2 attempts" in engine
 
 
 def test_a_volume_that_ran_part_of_its_items_is_scored_on_them(tmp_path: Path) -> None:
