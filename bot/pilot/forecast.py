@@ -302,6 +302,15 @@ def _conditions(inp: ForecastInputs, figures: list[Figure], notes: list[str],
                      "by this version measures with a worker's threads")
 
 
+def fastest_unit(samples: tuple[Sample, ...]) -> float:
+    """The fastest per-item time of one measurement (a batch's mean, or an item alone)."""
+    groups: dict[Any, list[float]] = {}
+    for k, sample in enumerate(samples):
+        key = ("batch", sample.batch) if sample.batch is not None else ("item", k)
+        groups.setdefault(key, []).append(sample.seconds)
+    return min((statistics.fmean(v) for v in groups.values()), default=0.0)
+
+
 def item_spread(samples: tuple[Sample, ...], values: list[float]) -> Spread:
     """Mean and per-item sd of ``values`` (one per sample), batches counted as one
     measurement each: a batch of k items timed as a whole has a mean whose variance is the
@@ -363,7 +372,11 @@ def _processing(inp: ForecastInputs, sp: Spread, workers: int, figures: list[Fig
     sd_total = count * sp.sd * math.sqrt(1 / sp.items + 1 / count) / workers
     tail = max(0.0, (sp.skew or 0.0) - SKEW_TAIL)
     last_round = min(max(1, inp.batch_size), math.ceil(count / workers)) * sp.mean
-    low = max(0.0, mid - sp.z * sd_total)
+    # never under every item at the fastest pace the pilot measured (a wide spread from a
+    # few measurements took the low end to 0 s); one measurement shows no fastest
+    fastest = min(sp.mean, fastest_unit(inp.samples))
+    floor = count * fastest / workers if sp.units > 1 else 0.0
+    low = max(floor, mid - sp.z * sd_total)
     high = mid + sp.z * sd_total * (1 + tail) + last_round
     items = f"{count:,} items"
     figures.append(Figure("processing", "Processing time",
@@ -374,7 +387,10 @@ def _processing(inp: ForecastInputs, sp: Spread, workers: int, figures: list[Fig
                           f"measured + {count:,}) ÷ {workers})"
                           + (f", the high side × {1 + tail:.2f} (heavy tail: skewness "
                              f"{sp.skew:.2f})" if tail else "")
-                          + f"; + one last batch {secs(last_round)} on the high side"))
+                          + f"; + one last batch {secs(last_round)} on the high side"
+                          + (f"; the low side never under {items} at the fastest measured "
+                             f"{secs(fastest)} per item ÷ {workers} = {duration(floor)}"
+                             if low == floor else "")))
     if tail:
         notes.append(f"the pilot's times have a heavy tail (skewness {sp.skew:.2f}): a few "
                      "slow items weigh on the total; the high estimate is widened for it")

@@ -354,7 +354,7 @@ class Follower:
         # in the items table and in the run's balance.csv.
         merged = {**balance, "items_total": len(items),
                   "items": [{k: i[k] for k in ("id", "status", "category", "reason")}
-                            for i in items[:MAX_TABLE_ROWS]]}
+                            for i in rows_shown(items)]}
         disagreements = [k for k in ("accepted", "refused", "total")
                          if ours.get(k) != balance.get(k)]
         # The runner sees more than the events show (ids a handler invented or returned
@@ -379,6 +379,17 @@ class Follower:
         """Events of a type written by the current runner (after the last resume)."""
         after = self.store.run_record(run_id).resume_seq
         return self.store.events_of_type(run_id, etype, after_seq=after)
+
+
+def rows_shown(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``MAX_TABLE_ROWS`` rows a balance message shows: every refusal first (they are
+    what a reader looks for), then the first ids, all in id order. In recording order a
+    volume's box began wherever its fastest worker's first batch did (doc-00051)."""
+    refused = [i for i in items if i.get("status") == "refused"][:MAX_TABLE_ROWS]
+    room = MAX_TABLE_ROWS - len(refused)
+    accepted = sorted((i for i in items if i.get("status") != "refused"),
+                      key=lambda i: str(i.get("id")))[:room]
+    return sorted(refused + accepted, key=lambda i: str(i.get("id")))
 
 
 class _Contact:

@@ -311,3 +311,16 @@ def test_the_forecast_says_under_which_threads_the_pilot_measured() -> None:
     assert gpu.numbers["worker_threads"] == 8 and "56 cores ÷ 7 workers" in \
         gpu.figure("conditions").formula
     assert forecast(h100(torch_threads=3, pilot_threads=3)).numbers["worker_threads"] == 3
+
+
+def test_the_low_end_is_never_under_the_fastest_measured_pace() -> None:
+    """The demo's 12 items in 2 batches: t at 1 degree of freedom is 6.3, and the range's
+    low end went to 0 s; it now stops at every item at the fastest batch's pace (issue 37)."""
+    two = tuple(Sample(0.004, 100, batch=0) for _ in range(8)) + \
+        tuple(Sample(0.009, 100, batch=1) for _ in range(4))
+    fc = forecast(h100(samples=two, accepted=12, volume_count=3_000, gpus=False, cores=2))
+    n = fc.numbers
+    assert n["units"] == 2 and n["z"] == 6.314
+    assert n["proc_low_s"] == pytest.approx(3_000 * 0.004 / 2)
+    assert "the low side never under 3,000 items at the fastest measured 0.004 s per item " \
+           "÷ 2" in fc.figure("processing").formula

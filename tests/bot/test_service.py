@@ -401,3 +401,16 @@ def test_a_large_balance_keeps_the_rows_shown_and_names_the_total(tmp_path: Path
     table = [b for b in message.blocks if isinstance(b, Table) and b.columns[0] == "id"][0]
     assert (len(table.rows), table.total_rows) == (MAX_TABLE_ROWS, 60)
     assert any(isinstance(b, Attachment) for b in message.blocks)
+
+
+def test_the_balance_box_shows_the_refusals_and_the_first_ids_in_order(tmp_path: Path) -> None:
+    """A volume records its items as its workers finish them: the balance box began at
+    doc-00051 (the fastest worker's first batch). It now shows every refusal and the first
+    ids, in id order (issue 37)."""
+    ids = [f"doc-{n:05d}" for n in range(60)]
+    order = ids[50:] + ids[:50]  # the second worker's batch came back first
+    service, _ = make(tmp_path, lambda run: pilot_script(order, refuse=("doc-00055",)))
+    run = service.follow(submit(service, tmp_path, count=60), timeout=30)
+    shown = [i["id"] for i in run["balance"]["items"]]
+    assert shown == sorted(shown) and len(shown) == 40 and run["balance"]["items_total"] == 60
+    assert shown[:3] == ["doc-00000", "doc-00001", "doc-00002"] and "doc-00055" in shown
