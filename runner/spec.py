@@ -29,6 +29,23 @@ class SpecError(RunnerError, ValueError):
     """The spec file is unreadable or a field is missing or of the wrong type."""
 
 
+ITEM_MARGIN = 10  # in a volume's batch, an item not the hung one may take this × the p90
+
+
+def batch_clock_s(items: int, item_timeout_s: float, pilot_item_s: float = 0.0) -> float:
+    """How long a volume's batch of ``items`` may run on its worker before its handler is
+    interrupted (0: no clock): one item the whole item timeout, each other one
+    ``ITEM_MARGIN`` × the pilot's p90 per item (``pilot_item_s``; never more than the item
+    timeout, and the item timeout each without it). One hung input in a batch of 50 then
+    costs about one item timeout, not 50 of them. The one rule for the worker's clock, the
+    driver's batch timeout after it, and the forecast message that shows both."""
+    if item_timeout_s <= 0:
+        return 0.0
+    other = min(item_timeout_s, ITEM_MARGIN * pilot_item_s) if pilot_item_s > 0 \
+        else item_timeout_s
+    return item_timeout_s + max(0, int(items) - 1) * other
+
+
 def node_share(lots: int, cards_per_lot: int, nodes: int = 1) -> int:
     """The cards one node must show: the rent (``lots`` x ``cards_per_lot``) split evenly
     over the ``nodes`` it is spread on (a volume's ``volume.nodes``; 1 otherwise), at least 1.

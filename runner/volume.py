@@ -34,7 +34,7 @@ from runner import events as ev
 from runner.handler_errors import keep
 from runner.inputs import Item
 from runner.recording import ItemRecorder
-from runner.spec import healthy_cards
+from runner.spec import batch_clock_s, healthy_cards
 from runner.stage import StageContext, StageFailure
 from runner.volume_queue import (
     DIED,
@@ -111,7 +111,7 @@ class Driver:
 
     def __init__(self, ctx: StageContext, recorder: ItemRecorder, ray: Any, workers: List[Worker],
                  batches: List[Batch], timeout_s: float, *, pilot_batch_s: float = 0.0,
-                 item_timeout_s: float = 0.0, in_flight: int = 1,
+                 item_timeout_s: float = 0.0, pilot_item_s: float = 0.0, in_flight: int = 1,
                  spawn: Optional[Callable[[int], Any]] = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         from runner.volume_ray import lost_errors
@@ -125,6 +125,7 @@ class Driver:
         self.fixed_timeout = timeout_s
         self.pilot_batch_s = max(0.0, float(pilot_batch_s or 0))
         self.item_timeout_s = float(item_timeout_s or 0)
+        self.pilot_item_s = float(pilot_item_s or 0)
         self.in_flight = max(1, int(in_flight or 1))
         self.spawn = spawn
         self.starting: Dict[Any, Tuple[Worker, float, str]] = {}  # ref -> (new, since, why)
@@ -389,7 +390,8 @@ class Driver:
         if self.fixed_timeout > 0:
             return self.fixed_timeout
         slowest = max(self.batch_seconds + [self.pilot_batch_s])
-        clock = items * self.item_timeout_s + ITEM_GRACE_S if self.item_timeout_s > 0 else 0.0
+        clock = batch_clock_s(items, self.item_timeout_s, self.pilot_item_s)
+        clock = clock + ITEM_GRACE_S if clock > 0 else 0.0
         return max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * slowest, clock)
 
     def held(self, now: float) -> List[Tuple[float, float]]:
@@ -536,12 +538,13 @@ def run_volume(ctx: StageContext, remaining: List[Item],
         size = max(1, int(vspec.batch_size or ctx.spec.task.batch_size or 1))
         batches = [Batch(n, remaining[i:i + size])
                    for n, i in enumerate(range(0, len(remaining), size))]
-        from runner.itemtimeout import item_timeout
+        from runner.itemtimeout import item_timeout, pilot_item_s
 
         facts.update(Driver(ctx, recorder, ray, workers, batches,
                             float(vspec.batch_timeout_s or 0),
                             pilot_batch_s=float(vspec.pilot_batch_s or 0),
                             item_timeout_s=item_timeout(ctx.spec),
+                            pilot_item_s=pilot_item_s(ctx.spec),
                             in_flight=int(vspec.in_flight or 1), spawn=spawn).run())
         if vspec.address:  # several nodes: their handlers' files come to the head
             facts["node_outputs"] = collect_node_outputs(

@@ -220,9 +220,9 @@ class _Worker:
             self.ctx = make_context(run_spec, outputs_dir)
             self.ctx.device = device
             self.threads = actor_threads(spec)
-            from runner.itemtimeout import ItemClock, item_timeout
+            from runner.itemtimeout import ItemClock, item_timeout, pilot_item_s
 
-            self.clock = ItemClock(item_timeout(run_spec))
+            self.clock = ItemClock(item_timeout(run_spec), pilot_item_s(run_spec))
         except Exception as exc:  # reported by where(), the driver's first call
             self.error = f"{type(exc).__name__}: {exc}"
 

@@ -47,16 +47,18 @@ class ConsoleNotifier:
         self._timer: threading.Thread | None = None
         # off a terminal: the latest of each message by key, in the order they first came
         # ("status" stands for the status as it ends), and the summary last said of each
-        self._held: dict[str, Message | None] = {}
-        self._said: dict[str, str] = {}
+        self._held: dict[tuple[str, str], Message | None] = {}
+        self._said: dict[tuple[str, str], str] = {}
 
     def publish(self, message: Message) -> None:
         self.messages.append(message)
         if message.key == "status":
             with self._lock:
+                if self._holding():  # by run: a decide follows the volume its pilot launched
+                    if self._status is not None and self._status.run_id != message.run_id:
+                        self._held[(self._status.run_id, "status")] = self._status
+                    self._held.setdefault((message.run_id, "status"), None)
                 self._status = message
-                if self._holding():
-                    self._held.setdefault("status", None)
                 if self._timer is None:
                     self._stop.clear()
                     self._timer = threading.Thread(target=self._tick, name="console-status",
@@ -65,8 +67,9 @@ class ConsoleNotifier:
             return
         if self._holding():
             with self._lock:
-                self._held[message.key] = message
-                said, self._said[message.key] = self._said.get(message.key), message.summary
+                key = (message.run_id, message.key)
+                self._held[key] = message
+                said, self._said[key] = self._said.get(key), message.summary
                 if message.summary and message.summary != said:
                     self._plain(message.summary)
             return
@@ -89,11 +92,12 @@ class ConsoleNotifier:
                 else:
                     for line in stage_changes(self._shown, status):
                         self._plain(line)
-                    if "status" not in self._held:
+                    if (status.run_id, "status") not in self._held:
                         self.console.print(to_rich(status, time.time()))
             held, self._held = self._held, {}
-            for key, message in held.items():  # off a terminal: the panels, once, at the end
-                shown = status if key == "status" else message
+            for (run_id, _key), message in held.items():  # off a terminal: once, at the end
+                shown = status if message is None and status is not None \
+                    and status.run_id == run_id else message
                 if shown is not None:
                     self.console.print(to_rich(shown, time.time()))
             self._live = None

@@ -26,6 +26,7 @@ from typing import Any
 
 from bot.pilot.clock import read_time
 from bot.pilot.forecast import duration, secs
+from runner.spec import ITEM_MARGIN, batch_clock_s
 
 TIME_MARGIN = 2.0          # × the forecast's high estimate
 SETUP_S = 1800.0           # + this for upload, card proofs, Ray start, diagnostics
@@ -61,14 +62,17 @@ class VolumeLimits:
                    + ITEM_GRACE_S if self.item_timeout_s > 0 else 0.0)
 
     def item_clock_s(self) -> float:
-        """A whole batch's item clock on its worker: its items × the item timeout."""
-        return self.batch_size * self.item_timeout_s
+        """A whole batch's item clock on its worker (``runner.spec.batch_clock_s``): one item
+        the item timeout, the others a margin over the pilot's pace."""
+        per_item = self.pilot_batch_s / self.batch_size if self.batch_size else 0.0
+        return batch_clock_s(self.batch_size, self.item_timeout_s, per_item)
 
     def rows(self) -> tuple[tuple[str, str, str], ...]:
         """(label, value, formula) rows for the forecast message."""
         item = ("off" if self.item_timeout_s <= 0 else secs(self.item_timeout_s))
         clock = (f"; a batch of {self.batch_size}: interrupted on its worker after "
-                 f"{secs(self.item_clock_s())}, its items then run alone" if
+                 f"{secs(self.item_clock_s())} (one item the timeout, each other "
+                 f"{ITEM_MARGIN} × the pilot's p90), its items then run alone" if
                  self.item_timeout_s > 0 else "")
         return (("Volume time limit", duration(self.time_limit_s), self.time_why),
                 ("Item timeout", item, self.item_why + clock),
@@ -123,13 +127,14 @@ def volume_limits(manifest: dict[str, Any], plan: dict[str, Any],
         batch_timeout = 0.0
         batch_why = (f"{RUNNER_FACTOR} × the slowest batch, at least {RUNNER_MIN_S} s (no "
                      "per-item time from the pilot)")
+    clock = batch_clock_s(size, item, per_item)
     if not batch_timeout and item > 0:
-        batch_why += (f"; never before the batch's item clock ({size} × {secs(item)}) + "
+        batch_why += (f"; never before the batch's item clock ({secs(clock)}) + "
                       f"{ITEM_GRACE_S} s: a hung input is interrupted, no worker stopped")
-    elif batch_timeout and 0 < item and batch_timeout < size * item:
+    elif batch_timeout and 0 < item and batch_timeout < clock:
         notes.append(f"volume.batch_timeout_s ({secs(batch_timeout)}) is shorter than a "
-                     f"batch's item clock ({size} × {secs(item)}): a hung input stops its "
-                     "worker before its item timeout interrupts it")
+                     f"batch's item clock ({secs(clock)}): a hung input stops its worker "
+                     "before its item timeout interrupts it")
     return VolumeLimits(time_limit_s=limit, time_why=why, pilot_batch_s=round(pilot_batch, 6),
                         batch_timeout_s=batch_timeout, batch_why=batch_why,
                         in_flight=int(volume.get("in_flight") or 2), notes=tuple(notes),

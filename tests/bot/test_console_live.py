@@ -120,3 +120,21 @@ def test_off_a_terminal_plain_lines_then_the_final_panels_once() -> None:
     assert panels < text.index("Diagnostics") < text.index("Volume engine") \
         < text.index("Verdict: PASSED")  # thread order, the status as it ended among them
     assert "│ note 5" in text  # each as it ended
+
+
+def test_off_a_terminal_two_runs_keep_their_own_panels() -> None:
+    """`preflight decide … approve` publishes the pilot's decision, then follows the volume:
+    each run's panels come out, the volume's decision message never standing for the
+    pilot's (they share a key)."""
+    from bot.messages.model import Heading
+
+    out = io.StringIO()
+    notifier = ConsoleNotifier(Console(file=out, width=120), tick_s=0.01, plain_every_s=60)
+    notifier.publish(Message("pilot", "decision", (Heading("Decision: approved"),),
+                             summary="demo: Scale-up approved by alice"))
+    notifier.publish(pilot_status(10))
+    notifier.publish(Message("r1", "decision", (Heading("Volume run"),), summary="demo: x"))
+    notifier.close_live()
+    text = out.getvalue()
+    assert text.index("Decision: approved") < text.index("Diagnostics") < \
+        text.index("Volume run")

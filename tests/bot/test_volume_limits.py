@@ -88,15 +88,16 @@ def test_by_default_a_hung_input_is_interrupted_before_its_worker_is_stopped() -
     limits = volume_limits(_manifest(batch_size=16), {}, quick, NOW)
     assert limits is not None
     assert limits.item_timeout_s == 5.0 and "at least 5 s" in limits.item_why
-    assert limits.item_clock_s() == 80.0 and limits.first_batch_timeout_s() == 90.0
+    # a batch of 16: one item 5 s, each other 10 × 0.02 s: 8 s, well within 60 s
+    assert limits.item_clock_s() == 8.0 and limits.first_batch_timeout_s() == 60.0
     rows = {label: (value, why) for label, value, why in limits.rows()}
-    assert rows["Item timeout"][0] == "5 s" and "interrupted on its worker after 80 s" in \
+    assert rows["Item timeout"][0] == "5 s" and "interrupted on its worker after 8 s" in \
         rows["Item timeout"][1]
-    assert rows["Batch timeout"][0] == "1 min 30 s"
-    assert "never before the batch's item clock (16 × 5 s) + 10 s" in rows["Batch timeout"][1]
+    assert rows["Batch timeout"][0] == "1 min 0 s"
+    assert "never before the batch's item clock (8 s) + 10 s" in rows["Batch timeout"][1]
     given = volume_limits({"task": {"batch_size": 8, "item_timeout_s": 30},
-                           "volume": {"inputs": {"dir": "x"}, "batch_timeout_s": 60}},
+                           "volume": {"inputs": {"dir": "x"}, "batch_timeout_s": 20}},
                           {}, quick, NOW)
     assert given is not None and (given.item_timeout_s, given.item_why) == (
         30.0, "task.item_timeout_s")
-    assert any("shorter than a batch's item clock (8 × 30 s)" in n for n in given.notes)
+    assert any("shorter than a batch's item clock (31.4 s)" in n for n in given.notes)

@@ -19,7 +19,7 @@ import pytest
 
 from runner.inputs import Item
 from runner.ledger import Ledger
-from runner.spec import RunSpec
+from runner.spec import RunSpec, batch_clock_s
 from runner.stage import StageContext, StageFailure
 from runner.stages.pilot import Recorder
 from runner.volume import MIN_TIMEOUT_S, Batch, Driver, Worker, healthy_cards
@@ -74,11 +74,13 @@ class FakeRay:
     def __init__(self, workers: int, *, hang: set[str] = frozenset(),  # type: ignore[assignment]
                  raises: set[str] = frozenset(), times_out: set[str] = frozenset(),  # type: ignore[assignment]
                  kills: set[str] = frozenset(), dies: set[int] = frozenset(),  # type: ignore[assignment]
-                 interrupted: set[str] = frozenset(), item_s: float = 0.0) -> None:  # type: ignore[assignment]
+                 interrupted: set[str] = frozenset(), item_s: float = 0.0,  # type: ignore[assignment]
+                 pilot_item_s: float = 0.0) -> None:
         self.hang, self.raises, self.times_out = set(hang), set(raises), set(times_out)
         # ids that hang until the worker's item clock (item_s per item of the batch)
         # interrupts them: the batch answers "timeout" then
         self.interrupted, self.item_s = set(interrupted), item_s
+        self.pilot_item_s = pilot_item_s
         self.kills, self.dies = set(kills), set(dies)
         self.dead_nodes: set[str] = set()
         self.partitioned: set[str] = set()
@@ -107,8 +109,8 @@ class FakeRay:
         if head is not ref:
             return False  # behind another call of the same actor
         ids = {p[0] for p in ref.payload}
-        if self.interrupted & ids:
-            return self.now - ref.at >= len(ids) * self.item_s
+        if self.interrupted & ids:  # the worker's clock, as runner/itemtimeout.py arms it
+            return self.now - ref.at >= batch_clock_s(len(ids), self.item_s, self.pilot_item_s)
         return not self.hang & ids
 
     def wait(self, refs: list[Ref], num_returns: int, timeout: float) -> tuple[list, list]:
@@ -518,13 +520,13 @@ def test_ray_s_own_errors_tell_a_lost_node_from_a_worker_that_died() -> None:
 
 def test_with_the_defaults_a_hung_input_is_interrupted_before_any_worker_is_stopped(
         tmp_path: Path) -> None:
-    """The issue's defaults: a batch of 25 whose item clock (25 × 5 s = 125 s) outlasts
-    the 60 s floor of the batch timeout. The batch timeout waits for the item clock, so the
-    interrupt refuses the hung input in about one batch's clock and one item timeout, and
-    no worker is stopped; meanwhile the progress admits the held batch (issue 37, point 5)."""
-    ray = FakeRay(4, interrupted={"i417"}, item_s=5.0)
-    driver, ledger, events = _driver(tmp_path, ray, 800, size=25, item_timeout_s=5.0,
-                                     pilot_batch_s=0.25)
+    """The issue's case: a batch of 25, 5 s per item, the pilot's 0.01 s p90 per item. The
+    worker's clock gives one item the 5 s and each other 10 × 0.01 s (7.4 s in all, not
+    25 × 5 s, which outlasted the 60 s batch timeout): the hung input is interrupted, run
+    alone, refused in about one item timeout more, and no worker is stopped (issue 37)."""
+    ray = FakeRay(4, interrupted={"i417"}, item_s=5.0, pilot_item_s=0.01)
+    driver, ledger, _ = _driver(tmp_path, ray, 800, size=25, item_timeout_s=5.0,
+                                pilot_item_s=0.01, pilot_batch_s=0.25)
     facts = driver.run()
     rows = _every_id_once(ledger, 800)
     assert rows["i417"].status == "refused"
@@ -532,7 +534,22 @@ def test_with_the_defaults_a_hung_input_is_interrupted_before_any_worker_is_stop
                                    "(the handler was interrupted on its worker)")
     assert facts["workers_excluded"] == 0 and facts["workers_lost"] == 0
     assert ray.killed == [] and len(ray.actors) == 4
-    assert ray.now < 25 * 5 + 5 + 10  # the batch's clock, then the input alone
+    assert ray.now < 7.4 + 5 + 2  # its batch's clock, then one item timeout alone
+    assert driver.timeout(25) == MIN_TIMEOUT_S  # the clock + 10 s is well within it
+    # an item timeout of 300 s: the batch timeout waits for the clock (300 + 24 × 0.1 s)
+    (tmp_path / "b").mkdir()
+    slow, _, _ = _driver(tmp_path / "b", FakeRay(1), 25, size=25, item_timeout_s=300.0,
+                         pilot_item_s=0.01)
+    assert slow.timeout(25) == pytest.approx(300 + 24 * 0.1 + 10)
+
+
+def test_the_progress_admits_a_batch_held_far_longer_than_a_batch_takes(
+        tmp_path: Path) -> None:
+    """Stuck in native code (no interrupt): "ETA 1 s" for minutes became "1 batch held for
+    45 s": the progress says how many batches are held, for how long, and until when."""
+    ray = FakeRay(4, hang={"i417"})
+    driver, _, events = _driver(tmp_path, ray, 800, size=25, pilot_batch_s=0.25)
+    driver.run()
     held = [d for e, d in events if e == "progress" and d.get("held")]
-    assert held and held[-1]["held"] == 1 and held[-1]["held_s"] > 100
-    assert held[-1]["held_limit_s"] == 25 * 5 + 10  # the batch timeout waits for its clock
+    assert held and held[-1]["held"] == 1 and held[-1]["held_s"] > 10
+    assert held[-1]["held_limit_s"] == MIN_TIMEOUT_S
