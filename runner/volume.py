@@ -385,7 +385,7 @@ class Driver:
     def timeout(self, items: int = 1) -> float:
         """The batch timeout of a batch of ``items``: the spec's, else ten times the slowest
         batch (the pilot's measure before any batch finished here), at least 60 s, and never
-        before the batch's item clock (``items`` × the item timeout) could interrupt it on
+        before the batch's item clock (``runner.spec.batch_clock_s``) could interrupt it on
         its worker, plus a grace: the interrupt keeps the worker, the timeout stops it."""
         if self.fixed_timeout > 0:
             return self.fixed_timeout
