@@ -28,7 +28,8 @@ SUMS = "SHA256SUMS"
 REQUIRED = ("manifest.yaml", "spec.json", "environment.json", "events.jsonl",
             "balance.json", "balance.csv")
 TREES = ("outputs",)
-OPTIONAL = ("provenance.json",)  # copied (and checksummed) when the run wrote it
+# copied (and checksummed) when the run wrote them
+OPTIONAL = ("provenance.json", "handler_errors.jsonl")
 # The columns balance.csv must have, and the spec fields that carry the run's parameters.
 BALANCE_COLUMNS = ("id", "status", "category", "reason")
 MAX_DOC_BYTES = 64 << 20  # spec.json, environment.json, balance.json: JSON read whole

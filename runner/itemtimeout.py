@@ -20,7 +20,7 @@ import threading
 from types import FrameType
 from typing import Any, Callable, Optional
 
-from runner.spec import RunSpec
+from runner.spec import RunSpec, batch_clock_s
 
 DEFAULT_ITEM_TIMEOUT_S = 300.0
 
@@ -31,6 +31,15 @@ def item_timeout(spec: RunSpec) -> float:
     return float(value) if isinstance(value, (int, float)) else DEFAULT_ITEM_TIMEOUT_S
 
 
+def pilot_item_s(spec: RunSpec) -> float:
+    """A volume's pilot p90 per item (its measured batch ÷ the batch size); 0 otherwise."""
+    vspec = spec.volume
+    if vspec is None or not vspec.pilot_batch_s:
+        return 0.0
+    size = max(1, int(vspec.batch_size or spec.task.batch_size or 1))
+    return float(vspec.pilot_batch_s) / size
+
+
 class ItemTimedOut(BaseException):
     """The handler outlived its time. A BaseException, so a handler's ``except Exception``
     cannot swallow it."""
@@ -39,8 +48,12 @@ class ItemTimedOut(BaseException):
 class ItemClock:
     """Runs calls under a deadline of ``seconds`` (0 or less: no deadline)."""
 
-    def __init__(self, per_item_s: float) -> None:
+    def __init__(self, per_item_s: float, pilot_item_s: float = 0.0) -> None:
+        """``pilot_item_s``: a volume's worker, the pilot's p90 per item: a batch gets
+        ``runner.spec.batch_clock_s`` (one item the timeout, the others a margin over the
+        pilot's pace); 0: every item the timeout (the pilot)."""
         self.per_item_s = float(per_item_s or 0)
+        self.pilot_item_s = float(pilot_item_s or 0)
         self.active = (self.per_item_s > 0 and hasattr(signal, "setitimer")
                        and threading.current_thread() is threading.main_thread())
         self._old: Any = None
@@ -67,7 +80,8 @@ class ItemClock:
         """``func(*args)`` with ``items * per_item_s`` seconds; ItemTimedOut past it."""
         if not self.active:
             return func(*args)
-        signal.setitimer(signal.ITIMER_REAL, self.per_item_s * max(1, items))
+        signal.setitimer(signal.ITIMER_REAL,
+                         batch_clock_s(max(1, items), self.per_item_s, self.pilot_item_s))
         try:
             return func(*args)
         finally:

@@ -19,10 +19,31 @@ SPEC_VERSION = 1
 # Ray worker of that node inherits it): that node's own copy of the run directory, whose
 # spec.json has the node's own paths (project, inputs). docs/volume.md.
 NODE_RUN_DIR_ENV = "PREFLIGHT_NODE_RUN_DIR"
+# Set the same way: the node's address as the manifest names it (``user@host:port``), by
+# which the volume's workers and messages name their node (rented images often share one
+# hostname, ``ubuntu``, so a hostname does not tell two nodes apart).
+NODE_WHERE_ENV = "PREFLIGHT_NODE_WHERE"
 
 
 class SpecError(RunnerError, ValueError):
     """The spec file is unreadable or a field is missing or of the wrong type."""
+
+
+ITEM_MARGIN = 10  # in a volume's batch, an item not the hung one may take this × the p90
+
+
+def batch_clock_s(items: int, item_timeout_s: float, pilot_item_s: float = 0.0) -> float:
+    """How long a volume's batch of ``items`` may run on its worker before its handler is
+    interrupted (0: no clock): one item the whole item timeout, each other one
+    ``ITEM_MARGIN`` × the pilot's p90 per item (``pilot_item_s``; never more than the item
+    timeout, and the item timeout each without it). One hung input in a batch of 50 then
+    costs about one item timeout, not 50 of them. The one rule for the worker's clock, the
+    driver's batch timeout after it, and the forecast message that shows both."""
+    if item_timeout_s <= 0:
+        return 0.0
+    other = min(item_timeout_s, ITEM_MARGIN * pilot_item_s) if pilot_item_s > 0 \
+        else item_timeout_s
+    return item_timeout_s + max(0, int(items) - 1) * other
 
 
 def node_share(lots: int, cards_per_lot: int, nodes: int = 1) -> int:
@@ -139,6 +160,9 @@ class TaskSpec:
     trainer: Optional[str] = None
     item_timeout_s: float = 300.0
     torch_threads: Optional[int] = None  # None: the cores the worker owns (runner/threads.py)
+    # A volume follows this pilot: its workers' cards each (0: CPU workers, one CPU each), so
+    # the pilot measures with the threads a volume worker gets; None: no volume follows
+    worker_cards: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Any, Dict, Optional, Tuple
 
+from runner.spec import healthy_cards
+
 CPU_MAX = "/sys/fs/cgroup/cpu.max"
 
 
@@ -56,6 +58,31 @@ def _cgroup_quota(path: str) -> Optional[int]:
         return max(1, math.ceil(int(quota) / int(period)))
     except (ValueError, ZeroDivisionError):
         return None
+
+
+def worker_share(worker_cards: Optional[int],
+                 facts: Optional[Dict[str, Any]] = None) -> Optional[Tuple[int, str]]:
+    """The cores one of the volume's workers will own (``task.worker_cards``: its cards
+    each, 0 for a CPU worker), as this node shows them: what a pilot measures with. None:
+    no volume follows (the pilot keeps the cores it owns). ``facts``: the earlier stages'
+    facts by stage name (the healthy cards of this node, else the device count)."""
+    if worker_cards is None:
+        return None
+    if worker_cards < 1:
+        return 1, "1 CPU, as Ray gives each CPU worker of the volume"
+    cards = _node_cards(facts or {})
+    workers = max(1, cards // worker_cards)
+    share, how = owned_cores(workers)
+    return share, (f"{how}: as each of the volume's {workers} worker(s) of "
+                   f"{worker_cards} card(s) on a node of {cards} card(s)")
+
+
+def _node_cards(facts: Dict[str, Any]) -> int:
+    cards = healthy_cards(facts)
+    if cards:
+        return len(cards)
+    count = (facts.get("device") or {}).get("count")
+    return count if isinstance(count, int) and count > 0 else 1
 
 
 def choose_threads(requested: Optional[int], workers: int = 1,

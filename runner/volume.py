@@ -11,8 +11,9 @@ with a first-wins, id-keyed insert, and keeps going whatever fails:
 - a batch that failed because of what it holds (the handler raised, an item ran past
   ``task.item_timeout_s`` on its worker, the worker held it past the batch timeout, the
   worker's process died while its node lived: the batch it was running, not those
-  queued behind it) is split in halves until the input that fails is alone, and that
-  input is refused with the reason (``runner.volume_queue``);
+  queued behind it) is split (one input a batch after a hang, else halves) until the
+  input that fails is alone, and that input is refused with the reason
+  (``runner.volume_queue``); the batch timeout never comes before a batch's item clock;
 - a worker past the batch timeout is excluded and stopped (its cards freed), and a
   fresh worker is started in its place (at most 8 times, or once per worker if more).
 
@@ -30,9 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from runner import events as ev
+from runner.handler_errors import keep
 from runner.inputs import Item
 from runner.recording import ItemRecorder
-from runner.spec import healthy_cards
+from runner.spec import batch_clock_s, healthy_cards
 from runner.stage import StageContext, StageFailure
 from runner.volume_queue import (
     DIED,
@@ -48,6 +50,9 @@ PROGRESS_EVERY_S = 1.0
 NODES_EVERY_S = 5.0      # how often the driver looks for nodes gone from the cluster
 MIN_TIMEOUT_S = 60.0
 TIMEOUT_FACTOR = 10.0
+ITEM_GRACE_S = 10.0      # the batch timeout waits this beyond a batch's item clock
+HELD_AFTER_S = 10.0      # a batch out longer than this (and 3 × the slowest) is "held"
+HELD_FACTOR = 3.0
 CPU_WORKERS_MAX = 4
 START_TIMEOUT_S = 600.0  # a worker started in place of another must answer within this
 REPLACE_MIN = 8          # workers started again: at least this many, or one per worker
@@ -68,6 +73,7 @@ class Worker:
     node: str = ""
     host: str = ""
     cards: List[str] = field(default_factory=list)
+    where: str = ""  # its node as the manifest names it (several nodes); else the host
     started: float = 0.0
     done: int = 0
     lost: bool = False
@@ -76,7 +82,12 @@ class Worker:
     @property
     def label(self) -> str:
         cards = ",".join(self.cards) if self.cards else "cpu"
-        return f"w{self.key}@{self.host or self.node[:8]}[{cards}]"
+        return f"w{self.key}@{self.place}[{cards}]"
+
+    @property
+    def place(self) -> str:
+        """Its node: the manifest's address, else the hostname, else Ray's node id."""
+        return self.where or self.host or self.node[:8]
 
     @property
     def usable(self) -> bool:
@@ -100,7 +111,7 @@ class Driver:
 
     def __init__(self, ctx: StageContext, recorder: ItemRecorder, ray: Any, workers: List[Worker],
                  batches: List[Batch], timeout_s: float, *, pilot_batch_s: float = 0.0,
-                 item_timeout_s: float = 0.0, in_flight: int = 1,
+                 item_timeout_s: float = 0.0, pilot_item_s: float = 0.0, in_flight: int = 1,
                  spawn: Optional[Callable[[int], Any]] = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         from runner.volume_ray import lost_errors
@@ -114,6 +125,7 @@ class Driver:
         self.fixed_timeout = timeout_s
         self.pilot_batch_s = max(0.0, float(pilot_batch_s or 0))
         self.item_timeout_s = float(item_timeout_s or 0)
+        self.pilot_item_s = float(pilot_item_s or 0)
         self.in_flight = max(1, int(in_flight or 1))
         self.spawn = spawn
         self.starting: Dict[Any, Tuple[Worker, float, str]] = {}  # ref -> (new, since, why)
@@ -209,6 +221,10 @@ class Driver:
             return
         if "error" in reply:
             cause = str(reply.get("cause") or RAISED)
+            if reply.get("traceback"):  # where the handler raised, kept in the run dir
+                keep(self.ctx.run_dir, [it.id for it in o.batch.items], str(reply["error"]),
+                     reply.get("where"), str(reply["traceback"]), batch=o.batch.n,
+                     worker=o.worker.label)
             self._failed(o, TIMEOUT if cause == TIMEOUT else RAISED, str(reply["error"]))
             return
         if isinstance(reply.get("seconds"), (int, float)):
@@ -261,7 +277,7 @@ class Driver:
         self.ctx.emit(ev.VOLUME_WORKER_LOST, worker=w.label, node=w.node, cards=w.cards,
                       reason=reason)
         if self._node_gone(w.node, reason):
-            self._put_back(o, f"node {w.host or w.node[:8]} of worker {w.label} was lost")
+            self._put_back(o, f"node {w.place} of worker {w.label} was lost")
             return
         outside = outside_cause(exc)
         if outside == NODE_DIED:  # Ray's own word, before ray.nodes() says so
@@ -335,7 +351,7 @@ class Driver:
     def _drop_node(self, node: str, reason: str) -> None:
         self.lost_nodes.add(node)
         gone = [w for w in self.workers if w.node == node]
-        host = next((w.host for w in gone if w.host), "")
+        host = next((w.place for w in gone if w.place), "")
         self.ctx.emit(ev.VOLUME_NODE_LOST, node=node, host=host, reason=reason,
                       workers=[w.label for w in gone],
                       cards=sorted({c for w in gone for c in w.cards}))
@@ -347,13 +363,13 @@ class Driver:
             self._release(w, f"node {host or node[:8]} was lost")
 
     def _check_timeouts(self) -> None:
-        limit = self.timeout()
         now = self.clock()
         for w in self.workers:
             line = self.lines.get(w.key) or []
             if not w.usable or not line or line[0] not in self.out:
                 continue
             head = self.out[line[0]]
+            limit = self.timeout(len(head.batch.items))
             if now - head.since <= limit:
                 continue
             w.excluded = True
@@ -366,13 +382,31 @@ class Driver:
             self._failed(head, LATE, f"held past {limit:.0f} s")
             self._replace(w, f"held batch {head.batch.n} past {limit:.0f} s")
 
-    def timeout(self) -> float:
-        """The batch timeout: the spec's, else ten times the slowest batch (the pilot's
-        measure before any batch finished here), at least 60 s."""
+    def timeout(self, items: int = 1) -> float:
+        """The batch timeout of a batch of ``items``: the spec's, else ten times the slowest
+        batch (the pilot's measure before any batch finished here), at least 60 s, and never
+        before the batch's item clock (``runner.spec.batch_clock_s``) could interrupt it on
+        its worker, plus a grace: the interrupt keeps the worker, the timeout stops it."""
         if self.fixed_timeout > 0:
             return self.fixed_timeout
         slowest = max(self.batch_seconds + [self.pilot_batch_s])
-        return max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * slowest)
+        clock = batch_clock_s(items, self.item_timeout_s, self.pilot_item_s)
+        clock = clock + ITEM_GRACE_S if clock > 0 else 0.0
+        return max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * slowest, clock)
+
+    def held(self, now: float) -> List[Tuple[float, float]]:
+        """(seconds out, its batch timeout) of each batch a worker runs that is out well
+        past what a batch takes (3 × the slowest, at least ``HELD_AFTER_S``), the longest
+        first: the ETA admits them."""
+        after = max(HELD_AFTER_S, HELD_FACTOR * max(self.batch_seconds + [self.pilot_batch_s]))
+        out = []
+        for w in self.workers:
+            line = self.lines.get(w.key) or []
+            if w.usable and line and line[0] in self.out:
+                head = self.out[line[0]]
+                if now - head.since > after:
+                    out.append((now - head.since, self.timeout(len(head.batch.items))))
+        return sorted(out, reverse=True)
 
     # ------------------------------------------------------------------ workers
     def _kill(self, w: Worker) -> None:
@@ -408,12 +442,14 @@ class Driver:
             self._kill(new)
             return
         new.node, new.host = str(info.get("node") or ""), str(info.get("host") or "")
+        new.where = str(info.get("where") or "")
         new.cards, new.started = [str(c) for c in info.get("cards") or []], self.clock()
         self.workers.append(new)
         self.lines[new.key] = []
         self.replaced += 1
         self.ctx.emit(ev.VOLUME_WORKER_STARTED, worker=new.label, node=new.node,
-                      host=new.host, cards=new.cards, run_dir=info.get("run_dir"), why=why)
+                      host=new.host, where=new.where or None, cards=new.cards,
+                      run_dir=info.get("run_dir"), why=why)
 
     def _check_starting(self) -> None:
         now = self.clock()
@@ -434,8 +470,11 @@ class Driver:
         done = len(self.recorder.recorded)
         elapsed = max(now - self.t0, 1e-6)
         rate = (done - self.start_done) / elapsed
+        held = self.held(now)
         self.ctx.emit(ev.PROGRESS, done=done, total=self.total, items_per_s=round(rate, 2),
                       eta_s=round((self.total - done) / rate, 1) if rate > 0 else None,
+                      held=len(held), held_s=round(held[0][0], 1) if held else None,
+                      held_limit_s=round(held[0][1], 1) if held else None,
                       per_card={w.label: round(w.done / max(now - w.started, 1e-6), 2)
                                 for w in self.workers if w.usable},
                       workers=sum(1 for w in self.workers if w.usable))
@@ -499,12 +538,13 @@ def run_volume(ctx: StageContext, remaining: List[Item],
         size = max(1, int(vspec.batch_size or ctx.spec.task.batch_size or 1))
         batches = [Batch(n, remaining[i:i + size])
                    for n, i in enumerate(range(0, len(remaining), size))]
-        from runner.itemtimeout import item_timeout
+        from runner.itemtimeout import item_timeout, pilot_item_s
 
         facts.update(Driver(ctx, recorder, ray, workers, batches,
                             float(vspec.batch_timeout_s or 0),
                             pilot_batch_s=float(vspec.pilot_batch_s or 0),
                             item_timeout_s=item_timeout(ctx.spec),
+                            pilot_item_s=pilot_item_s(ctx.spec),
                             in_flight=int(vspec.in_flight or 1), spawn=spawn).run())
         if vspec.address:  # several nodes: their handlers' files come to the head
             facts["node_outputs"] = collect_node_outputs(
@@ -584,11 +624,14 @@ def _start_workers(ctx: StageContext, ray: Any, vspec: Any, cpu_workers: int,
     now = time.monotonic()
     for w, info in zip(workers, where):
         if info.get("error"):
-            raise StageFailure("pilot", f"worker on {info.get('host')}: {info['error']}",
+            raise StageFailure("pilot", f"worker on {info.get('where') or info.get('host')}: "
+                               f"{info['error']}",
                                hint="check task.handler and project.dir on every node")
         w.node, w.host, w.cards, w.started = info["node"], info["host"], info["cards"], now
+        w.where = str(info.get("where") or "")
     # run_dir None: the driver's own paths; threads: torch's, as the actor chose them
     ctx.emit(ev.VOLUME_WORKERS, workers=[{"worker": w.label, "node": w.node, "host": w.host,
+                                          "where": w.where or None,
                                           "cards": w.cards, "run_dir": info.get("run_dir"),
                                           "item_timeout": info.get("item_timeout"),
                                           **(info.get("threads") or {})}

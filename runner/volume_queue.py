@@ -6,10 +6,12 @@ Pure bookkeeping (no Ray, no I/O), so the driver's rules are tested on their own
 - a batch whose worker was lost with its node (or killed from outside), or that waited
   behind the batch its worker died running, goes back to the front of the queue, whole,
   counted against none of its inputs (``put_back``);
-- a batch that failed because of what it holds (its handler raised, it ran past
-  ``task.item_timeout_s`` on its worker, its worker held it past the batch timeout, its
-  worker's process died running it while its node lived) is split in two halves, both
-  at the front, until the input that fails is alone in its batch;
+- a batch that failed because of what it holds is split, at the front: one that ran past
+  ``task.item_timeout_s`` on its worker, or that its worker held past the batch timeout
+  (a hang), into batches of one input each (one more item timeout finds the input that
+  hangs, the others run beside it); one whose handler raised, or whose worker's process
+  died running it while its node lived, in two halves, until the input that fails is
+  alone in its batch;
 - an input alone in a failed batch is refused with the reason (the exception, the
   timeout); one whose worker died under it is tried once more first (a worker may die of
   something else), then refused.
@@ -87,13 +89,14 @@ class BatchQueue:
         if cause == DIED:
             batch.deaths += 1
         if len(batch.items) > 1:
-            half = (len(batch.items) + 1) // 2
-            first = Batch(self._number(), batch.items[:half], deaths=0)
-            second = Batch(self._number(), batch.items[half:], deaths=0)
-            self.queue.appendleft(second)
-            self.queue.appendleft(first)
+            # a hang: each input alone (one more item timeout finds it, the others run
+            # beside it); else halves (a raise costs nothing to find, a death a worker)
+            size = 1 if cause in (TIMEOUT, LATE) else (len(batch.items) + 1) // 2
+            parts = [Batch(self._number(), batch.items[i:i + size], deaths=0)
+                     for i in range(0, len(batch.items), size)]
+            self.queue.extendleft(reversed(parts))
             self.splits += 1
-            return Split((first.n, second.n))
+            return Split(tuple(p.n for p in parts))
         if cause == DIED and batch.deaths < DEATHS_BEFORE_REFUSAL:
             self.queue.appendleft(batch)
             return Split((), retried=True)

@@ -16,7 +16,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple, Type
 
 from runner.raypin import RAY_VERSION, install_command
-from runner.spec import NODE_RUN_DIR_ENV
+from runner.spec import NODE_RUN_DIR_ENV, NODE_WHERE_ENV
 from runner.stage import StageFailure
 
 SESSION_FILE = "ray_session.json"
@@ -200,6 +200,7 @@ class _Worker:
         self.handler: Any = None
         self.threads: Dict[str, Any] = {}
         self.inputs_root = ""
+        self.project_dir: Optional[str] = None
         self.clock: Any = None
         self.node_run_dir = os.environ.get(NODE_RUN_DIR_ENV) or None
         if self.node_run_dir is None:  # one machine: the driver's paths are this node's
@@ -214,13 +215,14 @@ class _Worker:
                 spec, outputs_dir = node_paths(spec, self.node_run_dir)
             run_spec = RunSpec.from_dict(spec)
             self.inputs_root = os.path.abspath(run_spec.inputs.dir)
+            self.project_dir = run_spec.project.dir
             self.handler = load_handler(run_spec)
             self.ctx = make_context(run_spec, outputs_dir)
             self.ctx.device = device
             self.threads = actor_threads(spec)
-            from runner.itemtimeout import ItemClock, item_timeout
+            from runner.itemtimeout import ItemClock, item_timeout, pilot_item_s
 
-            self.clock = ItemClock(item_timeout(run_spec))
+            self.clock = ItemClock(item_timeout(run_spec), pilot_item_s(run_spec))
         except Exception as exc:  # reported by where(), the driver's first call
             self.error = f"{type(exc).__name__}: {exc}"
 
@@ -231,6 +233,7 @@ class _Worker:
 
         ctx = ray.get_runtime_context()
         return {"node": ctx.get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
+                "where": os.environ.get(NODE_WHERE_ENV) or None,
                 "cards": [str(c) for c in ray.get_gpu_ids()], "error": self.error,
                 "threads": self.threads,
                 "item_timeout": "on" if self.clock is not None and self.clock.active
@@ -269,9 +272,13 @@ class _Worker:
             return {"error": f"no result within task.item_timeout_s = "
                              f"{self.clock.per_item_s:g} s per item", "cause": "timeout",
                     "seconds": time.perf_counter() - t0}
-        except Exception as exc:
-            return {"error": f"task.handler raised {type(exc).__name__}: {exc}",
-                    "cause": "raised"}
+        except Exception as exc:  # its place kept: runner/handler_errors.py
+            from runner.handler_errors import formatted, where
+
+            at = where(exc, self.project_dir)
+            return {"error": f"task.handler raised {type(exc).__name__}: {exc}"
+                             + (f" (at {at})" if at else ""), "cause": "raised",
+                    "where": at, "traceback": formatted(exc)}
 
 
 def node_paths(spec: Dict[str, Any], run_dir: str) -> Tuple[Dict[str, Any], str]:

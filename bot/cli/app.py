@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.markup import escape
 
 from bot.cli import evidence as cli_evidence
 from bot.cli import manifest as cli_manifest
@@ -24,6 +25,7 @@ from bot.console.notifier import ConsoleNotifier
 from bot.console.render import to_rich
 from bot.errors import DecisionRefused, ManifestError, PreflightError
 from bot.messages.model import NullNotifier
+from bot.messages.views import who_may_approve
 from bot.pilot.decisions import DECISIONS
 from bot.pilot.record import Run
 from bot.pilot.states import S
@@ -107,6 +109,7 @@ def run(
     try:
         _after_run(service, service.record(str(final["id"])), decide, reason, user, override)
     finally:
+        notifier.close_live()  # what the decision published (off a terminal: held till now)
         service.close()
     raise typer.Exit(0 if final.get("outcome") == "passed" else 1)
 
@@ -138,8 +141,9 @@ def _follow(service: PilotService, run_id: str, notifier: ConsoleNotifier) -> di
         return dict(service.follow(run_id, poll=FOLLOW_POLL_S))
     except KeyboardInterrupt:
         notifier.close_live()
-        err_console.print(f"stopped following {run_id}; the runner keeps going. Follow it "
-                          f"again: preflight follow {run_id}", highlight=False)
+        err_console.print(f"stopped following {run_id}; the run goes on: preflight follow "
+                          f"{run_id} / preflight stop {run_id} --reason \"…\"",
+                          highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(130) from None
 
 
@@ -168,16 +172,19 @@ def _after_run(service: PilotService, run: Run, decide: str | None, reason: str 
         if run.outcome == "passed" and volume is not None:
             count = volume.inputs.expected_count
             console.print(f"Approve the volume ({count} inputs): preflight decide {run.id} "
-                          "approve --reason \"…\" --by NAME", highlight=False)
+                          f"approve --reason \"…\" --by NAME. {who_may_approve(run)}",
+                          highlight=False, soft_wrap=True, markup=False)
             return
         console.print(f"Decide later: preflight decide {run.id} "
-                      f"{{{'|'.join(DECISIONS)}}} --reason \"...\" --by NAME", highlight=False)
+                      f"{{{'|'.join(DECISIONS)}}} --reason \"...\" --by NAME", highlight=False,
+                      soft_wrap=True)
         return
     try:
         record = service.decide(run.id, decide, reason or "", user, override=override,
                                 source="cli")
     except DecisionRefused as exc:
-        err_console.print(f"[red]decision refused (recorded):[/red] {exc}", highlight=False)
+        err_console.print(f"[red]decision refused (recorded):[/red] {escape(str(exc))}",
+                          highlight=False, soft_wrap=True)
         return
     except PreflightError as exc:  # recorded, but what it launches did not start
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
@@ -204,7 +211,7 @@ def decide(
     try:
         record = service.decide(run_id, decision, reason, who(by, settings), override=override)
         if record.get("volume_run") and follow:
-            service.follow(record["volume_run"], poll=FOLLOW_POLL_S)
+            _follow(service, str(record["volume_run"]), notifier)
     except DecisionRefused as exc:
         raise _fail(str(exc) + by_hint(by, settings), 1) from exc
     except PreflightError as exc:

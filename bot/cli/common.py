@@ -18,7 +18,7 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int) -> typer.Exit:
     """Print ``message`` as an error and return the exit to raise."""
-    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

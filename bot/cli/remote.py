@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from bot.cli.common import build_service, console, fail_on
 from bot.errors import PreflightError
@@ -47,7 +47,12 @@ def lease_list() -> None:
             rows = service.leases()
     except PreflightError as exc:
         raise fail_on(exc) from exc
-    table = Table("node", "state", "starts at", "days", "ends at", "updated")
+    # the node is what a user types back (`lease set NODE ...`): never cut; the rest folds
+    table = Table("state", "starts at", "days", "ends at", "updated")
+    table.columns.insert(0, Column("node", no_wrap=True,
+                                   min_width=max((len(r["node"]) for r in rows), default=4)))
+    for column in table.columns[1:]:
+        column.overflow = "fold"
     for row in rows:
         end = lease_rules.lease_end(row)
         table.add_row(row["node"], row["state"], row["starts_at"] or "-", str(row["days"] or "-"),
@@ -109,7 +114,8 @@ def watch(once: bool = typer.Option(False, help="run each job once now and exit"
 
     settings = Settings.from_env()
     try:
-        service = build_service(settings, ConsoleNotifier(console), create=True)
+        service = build_service(settings, ConsoleNotifier(console, panels_at_end=False),
+                                create=True)
     except PreflightError as exc:
         raise fail_on(exc) from exc
     try:

@@ -6,8 +6,11 @@ one rich Live display is redrawn when the state changed (at most every ``tick_s`
 a second for the running stage's clock. Off a terminal (a log, a pipe, CI), plain lines: one
 per stage that ends, with its elapsed time, and every ``plain_every_s`` one line for the
 running stage (its time so far; the pilot's done/total, items per second and ETA), so a
-long stage is never silent. Every other message is printed once, in thread order, and the
-status as it ended is printed before it.
+long stage is never silent. On a terminal every other message is printed as it comes, and
+the status as it ended before it. Off a terminal every other message gives one plain line
+(its summary, when it changed) as it comes, and the panels are printed once, at the end
+(``close_live``), each message as it ended, in thread order: a log held every redrawn
+panel (1,009 lines for one run) beside the plain lines.
 """
 
 from __future__ import annotations
@@ -26,8 +29,12 @@ CLOCK_S = 1.0  # a terminal's unchanged status is redrawn this often (the runnin
 
 class ConsoleNotifier:
     def __init__(self, console: Console | None = None, *, tick_s: float = 0.25,
-                 plain_every_s: float = 2.0) -> None:
+                 plain_every_s: float = 2.0, panels_at_end: bool = True) -> None:
+        """``panels_at_end``: off a terminal, hold the panels until ``close_live`` (a
+        command that follows a run); False prints each as it comes (`preflight watch`,
+        which runs for days)."""
         self.console = console or Console()
+        self.panels_at_end = panels_at_end
         self.tick_s = tick_s
         self.plain_every_s = plain_every_s
         self.messages: list[Message] = []
@@ -38,17 +45,33 @@ class ConsoleNotifier:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
+        # off a terminal: the latest of each message by key, in the order they first came
+        # ("status" stands for the status as it ends), and the summary last said of each
+        self._held: dict[tuple[str, str], Message | None] = {}
+        self._said: dict[tuple[str, str], str] = {}
 
     def publish(self, message: Message) -> None:
         self.messages.append(message)
         if message.key == "status":
             with self._lock:
+                if self._holding():  # by run: a decide follows the volume its pilot launched
+                    if self._status is not None and self._status.run_id != message.run_id:
+                        self._held[(self._status.run_id, "status")] = self._status
+                    self._held.setdefault((message.run_id, "status"), None)
                 self._status = message
                 if self._timer is None:
                     self._stop.clear()
                     self._timer = threading.Thread(target=self._tick, name="console-status",
                                                    daemon=True)
                     self._timer.start()
+            return
+        if self._holding():
+            with self._lock:
+                key = (message.run_id, message.key)
+                self._held[key] = message
+                said, self._said[key] = self._said.get(key), message.summary
+                if message.summary and message.summary != said:
+                    self._plain(message.summary)
             return
         self.close_live()
         self.console.print(to_rich(message))
@@ -69,9 +92,19 @@ class ConsoleNotifier:
                 else:
                     for line in stage_changes(self._shown, status):
                         self._plain(line)
-                    self.console.print(to_rich(status, time.time()))
+                    if (status.run_id, "status") not in self._held:
+                        self.console.print(to_rich(status, time.time()))
+            held, self._held = self._held, {}
+            for (run_id, _key), message in held.items():  # off a terminal: once, at the end
+                shown = status if message is None and status is not None \
+                    and status.run_id == run_id else message
+                if shown is not None:
+                    self.console.print(to_rich(shown, time.time()))
             self._live = None
             self._status = self._shown = None
+
+    def _holding(self) -> bool:
+        return self.panels_at_end and not self.console.is_terminal
 
     # -- the timer -------------------------------------------------------------------
     def _tick(self) -> None:

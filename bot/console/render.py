@@ -97,12 +97,14 @@ def _block_rich(block: Block) -> RenderableType:
         return Group(RichText(progress_words(block)),
                      ProgressBar(total=max(block.total, 1), completed=block.done, width=40))
     if isinstance(block, Actions):
-        grid = RichTable.grid(padding=(0, 2))
-        grid.add_column(style="bold")
-        grid.add_column(style="magenta", overflow="fold")
+        # Each command on a line of its own, the panel's whole width: typed back by the
+        # user, it is never cut, nor an id folded (a label beside it left it ~20 columns
+        # short at 80); wider than the panel, it wraps at its spaces only.
+        lines: list[RenderableType] = []
         for button in block.buttons:
-            grid.add_row(button.label, button_command(button))
-        return grid
+            lines += [RichText(button.label, style="bold"),
+                      RichText("  " + button_command(button), style="magenta")]
+        return Group(*lines)
     if isinstance(block, Attachment):
         return RichText(f"attached: {block.title} ({block.path})", style="dim")
     raise TypeError(f"unknown block {block!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bot.messages.views import lease_refused
 from bot.pilot.record import Run, RunRecord
 
 STATUS_WORDS = {"awaiting_decision": "to decide", "dispatching": "starting",
@@ -16,7 +17,8 @@ def runs_lines(rows: Sequence[RunRecord], width: int = 80) -> list[str]:
     and attempt beside it, status, outcome, stage reached, then the first error cut to
     what is left of the line."""
     cells = [(r.id.split("-", 1)[0], _pilot(r),
-              STATUS_WORDS.get(r.status, r.status), r.outcome or "",
+              "refused (lease)" if lease_refused(r) else STATUS_WORDS.get(r.status, r.status),
+              r.outcome or "",
               r.stage_reached or "", _error(r)) for r in rows]
     head = ("run", "pilot", "status", "outcome", "stage", "first error")
     widths = [max(len(c[i]) for c in [head, *cells]) for i in range(5)]

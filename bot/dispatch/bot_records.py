@@ -15,10 +15,12 @@ from __future__ import annotations
 
 # bot/dispatch/ssh.py (write_layout), the service's submit, inputs_check.INPUTS_FILE,
 # corpus.LISTING_FILE, volume_cluster.CLUSTER_FILE, upload.verify_fetched,
-# bot/service/report_files.py (REPORT, PICTURE)
+# bot/service/report_files.py (REPORT, PICTURE), bot/service/end_lock.py (the lock the bot
+# holds while it stops a run and fetches its results)
 BOT_RECORDS = frozenset({
     "spec.json", "manifest.yaml", "remote.json", "inputs.checked.json", "corpus.listed.json",
     "ray_cluster.json", "evidence-fetch.json", "report.html", "report-summary.png",
+    ".end.lock",
 })
 # The fetch's own staging folders (``.fetch`` in the run directory, ``.fetch-<run id>``
 # beside the evidence home): never fetched either.

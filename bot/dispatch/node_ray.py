@@ -10,7 +10,9 @@ exactly this run's Ray, not another Ray of the same user.
 
 ``python -c NODE_RAY stop DIR``: SIGTERM to that group, then SIGKILL, each given up to 2 s;
 a member that ended but is not reaped yet (a node whose init reaps late, as in many
-containers) counts as ended.
+containers) counts as ended. Once the group has ended, ``DIR`` (Ray's sockets and logs of
+this run) is removed. Two stops of the same Ray at once (two bot processes ending one run)
+both succeed: the second finds the group gone, or the file already removed.
 
 ``python -c NODE_RAY hold`` (launched by the node's launcher on a volume node other than the
 head, ``PREFLIGHT_HOLD_RAY`` naming ``DIR``): lives as long as the group does (the file is
@@ -27,6 +29,7 @@ folder that passes the same check (``not_private``).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -132,14 +135,18 @@ def stop(d: str) -> int:
         sys.stderr.write(problem + "; its preflight.pgid was not trusted, nothing stopped\n")
         return REFUSED
     group = _group(d)
-    if group is None:
-        return 0
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if _signal(group, sig):
-            break
-        if _wait_ended(group):
-            break
-    os.remove(os.path.join(d, PGID_FILE))
+    if group is not None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if _signal(group, sig):
+                break
+            if _wait_ended(group):
+                break
+    try:
+        os.remove(os.path.join(d, PGID_FILE))
+    except FileNotFoundError:  # another stop of the same Ray (a second bot process) did
+        pass
+    if group is None or _ended(group):  # nothing of it left to write there: the folder goes
+        shutil.rmtree(d, ignore_errors=True)
     return 0
 
 

@@ -25,11 +25,18 @@ from typing import Protocol
 from bot.dispatch.node_scripts import NODE_RAY
 from bot.errors import DispatchError
 from runner.raypin import RAY_VERSION, install_command
-from runner.spec import NODE_RUN_DIR_ENV
+from runner.spec import NODE_RUN_DIR_ENV, NODE_WHERE_ENV
 
-PROBE = ("import os, sys, json\ntry:\n    import ray\n    v = ray.__version__\nexcept Exception:\n"
-         "    v = None\nprint(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], "
-         "'ray': v, 'cpus': os.cpu_count()}))")
+# The node's Python and Ray versions, its cores, and which of the ports given as arguments
+# are taken (a listening socket: another Ray, another volume node on the same host).
+PROBE = ("import os, sys, json, socket\ntry:\n    import ray\n    v = ray.__version__\n"
+         "except Exception:\n    v = None\nbusy = []\nfor p in sys.argv[1:]:\n"
+         "    s = socket.socket()\n    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+         "    try:\n        s.bind(('', int(p)))\n    except OSError:\n"
+         "        busy.append(int(p))\n"
+         "    finally:\n        s.close()\n"
+         "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], "
+         "'ray': v, 'cpus': os.cpu_count(), 'busy': busy}))")
 # Worker ports a node needs beyond one per core: the driver, and the workers Ray starts
 # besides the actors (I/O workers, a worker started ahead of the next actor).
 WORKER_PORT_SPARE = 32
@@ -66,6 +73,21 @@ class RayPorts:
             return self
         return replace(self, max_worker=self.min_worker + needed - 1)
 
+    def roles(self, head: bool) -> list[tuple[int, str]]:
+        """(port, what it is for) of each port this node's Ray listens on (the GCS on the
+        head only), its worker range included."""
+        named = [(self.gcs, "GCS")] if head else []
+        named += [(self.node_manager, "node manager"), (self.object_manager, "object manager"),
+                  (self.runtime_env_agent, "runtime env agent"),
+                  (self.dashboard_agent_grpc, "dashboard agent (gRPC)"),
+                  (self.dashboard_agent_http, "dashboard agent (HTTP)"),
+                  (self.metrics_export, "metrics export")]
+        return named + [(p, "worker") for p in range(self.min_worker, self.max_worker + 1)]
+
+    def overlaps(self, other: RayPorts) -> bool:
+        """Any port of this layout is also one of ``other``'s (both as a head)."""
+        return bool({p for p, _ in self.roles(True)} & {p for p, _ in other.roles(True)})
+
     def flags(self) -> list[str]:
         return ["--node-manager-port", str(self.node_manager),
                 "--object-manager-port", str(self.object_manager),
@@ -101,8 +123,41 @@ class Shell(Protocol):
         ...
 
 
-def probe_command(python: str) -> str:
-    return f"{shlex.quote(python)} -c {shlex.quote(PROBE)}"
+def probe_command(python: str, ports: Sequence[int] = ()) -> str:
+    return " ".join([shlex.quote(python), "-c", shlex.quote(PROBE), *map(str, ports)])
+
+
+def check_apart(nodes: Sequence[RayNode]) -> None:
+    """Refuse two nodes on one host whose Ray ports overlap (a worker range widened for a
+    node's cores can reach the next layout): Ray would fail on the port they share."""
+    for i, node in enumerate(nodes):
+        for other in nodes[:i]:
+            if other.address == node.address and other.ports.overlaps(node.ports):
+                raise DispatchError(
+                    f"{node.where}: its Ray ports ({node.ports.gcs}-"
+                    f"{node.ports.metrics_export}, workers {node.ports.min_worker}-"
+                    f"{node.ports.max_worker}) overlap those of {other.where} on the same "
+                    f"host {node.address}: set its volume.nodes[].ray_port further apart")
+
+
+def check_ports(nodes: Sequence[RayNode], outputs: Sequence[str]) -> None:
+    """Refuse, naming the node, the port and what it is for, a node whose Ray ports are
+    taken (Ray itself would only say "GCS has become overloaded")."""
+    for i, (node, out) in enumerate(zip(nodes, outputs)):
+        try:
+            busy = set(json.loads(out.strip().splitlines()[-1]).get("busy") or [])
+        except (ValueError, IndexError, AttributeError):
+            continue  # check_versions has named an unreadable answer already
+        taken = [(p, role) for p, role in node.ports.roles(i == 0) if p in busy]
+        if taken:
+            named = ", ".join(f"{p} ({role})" for p, role in taken[:5])
+            more = f" and {len(taken) - 5} more" if len(taken) > 5 else ""
+            raise DispatchError(
+                f"{node.where}: port {named}{more} already in use on {node.address}: "
+                "another Ray, or another volume node on the same host; set this node's "
+                "volume.nodes[].ray_port to a free range (its Ray needs "
+                f"{node.ports.gcs}-{node.ports.metrics_export} and workers "
+                f"{node.ports.min_worker}-{node.ports.max_worker}), or stop what holds it")
 
 
 def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> list[RayNode]:
@@ -166,6 +221,7 @@ def start_command(node: RayNode, head: str | None) -> str:
         env.append(f"PYTHONPATH={shlex.quote(node.package_root)}${{PYTHONPATH:+:$PYTHONPATH}}")
     if node.run_dir:
         env.append(f"{NODE_RUN_DIR_ENV}={shlex.quote(node.run_dir)}")
+    env.append(f"{NODE_WHERE_ENV}={shlex.quote(node.where)}")  # the workers' name of it
     args = [node.python, "-c", NODE_RAY, "start", node.temp_dir, "-m", "ray.scripts.scripts",
             "start", "--disable-usage-stats", "--node-ip-address", node.address,
             *gpus, "--temp-dir", f"{node.temp_dir}/{RAY_SUBDIR}", *node.ports.flags()]
@@ -211,7 +267,9 @@ def start_cluster(shell: Shell, nodes: Sequence[RayNode],
     if not nodes:
         raise DispatchError("a volume needs at least one node")
     def probe(node: RayNode) -> str:
-        code, out, err = shell(node, probe_command(node.python))
+        head = node is nodes[0]
+        code, out, err = shell(node, probe_command(node.python,
+                                                   [p for p, _ in node.ports.roles(head)]))
         if code != 0:
             raise DispatchError(f"{node.where}: `{node.python}` cannot run: {err[-300:]}")
         return out
@@ -219,7 +277,10 @@ def start_cluster(shell: Shell, nodes: Sequence[RayNode],
     with ThreadPoolExecutor(max_workers=min(RAY_START_AT_ONCE, len(nodes))) as pool:
         probes = [pool.submit(probe, node) for node in nodes]  # every node's at once
         wait(probes)
-    nodes = check_versions(nodes, [p.result() for p in probes])  # the first by node order
+    answers = [p.result() for p in probes]
+    nodes = check_versions(nodes, answers)  # the first by node order
+    check_ports(nodes, answers)
+    check_apart(nodes)
     cluster = RayCluster(list(nodes))
 
     def start(i: int) -> None:

@@ -58,6 +58,7 @@ class SSHNode:
     user: str | None = None
     python: str = "python3"
     host_key_fingerprint: str | None = None
+    ray_port: int | None = None  # a volume node's first Ray port (None: the default layout)
 
     @classmethod
     def from_dict(cls, node: dict[str, Any]) -> SSHNode:
@@ -67,7 +68,8 @@ class SSHNode:
         return cls(host=str(node["host"]), workdir=str(node["workdir"]),
                    port=int(node.get("port") or 22), user=node.get("user") or None,
                    python=str(node.get("python") or "python3"),
-                   host_key_fingerprint=node.get("host_key_fingerprint") or None)
+                   host_key_fingerprint=node.get("host_key_fingerprint") or None,
+                   ray_port=int(node["ray_port"]) if node.get("ray_port") else None)
 
     @property
     def where(self) -> str:

@@ -43,11 +43,38 @@ class Runs(Protocol):
 
 
 def default_ray_node(index: int, node: SSHNode, run_id: str, gpus: bool) -> RayNode:
-    """Node ``index`` of the cluster: the pinned ports, a temp dir of the run's own (short:
-    Ray's sockets live there); its cards (None here) are those its card proof left."""
+    """Node ``index`` of the cluster: the pinned ports (moved to ``ray_port`` when the
+    manifest sets it), a temp dir of the run's own (short: Ray's sockets live there); its
+    cards (None here) are those its card proof left."""
     tag = hashlib.sha256(run_id.encode()).hexdigest()[:8]
-    return RayNode(node.where, node.host, node.python, None, RayPorts(),
+    ports = RayPorts()
+    if node.ray_port:
+        ports = ports.shifted(node.ray_port - ports.gcs)
+    return RayNode(node.where, node.host, node.python, None, ports,
                    f"/tmp/pf-ray-{tag}-{index}")
+
+
+PORTS_APART = 100  # how far a node's layout moves from another's on the same host
+
+
+def apart(pairs: list[tuple[SSHNode, RayNode]]) -> list[tuple[SSHNode, RayNode]]:
+    """Two volume nodes on one host (the same address) cannot share Ray's ports: a node
+    whose ports the manifest left unset is moved ``PORTS_APART`` at a time until it shares
+    none with an earlier node there (recorded in ``ray_cluster.json`` with the rest); two
+    set by the manifest that overlap are refused, naming both."""
+    out: list[tuple[SSHNode, RayNode]] = []
+    for ssh, ray in pairs:
+        same = [(s, r) for s, r in out if r.address == ray.address]
+        clash = next((s for s, r in same if r.ports.overlaps(ray.ports)), None)
+        if clash is not None and ssh.ray_port:
+            raise DispatchError(
+                f"{ssh.where}: volume.nodes ray_port {ssh.ray_port} overlaps the Ray ports "
+                f"of {clash.where} on the same host {ray.address}: set ray_port "
+                f"{PORTS_APART} or more apart")
+        while any(r.ports.overlaps(ray.ports) for _, r in same):
+            ray = replace(ray, ports=ray.ports.shifted(PORTS_APART))
+        out.append((ssh, ray))
+    return out
 
 
 def volume_nodes(handle: RunHandle) -> list[SSHNode]:
@@ -98,8 +125,8 @@ def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCop
     # read again: hearing the proofs, the service may have widened the driver's time limit
     # to the forecast on the proven nodes (bot/service/proven.py)
     spec = load_spec(handle.spec_path)
-    pairs = [(n, _placed(ray_node(i, n, handle.run_id, gpus), proof, copy))
-             for i, (n, proof, copy) in enumerate(zip(nodes, proofs, copies))]
+    pairs = apart([(n, _placed(ray_node(i, n, handle.run_id, gpus), proof, copy))
+                   for i, (n, proof, copy) in enumerate(zip(nodes, proofs, copies))])
     _write(handle.run_dir / CLUSTER_FILE,
            {"nodes": [{"ssh": asdict(s), "ray": asdict(r)} for s, r in pairs]})
     cluster = start_cluster(_shell(runs, pairs), [r for _, r in pairs], lambda i, ray: (
@@ -136,9 +163,10 @@ def stop_volume_cluster(runs: Runs, handle: RunHandle) -> list[str]:
     """End this run's Ray on every node it was started on (nothing when there is none);
     returns the problems met. The record is removed once every node is stopped."""
     path = handle.run_dir / CLUSTER_FILE
-    if not path.exists():
+    try:
+        pairs = _read(path)
+    except FileNotFoundError:  # none, or another bot process stopped it and removed it
         return []
-    pairs = _read(path)
     problems = stop_cluster(_shell(runs, pairs), [r for _, r in pairs])
     if not problems:
         path.unlink(missing_ok=True)
@@ -156,12 +184,15 @@ def _shell(runs: Runs, pairs: list[tuple[SSHNode, RayNode]]) -> Any:
 
 
 def _read(path: Path) -> list[tuple[SSHNode, RayNode]]:
+    """The record's nodes; FileNotFoundError when there is none."""
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))["nodes"]
         return [(SSHNode(**row["ssh"]),
                  RayNode(**{**row["ray"], "ports": RayPorts(**row["ray"]["ports"]),
                             "cards": None if row["ray"]["cards"] is None
                             else tuple(row["ray"]["cards"])})) for row in rows]
+    except FileNotFoundError:
+        raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DispatchError(f"{path}: cannot read which nodes run this volume's Ray: "
                             f"{exc}") from exc

@@ -100,6 +100,12 @@ class Node(Section):
         description='pinned host key, "SHA256:..." as printed by ssh-keygen -lf')
     stall_after_s: Int = Field(default=600, ge=1,
                                description="alert after this many seconds without an event")
+    ray_port: Int | None = Field(
+        default=None, ge=1024, le=60000,
+        description="a several-node volume: the first of this node's Ray ports (its GCS on "
+                    "the head, then 6 more), its workers' ports moved as far from 11000 "
+                    "(null: 6380 and 11000, and a node on the same host as an earlier one "
+                    "100 higher)")
 
 
 class Project(Section):
@@ -138,9 +144,10 @@ class Task(Section):
         default=None, description="external program; a string is split like a shell would")
     categories: list[NonEmpty] = Field(default_factory=list)
     batch_size: Int = Field(default=8, ge=1)
-    item_timeout_s: Number = Field(
-        default=300, ge=0, description="seconds an item may take in the handler (a batch gets "
-        "this per item); an item past it is refused naming the timeout; 0 turns it off")
+    item_timeout_s: Number | None = Field(
+        default=None, ge=0, description="seconds an item may take in the handler (a batch "
+        "gets this per item); an item past it is refused naming the timeout; 0 turns it off; "
+        "null: 300 s in the pilot, and in the volume 10 x the pilot's p90 per item (5-300 s)")
     torch_threads: Int | None = Field(
         default=None, ge=1, description="torch's intra-op threads in the pilot (null: the "
         "cores the worker owns, from its affinity mask and CPU quota)")

@@ -41,7 +41,11 @@ _PROJECT_PATHS: tuple[tuple[FieldPath, bool], ...] = (
     (("results", "copy_to"), False),
 )
 _VALUE_FILE_MAX_BYTES = 16 * 1024 * 1024
-_NODE_SIDE = ("node",)  # the node's own paths are explicit parameters, not assumptions
+# The node's own paths are explicit parameters of that node, not assumptions about the bot
+# host: the same rule for `node` and for each of `volume.nodes` (one was checked as a
+# project path, the other not at all); `volume.inputs.on_nodes` is absolute by design.
+_NODE_PATH_FIELDS = ("workdir", "python")
+_ON_NODES = ("volume", "inputs", "on_nodes")
 
 
 def check_project(directory: Path | str, *, manifests: list[Path] | None = None) -> list[Problem]:
@@ -222,13 +226,30 @@ def _scan_data(data: Any, source_map: SourceMap, source: str, *,
         problems.append(_at(source_map, finding.path, finding.message, source))
     relative_fields = dict(_PROJECT_PATHS) if manifest_paths else {}
     for path, value in _strings(data, ()):
-        if manifest_paths and path[:1] == _NODE_SIDE:
+        if manifest_paths and (_node_side(path) or path == _ON_NODES):
+            problems += _node_path(source_map, path, value, source)
             continue
         if path in relative_fields:
             problems += _relative_field(source_map, path, value, relative_fields[path], source)
         else:
             problems += _value_paths(source_map, path, value, source)
     return problems
+
+
+def _node_side(path: FieldPath) -> bool:
+    """A field of ``node`` or of one of ``volume.nodes``."""
+    return path[:1] == ("node",) or (path[:2] == ("volume", "nodes") and len(path) > 3)
+
+
+def _node_path(source_map: SourceMap, path: FieldPath, value: str,
+               source: str) -> list[Problem]:
+    """A node's workdir or python given as a path of one machine: a warning, the same for
+    `node` and each of `volume.nodes` (it holds only on a node that has it)."""
+    if path[-1] not in _NODE_PATH_FIELDS or not (_HOME.match(value) or _is_absolute(value)):
+        return []
+    return [_at(source_map, path, f"{value!r} is a path of one machine ({path[-1]} on the "
+                "node): it holds only where it exists; the manifest needs it changed for "
+                "another node", source, severity="warning")]
 
 
 def _relative_field(source_map: SourceMap, path: FieldPath, value: str, strict: bool,

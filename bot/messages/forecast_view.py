@@ -52,8 +52,13 @@ def _limit_lines(limits: VolumeLimits | None) -> tuple[Text, ...]:
 
 
 def fit_line(fc: dict[str, Any]) -> str:
-    """One sentence: does the high estimate end before the lease does?"""
-    wall = f"{duration(float(fc['low_s']))} – {duration(float(fc['high_s']))}"
+    """One sentence: does the high estimate end before the lease does? The figure is the
+    wall time, and says so (its setup and processing apart): the one scored after the
+    volume is its work stage alone (``check_rows``)."""
+    wall = f"{duration(float(fc['low_s']))} – {duration(float(fc['high_s']))} of wall time"
+    if isinstance(fc.get("setup_s"), (int, float)) and "proc_low_s" in fc:
+        wall += (f" (setup {duration(float(fc['setup_s']))} + processing "
+                 f"{duration(float(fc['proc_low_s']))} – {duration(float(fc['proc_high_s']))})")
     if fc.get("fits") is None:
         return f"The volume takes {wall}; the lease's end is unknown (no lease.starts_at)"
     margin = duration(abs(float(fc.get("margin_s") or 0)))
@@ -63,7 +68,10 @@ def fit_line(fc: dict[str, Any]) -> str:
             "ends; approving needs an override reason")
 
 
-def _check_message(run: Run, fc: dict[str, Any]) -> Message:
+def check_rows(fc: dict[str, Any]) -> list[tuple[str, str]]:
+    """The volume's actual time beside its forecast, each labelled with what it spans: the
+    work stage (Ray's start and the items), not the wall time shown before approval,
+    which adds the setup and is shown beside them, not scored."""
     actual, low, high = (float(fc[k]) for k in ("actual_s", "forecast_low_s", "forecast_high_s"))
     mid = float(fc.get("forecast_mid_s") or low)
     error = fc.get("error_pct")
@@ -72,13 +80,25 @@ def _check_message(run: Run, fc: dict[str, Any]) -> Message:
     scope = (f"{done:,} of {total:,} items (the forecast scaled to them)"
              if fc.get("scored") == "partial" and done is not None and total else
              "the whole volume")
-    pairs: tuple[tuple[str, str], ...] = (
-        ("Actual processing time",
-         duration(actual) + (f" over {attempts} attempts" if attempts > 1 else "")),
-        ("Scored on", scope),
-        ("Forecast", f"{duration(mid)} ({duration(low)} – {duration(high)})"),
-        ("Error against the middle", "—" if error is None else f"{error:+.1f}%"),
-        ("Within the range", "yes" if fc.get("within_range") else "no"))
+    rows = [("Actual time of the work stage (Ray start + processing)",
+             duration(actual) + (f" over {attempts} attempts" if attempts > 1 else "")),
+            ("Scored on", scope),
+            ("Forecast of the work stage", f"{duration(mid)} ({duration(low)} – "
+                                           f"{duration(high)}), the same span: no setup"),
+            ("Error against the middle", "—" if error is None else f"{error:+.1f}%"),
+            ("Within the range", "yes" if fc.get("within_range") else "no")]
+    if isinstance(fc.get("wall_low_s"), (int, float)) and \
+            isinstance(fc.get("wall_high_s"), (int, float)):
+        rows.append(("Wall time forecast before approval",
+                     f"{duration(float(fc['wall_low_s']))} – "
+                     f"{duration(float(fc['wall_high_s']))} (setup included: copies, "
+                     "diagnostics, Ray; not scored)"))
+    return rows
+
+
+def _check_message(run: Run, fc: dict[str, Any]) -> Message:
+    actual, low, high = (float(fc[k]) for k in ("actual_s", "forecast_low_s", "forecast_high_s"))
+    pairs: tuple[tuple[str, str], ...] = tuple(check_rows(fc))
     if fc.get("workers_started") is not None:
         pairs += (("Workers", f"{fc['workers_started']} started (the last attempt), "
                               f"{fc.get('workers_forecast')} forecast"),)

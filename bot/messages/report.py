@@ -16,7 +16,7 @@ from html import escape
 from typing import Any
 
 from bot.messages import plots
-from bot.messages.forecast_view import fit_line
+from bot.messages.forecast_view import check_rows, fit_line
 from bot.pilot.balance_check import NODE_LISTED, node_listed
 from bot.pilot.cards import healthy_cards
 from bot.pilot.clock import read_time
@@ -34,7 +34,7 @@ padding-bottom:.2rem;margin-top:1.8rem}
 table{border-collapse:collapse;width:100%;margin:.4rem 0;font-size:13px}
 th,td{border:1px solid #e0e0e0;padding:.25rem .45rem;text-align:left;vertical-align:top}
 th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
-.ok{color:#2e7d32;font-weight:600}.bad{color:#c62828;font-weight:600}.muted{color:#757575}
+.ok{color:#2e7d32;font-weight:600}.bad{color:#c62828;font-weight:600}.warn{color:#b26a00;font-weight:600}.muted{color:#757575}
 .badge{display:inline-block;padding:.1rem .5rem;border-radius:.3rem;color:#fff;font-weight:600}
 .badge.ok{background:#2e7d32;color:#fff}.badge.bad{background:#c62828;color:#fff}
 .formula{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;color:#424242}
@@ -126,9 +126,9 @@ def _header(data: ReportData) -> str:
              f'{"PASSED" if passed else "FAILED"}</span>' if verdict else
              f'<span class="badge bad">{escape(str(run.status))}</span>')
     kind = "Volume run" if run.kind == "volume" else "Pilot"
-    checks = "".join(f'<li class="{"ok" if c.get("ok") else "bad"}">'
-                     f'{"✓" if c.get("ok") else "✗"} {escape(str(c.get("text")))}</li>'
-                     for c in verdict.get("checks") or [])
+    checks = "".join(f'<li class="{"warn" if c.get("warn") else "ok" if c.get("ok") else "bad"}">'
+                     f'{"⚠" if c.get("warn") else "✓" if c.get("ok") else "✗"} '
+                     f'{escape(str(c.get("text")))}</li>' for c in verdict.get("checks") or [])
     err = run.first_error or {}
     first = (f'<p class="bad">First error at stage <b>{escape(str(err.get("stage")))}</b>: '
              f'{escape(str(err.get("type") or ""))}: {escape(str(err.get("message") or ""))}'
@@ -164,17 +164,7 @@ def _forecast(data: ReportData) -> str:
         return _section("forecast", "Forecast of the volume",
                         '<p class="muted">No volume section: nothing to forecast.</p>')
     if "actual_s" in fc:
-        error = fc.get("error_pct")
-        mid = float(fc.get("forecast_mid_s") or fc["forecast_low_s"])
-        rows = [("Actual processing time", duration(float(fc["actual_s"]))
-                 + (f" over {fc['attempts']} attempts" if _count(fc.get("attempts")) > 1
-                    else "")),
-                ("Forecast (middle, range)", f"{duration(mid)} "
-                                             f"({duration(float(fc['forecast_low_s']))} – "
-                                             f"{duration(float(fc['forecast_high_s']))})"),
-                ("Error against the middle", "—" if error is None else f"{error:+.1f}%"),
-                ("Within the range", "yes" if fc.get("within_range") else "no")]
-        body = (_table(("figure", "value"), rows)
+        body = (_table(("figure", "value"), check_rows(fc))
                 + f'<p class="formula">{escape(str(fc.get("formula") or ""))}</p>')
         parent = data.parent_forecast or {}
         if parent.get("figures"):
@@ -352,7 +342,7 @@ def _engine(data: ReportData) -> str:
     if engine is None:
         return ""
     workers = list(engine.get("workers") or [])
-    nodes = {str(w.get("host") or w.get("node")) for w in workers}
+    nodes = {str(w.get("node") or w.get("where") or w.get("host")) for w in workers}
     items, work_s = int(engine.get("items") or 0), engine.get("work_s")
     rows: list[tuple[Any, ...]] = [
         ("Workers", f"{len(workers)} on {len(nodes)} node(s)" if workers else "none recorded"),
@@ -360,15 +350,30 @@ def _engine(data: ReportData) -> str:
     if workers and isinstance(work_s, (int, float)) and work_s > 0 and items:
         rows.append(("Throughput", f"{items / work_s:.3g} items/s in all, "
                                    f"{items / work_s / len(workers):.3g} items/s per worker "
-                                   f"(over the last attempt's {duration(float(work_s))})"))
+                                   f"(over the work stage's {duration(float(work_s))}"
+                                   + (f" in {engine['work_attempts']} attempts"
+                                      if int(engine.get("work_attempts") or 1) > 1 else "")
+                                   + ")"))
     body = _table(("", ""), rows)
     if workers:
         body += _table(("worker", "node", "cards"),
-                       [(w.get("worker"), w.get("host") or w.get("node"),
+                       [(w.get("worker"), w.get("where") or w.get("host") or w.get("node"),
                          ",".join(str(c) for c in w.get("cards") or []) or "cpu")
                         for w in workers])
-    body += _attempts(engine)
+    body += _attempts(engine) + _engine_notes(engine.get("notes") or {})
     return _section("engine", "Volume engine: workers, pace, stops and resumes", body)
+
+
+def _engine_notes(notes: dict[str, Any]) -> str:
+    """The engine's notes as the terminal told them (excluded workers, splits, inputs
+    refused alone...), the last ones when there were many."""
+    shown = list(notes.get("shown") or [])
+    if not shown:
+        return ""
+    earlier = int(notes.get("total") or len(shown)) - len(shown)
+    head = (f'<p class="muted">{earlier} earlier note(s) in events.jsonl</p>'
+            if earlier > 0 else "")
+    return head + _table(("when", "what the engine did"), [(ts, text) for ts, text, _ in shown])
 
 
 def _attempts(engine: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from bot.messages.progress import epoch, seconds_between
 from bot.messages.targets import spend_pairs
 from bot.pilot.balance_check import NODE_LISTED, node_listed
 from bot.pilot.plan import describe_lots, describe_price, format_usd, plural
-from bot.pilot.record import Run
+from bot.pilot.record import Run, RunRecord
 from bot.pilot.states import ENDED, S
 from runner.events import STAGES
 
@@ -250,9 +250,9 @@ def verdict_message(run: Run) -> Message:
     passed = bool(verdict.get("passed"))
     blocks: list[Any] = [Heading("Verdict: " + ("PASSED" if passed else "FAILED"))]
     for check in verdict.get("checks") or []:
-        ok = bool(check.get("ok"))
-        blocks.append(Text(f"{'✓' if ok else '✗'} {check.get('text')}",
-                           style="ok" if ok else "error"))
+        ok, warn = bool(check.get("ok")), bool(check.get("warn"))
+        blocks.append(Text(f"{'⚠' if warn else '✓' if ok else '✗'} {check.get('text')}",
+                           style="warn" if warn else "ok" if ok else "error"))
     return Message(run.id, "verdict", tuple(blocks),
                    summary=f"{run.name}: pilot {'passed' if passed else 'failed'}")
 
@@ -298,8 +298,20 @@ def decision_message(run: Run, decisions: list[dict[str, Any]]) -> Message:
                                               "the configuration. A reason is required."),
                     *((Text("Approving launches the volume on:"), Fields(tuple(spend)))
                       if spend else ()),
-                    *_refused(decisions), Actions(buttons)),
+                    *_refused(decisions), Actions(buttons), Text(who_may_approve(run))),
                    summary=f"{run.name}: awaiting a decision")
+
+
+def who_may_approve(run: Run) -> str:
+    """Who ``--by NAME`` may be for an approval (approvals.approvers; with two_person, not
+    the submitter): the hint named NAME without saying whose name."""
+    if not run.approvers:
+        return ("Nobody may approve: approvals.approvers lists no one (list them and "
+                "submit again)")
+    text = f"Who may approve (--by): {', '.join(run.approvers)} (approvals.approvers)"
+    if run.two_person and run.submitter:
+        text += f"; two_person: not {run.submitter}, who submitted it"
+    return text
 
 
 def _refused(decisions: list[dict[str, Any]], shown: int = 10) -> tuple[Any, ...]:
@@ -323,12 +335,20 @@ def _volume_decision(run: Run) -> Message:
                    summary=f"{run.name}: volume run {_state_word(run)}")
 
 
+def lease_refused(run: RunRecord) -> bool:
+    """A planned run its node's lease kept from starting (the refusal is its first error)."""
+    err = run.first_error if isinstance(run, Run) else None
+    return run.status == S.PLANNED and bool(err) and (err or {}).get("stage") == "lease"
+
+
 def _state_word(run: Run) -> str:
     if run.status == S.STOPPED:
         return str(S.STOPPED)
     if run.status in ENDED - {S.STOPPED}:
         return "passed" if run.outcome == "passed" else "failed"
     status = str(run.status)
+    if lease_refused(run):
+        return "refused (lease)"
     words: dict[str, str] = {S.PLANNED: "planned", S.DISPATCHING: "starting",
                              S.RUNNING: "running", S.DISPATCH_FAILED: "could not start"}
     return words.get(status, status)

@@ -42,12 +42,25 @@ def pace(data: dict[str, Any]) -> str:
     parts = [f"{rate:.1f} items/s"]
     eta = data.get("eta_s")
     if isinstance(eta, (int, float)):
-        parts.append(f"ETA {_duration(float(eta))}")
+        parts.append(f"ETA {_duration(float(eta))}" + _held(data))
     cards = data.get("per_card")
     if isinstance(cards, dict) and cards:
         rates = ", ".join(f"{k} {v:.1f}" for k, v in sorted(cards.items())[:16])
         parts.append(f"{len(cards)} worker(s): {rates}")
     return " · ".join(parts)
+
+
+def _held(data: dict[str, Any]) -> str:
+    """The batches held far longer than a batch takes (a hung input): an ETA from the pace
+    alone would say "1 s" for minutes."""
+    held, since = data.get("held"), data.get("held_s")
+    if not isinstance(held, int) or held < 1 or not isinstance(since, (int, float)):
+        return ""
+    limit = data.get("held_limit_s")
+    until = (f", its worker stopped at {_duration(float(limit))}"
+             if isinstance(limit, (int, float)) else "")
+    return (f" ({held} batch{'es' if held > 1 else ''} held for {_duration(float(since))}"
+            f"{until})")
 
 
 def _duration(seconds: float) -> str:

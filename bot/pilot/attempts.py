@@ -28,7 +28,11 @@ NOT_A_FACTOR = ("approvals", "lease", "hardware.days", "hardware.lots",
 # Facts that differ on every run (timings, ids, measured rates) are not changes.
 _VOLATILE = re.compile(r"(^|_)(ts|at|time|seconds|duration|elapsed|pid|ms|s|run|run_id|"
                        r"tflops|gbps|per_s|free_gib|free_mib|free_bytes|peak_gib|peak_bytes|"
-                       r"temperature_c|ratio_to_peers|peers_median|fraction)$")
+                       r"temperature_c|ratio_to_peers|peers_median|fraction|"
+                       # a run's own Ray session, a timing loop's count, the evidence's
+                       # size, the process's memory and the disk's free space as measured
+                       r"session|iterations|bytes|rss_gib|rss_before_gib|rss_after_gib|"
+                       r"disk_gib)$")
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,11 @@ class ForecastInputs:
     peak_memory_gib: float | None = None
     card_memory_gib: float | None = None
     lease_starts_at: datetime | None = None
+    # The torch threads the pilot measured its items with, and why (its pilot stage's facts;
+    # None: not recorded, e.g. no torch); ``torch_threads``: the manifest's task.torch_threads
+    pilot_threads: int | None = None
+    pilot_threads_why: str | None = None
+    torch_threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -223,6 +228,7 @@ def _per_item(inp: ForecastInputs, figures: list[Figure], notes: list[str],
                           f"p50 {secs(p50)}, p90 {secs(p90)}"))
     numbers.update(samples=n, p50_s=p50, p90_s=p90, mean_s=spread.mean, sd_s=spread.sd,
                    units=spread.units)
+    _conditions(inp, figures, notes, numbers)
     if spread.units < 2:
         notes.append(f"the pilot timed its items as {plural(spread.units, 'batch', 'batches')}"
                      f" only: the spread between items was not measured and is assumed "
@@ -253,6 +259,56 @@ def _per_item(inp: ForecastInputs, figures: list[Figure], notes: list[str],
                           "(the residuals')"))
     numbers.update(item_mean_s=base, item_sd_s=rest.sd)
     return fitted
+
+
+def worker_threads(inp: ForecastInputs) -> tuple[int | None, str]:
+    """The torch threads each volume worker gets (runner/threads.py), and why; None when
+    the pilot's node did not show its cores (a GPU worker shares them)."""
+    if inp.torch_threads:
+        return inp.torch_threads, "task.torch_threads"
+    if not inp.gpus:
+        return 1, "a CPU worker: the 1 CPU Ray gives it"
+    cards = inp.healthy_cards if inp.healthy_cards is not None else \
+        inp.rented_cards // max(1, inp.nodes)
+    workers = max(1, cards // max(1, inp.cards_per_worker))
+    if not inp.cores:
+        return None, "its node's cores shared by its workers (cores not measured)"
+    return max(1, inp.cores // workers), (f"{inp.cores} cores ÷ {plural(workers, 'worker')} "
+                                          "on its node")
+
+
+def _conditions(inp: ForecastInputs, figures: list[Figure], notes: list[str],
+                numbers: dict[str, Any]) -> None:
+    """Under which conditions the per-item time was measured, beside those of a volume
+    worker: the same torch threads, or a note saying the time may not carry over."""
+    threads, why = worker_threads(inp)
+    worker = f"{plural(threads, 'torch thread')} ({why})" if threads else why
+    numbers.update(pilot_threads=inp.pilot_threads, worker_threads=threads)
+    if inp.pilot_threads is None:
+        text = f"pilot's torch threads not recorded; each volume worker: {worker}"
+    else:
+        text = (f"the pilot measured with {plural(inp.pilot_threads, 'torch thread')}"
+                + (f" ({inp.pilot_threads_why})" if inp.pilot_threads_why else "")
+                + f"; each volume worker runs with {worker}")
+    figures.append(Figure("conditions", "Measured under", "the volume worker's threads"
+                          if threads is not None and inp.pilot_threads == threads else
+                          "other threads than a volume worker's", text))
+    numbers["conditions"] = text
+    if threads is not None and inp.pilot_threads is not None and inp.pilot_threads != threads:
+        measured = plural(inp.pilot_threads, "torch thread")
+        notes.append(f"the pilot measured its items with {measured}, each volume worker gets "
+                     f"{threads}: the per-item time may not carry over (a compute-heavy "
+                     "handler can be several times slower with fewer threads); a pilot run "
+                     "by this version measures with a worker's threads")
+
+
+def fastest_unit(samples: tuple[Sample, ...]) -> float:
+    """The fastest per-item time of one measurement (a batch's mean, or an item alone)."""
+    groups: dict[Any, list[float]] = {}
+    for k, sample in enumerate(samples):
+        key = ("batch", sample.batch) if sample.batch is not None else ("item", k)
+        groups.setdefault(key, []).append(sample.seconds)
+    return min((statistics.fmean(v) for v in groups.values()), default=0.0)
 
 
 def item_spread(samples: tuple[Sample, ...], values: list[float]) -> Spread:
@@ -316,7 +372,11 @@ def _processing(inp: ForecastInputs, sp: Spread, workers: int, figures: list[Fig
     sd_total = count * sp.sd * math.sqrt(1 / sp.items + 1 / count) / workers
     tail = max(0.0, (sp.skew or 0.0) - SKEW_TAIL)
     last_round = min(max(1, inp.batch_size), math.ceil(count / workers)) * sp.mean
-    low = max(0.0, mid - sp.z * sd_total)
+    # never under every item at the fastest pace the pilot measured (a wide spread from a
+    # few measurements took the low end to 0 s); one measurement shows no fastest
+    fastest = min(sp.mean, fastest_unit(inp.samples))
+    floor = count * fastest / workers if sp.units > 1 else 0.0
+    low = max(floor, mid - sp.z * sd_total)
     high = mid + sp.z * sd_total * (1 + tail) + last_round
     items = f"{count:,} items"
     figures.append(Figure("processing", "Processing time",
@@ -327,7 +387,10 @@ def _processing(inp: ForecastInputs, sp: Spread, workers: int, figures: list[Fig
                           f"measured + {count:,}) ÷ {workers})"
                           + (f", the high side × {1 + tail:.2f} (heavy tail: skewness "
                              f"{sp.skew:.2f})" if tail else "")
-                          + f"; + one last batch {secs(last_round)} on the high side"))
+                          + f"; + one last batch {secs(last_round)} on the high side"
+                          + (f"; the low side never under {items} at the fastest measured "
+                             f"{secs(fastest)} per item ÷ {workers} = {duration(floor)}"
+                             if low == floor else "")))
     if tail:
         notes.append(f"the pilot's times have a heavy tail (skewness {sp.skew:.2f}): a few "
                      "slow items weigh on the total; the high estimate is widened for it")

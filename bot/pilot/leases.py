@@ -71,6 +71,18 @@ def split_key(key: str) -> tuple[str, int]:
     return host.lower(), int(port)
 
 
+def steps_to_provisioned(node: str, state: str) -> str:
+    """The whole way from ``state`` to ``provisioned``, each step the command that records
+    it (a lease moves one step at a time; "the next step" alone left a team guessing how
+    many were left)."""
+    if state not in STATES[:STATES.index(PROVISIONED)]:
+        return f"`preflight lease set {node} {ORDERED} --by you`, then each step to provisioned"
+    left = STATES[STATES.index(state) + 1:STATES.index(PROVISIONED) + 1]
+    way = " → ".join(STATES[:STATES.index(PROVISIONED) + 1])
+    return (f"a lease goes {way}, one step at a time: record "
+            + ", then ".join(f"`preflight lease set {node} {s} --by you`" for s in left))
+
+
 def normalize_node(text: str) -> str:
     """The lease key as typed by a user (``HOST``, ``HOST:PORT``, ``HOST:22``) made canonical."""
     return lease_key(*split_key(text)) if text.strip() else ""

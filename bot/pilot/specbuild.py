@@ -10,7 +10,7 @@ from bot.manifest.catalog import default_catalog
 from bot.manifest.load import LoadedManifest
 from bot.manifest.model import Blender, Inputs, Manifest, VolumeInputs
 from bot.pilot.plan import Plan
-from bot.pilot.volume_limits import volume_limits
+from bot.pilot.volume_limits import ITEM_DEFAULT_S, VolumeLimits, volume_limits
 from bot.pilot.volume_nodes import node_count
 from runner.frames import CATEGORY
 from runner.spec import (
@@ -39,6 +39,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
     src: Inputs | VolumeInputs = inputs if inputs is not None else m.inputs
     task = m.task
     paths = spec_paths(m, project_dir, inputs=src)
+    limits = _limits(loaded, plan, forecast) if kind == "volume" else None
     return RunSpec(
         run_id=run_id,
         name=m.name,
@@ -54,7 +55,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                           expected_count=src.expected_count,
                           expected_refusals=list(src.expected_refusals),
                           frames=_frames(src.frames)),
-        task=_task(m),
+        task=_task(m, plan, limits),
         diagnostics=_diagnostics(m),
         success=SuccessSpec(min_accepted=m.success.min_accepted if kind == "pilot" else None,
                             max_refused=m.success.max_refused if kind == "pilot" else None,
@@ -67,7 +68,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                               tolerance=task.tolerance, seed=task.seed),
         preparation=m.preparation,
         blender=_blender(m.blender),
-        volume=_volume(loaded, plan, forecast) if kind == "volume" else None,
+        volume=_volume(loaded, plan, limits),
     )
 
 
@@ -100,16 +101,33 @@ def _hardware(plan: Plan, nodes: int) -> HardwareSpec:
         node_cards=node_share(plan.lots, plan.cards_per_lot, nodes), nodes=nodes)
 
 
-def _task(m: Manifest) -> TaskSpec:
+def _task(m: Manifest, plan: Plan, limits: VolumeLimits | None) -> TaskSpec:
+    """The task; its item timeout: the manifest's, else in the volume the one derived from
+    the pilot (``limits``), else the pilot's default."""
     task = m.task
+    item = (float(task.item_timeout_s) if task.item_timeout_s is not None
+            else limits.item_timeout_s if limits is not None else ITEM_DEFAULT_S)
     command = [task.command] if isinstance(task.command, str) else task.command
     return TaskSpec(kind=task.kind, handler=task.handler, command=command,
                     categories=list(task.categories) or (
                         [CATEGORY] if m.preparation == "blender" else []),
                     batch_size=task.batch_size,
                     params=dict(task.params), trainer=task.trainer,
-                    item_timeout_s=float(task.item_timeout_s),
-                    torch_threads=task.torch_threads)
+                    item_timeout_s=item,
+                    torch_threads=task.torch_threads, worker_cards=_worker_cards(m, plan))
+
+
+def _worker_cards(m: Manifest, plan: Plan) -> int | None:
+    """The cards each volume worker holds (0: CPU workers), so the pilot measures with a
+    worker's threads (runner/threads.py); None without a volume."""
+    if m.volume is None:
+        return None
+    return m.volume.cards_per_worker if _gpus(m, plan) else 0
+
+
+def _gpus(m: Manifest, plan: Plan) -> bool:
+    """The volume's workers ask Ray for cards (else: CPU workers)."""
+    return m.backend in ("cuda", "rocm") and plan.vendor != "none"
 
 
 def _diagnostics(m: Manifest) -> DiagnosticsSpec:
@@ -133,21 +151,23 @@ def _blender(section: Blender | None) -> BlenderSpec:
     return BlenderSpec(**data)
 
 
+def _limits(loaded: LoadedManifest, plan: Plan,
+            forecast: dict[str, Any] | None) -> VolumeLimits | None:
+    """The volume's time limit, batch timeout and item timeout (bot/pilot/volume_limits.py)."""
+    return volume_limits(loaded.manifest.model_dump(mode="json"), plan.to_dict(), forecast,
+                         datetime.now(timezone.utc))
+
+
 def _volume(loaded: LoadedManifest, plan: Plan,
-            forecast: dict[str, Any] | None) -> VolumeSpec | None:
+            limits: VolumeLimits | None) -> VolumeSpec | None:
     """The engine settings of a volume run: Ray workers on the healthy cards (a local Ray
-    with CPU workers on the embedded default), its time limit and batch timeout
-    (bot/pilot/volume_limits.py)."""
+    with CPU workers on the embedded default), its time limit and batch timeout."""
     volume = loaded.manifest.volume
-    if volume is None:
-        return None
-    limits = volume_limits(loaded.manifest.model_dump(mode="json"), plan.to_dict(), forecast,
-                           datetime.now(timezone.utc))
-    if limits is None:  # (the manifest has a volume: never)
+    if volume is None or limits is None:
         return None
     return VolumeSpec(cards_per_worker=volume.cards_per_worker,
                       batch_size=volume.batch_size or 0,
-                      gpus=loaded.manifest.backend in ("cuda", "rocm") and plan.vendor != "none",
+                      gpus=_gpus(loaded.manifest, plan),
                       batch_timeout_s=limits.batch_timeout_s,
                       pilot_batch_s=limits.pilot_batch_s, in_flight=limits.in_flight,
                       time_limit_s=limits.time_limit_s,

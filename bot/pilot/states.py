@@ -6,7 +6,8 @@ run, which has no decision of its own) or ``stopped`` (someone stopped it) → `
 A start that fails ends in ``dispatch_failed``. ``preflight resume`` takes every state but
 ``planned``, ``dispatching`` and ``decided`` back to ``dispatching``: a run being started is
 never started a second time (two drivers of one volume would each clean up the other's
-Ray). ``running → running`` records a stop request on a running run; ``dispatching →
+Ray); nor is a run that finished and passed (``resume_refusal``: its work is complete).
+``running → running`` records a stop request on a running run; ``dispatching →
 stopped`` a stop while it is being started (the dispatch ends at its next step and stops
 what it had started). The store refuses a
 change this table does not list.
@@ -16,6 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bot.pilot.record import RunRecord
 
 
 class RunStatus(StrEnum):
@@ -49,6 +54,23 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     S.DISPATCH_FAILED: frozenset({S.DISPATCHING}),
     S.DECIDED: frozenset(),
 }
+
+
+def resume_refusal(run: RunRecord) -> str | None:
+    """Why ``preflight resume`` must not start ``run`` again, or None. A run whose runner
+    finished and passed has done its work: a resume would run every stage again as a new
+    attempt, change its stage times, its throughput and its forecast's score, and prove
+    nothing new. A run stopped, failed or whose runner died mid-way still resumes."""
+    if run.outcome != "passed" or run.status not in (S.AWAITING_DECISION, S.FINISHED):
+        return None
+    if run.kind == "volume":
+        return (f"run {run.id} finished and passed: its work is complete, nothing to resume "
+                "(a resume would run every stage again as a new attempt); its results are "
+                f"in {run.run_dir} and its report: `preflight report {run.id}`")
+    return (f"run {run.id} finished and passed: its work is complete, nothing to resume (a "
+            "resume would run every stage again as a new attempt); decide it: "
+            f"`preflight decide {run.id} approve|fix-env|revise --reason \"…\"`, or submit "
+            "the manifest again for a new attempt")
 
 
 def allowed_sources(from_states: Iterable[str], to_state: str) -> list[str]:

@@ -42,6 +42,9 @@ def judge(run: Run, stages: list[dict[str, Any]],
         if success.get("max_refused") is not None:
             cap = int(success["max_refused"])
             checks.append(_check(refused <= cap, f"refused {refused} ≤ {cap} allowed"))
+        unexpected = _unexpected_refusals(balance)
+        if unexpected is not None:
+            checks.append(unexpected)
     evidence = run.evidence
     if evidence and evidence.get("fetch_error"):
         # the results stayed on the node: what the events said is kept, but not taken as
@@ -67,6 +70,32 @@ def _evidence_check(evidence: dict[str, Any] | None) -> dict[str, Any]:
                             f"{evidence.get('dest')} (the bot host did not check it: run "
                             "`preflight verify` on it from a machine that can read it)")
     return _check(True, "evidence copy verified")
+
+
+UNEXPECTED_SHOWN = 5  # refusals outside expected_refusals named in the verdict's line
+
+
+def _unexpected_refusals(balance: dict[str, Any]) -> dict[str, Any] | None:
+    """A warning line naming the refusals outside ``expected_refusals`` (the balance's
+    ``unexpected_refusal`` warnings), each with its reason: a passed verdict no longer
+    hides an input nobody expected to be refused (they still count against
+    ``success.max_refused``). None when there are none."""
+    warnings = [w for w in balance.get("warnings") or []
+                if isinstance(w, dict) and w.get("kind") == "unexpected_refusal"]
+    if not warnings:
+        return None
+    count = balance.get("warnings_count")
+    total = count if isinstance(count, int) and count >= len(warnings) else len(warnings)
+    prefix = "refused but not an expected refusal: "
+    named = "; ".join(f"{w.get('id')} ({str(w.get('detail') or '').removeprefix(prefix)})"
+                      for w in warnings[:UNEXPECTED_SHOWN])
+    more = f"; and {total - UNEXPECTED_SHOWN} more (balance.csv)" \
+        if total > UNEXPECTED_SHOWN else ""
+    where = "; where the handler raised: handler_errors.jsonl in the run directory" \
+        if any("task.handler raised" in str(w.get("detail")) for w in warnings) else ""
+    return {"ok": True, "warn": True,
+            "text": f"{total} refusal(s) outside expected_refusals, counted against "
+                    f"max_refused: {named}{more}{where}"}
 
 
 def _cards_check(run: Run, stages: list[dict[str, Any]]) -> dict[str, Any] | None:

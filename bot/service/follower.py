@@ -33,6 +33,7 @@ from bot.pilot.death import runner_death
 from bot.pilot.decisions import end_state
 from bot.pilot.states import S
 from bot.pilot.verdict import judge
+from bot.service.end_lock import end_lock
 from bot.service.forecast_inputs import ATTEMPT_EVENTS, check_volume, forecast_for
 from bot.service.handles import dispatcher_for, handle_for
 from bot.service.publisher import Publisher
@@ -248,9 +249,12 @@ class Follower:
         return True
 
     def _finish(self, run_id: str) -> None:
-        # A Slack follower and the watch job may both see run.finished: one finishes it
-        # (fetching results once); the other finds it no longer running.
-        with self.publisher.run_lock(run_id):
+        # A Slack follower and the watch job may both see run.finished, and so may another
+        # bot process (a `preflight stop` following the run it stopped): one finishes it
+        # (stopping Ray and fetching results once); the others wait, then find it ended.
+        run = self.store.run_record(run_id)
+        with end_lock(run.run_dir, run_id, "fetching its results"), \
+                self.publisher.run_lock(run_id):
             if self.store.run_record(run_id).status == S.RUNNING:
                 self._finish_locked(run_id)
 
@@ -351,7 +355,7 @@ class Follower:
         # in the items table and in the run's balance.csv.
         merged = {**balance, "items_total": len(items),
                   "items": [{k: i[k] for k in ("id", "status", "category", "reason")}
-                            for i in items[:MAX_TABLE_ROWS]]}
+                            for i in rows_shown(items)]}
         disagreements = [k for k in ("accepted", "refused", "total")
                          if ours.get(k) != balance.get(k)]
         # The runner sees more than the events show (ids a handler invented or returned
@@ -376,6 +380,17 @@ class Follower:
         """Events of a type written by the current runner (after the last resume)."""
         after = self.store.run_record(run_id).resume_seq
         return self.store.events_of_type(run_id, etype, after_seq=after)
+
+
+def rows_shown(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``MAX_TABLE_ROWS`` rows a balance message shows: every refusal first (they are
+    what a reader looks for), then the first ids, all in id order. In recording order a
+    volume's box began wherever its fastest worker's first batch did (doc-00051)."""
+    refused = [i for i in items if i.get("status") == "refused"][:MAX_TABLE_ROWS]
+    room = MAX_TABLE_ROWS - len(refused)
+    accepted = sorted((i for i in items if i.get("status") != "refused"),
+                      key=lambda i: str(i.get("id")))[:room]
+    return sorted(refused + accepted, key=lambda i: str(i.get("id")))
 
 
 class _Contact:

@@ -74,6 +74,7 @@ def forecast_for(run: Run, stages: list[dict[str, Any]],
         setup=measured_setup(run, stages, runner_started, _volume_node(node, volume),
                              on_nodes=bool(manifest.volume.inputs.on_nodes)),
         peak_memory_gib=_peak_memory(stages),
+        **_pilot_threads(stages), torch_threads=task.torch_threads,
         card_memory_gib=plan.memory_per_card_gib if plan else None,
         lease_starts_at=manifest.lease.starts_at)
     return forecast(inputs).to_dict()
@@ -217,6 +218,15 @@ def healthy_cards(stages: list[dict[str, Any]]) -> int | None:
     return None if cards is None else len(cards)
 
 
+def _pilot_threads(stages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The torch threads the pilot stage measured its items with, and why (its facts)."""
+    facts = next((s.get("facts") or {} for s in stages if s.get("stage") == "pilot"), {})
+    threads, why = facts.get("torch_threads"), facts.get("torch_threads_why")
+    ok = isinstance(threads, int) and not isinstance(threads, bool) and threads > 0
+    return {"pilot_threads": threads if ok else None,
+            "pilot_threads_why": str(why) if ok and why else None}
+
+
 def _peak_memory(stages: list[dict[str, Any]]) -> float | None:
     for stage in stages:
         if stage.get("stage") == "memory":
@@ -282,6 +292,9 @@ def check_volume(volume_run: RunRecord, stages: list[dict[str, Any]],
             "forecast_high_s": round(high, 3),
             "error_pct": None if error is None else round(error, 1),
             "within_range": low <= actual <= high, "formula": formula,
+            # the wall time shown before approval (setup included), told beside, not scored
+            **{f"wall_{k}_s": pilot_forecast[f"{k}_s"] for k in ("low", "high")
+               if isinstance(pilot_forecast.get(f"{k}_s"), (int, float))},
             # the forecast scored against was made on the proven nodes (bot/service/proven.py)
             **({"proven": pilot_forecast["proven"]} if pilot_forecast.get("proven") else {})}
 

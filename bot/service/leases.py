@@ -22,6 +22,7 @@ from bot.pilot.leases import (
     node_key,
     normalize_node,
     normalize_time,
+    steps_to_provisioned,
 )
 from bot.pilot.record import Run
 
@@ -96,11 +97,10 @@ def check_dispatch(store: LeaseStore, run: Run) -> None:
                               starts_at=None if lease.get("starts_at") else starts_at,
                               days=None if lease.get("days") else days)
     if lease["state"] != PROVISIONED:
-        nxt = STATES[min(STATES.index(lease["state"]) + 1, len(STATES) - 1)]
         raise LeaseError(
             f"run {run.id}: node {node} is not provisioned (its lease is "
-            f"{lease['state']!r}); nothing is dispatched to it until someone records it, "
-            f"e.g. `preflight lease set {node} {nxt} --by you`"
+            f"{lease['state']!r}); nothing is dispatched to it until it is: "
+            f"{steps_to_provisioned(node, lease['state'])}; then `preflight resume {run.id}`"
             if lease["state"] != ENDED else
             f"run {run.id}: the lease of node {node} has ended; record a new one "
             f"(`preflight lease set {node} ordered --by you`)")
@@ -134,7 +134,8 @@ def check_volume_leases(store: LeaseStore, run: Run) -> None:
                             "provisioned)")
         elif lease["state"] != "provisioned":
             problems.append(f"{where}: node {key} is not provisioned (its lease is "
-                            f"{lease['state']!r}); nothing runs on it until it is")
+                            f"{lease['state']!r}); nothing runs on it until it is: "
+                            f"{steps_to_provisioned(key, lease['state'])}")
     if problems:
         raise LeaseError(f"run {run.id}: " + "; ".join(problems))
 

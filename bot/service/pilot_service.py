@@ -42,11 +42,12 @@ from bot.messages.model import Message, Notifier
 from bot.pilot.clock import new_run_id, now_utc
 from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec, runs_dir_for
-from bot.pilot.states import RESUMABLE, S
+from bot.pilot.states import RESUMABLE, S, resume_refusal
 from bot.pilot.volume_nodes import volume_node
 from bot.policy import Policy, default_policy
 from bot.policy.guard import Directory, PolicyGuard
 from bot.policy.model import Origin
+from bot.service.end_lock import end_lock
 from bot.service.follower import DISPATCH_GRACE_S, DispatchHeartbeat, Follower
 from bot.service.handles import base_dir_of, dispatcher_for, handle_for
 from bot.service.proven import ProvenForecast, corpus_listed
@@ -346,7 +347,11 @@ class PilotService:
     def start(self, run_id: str, *, resume: bool = False) -> None:
         run = self.store.run(run_id)
         if self.lease_guard is not None:
-            self.lease_guard(run)
+            try:
+                self.lease_guard(run)
+            except LeaseError as exc:
+                self._lease_refused(run, exc)
+                raise
         dispatcher = self._dispatcher(run)
         handle = replace(self._handle(run, resume=resume), progress=self._dispatch_step(run_id))
         # "dispatching" until the runner's pid is known: the watch and `preflight runs` only
@@ -355,7 +360,7 @@ class PilotService:
         # A resumed run is judged on what the new runner reports: the earlier attempt's
         # run.finished, balance and first error no longer count (its events stay recorded).
         fresh = {"resume_seq": run.last_seq, "first_error": None, "outcome": None,
-                 "verdict": None, "stop": None} if resume else {}
+                 "verdict": None, "stop": None} if resume else {"first_error": None}
         if not self.store.transition(run_id, from_states, S.DISPATCHING,
                                      started_at=now_utc(), finished_at=None, **fresh):
             current = self.store.run_record(run_id).status
@@ -388,6 +393,17 @@ class PilotService:
                                   "it was stopped while it was being started; the runner "
                                   "it launched is stopped")
         self.publisher.publish_status(run_id)
+
+    def _lease_refused(self, run: Run, exc: LeaseError) -> None:
+        """A run its node's lease keeps from starting stays ``planned`` (`preflight resume`
+        starts it once provisioned), with the refusal as its first error: it shows as
+        "refused (lease)" with why, not as a run planned and forgotten."""
+        if run.status != S.PLANNED:
+            return
+        self.store.update_run(run.id, first_error={
+            "stage": "lease", "type": "LeaseError", "message": str(exc),
+            "hint": f"`preflight resume {run.id}` starts it once the lease is provisioned"})
+        self.publisher.publish_status(run.id)
 
     def _dispatch_step(self, run_id: str) -> Callable[[dict[str, Any]], None]:
         """The dispatch's report of a step: recorded (a sign of life), shown in the thread,
@@ -449,6 +465,9 @@ class PilotService:
                                     f"it stopped, try again in {DISPATCH_GRACE_S} s")
         if run.status == S.DECIDED:
             raise DispatchError(f"run {run_id} is decided; submit the manifest again instead")
+        finished = resume_refusal(run)
+        if finished is not None:
+            raise DispatchError(finished)
         if run.status == S.RUNNING and self._dispatcher(run).is_alive(self._handle(run)):
             raise DispatchError(f"run {run_id} is still running; nothing to resume")
         self.start(run_id, resume=True)
@@ -481,7 +500,11 @@ class PilotService:
             current = self.store.run_record(run.id).status
             raise DispatchError(f"run {run.id} is {current}: only a running run can be "
                                 "stopped, or one being started")
-        self._dispatcher(run).stop(self._handle(self.store.run_record(run.id)))
+        with end_lock(run.run_dir, run.id, f"stopping its runner for {by}"):
+            # another bot process may be ending it meanwhile: then nothing is left to stop
+            record = self.store.run_record(run.id)
+            if record.status == S.RUNNING:
+                self._dispatcher(record).stop(self._handle(record))
         return self.follow(run.id, timeout=timeout) if wait else self.store.get_run(run.id)
 
     def may_act(self, run_id: str, action: str, user: str, *, channel: str | None) -> None:

@@ -50,7 +50,7 @@ class Publisher:
         out: list[Message | None] = [views.plan_message(run), self.status(run_id),
                                      cards_message(run, self.store.stages(run_id)),
                                      self.volume_notes(run), proven_message(run)]
-        if run.status == S.DISPATCH_FAILED:
+        if run.status == S.DISPATCH_FAILED or views.lease_refused(run):
             out.append(views.first_error_message(run))
         if run.status in ENDED:
             out += [views.first_error_message(run), views.balance_message(run, balance_csv_of(run)),

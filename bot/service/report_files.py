@@ -29,6 +29,7 @@ from runner.files import write_bytes_atomic
 REPORT = "report.html"
 PICTURE = "report-summary.png"
 MAX_CHECKSUMS = 2000
+ENGINE_NOTES = 200  # the volume engine's notes a report shows (the last ones)
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,13 @@ def _launched_by(store: Store, parent: Run) -> dict[str, Any]:
 def _engine(store: Store, run: Run, stages: list[dict[str, Any]],
             items: int) -> dict[str, Any]:
     """A volume's workers, pace and attempts (started, stopped, resumed) from its events."""
-    from bot.service.forecast_inputs import work_seconds
+    from bot.service.forecast_inputs import ATTEMPT_EVENTS, attempt_seconds, work_seconds
 
+    # the work stage's own time in each attempt, added: the items recorded over every
+    # attempt are divided by it (the last attempt's alone gave a resumed run's pace wrong)
+    spans = attempt_seconds(sorted((e for etype in ATTEMPT_EVENTS
+                                    for e in store.events_of_type(run.id, etype)),
+                                   key=lambda e: e.seq))
     workers = store.events_of_type(run.id, "volume.workers")
     attempts = [{"at": e.ts, "resume": bool(e.data.get("resume"))}
                 for e in store.events_of_type(run.id, "run.started")]
@@ -93,9 +99,22 @@ def _engine(store: Store, run: Run, stages: list[dict[str, Any]],
              for e in store.events_of_type(run.id, "stage.failed")
              if (e.data.get("error") or {}).get("type") == "Interrupted"]
     return {"workers": list(workers[-1].data.get("workers") or []) if workers else [],
-            "items": items,
-            "work_s": work_seconds(stages), "attempts": attempts, "stops": stops,
+            "items": items, "notes": engine_notes(store, run.id),
+            "work_s": sum(spans) if spans else work_seconds(stages),
+            "work_attempts": max(1, len(spans)), "attempts": attempts, "stops": stops,
             "stop": run.stop}
+
+
+def engine_notes(store: Store, run_id: str) -> dict[str, Any]:
+    """What the terminal's Volume engine message told (workers excluded or lost, batches
+    split or re-queued, inputs refused alone, cards excluded), in order: the last
+    ``ENGINE_NOTES`` of them and how many there were."""
+    from bot.messages.volume_view import NOTE_TYPES, note
+
+    events = sorted((e for etype in NOTE_TYPES if etype != "volume.workers"
+                     for e in store.events_of_type(run_id, etype)), key=lambda e: e.seq)
+    texts = [(e.ts, n.text, n.style) for e in events for n in [note(e)] if n is not None]
+    return {"total": len(texts), "shown": texts[-ENGINE_NOTES:]}
 
 
 def _checksums(run: Run) -> tuple[list[tuple[str, str]], str]:
@@ -111,7 +130,7 @@ def _checksums(run: Run) -> tuple[list[tuple[str, str]], str]:
     pairs = []
     for path in sorted(p for p in run_dir.rglob("*") if _regular(p)):
         rel = path.relative_to(run_dir).as_posix()
-        skip = rel in (REPORT, PICTURE) or rel.startswith(("ledger.sqlite", "runner."))
+        skip = rel in (REPORT, PICTURE) or rel.startswith(("ledger.sqlite", "runner.", "."))
         if skip or len(pairs) >= MAX_CHECKSUMS:
             continue
         try:

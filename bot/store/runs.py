@@ -468,7 +468,7 @@ def _apply_stage(db: sqlite_utils.Database, run_id: str, event: Event) -> None:
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run, stage) DO UPDATE SET "
         "state = excluded.state, facts = COALESCE(excluded.facts, facts), "
         "error = COALESCE(excluded.error, error), reason = COALESCE(excluded.reason, reason), "
-        "started_at = COALESCE(started_at, excluded.started_at), ended_at = excluded.ended_at",
+        "started_at = COALESCE(excluded.started_at, started_at), ended_at = excluded.ended_at",
         [run_id, event.stage, state,
          json.dumps(data["facts"], sort_keys=True) if data.get("facts") is not None else None,
          json.dumps(data["error"], sort_keys=True) if data.get("error") is not None else None,

@@ -200,9 +200,13 @@ def _run_task(ctx: StageContext, remaining: List[Item], recorder: Recorder) -> D
     spec = ctx.spec
     facts: Dict[str, Any] = {}
     if not spec.task.command and spec.preparation != "blender" and spec.volume is None:
-        from runner.threads import set_torch_threads  # the handler's or trainer's torch
+        from runner.threads import set_torch_threads, worker_share
 
-        facts.update(set_torch_threads(spec.task.torch_threads))
+        # the handler's or trainer's torch, as a volume worker will run it when one follows
+        facts.update(set_torch_threads(spec.task.torch_threads,
+                                       owned=worker_share(spec.task.worker_cards, ctx.facts)))
+        if spec.task.worker_cards is not None:
+            facts["threads_as"] = "volume worker"
     if spec.preparation == "blender" and spec.volume is None:
         from runner.blender.stages import render_pilot
 

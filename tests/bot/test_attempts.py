@@ -78,3 +78,20 @@ def test_a_set_change_says_removed_and_added_and_run_noise_is_left_out() -> None
     changes = diff_facts(old, new, ("20261202T1-a1", "20261203T9-a2"))
     assert [str(c) for c in changes] == [
         "environment.packages: removed numpy==1.26; added numpy==2.0"]
+
+
+def test_per_run_noise_of_the_demo_and_a_volume_is_left_out() -> None:
+    """What two runs of the same pilot on the same machine differ by (measured: the memory
+    stage's RSS, the compute loop's count, the evidence's size, the disk's free space, a
+    volume's Ray session) is no change; a real one still is (issue 37)."""
+    old = {"prepare": {"free_disk_gib": 76.6}, "compute": {"fp32_iterations": 34},
+           "memory": {"peak_rss_gib": 0.2274, "rss_before_gib": 0.2241},
+           "evidence": {"bytes": 29393, "files": 18},
+           "pilot": {"session": "session_2026-12-04_17-30-01_5941", "done": 12},
+           "torch": {"version": "2.13.0+cpu"}}
+    new = {"prepare": {"free_disk_gib": 75.9}, "compute": {"fp32_iterations": 45},
+           "memory": {"peak_rss_gib": 0.2272, "rss_before_gib": 0.2239},
+           "evidence": {"bytes": 29387, "files": 18},
+           "pilot": {"session": "session_2026-12-04_17-31-12_6002", "done": 12},
+           "torch": {"version": "2.14.0+cpu"}}
+    assert [c.path for c in diff_facts(old, new)] == ["torch.version"]

@@ -92,3 +92,49 @@ def test_states_are_drawn_on_a_timer_not_once_per_event() -> None:
     drawn = len([line for line in printed if "pilot running" in line])
     assert drawn <= 2 + int(publishing_s / 0.5) and drawn < 50, (drawn, publishing_s)
     assert "5000/20000 (25%)" in out.getvalue()  # the last state is the one shown at the end
+
+
+def test_off_a_terminal_plain_lines_then_the_final_panels_once() -> None:
+    """A log got every redrawn panel beside the plain lines (1,009 lines for one run): now
+    each message gives a plain line when its summary changes, and the panels come once, at
+    the end, each as it ended, in thread order (issue 37)."""
+    from bot.messages.model import Heading, Text
+
+    out = io.StringIO()
+    notifier = ConsoleNotifier(Console(file=out, width=120), tick_s=0.01, plain_every_s=60)
+    notifier.publish(Message("r1", "plan", (Heading("Plan for demo"),), summary="demo: planned"))
+    notifier.publish(pilot_status(5000))
+    for n in range(1, 51):  # the engine message, updated in place 50 times
+        note = f"note {n // 10}"
+        notifier.publish(Message("r1", "volume", (Heading("Volume engine — demo"), Text(note)),
+                                 summary=note))
+    notifier.publish(Message("r1", "verdict", (Heading("Verdict: PASSED"),),
+                             summary="demo: pilot passed"))
+    notifier.close_live()
+    text = out.getvalue()
+    assert text.count("Volume engine — demo") == 1 and text.count("Plan for demo") == 1
+    assert [ln for ln in text.splitlines() if ln.startswith("note ")] == [
+        f"note {k}" for k in range(6)]  # a plain line each time the summary changed
+    panels = text.index("Plan for demo")
+    assert panels > text.index("note 5") and panels > text.index("demo: pilot passed")
+    assert panels < text.index("Diagnostics") < text.index("Volume engine") \
+        < text.index("Verdict: PASSED")  # thread order, the status as it ended among them
+    assert "│ note 5" in text  # each as it ended
+
+
+def test_off_a_terminal_two_runs_keep_their_own_panels() -> None:
+    """`preflight decide … approve` publishes the pilot's decision, then follows the volume:
+    each run's panels come out, the volume's decision message never standing for the
+    pilot's (they share a key)."""
+    from bot.messages.model import Heading
+
+    out = io.StringIO()
+    notifier = ConsoleNotifier(Console(file=out, width=120), tick_s=0.01, plain_every_s=60)
+    notifier.publish(Message("pilot", "decision", (Heading("Decision: approved"),),
+                             summary="demo: Scale-up approved by alice"))
+    notifier.publish(pilot_status(10))
+    notifier.publish(Message("r1", "decision", (Heading("Volume run"),), summary="demo: x"))
+    notifier.close_live()
+    text = out.getvalue()
+    assert text.index("Decision: approved") < text.index("Diagnostics") < \
+        text.index("Volume run")

@@ -288,3 +288,39 @@ def test_ray_starts_on_the_head_then_the_other_nodes_eight_at_a_time() -> None:
     assert ten.numbers["setup_ray_s"] == pytest.approx(3 * RAY_START_S)
     assert "× 3: the head, then the 9 other nodes 8 at a time" in ten.figure("setup_ray").formula
     assert forecast(h100()).numbers["setup_ray_s"] == pytest.approx(RAY_START_S)
+
+
+def test_the_forecast_says_under_which_threads_the_pilot_measured() -> None:
+    """A CPU volume worker runs with 1 torch thread: a pilot measured with 1 matches it; one
+    measured with 2 (an older runner) is told as not carrying over (issue 37)."""
+    cpu = h100(gpus=False, cores=2, pilot_threads=1,
+               pilot_threads_why="1 CPU, as Ray gives each CPU worker of the volume")
+    fc = forecast(cpu)
+    figure = fc.figure("conditions")
+    assert figure.value == "the volume worker's threads"
+    assert "the pilot measured with 1 torch thread" in figure.formula
+    assert "each volume worker runs with 1 torch thread (a CPU worker" in figure.formula
+    assert (fc.numbers["pilot_threads"], fc.numbers["worker_threads"]) == (1, 1)
+    assert not any("may not carry over" in n for n in fc.notes)
+    two = forecast(replace(cpu, pilot_threads=2, pilot_threads_why=None))
+    assert two.figure("conditions").value == "other threads than a volume worker's"
+    assert any("measured its items with 2 torch threads, each volume worker gets 1" in n
+               for n in two.notes)
+    # a GPU worker: its node's cores shared by its workers; task.torch_threads wins
+    gpu = forecast(h100(cores=56, healthy_cards=7, pilot_threads=8))
+    assert gpu.numbers["worker_threads"] == 8 and "56 cores ÷ 7 workers" in \
+        gpu.figure("conditions").formula
+    assert forecast(h100(torch_threads=3, pilot_threads=3)).numbers["worker_threads"] == 3
+
+
+def test_the_low_end_is_never_under_the_fastest_measured_pace() -> None:
+    """The demo's 12 items in 2 batches: t at 1 degree of freedom is 6.3, and the range's
+    low end went to 0 s; it now stops at every item at the fastest batch's pace (issue 37)."""
+    two = tuple(Sample(0.004, 100, batch=0) for _ in range(8)) + \
+        tuple(Sample(0.009, 100, batch=1) for _ in range(4))
+    fc = forecast(h100(samples=two, accepted=12, volume_count=3_000, gpus=False, cores=2))
+    n = fc.numbers
+    assert n["units"] == 2 and n["z"] == 6.314
+    assert n["proc_low_s"] == pytest.approx(3_000 * 0.004 / 2)
+    assert "the low side never under 3,000 items at the fastest measured 0.004 s per item " \
+           "÷ 2" in fc.figure("processing").formula

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from bot.errors import DecisionRefused
+from bot.errors import DecisionRefused, DispatchError
 from bot.messages.model import Fields, Heading, Table, Text
+from bot.pilot.forecast import duration
 from bot.service import PilotService
+from bot.service.forecast_inputs import stage_seconds
 from tests.bot.fakes import pilot_script
 from tests.bot.test_service import make, submit
 
@@ -105,7 +107,18 @@ def test_after_the_volume_its_actual_time_is_set_beside_the_forecast(tmp_path: P
     assert check["attempts"] == 1 and check["scored"] == "whole"
     assert check["error_pct"] == round((check["actual_s"] - 7.6) / 7.6 * 100, 1)
     shown = texts(notifier.latest[(volume_id, "forecast")])
-    assert "Actual processing time" in shown and "Error against the middle" in shown
+    assert "Error against the middle" in shown
+    # two figures, two spans, each labelled: the scored one is the work stage's; the wall
+    # time shown before approval (setup included) is beside it, not scored (issue 37, 10)
+    assert "Actual time of the work stage (Ray start + processing): " in shown
+    assert f"Forecast of the work stage: {duration(7.6)} ({duration(check['forecast_low_s'])}" \
+           in shown and "the same span: no setup" in shown
+    pilot_fc = service.store.get_run(run_id)["forecast"]
+    assert f"Wall time forecast before approval: {duration(pilot_fc['low_s'])} – " \
+           f"{duration(pilot_fc['high_s'])} (setup included" in shown
+    before = texts(notifier.latest[(run_id, "forecast")])
+    assert f"The volume takes {duration(pilot_fc['low_s'])} – {duration(pilot_fc['high_s'])} " \
+           f"of wall time (setup {duration(pilot_fc['setup_s'])} + processing" in before
 
 
 def test_the_forecast_is_judged_again_at_approval_time(tmp_path: Path) -> None:
@@ -117,6 +130,13 @@ def test_the_forecast_is_judged_again_at_approval_time(tmp_path: Path) -> None:
     with pytest.raises(DecisionRefused, match="after the lease ends"):
         service.decide(run_id, "approve", "it fitted yesterday", "alice")
     assert service.store.get_run(run_id)["forecast"]["fits"] is False
+
+
+def with_workers(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The attempt's driver says it started one worker, once its work stage started."""
+    at = events.index({"type": "stage.started", "stage": "pilot"}) + 1
+    workers = [{"worker": "w0@h[cpu]", "node": "n0", "host": "h", "cards": []}]
+    return [*events[:at], {"type": "volume.workers", "workers": workers}, *events[at:]]
 
 
 def dated(events: list[dict[str, Any]], start: datetime, work_s: float,
@@ -145,8 +165,10 @@ def test_after_a_kill_and_a_resume_actual_is_the_attempts_running_time(tmp_path:
     """The volume's driver killed after 3 of 6 items (30 s of its work stage), resumed two
     days later for 60 s: actual 90 s over 2 attempts, not the two days between them."""
     first = datetime(2026, 11, 1, 8, 0, tzinfo=timezone.utc)
-    attempts = [dated(pilot_script(IDS, refuse=(), finish=False), first, 60, upto=3),
-                dated(pilot_script(IDS, refuse=()), first + timedelta(days=2), 60)]
+    attempts = [dated(with_workers(pilot_script(IDS, refuse=(), finish=False)), first, 60,
+                      upto=3),
+                dated(with_workers(pilot_script(IDS, refuse=())), first + timedelta(days=2),
+                      60)]
 
     def script(run_id: str) -> list[dict[str, Any]]:
         return timed(run_id) if run_id.endswith("-a1") else attempts.pop(0)
@@ -165,6 +187,18 @@ def test_after_a_kill_and_a_resume_actual_is_the_attempts_running_time(tmp_path:
     assert check["forecast_mid_s"] == 2 * 4.6 + 3.0
     shown = texts(notifier.latest[(volume_id, "forecast")])
     assert "1 min 30 s over 2 attempts" in shown
+    # each attempt's own time: the work stage shows the resumed attempt's 60 s, not the
+    # two days since the first start; the report's pace is over both attempts' 90 s
+    stages = {s["stage"]: s for s in service.store.stages(volume_id)}
+    assert stage_seconds(stages["pilot"]) == 60.0
+    from bot.messages.report import render_report
+    from bot.service.report_files import gather
+    from tests.bot.test_report import parse
+
+    engine = " ".join(parse(render_report(gather(service.store, volume_id))).sections[
+        "engine"].split())
+    assert "0.0667 items/s in all" in engine
+    assert "over the work stage's 1 min 30 s in 2 attempts" in engine
 
 
 def test_a_volume_that_ran_part_of_its_items_is_scored_on_them(tmp_path: Path) -> None:
@@ -189,3 +223,48 @@ def test_a_volume_that_ran_part_of_its_items_is_scored_on_them(tmp_path: Path) -
     assert check["scored"] == "partial" and (check["items_done"], check["items_total"]) == (3, 6)
     assert check["actual_s"] == 1.5 and check["forecast_mid_s"] == 4.6 + 1.5
     assert "3 of 6 items" in texts(notifier.latest[(volume_id, "forecast")])
+
+
+def test_a_finished_passed_volume_is_not_resumed(tmp_path: Path) -> None:
+    """A resume of a volume that finished and passed is refused with the reason, and
+    changes nothing: no new attempt, no stage time, no forecast score moved (issue 37)."""
+    service, _, run_id = finished_pilot(tmp_path, datetime.now(timezone.utc) - timedelta(hours=1))
+    volume_id = service.decide(run_id, "approve", "go", "alice")["volume_run"]
+    done = service.follow(volume_id, timeout=30)
+    assert (done["status"], done["outcome"]) == ("finished", "passed")
+    before = (service.store.get_run(volume_id), service.store.stages(volume_id),
+              len(service.store.events(volume_id)))
+    with pytest.raises(DispatchError, match="finished and passed: its work is complete, "
+                                            "nothing to resume"):
+        service.resume(volume_id)
+    assert (service.store.get_run(volume_id), service.store.stages(volume_id),
+            len(service.store.events(volume_id))) == before
+
+
+def test_a_passed_pilot_awaiting_its_decision_is_not_resumed(tmp_path: Path) -> None:
+    service, _, run_id = finished_pilot(tmp_path, datetime.now(timezone.utc) - timedelta(hours=1))
+    before = service.store.get_run(run_id)
+    assert (before["status"], before["outcome"]) == ("awaiting_decision", "passed")
+    with pytest.raises(DispatchError, match=f"preflight decide {run_id} approve"):
+        service.resume(run_id)
+    assert service.store.get_run(run_id) == before
+
+
+def test_the_forecast_reads_the_threads_the_pilot_measured_with(tmp_path: Path) -> None:
+    """The pilot stage's facts say it ran with 1 torch thread, as a CPU volume worker
+    does: the stored forecast says under which conditions it was measured (issue 37)."""
+    def script(run_id: str) -> list[dict[str, Any]]:
+        out = timed(run_id)
+        for event in out:
+            if event["type"] == "stage.passed" and event["stage"] == "pilot":
+                event["facts"].update(torch_threads=1, torch_threads_why="1 CPU, as Ray "
+                                      "gives each CPU worker of the volume")
+        return out
+
+    service, notifier, run_id = finished_pilot(
+        tmp_path, datetime.now(timezone.utc) - timedelta(hours=1), script=script)
+    fc = service.store.get_run(run_id)["forecast"]
+    assert (fc["pilot_threads"], fc["worker_threads"]) == (1, 1)
+    shown = texts(notifier.latest[(run_id, "forecast")])
+    assert "Measured under | the volume worker's threads | the pilot measured with 1 torch " \
+           "thread (1 CPU, as Ray gives each CPU worker of the volume)" in shown

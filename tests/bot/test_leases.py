@@ -86,8 +86,14 @@ def test_guard_lets_local_runs_through_and_refuses_ssh_until_provisioned(store: 
     check_dispatch(store, _run({"kind": "local"}))
     assert store.leases() == []
     ssh = _run({"kind": "ssh", "host": NODE}, lease={"starts_at": "2026-03-01T08:00:00Z"})
-    with pytest.raises(LeaseError, match="not provisioned .*'ordered'.*payment-notified"):
+    with pytest.raises(LeaseError, match="not provisioned .*'ordered'.*payment-notified") as no:
         check_dispatch(store, ssh)
+    # the whole way, not only the next step (issue 37, point 9)
+    assert ("a lease goes ordered → payment-notified → funds-confirmed → provisioned, one "
+            f"step at a time: record `preflight lease set {NODE} payment-notified --by you`, "
+            f"then `preflight lease set {NODE} funds-confirmed --by you`, then "
+            f"`preflight lease set {NODE} provisioned --by you`; then `preflight resume r1`"
+            ) in str(no.value)
     lease = store.current_lease(NODE)
     assert lease["state"] == "ordered" and lease["created_by"] == "preflight"
     assert (lease["starts_at"], lease["days"]) == ("2026-03-01T08:00:00+00:00", 7)

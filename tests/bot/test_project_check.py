@@ -87,7 +87,25 @@ def test_manifest_paths(tmp_path: Path) -> None:
     assert set(found) == {"pilot.yaml:inputs.dir", "pilot.yaml:project.params.w"}
     assert "leaves the project" in found["pilot.yaml:inputs.dir"].message
     warned = {p.loc for p in problems if p.severity == "warning"}
-    assert warned == {"project.params.tmp"}
+    assert warned == {"project.params.tmp", "node.workdir"}  # a node's path: a warning
+
+
+def test_a_nodes_paths_are_judged_alike_under_node_and_volume_nodes(tmp_path: Path) -> None:
+    """node.workdir/python and each volume.nodes[i]'s: one warning each when they name a
+    path of one machine (the volume's node home workdir was an error, the pilot's nothing),
+    and volume.inputs.on_nodes, absolute by design, no finding (issue 37)."""
+    root = good_project(tmp_path)
+    node = {"kind": "ssh", "host": "gpu-a", "workdir": "/home/ubuntu/w",
+            "python": "/opt/conda/bin/python"}
+    (root / "pilot.yaml").write_text(dump(merged(
+        node=node, volume={"inputs": {"dir": "data/volume", "on_nodes": "/data/corpus",
+                                      "expected_count": 10},
+                           "nodes": [node, {**node, "host": "gpu-b", "workdir": "/ws"}]})))
+    problems = [p for p in check_project(root) if p.file and p.file.endswith("pilot.yaml")]
+    assert {(p.loc, p.severity) for p in problems} == {
+        (f"{where}.{field}", "warning") for field in ("workdir", "python")
+        for where in ("node", "volume.nodes[0]", "volume.nodes[1]")}
+    assert all("a path of one machine" in p.message for p in problems)
 
 
 def test_precheck_passes_the_demo_and_stops_a_home_path(tmp_path: Path) -> None:

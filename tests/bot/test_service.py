@@ -266,8 +266,9 @@ def test_two_resumes_of_one_run_cannot_both_start(tmp_path: Path) -> None:
     import threading
 
     settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
-    attempts = [pilot_script(IDS, refuse=()),  # the resumed runner finds every id done
-                pilot_script(IDS, refuse=(), drop=tuple(IDS), lie=True)]
+    # the first attempt lost doc-02 (failed); the resumed runner reports only it
+    attempts = [pilot_script(IDS, refuse=(), drop=("doc-02",)),
+                pilot_script(IDS, refuse=(), drop=("doc-01", "doc-03", "doc-04"), lie=True)]
     slow = SlowStart(lambda run: attempts.pop(0))
     service = PilotService(settings, Store(settings.db_path), {"local": slow},
                            RecordingNotifier())
@@ -306,10 +307,23 @@ def test_a_run_refused_by_its_lease_can_be_started_later(tmp_path: Path) -> None
     sub = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
     with pytest.raises(LeaseError):
         service.start(sub.run_id)
-    assert service.store.get_run(sub.run_id)["status"] == "planned"
+    row = service.store.get_run(sub.run_id)
+    assert row["status"] == "planned"
+    # not planned and forgotten: refused (lease), with why (issue 37, point 9)
+    assert (row["first_error"]["stage"], row["first_error"]["message"]) == (
+        "lease", "lease of gpu-1 is 'ordered': not provisioned")
+    assert f"`preflight resume {sub.run_id}`" in row["first_error"]["hint"]
+    thread = {m.key: m for m in service.thread_messages(sub.run_id)}
+    assert thread["status"].blocks[0].text.endswith("(refused (lease))")
+    assert "not provisioned" in str(thread["first_error"].blocks)
+    from bot.console.runs import runs_lines
+
+    line = runs_lines([service.store.run(sub.run_id)], width=200)[1]
+    assert "refused (lease)" in line and "lease: lease of gpu-1 is 'ordered'" in line
     provisioned["ok"] = True
     service.resume(sub.run_id)  # what `preflight resume RUN` does once provisioned
-    assert service.follow(sub.run_id, timeout=30)["status"] == "awaiting_decision"
+    run = service.follow(sub.run_id, timeout=30)
+    assert (run["status"], run["first_error"]) == ("awaiting_decision", None)
 
 
 def test_a_start_interrupted_by_a_bot_crash_is_settled_by_the_watch(tmp_path: Path) -> None:
@@ -387,3 +401,16 @@ def test_a_large_balance_keeps_the_rows_shown_and_names_the_total(tmp_path: Path
     table = [b for b in message.blocks if isinstance(b, Table) and b.columns[0] == "id"][0]
     assert (len(table.rows), table.total_rows) == (MAX_TABLE_ROWS, 60)
     assert any(isinstance(b, Attachment) for b in message.blocks)
+
+
+def test_the_balance_box_shows_the_refusals_and_the_first_ids_in_order(tmp_path: Path) -> None:
+    """A volume records its items as its workers finish them: the balance box began at
+    doc-00051 (the fastest worker's first batch). It now shows every refusal and the first
+    ids, in id order (issue 37)."""
+    ids = [f"doc-{n:05d}" for n in range(60)]
+    order = ids[50:] + ids[:50]  # the second worker's batch came back first
+    service, _ = make(tmp_path, lambda run: pilot_script(order, refuse=("doc-00055",)))
+    run = service.follow(submit(service, tmp_path, count=60), timeout=30)
+    shown = [i["id"] for i in run["balance"]["items"]]
+    assert shown == sorted(shown) and len(shown) == 40 and run["balance"]["items_total"] == 60
+    assert shown[:3] == ["doc-00000", "doc-00001", "doc-00002"] and "doc-00055" in shown

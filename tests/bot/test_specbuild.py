@@ -115,6 +115,8 @@ def test_each_node_of_a_ten_by_eight_rent_is_judged_on_its_eight_cards(tmp_path:
         assert judge_count(8, back.hardware) == ("ok", None)  # the runner's device stage
         level, message = judge_count(7, back.hardware)
         assert level == "fail" and "7 card(s) visible, 8 rented on this node" in str(message)
+    # the pilot measures with the threads of a volume worker holding 1 card (issue 37)
+    assert build_spec(loaded, plan, "p1").task.worker_cards == 1
 
 
 def test_a_pilot_without_volume_nodes_expects_the_whole_rent(tmp_path: Path) -> None:
@@ -122,3 +124,15 @@ def test_a_pilot_without_volume_nodes_expects_the_whole_rent(tmp_path: Path) -> 
     path.write_text(path.read_text().replace("gpu: cpu, lots: 1", "gpu: cpu, lots: 3"))
     loaded = load_manifest_file(path)
     assert build_spec(loaded, make_plan(loaded), "p1").hardware.node_cards == 3
+
+
+def test_a_pilot_measures_with_a_cpu_volume_workers_threads(tmp_path: Path) -> None:
+    """A CPU volume follows: the pilot's spec says so (worker_cards 0: one CPU a worker),
+    and a pilot without a volume keeps its own cores (None) (issue 37)."""
+    plain = load_manifest_file(write_manifest(tmp_path))
+    assert build_spec(plain, make_plan(plain), "p1").task.worker_cards is None
+    path = write_manifest(tmp_path, extra="volume: {inputs: {dir: data/pilote, "
+                          "expected_count: 4}}")
+    loaded = load_manifest_file(path)
+    spec = build_spec(loaded, make_plan(loaded), "p1")
+    assert spec.task.worker_cards == 0 and RunSpec.from_dict(spec.to_dict()) == spec

@@ -66,3 +66,49 @@ def test_the_engine_section_lists_stops_and_resumes_in_order() -> None:
     text = " ".join(page.sections["engine"].split())
     assert text.index("started") < text.index("stopped") < text.index("resumed")
     assert "2 items/s in all, 1 items/s per worker" in text
+
+
+# Two rented nodes whose images both say "ubuntu": told apart by the manifest's address,
+# counted by Ray's node id (issue 37, point 4).
+TWO_NODES = [{"worker": f"w{k}@{where}[cpu]", "node": node, "host": "ubuntu", "where": where,
+              "cards": []} for k, (node, where) in enumerate(
+                  [("n0", "root@gpu-a:22"), ("n0", "root@gpu-a:22"),
+                   ("n1", "root@gpu-b:22"), ("n1", "root@gpu-b:22")])]
+
+
+def _two_node_script(run_id: str) -> list[dict[str, Any]]:
+    events = pilot_script(IDS, refuse=())
+    if run_id.endswith("-v1"):
+        at = events.index({"type": "stage.started", "stage": "pilot"}) + 1
+        events[at:at] = [
+            {"type": "volume.workers", "workers": TWO_NODES},
+            {"type": "volume.card_excluded", "worker": "w1@root@gpu-a:22[cpu]", "cards": [],
+             "reason": "batch 3 out for more than 60 s; the worker is stopped"},
+            {"type": "volume.split", "batch": 3, "items": 8, "cause": "late",
+             "worker": "w1@root@gpu-a:22[cpu]", "reason": "held past 60 s", "parts": [9, 10],
+             "refused": []},
+            {"type": "volume.split", "batch": 12, "items": 1, "cause": "timeout",
+             "worker": "w2@root@gpu-b:22[cpu]", "reason": "no result", "parts": [],
+             "refused": [{"id": "doc-03", "reason": "timeout: no result within "
+                                                   "task.item_timeout_s = 5 s"}]}]
+    return events
+
+
+def test_the_engine_section_names_nodes_by_address_and_tells_what_the_terminal_told(
+        tmp_path: Path) -> None:
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    service = PilotService(settings, Store(settings.db_path),
+                           {"local": ScriptedDispatcher(_two_node_script)}, RecordingNotifier())
+    sub = service.submit(load_manifest_file(write_manifest(tmp_path, extra=VOLUME)),
+                         submitter="bob")
+    service.start(sub.run_id)
+    service.follow(sub.run_id, timeout=30)
+    volume = service.decide(sub.run_id, "approve", "pilot clean", "alice")["volume_run"]
+    service.follow(volume, timeout=30)
+    engine = " ".join(parse(render_report(gather(service.store, volume))).sections[
+        "engine"].split())
+    assert "4 on 2 node(s)" in engine
+    assert engine.count("root@gpu-b:22") >= 2 and "ubuntu" not in engine
+    assert "worker w1@root@gpu-a:22[cpu] excluded: batch 3 out for more than 60 s" in engine
+    assert "batch 3 (8 items) split in 2 (late: held past 60 s)" in engine
+    assert "input doc-03 refused: timeout: no result within task.item_timeout_s = 5 s" in engine

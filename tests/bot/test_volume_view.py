@@ -23,6 +23,18 @@ def test_progress_shows_rate_eta_and_per_worker_rates_when_measured() -> None:
     assert progress_of({"done": 3, "total": 12}).pace == ""  # the pilot's plain progress
 
 
+def test_an_eta_admits_a_batch_held_far_longer_than_a_batch_takes() -> None:
+    """One hung input: the pace says ETA 1 s for minutes; the ETA now says a batch is held,
+    for how long, and when its worker would be stopped (issue 37, point 5)."""
+    block = progress_of({"done": 4990, "total": 5000, "items_per_s": 118.0, "eta_s": 0.8,
+                         "held": 1, "held_s": 45.2, "held_limit_s": 60.0})
+    assert block.pace == "118.0 items/s · ETA 1 s (1 batch held for 45 s, its worker " \
+                         "stopped at 60 s)"
+    two = progress_of({"done": 1, "total": 9, "items_per_s": 1.0, "eta_s": 8, "held": 2,
+                       "held_s": 200})
+    assert two.pace == "1.0 items/s · ETA 8 s (2 batches held for 3 min)"
+
+
 def test_engine_notes_name_what_was_lost_requeued_excluded_and_counted_once() -> None:
     events = [
         _ev(9, "volume.late_result", batch=4, worker="w2@c[0]", recorded=0, re_executed=25),

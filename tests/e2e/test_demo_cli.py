@@ -46,4 +46,5 @@ def test_the_demo_ends_with_the_forecast_and_the_command_that_approves_it(
     assert out.index("Verdict: PASSED") < out.index("Forecast") < out.rindex("Decision")
     last = " ".join(out[out.rindex("╯") + 1:].split())  # after the decision panel
     assert last.startswith("Approve the volume (3000 inputs): preflight decide ")
-    assert last.endswith(' approve --reason "…" --by NAME')
+    assert last.endswith(' approve --reason "…" --by NAME. Who may approve (--by): '
+                         'U0APPROVER, alice (approvals.approvers)')  # whose name NAME is

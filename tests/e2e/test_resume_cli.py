@@ -91,7 +91,9 @@ def test_ctrl_c_stops_following_not_the_runner(tmp_path: Path) -> None:
     cli.send_signal(signal.SIGINT)
     out, err = cli.communicate(timeout=60)
     assert cli.returncode == 130, out + err
-    assert f"preflight follow {run_dir.name}" in err
+    # one line: where it goes on, how to follow it again or stop it (issue 37, point 8)
+    assert f"stopped following {run_dir.name}; the run goes on: preflight follow " \
+           f"{run_dir.name} / preflight stop {run_dir.name} --reason \"…\"\n" in err
     followed = preflight(root, "follow", run_dir.name)
     assert followed.returncode == 0, followed.stdout + followed.stderr
     assert "Verdict: PASSED" in followed.stdout

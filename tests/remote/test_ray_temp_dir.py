@@ -179,3 +179,33 @@ def test_node_ray_says_how_to_call_it() -> None:
     done = subprocess.run([sys.executable, "-c", NODE_RAY, "restart", "/tmp/x"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "usage: start DIR ARGV... | stop DIR | hold" in done.stderr
+
+
+# Stands in for a Ray whose other stop (a second bot process ending the same run) removes
+# the group's file while this stop waits for the group to end.
+RACED_RAY = ("import os, signal, subprocess, sys\nd = subprocess.DEVNULL\n"
+             "subprocess.Popen([sys.executable, '-c', 'import os, signal, sys, time\\n"
+             "def gone(*_):\\n    os.remove(sys.argv[1])\\n    os._exit(0)\\n"
+             "signal.signal(signal.SIGTERM, gone)\\ntime.sleep(120)', sys.argv[1]], "
+             "stdin=d, stdout=d, stderr=d)")
+
+
+def test_a_stop_whose_file_another_stop_removed_succeeds_and_the_dir_goes(
+        tmp_path: Path) -> None:
+    """Two bot processes stop one volume's Ray at once: the second finds the group's file
+    already removed, which is no failure (it was FileNotFoundError: preflight.pgid, and the
+    fetch of the run's results was refused); the run's Ray temp dir goes with its Ray."""
+    temp_dir = tmp_path / "pf-ray-0123abcd-1"
+    done = subprocess.run([sys.executable, "-c", NODE_RAY, "start", str(temp_dir), "-c",
+                           RACED_RAY, str(temp_dir / "preflight.pgid")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    group = int((temp_dir / "preflight.pgid").read_text())
+    try:
+        done = stop(temp_dir)
+    finally:
+        if not wait_until_gone(group, within=5):
+            os.killpg(group, 9)
+    assert done.returncode == 0, done.stderr
+    assert not temp_dir.exists()  # its sockets and logs removed with the cluster
+    assert stop(temp_dir).returncode == 0  # a stop of a Ray already gone: nothing to do

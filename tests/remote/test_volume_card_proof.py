@@ -121,7 +121,8 @@ def test_each_node_starts_ray_offering_exactly_the_cards_its_proof_left(
         env = command.split(" && exec ", 1)[0]
         assert f" CUDA_VISIBLE_DEVICES={cards} " in env
         assert f" PYTHONPATH=/srv/{host}/runner-pkg${{PYTHONPATH:+:$PYTHONPATH}} " in env
-        assert env.endswith(f" PREFLIGHT_NODE_RUN_DIR=/srv/{host}/runs/r-1")
+        assert f" PREFLIGHT_NODE_RUN_DIR=/srv/{host}/runs/r-1 " in env
+        assert env.endswith(f" PREFLIGHT_NODE_WHERE={host}:22")  # how its workers name it
         argv = _argv(command)
         at = argv.index("--num-gpus")
         assert argv[at + 1] == str(len(cards.split(",")))

@@ -121,3 +121,68 @@ def test_an_unreadable_record_is_a_problem_named_not_a_crash(tmp_path: Path) -> 
     (tmp_path / CLUSTER_FILE).write_text("{not json")
     problems = _HeadGone(set()).stop_other_nodes(handle)
     assert len(problems) == 1 and CLUSTER_FILE in problems[0], problems
+
+
+def _ports(tmp_path: Path) -> list[tuple[str, int, int]]:
+    rows = json.loads((tmp_path / CLUSTER_FILE).read_text())["nodes"]
+    return [(r["ssh"]["where"] if "where" in r["ssh"] else r["ssh"]["host"],
+             r["ray"]["ports"]["gcs"], r["ray"]["ports"]["min_worker"]) for r in rows]
+
+
+def test_two_nodes_on_one_host_get_ray_ports_apart_and_a_set_port_is_kept(
+        tmp_path: Path) -> None:
+    """Two volume nodes on one host collided on Ray's fixed ports (6382 taken, and Ray said
+    "GCS has become overloaded"): the second is moved 100 up, recorded; a node's
+    volume.nodes ray_port is its own; two set ports that overlap are refused (issue 37)."""
+    handle = _handle(tmp_path, hosts=("gpu-a", "gpu-a"))
+    assert start_volume_cluster(_Node(), handle, COPIES) is not None
+    assert _ports(tmp_path) == [("gpu-a", 6380, 11000), ("gpu-a", 6480, 11100)]
+    nodes = [{"kind": "ssh", "host": "gpu-a", "workdir": "/w"},
+             {"kind": "ssh", "host": "gpu-a", "workdir": "/w2", "ray_port": 7000}]
+    (tmp_path / "manifest.yaml").write_text(yaml.safe_dump({"volume": {"nodes": nodes}}))
+    assert start_volume_cluster(_Node(), handle, COPIES) is not None
+    assert _ports(tmp_path) == [("gpu-a", 6380, 11000), ("gpu-a", 7000, 11620)]
+    nodes[0]["ray_port"] = 7050
+    (tmp_path / "manifest.yaml").write_text(yaml.safe_dump({"volume": {"nodes": nodes}}))
+    with pytest.raises(DispatchError, match="gpu-a:22: volume.nodes ray_port 7000 overlaps the "
+                                            "Ray ports of gpu-a:22 on the same host gpu-a"):
+        start_volume_cluster(_Node(), handle, COPIES)
+
+
+def test_a_ray_port_in_use_is_named_before_ray_starts(tmp_path: Path) -> None:
+    """The node's probe binds each of its Ray ports: one held by another process (here a
+    listening socket on this host) is named with what it is for, before any ray start."""
+    import socket
+    import subprocess
+    import sys
+
+    from bot.dispatch.ray_cluster import RayNode, RayPorts, probe_command, start_cluster
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    try:
+        ports = RayPorts().shifted(taken - RayPorts().object_manager)
+        node = RayNode("root@gpu-a:22", "127.0.0.1", sys.executable, (), ports)
+        ran: list[str] = []
+
+        def shell(node: RayNode, command: str, stdin: str = "") -> tuple[int, str, str]:
+            ran.append(command_kind(command))
+            if command_kind(command) != "probe":
+                return 0, "", ""
+            done = subprocess.run(["sh", "-c", command], capture_output=True, text=True,
+                                  timeout=60)
+            out = json.loads(done.stdout)
+            return done.returncode, json.dumps({**out, "ray": RAY_VERSION}), done.stderr
+
+        with pytest.raises(DispatchError, match=f"root@gpu-a:22: port {taken} "
+                                                r"\(object manager\).* already in use on "
+                                                "127.0.0.1: another Ray, or another volume "
+                                                "node on the same host; set this node's "
+                                                "volume.nodes\\[\\].ray_port"):
+            start_cluster(shell, [node])
+        assert ran == ["probe"]  # refused before any ray start
+        assert str(taken) in probe_command(sys.executable, [taken])
+    finally:
+        holder.close()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from runner.itemtimeout import DEFAULT_ITEM_TIMEOUT_S, ItemClock
 from tests.runner.test_stages_kit import events_of, outcomes, run_runner, runner_env, write_spec
 
@@ -91,3 +93,15 @@ def test_a_failed_pilot_still_copies_its_evidence(tmp_path: Path) -> None:
     copy = tmp_path / "evidence" / "r-test"
     assert (copy / "events.jsonl").is_file() and (copy / "SHA256SUMS").is_file()
     assert events[-1].data["stage_reached"] != "evidence"  # not moved by the evidence stage
+
+
+def test_a_volume_batch_gives_one_item_the_timeout_and_the_others_the_pilots_pace() -> None:
+    """One hung input in a batch of 50 cost 50 item timeouts before its batch was
+    interrupted; now one item timeout plus a margin over the pilot's pace for the others
+    (issue 37)."""
+    from runner.spec import ITEM_MARGIN, batch_clock_s
+
+    assert batch_clock_s(50, 5.0) == 250.0  # without a pilot measure: the timeout each
+    assert batch_clock_s(50, 5.0, 0.004) == pytest.approx(5.0 + 49 * ITEM_MARGIN * 0.004)
+    assert batch_clock_s(50, 5.0, 10.0) == 250.0  # never more than the timeout an item
+    assert batch_clock_s(1, 5.0, 0.004) == 5.0 and batch_clock_s(50, 0.0, 0.004) == 0.0

@@ -67,3 +67,25 @@ def test_manifest_torch_threads_must_be_a_positive_integer(tmp_path: Path) -> No
     loaded = load_manifest(dump(merged(task={"torch_threads": 2})), source="t.yaml",
                            base_dir=tmp_path)
     assert loaded.manifest.task.torch_threads == 2
+
+
+def test_a_pilot_with_a_volume_measures_with_a_volume_workers_threads(tmp_path: Path) -> None:
+    """A CPU volume worker gets the 1 CPU Ray gives it: the pilot whose volume follows runs
+    its handler with 1 torch thread too, whatever the node's cores (issue 37)."""
+    h = Harness(tmp_path, "ok")
+    h.spec = dataclasses.replace(h.spec, task=dataclasses.replace(h.spec.task, worker_cards=0))
+    facts, = h.run(pilot_stage.pilot)
+    assert facts["torch_threads"] == 1 == torch.get_num_threads()
+    assert "as Ray gives each CPU worker of the volume" in facts["torch_threads_why"]
+    assert facts["threads_as"] == "volume worker"
+
+
+def test_a_gpu_volume_worker_share_is_its_nodes_cores_over_its_workers() -> None:
+    from runner.threads import worker_share
+
+    assert worker_share(None) is None  # no volume: the pilot's own cores
+    assert worker_share(0) == (1, "1 CPU, as Ray gives each CPU worker of the volume")
+    facts = {"device": {"count": 8}, "compute": {"healthy_cards": [0, 1, 2, 3]}}
+    threads, why = worker_share(2, facts)  # 4 healthy cards, 2 per worker: 2 workers
+    assert threads == owned_cores(2)[0]
+    assert "as each of the volume's 2 worker(s) of 2 card(s) on a node of 4 card(s)" in why

@@ -19,7 +19,7 @@ import pytest
 
 from runner.inputs import Item
 from runner.ledger import Ledger
-from runner.spec import RunSpec
+from runner.spec import RunSpec, batch_clock_s
 from runner.stage import StageContext, StageFailure
 from runner.stages.pilot import Recorder
 from runner.volume import MIN_TIMEOUT_S, Batch, Driver, Worker, healthy_cards
@@ -32,6 +32,7 @@ class ActorDiedError(Exception):
 class Ref:
     def __init__(self, actor: FakeActor, payload: list[list[Any]] | None) -> None:
         self.actor, self.payload = actor, payload  # payload None: a where() call
+        self.at = actor.ray.now  # when it was handed out
 
 
 class FakeActor:
@@ -61,7 +62,9 @@ class FakeActor:
 
 
 class FakeRay:
-    """``hang``: ids whose batch never answers; ``raises``: ids whose batch raises;
+    """``hang``: ids whose batch never answers; ``interrupted``: ids whose batch answers
+    "timeout" once its item clock (``item_s`` × its items) ran out; ``raises``: ids whose
+    batch raises;
     ``times_out``: ids whose batch runs past task.item_timeout_s on the worker;
     ``kills``: ids whose batch kills its worker (its node lives); ``dies``: workers whose
     node dies with their first batch."""
@@ -70,8 +73,14 @@ class FakeRay:
 
     def __init__(self, workers: int, *, hang: set[str] = frozenset(),  # type: ignore[assignment]
                  raises: set[str] = frozenset(), times_out: set[str] = frozenset(),  # type: ignore[assignment]
-                 kills: set[str] = frozenset(), dies: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+                 kills: set[str] = frozenset(), dies: set[int] = frozenset(),  # type: ignore[assignment]
+                 interrupted: set[str] = frozenset(), item_s: float = 0.0,  # type: ignore[assignment]
+                 pilot_item_s: float = 0.0) -> None:
         self.hang, self.raises, self.times_out = set(hang), set(raises), set(times_out)
+        # ids that hang until the worker's item clock (item_s per item of the batch)
+        # interrupts them: the batch answers "timeout" then
+        self.interrupted, self.item_s = set(interrupted), item_s
+        self.pilot_item_s = pilot_item_s
         self.kills, self.dies = set(kills), set(dies)
         self.dead_nodes: set[str] = set()
         self.partitioned: set[str] = set()
@@ -99,7 +108,10 @@ class FakeRay:
         head = next((r for r in actor.line if not getattr(r, "done", False)), None)
         if head is not ref:
             return False  # behind another call of the same actor
-        return not self.hang & {p[0] for p in ref.payload}
+        ids = {p[0] for p in ref.payload}
+        if self.interrupted & ids:  # the worker's clock, as runner/itemtimeout.py arms it
+            return self.now - ref.at >= batch_clock_s(len(ids), self.item_s, self.pilot_item_s)
+        return not self.hang & ids
 
     def wait(self, refs: list[Ref], num_returns: int, timeout: float) -> tuple[list, list]:
         ready = [r for r in refs if self._ready(r)][:num_returns]
@@ -122,7 +134,7 @@ class FakeRay:
         if self.raises & set(ids):
             return {"error": "task.handler raised ValueError: bad input "
                              f"{sorted(self.raises & set(ids))[0]}", "cause": "raised"}
-        if self.times_out & set(ids):
+        if (self.times_out | self.interrupted) & set(ids):
             return {"error": "no result within task.item_timeout_s = 1 s per item",
                     "cause": "timeout"}
         return {"results": [{"id": i, "status": "accepted", "category": "x"} for i in ids],
@@ -200,14 +212,15 @@ def test_a_hung_input_is_isolated_and_refused_without_excluding_every_worker(
     assert rows["i417"].status == "refused"
     assert "batch timeout of 120 s" in (rows["i417"].reason or "")
     assert all(r.status == "accepted" for i, r in rows.items() if i != "i417")
-    # bisected: 25 -> 13 -> 7 -> 4 -> 2 -> 1, one worker excluded per level, each replaced
-    assert facts["workers_excluded"] == 6 and facts["batches_split"] == 5
-    assert facts["refused_alone"] == 1 and len(ray.actors) == 8 + 6  # six started again ...
-    assert facts["workers_started_again"] == 5  # ... the last one after the work was done,
+    # a hang: its batch of 25 run one input a batch, the hung one alone excluded once more
+    # (it was bisected 25 -> 13 -> 7 -> 4 -> 2 -> 1, a worker excluded at each level)
+    assert facts["workers_excluded"] == 2 and facts["batches_split"] == 1
+    assert facts["refused_alone"] == 1 and len(ray.actors) == 8 + 2  # two started again ...
+    assert facts["workers_started_again"] == 1  # ... the last one after the work was done,
     unused = ray.actors[-1].key  # so it was stopped unused
     assert sorted(ray.killed) == sorted([w.key for w in driver.workers if w.excluded] + [unused])
     excluded = [d for e, d in events if e == "volume.card_excluded"]
-    assert len(excluded) == 6 and all("cards freed" in d["reason"] for d in excluded)
+    assert len(excluded) == 2 and all("cards freed" in d["reason"] for d in excluded)
     split = [d for e, d in events if e == "volume.split"]
     assert split[-1]["refused"] == [{"id": "i417", "reason": rows["i417"].reason}]
 
@@ -216,9 +229,9 @@ def test_a_hung_input_on_two_workers_is_isolated_by_workers_started_again(
         tmp_path: Path) -> None:
     ray = FakeRay(2, hang={"i021"})
     driver, ledger, _ = _driver(tmp_path, ray, 64, timeout=60, size=16)
-    facts = driver.run()  # 16 -> 8 -> 4 -> 2 -> 1: five workers stopped, two at the start
+    facts = driver.run()  # 16 -> 16 of one: two workers stopped (it was 16 -> 8 -> ... -> 1: 5)
     rows = _every_id_once(ledger, 64)
-    assert rows["i021"].status == "refused" and facts["workers_excluded"] == 5
+    assert rows["i021"].status == "refused" and facts["workers_excluded"] == 2
     assert sum(r.status == "accepted" for r in rows.values()) == 63
 
 
@@ -503,3 +516,40 @@ def test_ray_s_own_errors_tell_a_lost_node_from_a_worker_that_died() -> None:
              "error code 2. End of file.", None)):
         exc = rex.RayActorError(error_msg=died.format(text))
         assert outside_cause(exc) == expected, text
+
+
+def test_with_the_defaults_a_hung_input_is_interrupted_before_any_worker_is_stopped(
+        tmp_path: Path) -> None:
+    """The issue's case: a batch of 25, 5 s per item, the pilot's 0.01 s p90 per item. The
+    worker's clock gives one item the 5 s and each other 10 × 0.01 s (7.4 s in all, not
+    25 × 5 s, which outlasted the 60 s batch timeout): the hung input is interrupted, run
+    alone, refused in about one item timeout more, and no worker is stopped (issue 37)."""
+    ray = FakeRay(4, interrupted={"i417"}, item_s=5.0, pilot_item_s=0.01)
+    driver, ledger, _ = _driver(tmp_path, ray, 800, size=25, item_timeout_s=5.0,
+                                pilot_item_s=0.01, pilot_batch_s=0.25)
+    facts = driver.run()
+    rows = _every_id_once(ledger, 800)
+    assert rows["i417"].status == "refused"
+    assert rows["i417"].reason == ("timeout: no result within task.item_timeout_s = 5 s "
+                                   "(the handler was interrupted on its worker)")
+    assert facts["workers_excluded"] == 0 and facts["workers_lost"] == 0
+    assert ray.killed == [] and len(ray.actors) == 4
+    assert ray.now < 7.4 + 5 + 2  # its batch's clock, then one item timeout alone
+    assert driver.timeout(25) == MIN_TIMEOUT_S  # the clock + 10 s is well within it
+    # an item timeout of 300 s: the batch timeout waits for the clock (300 + 24 × 0.1 s)
+    (tmp_path / "b").mkdir()
+    slow, _, _ = _driver(tmp_path / "b", FakeRay(1), 25, size=25, item_timeout_s=300.0,
+                         pilot_item_s=0.01)
+    assert slow.timeout(25) == pytest.approx(300 + 24 * 0.1 + 10)
+
+
+def test_the_progress_admits_a_batch_held_far_longer_than_a_batch_takes(
+        tmp_path: Path) -> None:
+    """Stuck in native code (no interrupt): "ETA 1 s" for minutes became "1 batch held for
+    45 s": the progress says how many batches are held, for how long, and until when."""
+    ray = FakeRay(4, hang={"i417"})
+    driver, _, events = _driver(tmp_path, ray, 800, size=25, pilot_batch_s=0.25)
+    driver.run()
+    held = [d for e, d in events if e == "progress" and d.get("held")]
+    assert held and held[-1]["held"] == 1 and held[-1]["held_s"] > 10
+    assert held[-1]["held_limit_s"] == MIN_TIMEOUT_S

@@ -26,6 +26,18 @@ def test_a_failed_batch_is_split_in_halves_at_the_front_until_its_input_is_alone
     assert queue.splits == 1 and len(queue) == 3
 
 
+def test_a_batch_that_hung_is_run_one_input_a_batch_at_the_front() -> None:
+    """A hang (the item clock, or the batch timeout): one more item timeout finds the input,
+    the others run beside it, instead of a halving per item timeout (issue 37)."""
+    for cause in (TIMEOUT, LATE):
+        queue = BatchQueue([Batch(0, _items(5)), Batch(1, _items(2))])
+        split = queue.failed(queue.take(), cause, "no result")
+        assert split.parts == (2, 3, 4, 5, 6) and not split.refused
+        assert [[it.id for it in b.items] for b in queue.queue] == [
+            ["i0"], ["i1"], ["i2"], ["i3"], ["i4"], ["i0", "i1"]]
+        assert queue.splits == 1
+
+
 def test_a_lost_worker_s_batch_goes_back_whole_and_a_death_alone_is_tried_once_more() -> None:
     queue = BatchQueue([Batch(0, _items(4))])
     batch = queue.take()

@@ -15,6 +15,7 @@ from pathlib import Path
 from runner.volume_ray import session_pids
 from tests.processes import wait_until
 from tests.volume.kit import (
+    VOLWORK,
     events,
     kill_group,
     ledger_ids,
@@ -109,11 +110,19 @@ def test_a_hung_input_and_a_raising_input_are_refused_and_every_other_id_recorde
     balance = json.loads((run_dir / "balance.json").read_text())
     assert balance["total"] == 40
     refused = {r["id"]: r["reason"] for r in balance["rows"] if r["status"] == "refused"}
+    # where the handler raised: in the refusal (file and line), its traceback in the run
+    # directory (issue 37, point 6)
+    line = next(n for n, text in enumerate(VOLWORK.splitlines(), 1) if "raise ValueError" in text)
+    at = f"{tmp_path / 'project' / 'volwork.py'}:{line}"
     assert refused == {
         "item-00000": "multiple of 97",
         "item-00031": "timeout: no result within task.item_timeout_s = 1 s (the handler "
                       "was interrupted on its worker)",
-        "item-00026": "task.handler raised ValueError: cannot read item-00026"}
+        "item-00026": f"task.handler raised ValueError: cannot read item-00026 (at {at})"}
+    kept = [json.loads(x) for x in (run_dir / "handler_errors.jsonl").read_text().splitlines()]
+    assert kept and {k["where"] for k in kept} == {at}
+    assert "item-00026" in kept[-1]["ids"] and 'raise ValueError("cannot read "' in \
+        kept[-1]["traceback"]
     facts = [e for e in events(run_dir) if e.type == "stage.passed"
              and e.data["stage"] == "pilot"][-1].data["facts"]
     assert facts["workers_excluded"] == 0 and facts["refused_alone"] == 2
