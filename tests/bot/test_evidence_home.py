@@ -141,9 +141,10 @@ def test_every_record_the_bot_keeps_in_a_run_directory_is_one_the_fetch_leaves()
     from bot.dispatch.corpus import LISTING_FILE
     from bot.dispatch.inputs_check import INPUTS_FILE
     from bot.dispatch.volume_cluster import CLUSTER_FILE
+    from bot.service.end_lock import LOCK_FILE
     from bot.service.report_files import PICTURE, REPORT
 
-    ours = {INPUTS_FILE, LISTING_FILE, CLUSTER_FILE, REPORT, PICTURE, "spec.json",
+    ours = {INPUTS_FILE, LISTING_FILE, CLUSTER_FILE, REPORT, PICTURE, LOCK_FILE, "spec.json",
             "manifest.yaml", "remote.json", "evidence-fetch.json"}
     assert ours == BOT_RECORDS
     assert not any(fetched_name(n) for n in ours | {".fetch", ".fetch-r1"})
