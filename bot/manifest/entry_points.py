@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,9 @@ import runner
 from bot.manifest.source import FieldPath
 
 MAX_MODULES = 2000  # a did-you-mean looks at this many module files of the project at most
+# CPython 3.11's parser is not safe in two threads at once: two approvals checked by two
+# threads failed with "SystemError: AST constructor recursion depth mismatch". One at a time.
+_PARSE_LOCK = threading.Lock()
 Finding = tuple[FieldPath, str]
 
 
@@ -54,9 +58,14 @@ def _check(loc: FieldPath, ref: str, project_dir: Path, *,
     if not name:
         return
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+        source = path.read_bytes()
+        with _PARSE_LOCK:
+            tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         yield loc, f"{path.relative_to(project_dir)} line {exc.lineno}: syntax error: {exc.msg}"
+        return
+    except (RecursionError, MemoryError):  # nested deeper than the parser goes
+        yield loc, f"{path.relative_to(project_dir)}: too deeply nested for Python to parse"
         return
     except (OSError, ValueError) as exc:
         yield loc, f"cannot read {path}: {exc}"
