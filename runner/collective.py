@@ -138,7 +138,10 @@ def run_allreduce(world: int, *, backend: str = "gloo", device: str = "cpu",
                       "backend": backend, "device": device, "card": card,
                       "sizes": list(sizes), "iters": iters, "warmup": warmup,
                       "rounds": [[list(p) for p in rnd] for rnd in rounds],
-                      "timeout_s": timeout_s}
+                      # a rank's own timeout comes after the parent's deadline: the
+                      # parent names the silent ranks (a rank timing out first ended
+                      # with a signal of its own under load, naming nobody)
+                      "timeout_s": timeout_s + 30}
             proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, json.dumps(path), json.dumps(config)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
