@@ -37,6 +37,9 @@ def test_local_volume_survives_a_killed_driver_and_leaves_nothing_running(
     spec, ids = make_volume(tmp_path, 600, workers=2)
     set_params(spec, delay_s=0.02)
     run_dir = tmp_path / "run"
+    token = Path.home() / ".ray" / "auth_token"
+    # Another test's `ray start` (the SSH clusters) may have written one: this run must not.
+    token_before = token.stat().st_mtime_ns if token.exists() else None
     proc = start_runner(spec, run_dir)
     try:
         wait_until(lambda: progress_done(run_dir) >= 100, "the local volume to get going", 240)
@@ -46,7 +49,8 @@ def test_local_volume_survives_a_killed_driver_and_leaves_nothing_running(
     first, pgid = record["session_dir"], record["pgid"]
     wait_until(lambda: session_pids(first, pgid) and not session_pids(first),
                "Ray's agents, renamed ray::..., to outlive the killed driver", 60)
-    assert not (Path.home() / ".ray" / "auth_token").exists()  # the token stays in memory
+    token_after = token.stat().st_mtime_ns if token.exists() else None
+    assert token_after == token_before  # the token stays in memory
     set_params(spec, delay_s=0)
     resumed = start_runner(spec, run_dir, "--resume")
     try:
