@@ -10,55 +10,41 @@ figure and how to read the range.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, NamedTuple
+from typing import Any
 
-MIN_SAMPLES = 5            # accepted items with a per-item time needed for a forecast
+from bot.pilot.forecast_stats import (
+    ASSUMED_CV,
+    MIN_SAMPLES,
+    Sample,
+    Spread,
+    duration,
+    fastest_unit,
+    hours,
+    item_spread,
+    percent,
+    plural,
+    quantile,
+    secs,
+    size_fit,
+    stamp,
+)
+from bot.pilot.forecast_stats import ItemOutcome as ItemOutcome  # re-exported
+from bot.pilot.forecast_stats import t95 as t95  # re-exported
+from bot.pilot.forecast_workers import proven_cards as proven_cards  # re-exported
+from bot.pilot.forecast_workers import volume_workers, worker_threads
+
 MIN_R2 = 0.5               # below this, time does not follow size well enough to use the fit
-SIZE_SPREAD = 2.0          # sizes "differ" when the largest is at least this x the smallest
 LOW_SHARE = 0.05           # under this share of the rented card-hours: maybe rented too much
 MEMORY_TIGHT = 0.9         # peak over this fraction of the card's memory: say so
 CENT = Decimal("0.01")
-Z90 = 1.645                # the normal's 95th percentile: a two-sided 90 % range
-ASSUMED_CV = 0.5           # items' spread (sd ÷ mean) assumed when the pilot could not show it
-MIN_CV = 0.05              # the least spread a range keeps (timing noise between two runs)
 SKEW_TAIL = 1.0            # skewness above this is a heavy tail: the high end widens
-CPU_WORKERS_MAX = 4        # a local Ray: one CPU worker per core, at most this (runner/volume.py)
 RAY_START_S = 4.6          # a local Ray and its workers, per attempt (measured, embedded default)
 RAY_START_AT_ONCE = 8      # nodes that start Ray together (bot/dispatch/ray_cluster.py's bound)
 UPLOAD_BYTES_PER_S = 50e6  # an SSH node's upload of the inputs, when not measured
 HASH_BYTES_PER_S = 500e6  # a node reading and hashing its copy of the corpus (on_nodes)
-# Student's t, 95th percentile, by degrees of freedom (a small pilot's mean is uncertain).
-T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
-       9: 1.833, 10: 1.812, 11: 1.796, 12: 1.782, 13: 1.771, 14: 1.761, 15: 1.753, 16: 1.746,
-       17: 1.740, 18: 1.734, 19: 1.729, 20: 1.725, 25: 1.708, 30: 1.697, 40: 1.684,
-       60: 1.671, 120: 1.658}
-
-
-class ItemOutcome(NamedTuple):
-    """One recorded item.done, as the forecast and the report read it (no JSON)."""
-
-    id: str
-    status: str | None
-    ts: str | None
-    elapsed_s: float | None
-    input_bytes: int | None
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One accepted pilot item: its measured seconds and its input's size.
-
-    ``batch``: the measurement it shares with other items (a handler's batch, timed as a
-    whole and shared equally by its items); None: the item was timed on its own (a batch
-    of one, a command's or a render's own figure)."""
-
-    seconds: float
-    input_bytes: int | None = None
-    batch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,19 +129,6 @@ class Forecast:
 
     def figure(self, key: str) -> Figure:
         return next(f for f in self.figures if f.key == key)
-
-
-@dataclass(frozen=True)
-class Spread:
-    """The per-item time of the volume: its mean, its spread and how sure the pilot is."""
-
-    mean: float
-    sd: float
-    items: int         # items measured
-    units: int         # independent measurements (batches timed as a whole count once)
-    z: float           # the 90 % range's multiplier (Student's t for a small pilot)
-    skew: float | None
-    how: str           # where the spread came from, for the formula
 
 
 def forecast(inp: ForecastInputs) -> Forecast:
@@ -261,22 +234,6 @@ def _per_item(inp: ForecastInputs, figures: list[Figure], notes: list[str],
     return fitted
 
 
-def worker_threads(inp: ForecastInputs) -> tuple[int | None, str]:
-    """The torch threads each volume worker gets (runner/threads.py), and why; None when
-    the pilot's node did not show its cores (a GPU worker shares them)."""
-    if inp.torch_threads:
-        return inp.torch_threads, "task.torch_threads"
-    if not inp.gpus:
-        return 1, "a CPU worker: the 1 CPU Ray gives it"
-    cards = inp.healthy_cards if inp.healthy_cards is not None else \
-        inp.rented_cards // max(1, inp.nodes)
-    workers = max(1, cards // max(1, inp.cards_per_worker))
-    if not inp.cores:
-        return None, "its node's cores shared by its workers (cores not measured)"
-    return max(1, inp.cores // workers), (f"{inp.cores} cores ÷ {plural(workers, 'worker')} "
-                                          "on its node")
-
-
 def _conditions(inp: ForecastInputs, figures: list[Figure], notes: list[str],
                 numbers: dict[str, Any]) -> None:
     """Under which conditions the per-item time was measured, beside those of a volume
@@ -300,65 +257,6 @@ def _conditions(inp: ForecastInputs, figures: list[Figure], notes: list[str],
                      f"{threads}: the per-item time may not carry over (a compute-heavy "
                      "handler can be several times slower with fewer threads); a pilot run "
                      "by this version measures with a worker's threads")
-
-
-def fastest_unit(samples: tuple[Sample, ...]) -> float:
-    """The fastest per-item time of one measurement (a batch's mean, or an item alone)."""
-    groups: dict[Any, list[float]] = {}
-    for k, sample in enumerate(samples):
-        key = ("batch", sample.batch) if sample.batch is not None else ("item", k)
-        groups.setdefault(key, []).append(sample.seconds)
-    return min((statistics.fmean(v) for v in groups.values()), default=0.0)
-
-
-def item_spread(samples: tuple[Sample, ...], values: list[float]) -> Spread:
-    """Mean and per-item sd of ``values`` (one per sample), batches counted as one
-    measurement each: a batch of k items timed as a whole has a mean whose variance is the
-    items' variance ÷ k, so the items' variance is Σ k (batch mean − mean)² ÷ (batches − 1).
-    One measurement only: the spread is assumed (``ASSUMED_CV``); never under ``MIN_CV``."""
-    groups: dict[Any, list[float]] = {}
-    for k, (sample, value) in enumerate(zip(samples, values)):
-        key = ("batch", sample.batch) if sample.batch is not None else ("item", k)
-        groups.setdefault(key, []).append(value)
-    units = [(len(vs), statistics.fmean(vs)) for vs in groups.values()]
-    n = sum(k for k, _ in units)
-    times = [s.seconds for s in samples]
-    scale = statistics.fmean(times)  # the spread's floor is relative to the items' time
-    mean = sum(k * v for k, v in units) / n
-    if len(units) < 2:
-        return Spread(mean, ASSUMED_CV * scale, n, len(units), Z90, None,
-                      f"one measurement of {plural(n, 'item')} (a batch timed as a whole): "
-                      f"sd assumed {ASSUMED_CV:.0%} of the mean")
-    var = sum(k * (v - mean) ** 2 for k, v in units) / (len(units) - 1)
-    sd = max(math.sqrt(var), MIN_CV * scale)
-    how = (f"sd over {plural(len(units), 'measurement')}" if len(units) == n else
-           f"sd from {plural(len(units), 'batch', 'batches')} of {plural(n, 'item')} "
-           "(each batch's mean, weighted by its items)")
-    if sd == MIN_CV * scale and var < sd * sd:
-        how += f", at least {MIN_CV:.0%} of the mean"
-    return Spread(mean, sd, n, len(units), t95(len(units) - 1), skewness([v for _, v in units]),
-                  how)
-
-
-def skewness(values: list[float]) -> float | None:
-    """The sample's skewness (Fisher's g1), None under 3 values or no spread."""
-    if len(values) < 3:
-        return None
-    m = statistics.fmean(values)
-    m2 = statistics.fmean([(v - m) ** 2 for v in values])
-    if m2 <= 0:
-        return None
-    return float(statistics.fmean([(v - m) ** 3 for v in values]) / m2 ** 1.5)
-
-
-def t95(df: int) -> float:
-    """Student's t at 95 % for ``df`` degrees of freedom (the next lower tabled df:
-    never narrower than the exact figure); the normal's beyond the table."""
-    if df < 1:
-        return T95[1]
-    if df > max(T95):
-        return Z90
-    return T95[max(d for d in T95 if d <= df)]
 
 
 def _processing(inp: ForecastInputs, sp: Spread, workers: int, figures: list[Figure],
@@ -446,97 +344,6 @@ def _setup(inp: ForecastInputs, figures: list[Figure], numbers: dict[str, Any]) 
     return total
 
 
-def size_fit(samples: tuple[Sample, ...]) -> tuple[float, float, float] | None:
-    """Least squares ``time = a + b × bytes`` and its R², when the sizes differ enough."""
-    pts = [(float(s.input_bytes), s.seconds) for s in samples if s.input_bytes is not None]
-    if len(pts) < MIN_SAMPLES:
-        return None
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    if max(xs) < SIZE_SPREAD * max(min(xs), 1.0):
-        return None
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    syy = sum((y - my) ** 2 for y in ys)
-    b = sum((x - mx) * (y - my) for x, y in pts) / sxx
-    a = my - b * mx
-    ss_res = sum((y - (a + b * x)) ** 2 for x, y in pts)
-    r2 = 1.0 - ss_res / syy if syy > 0 else 0.0
-    return a, b, r2
-
-
-def volume_workers(inp: ForecastInputs) -> tuple[int, int, str]:
-    """The workers the volume starts (runner/volume.py), the cards they hold, and how.
-
-    Cards: each node offers its own healthy cards, a worker takes ``cards_per_worker`` of
-    one node: Σ ⌊node's cards ÷ cards per worker⌋. The pilot's node offers the healthy
-    cards it proved; every other node its share of the rent until its card proof (at the
-    volume's dispatch) says otherwise. CPU: a local Ray starts one worker per core, at most
-    ``CPU_WORKERS_MAX``; a cluster (several nodes) one per core of every node. A CPU lot is
-    used whole."""
-    nodes = max(1, inp.nodes)
-    if not inp.gpus:
-        return _cpu_workers(inp, nodes)
-    cpw = max(1, inp.cards_per_worker)
-    share = inp.rented_cards // nodes
-    if inp.node_cards is not None:
-        return _proven_workers(inp.node_cards, share, cpw, inp.rented_cards)
-    proven = inp.healthy_cards if inp.pilot_node is not None else None
-    others = nodes - (1 if proven is not None else 0)
-    workers = (proven // cpw if proven is not None else 0) + others * (share // cpw)
-    parts = []
-    if proven is not None:
-        which = "" if nodes == 1 else " on the pilot's node"
-        parts.append(f"{plural(proven, 'card')} healthy{which} (proven by the pilot) "
-                     f"→ ⌊{proven} ÷ {cpw}⌋ = {proven // cpw}")
-    if others:
-        unproven = ("no healthy-card count measured" if proven is None and nodes == 1 else
-                    "not proven yet: each node's card proof runs at the volume's dispatch")
-        parts.append(f"{plural(others, 'node')} × {share} rented "
-                     f"({plural(inp.rented_cards, 'card')} ÷ {plural(nodes, 'node')}; "
-                     f"{unproven}) → {others} × ⌊{share} ÷ {cpw}⌋ = {others * (share // cpw)}")
-    formula = (f"{'; '.join(parts)}; {cpw} card{'s' if cpw != 1 else ''} per worker: "
-               f"{plural(workers, 'worker')}")
-    return workers, workers * cpw, formula
-
-
-def _proven_workers(node_cards: tuple[int | None, ...], share: int, cpw: int,
-                    rented: int) -> tuple[int, int, str]:
-    """Every node's healthy cards as its card proof found them (the volume's dispatch):
-    Σ ⌊node's cards ÷ cards per worker⌋; a node whose stages judged no card counts its
-    share of the rent, a node dropped none."""
-    cards = [share if c is None else max(0, c) for c in node_cards]
-    workers = sum(c // cpw for c in cards)
-    shown = " + ".join(f"{c}" + (" (not judged: its share)" if n is None else "")
-                       for c, n in zip(cards, node_cards))
-    per = " + ".join(f"⌊{c} ÷ {cpw}⌋" for c in cards) if cpw > 1 else "one per card"
-    formula = (f"{plural(len(cards), 'node')} proven at the volume's dispatch: {shown} = "
-               f"{sum(cards)} healthy cards of {rented} rented; {per}: "
-               f"{plural(workers, 'worker')}")
-    return workers, workers * cpw, formula
-
-
-def proven_cards(node_cards: tuple[int | None, ...], rented: int, nodes: int) -> int:
-    """The healthy cards the proven nodes offer in all (a node not judged: its share)."""
-    share = rented // max(1, nodes)
-    return sum(share if c is None else max(0, c) for c in node_cards)
-
-
-def _cpu_workers(inp: ForecastInputs, nodes: int) -> tuple[int, int, str]:
-    cores = inp.cores
-    known = f"{plural(cores, 'core')} on the pilot's node" if cores else \
-        "cores unknown (the pilot reported no cpu_count): 1 assumed"
-    cores = cores or 1
-    if nodes == 1:
-        workers = min(CPU_WORKERS_MAX, cores)
-        return workers, inp.rented_cards, (
-            f"CPU volume on a local Ray: one worker per core, at most {CPU_WORKERS_MAX}: "
-            f"min({CPU_WORKERS_MAX}, {known}) = {plural(workers, 'worker')}")
-    workers = cores * nodes
-    return workers, inp.rented_cards, (
-        f"CPU volume on a Ray cluster: one worker per core of every node: {known} × "
-        f"{plural(nodes, 'node')} (the others assumed alike) = {plural(workers, 'worker')}")
-
-
 def _lease(inp: ForecastInputs, low_s: float, high_s: float, figures: list[Figure],
            notes: list[str], numbers: dict[str, Any]) -> bool | None:
     start, began = inp.now, "approved now"
@@ -621,46 +428,11 @@ def _memory(inp: ForecastInputs, figures: list[Figure], notes: list[str]) -> Non
                      "not measured")
 
 
-def quantile(values: list[float], q: float) -> float:
-    """Linear interpolation between the closest ranks (numpy's default, 'inclusive')."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def duration(seconds: float) -> str:
-    """A length of time to the second: "42 s", "12 min 5 s", "5 h 12 min 3 s", "2 d 3 h 0 min"."""
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min {s % 60} s"
-    return f"{s // 86400} d {s % 86400 // 3600} h {s % 3600 // 60} min"
-
-
-def percent(share: float) -> str:
-    """A share as a percentage, with two significant digits when under 0.1 %."""
-    return f"{share:.1%}" if share >= 0.001 or share == 0 else f"{share * 100:.2g}%"
-
-
-def hours(value: float) -> str:
-    return f"{value:,.2f}" if value >= 0.01 or value == 0 else f"{value:.2g}"
-
-
-def secs(value: float) -> str:
-    return f"{value:.3g} s"
-
-
-def stamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
-
-
-def plural(count: int, word: str, many: str | None = None) -> str:
-    return f"{count:,} {word if count == 1 else many or word + 's'}"
-
-
 def _where(inp: ForecastInputs) -> str:
     return f" ({inp.volume_where})" if inp.volume_where else ""
+
+
+__all__ = [  # the forecast and what its callers read from it (some kept in forecast_stats)
+    "ForecastInputs", "Forecast", "Figure", "Setup", "ItemOutcome", "Sample", "forecast",
+    "card_cost", "proven_cards", "duration", "plural", "secs", "t95",
+]
