@@ -161,6 +161,7 @@ def _remote_types(service: PilotService, run_id: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster  # make test-cluster: over make test's 8-minute budget
 def test_a_4_node_gpu_volume_through_the_service_loses_a_node_a_hung_input_and_its_driver(
         four_sshd: list[Sshd], tmp_path: Path) -> None:
     layout = Layout()
