@@ -148,13 +148,23 @@ def session_pids(session_dir: str, pgid: Optional[int] = None) -> List[int]:
                 continue
             with open(f"/proc/{name}/cmdline", "rb") as fh:
                 cmd = fh.read()
-            if needle in cmd or (pgid is not None and b"ray" in cmd
+            if needle in cmd or (pgid is not None and _ray_program(cmd)
                                  and _pgid(int(name)) == pgid):
                 if _alive(int(name)):
                     found.append(int(name))
         except OSError:
             continue
     return found
+
+
+def _ray_program(cmdline: bytes) -> bool:
+    """A process of Ray's own: an agent renamed ``ray::...``, or a program of the ``ray``
+    package. Not any command line that holds "ray" somewhere: a process sharing the driver's
+    group whose arguments named Ray's folder on ``sys.path`` (a test's all-reduce rank) was
+    sent SIGTERM."""
+    if cmdline.startswith(b"ray::"):
+        return True
+    return any(b"/ray/" in arg for arg in cmdline.split(b"\0")[:2])
 
 
 def _pgid(pid: int) -> Optional[int]:
