@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import IO, Any, Dict, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
 from runner.errors import RunnerError
 
@@ -68,6 +69,18 @@ STAGE_EVENT_TYPES = (STAGE_STARTED, STAGE_PASSED, STAGE_FAILED, STAGE_SKIPPED)
 # do not move a failed run's "stage reached".
 AFTER_FAILURE_STAGES = ("evidence",)
 COMMON_FIELDS = ("seq", "type", "run", "ts")
+# Every list in an event's data (and in the objects it holds, ``facts`` included) holds at
+# most LIST_CAP entries; a longer one is cut there, its full form written to
+# ``event-lists/<seq>-<key>.json`` in the run directory, and the event names both:
+# ``<key>_total`` (the full length) and ``<key>_file`` (that file, relative to the run
+# directory) beside the cut list. ``list_total`` gives a reader the full length.
+LIST_CAP = 200
+LISTS_DIR = "event-lists"
+# A reader of events.jsonl by windows (the bot over SSH) reads READ_WINDOW bytes; a line
+# longer than that grows the window, up to READ_WINDOW_MAX; a line longer still is skipped
+# (``read_complete``), never waited on.
+READ_WINDOW = 4 << 20
+READ_WINDOW_MAX = 64 << 20
 
 
 def utc_now() -> str:
@@ -107,6 +120,58 @@ def _line(obj: Dict[str, Any]) -> str:
     except UnicodeEncodeError:  # a lone surrogate (a file name that is not UTF-8)
         line = json.dumps(obj, sort_keys=True) + "\n"  # escaped: valid JSON and UTF-8
     return line
+
+
+def list_total(data: Dict[str, Any], key: str) -> int:
+    """How many entries ``data[key]`` had before the writer capped it (``LIST_CAP``)."""
+    total = data.get(f"{key}_total")
+    if isinstance(total, int) and not isinstance(total, bool):
+        return total
+    value = data.get(key)
+    return len(value) if isinstance(value, list) else 0
+
+
+def cap_lists(data: Dict[str, Any], seq: int, run_dir: str, *, cap: int = LIST_CAP,
+              _prefix: str = "") -> Dict[str, Any]:
+    """``data`` with each list longer than ``cap`` (in it, or in an object it holds) cut to
+    its first ``cap`` entries, the full list written to ``LISTS_DIR/<seq>-<key>.json``
+    under ``run_dir`` and named beside it (``<key>_total``, ``<key>_file``). ``data`` itself
+    is not changed; it is returned as is when nothing was over. A file that cannot be
+    written leaves ``<key>_file`` null and says why in ``<key>_file_error``: the run goes on."""
+    out: Optional[Dict[str, Any]] = None
+    for key, value in data.items():
+        name = f"{_prefix}{key}"
+        if isinstance(value, list) and len(value) > cap:
+            rel = f"{LISTS_DIR}/{seq}-{re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:120]}.json"
+            new: Dict[str, Any] = {key: value[:cap], f"{key}_total": len(value),
+                                   f"{key}_file": rel}
+            try:
+                _write_list(os.path.join(run_dir, rel), value)
+            except (OSError, TypeError, ValueError) as exc:
+                new[f"{key}_file"] = None
+                new[f"{key}_file_error"] = f"{type(exc).__name__}: {exc}"
+        elif isinstance(value, dict) and value:
+            sub = cap_lists(value, seq, run_dir, cap=cap, _prefix=f"{name}.")
+            if sub is value:
+                continue
+            new = {key: sub}
+        else:
+            continue
+        if out is None:
+            out = dict(data)
+        out.update(new)
+    return data if out is None else out
+
+
+def _write_list(path: str, value: List[Any]) -> None:
+    """The full list, durable before the event that names it (write, fsync, rename)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(_line({"list": value}).rstrip("\n") + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def item_record(seq: int, ts: str, data: Dict[str, Any]) -> List[Any]:
@@ -234,8 +299,55 @@ def parse_chunk(chunk: bytes, offset: int, *,
     return (expand_items(events) if expand else events), offset + end + 1
 
 
+def read_complete(read: Callable[[int, int], bytes], offset: int, *,
+                  window: int = READ_WINDOW, most: int = READ_WINDOW_MAX,
+                  keep: Optional[Callable[[int, bytes], None]] = None,
+                  ) -> Tuple[bytes, int, List[Tuple[int, int]]]:
+    """Complete lines of an events file from ``offset``, read through ``read(at, size)``
+    (at most ``size`` bytes from byte ``at``; fewer only at the end of the file).
+
+    Reads ``window`` bytes; when they hold no whole line, the window doubles, up to
+    ``most``: a long line is read, not waited on. A line longer than ``most`` is skipped:
+    read on in pieces of ``most`` bytes (each handed to ``keep(at, piece)``, so a mirror of
+    the file stays whole) to its newline. Returns ``(chunk, start, skipped)``: the bytes
+    read from byte ``start`` (``offset`` unless lines were skipped; give both to
+    ``parse_chunk``) and ``(offset, length)`` of each line skipped. A line not yet ended (a
+    writer mid-append) is left for the next call.
+    """
+    skipped: List[Tuple[int, int]] = []
+    size = window
+    while True:
+        chunk = read(offset, size)
+        if b"\n" in chunk or len(chunk) < size:
+            return chunk, offset, skipped
+        if size < most:
+            size = min(size * 2, most)
+            continue
+        if keep is not None:  # a line of any length: no more than ``most`` held at once
+            keep(offset, chunk)
+        pos = offset + len(chunk)
+        while True:
+            piece = read(pos, most)
+            cut = piece.find(b"\n")
+            if cut >= 0:
+                if keep is not None:
+                    keep(pos, piece[: cut + 1])
+                end = pos + cut + 1
+                break
+            if len(piece) < most:
+                return b"", offset, skipped  # the long line is not complete yet
+            if keep is not None:
+                keep(pos, piece)
+            pos += len(piece)
+        skipped.append((offset, end - offset))
+        offset, size = end, window
+
+
 class EventWriter:
     """Numbers events, appends each to events.jsonl (flushed) and then echoes it.
+
+    Every list in an event is capped at ``LIST_CAP`` entries (``cap_lists``: the full list
+    goes to a file of the run directory, which the event names).
 
     ``item.done`` events are held and written as one ``item.batch`` line just before the
     next other event (the batch's ``progress``), or once ``max_items`` are held, or at
@@ -257,6 +369,7 @@ class EventWriter:
                  sync_interval_s: float = 1.0, max_items: int = 256) -> None:
         self.path = path
         self.run = run
+        self._run_dir = os.path.dirname(os.path.abspath(path))
         self.seq = start_seq
         self._echo = echo
         self._fh = open(path, "a", encoding="utf-8")
@@ -300,6 +413,9 @@ class EventWriter:
             if len(self._items) >= self._max_items:
                 self._write_items()
             return event
+        capped = cap_lists(data, event.seq, self._run_dir)
+        if capped is not data:
+            event = Event(seq=event.seq, type=etype, run=self.run, ts=event.ts, data=capped)
         self._write_items()
         self._write(event.to_line(), sync=etype in self.SYNC_TYPES)
         return event

@@ -71,7 +71,7 @@ from bot.dispatch.volume_cluster import (
     volume_nodes,
 )
 from bot.errors import DispatchError, NodeUnreachable
-from runner.events import Event, EventFormatError, parse_chunk
+from runner.events import READ_WINDOW_MAX, Event, EventFormatError, parse_chunk, read_complete
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -155,13 +155,20 @@ class SSHDispatcher(SSHSessions):
         node, layout = locate(handle)
         self._may_try(node)
         path = layout["run_dir"] + "/events.jsonl"
-        chunk = self._call(self._read(node, path, offset), 60)
+        local = handle.run_dir / "events.jsonl"
+        chunk, start, skipped = read_complete(
+            lambda at, size: self._call(self._read(node, path, at, size), 60), offset,
+            keep=lambda at, data: mirror(local, at, data))
+        for at, length in skipped:  # the line stays in the file (and its local copy)
+            log.warning("run %s: %s on %s: the line at byte %d is %d bytes, over the "
+                        "reader's %d MiB: skipped, the events after it are read",
+                        handle.run_id, path, node.host, at, length, READ_WINDOW_MAX >> 20)
         try:
-            events, new_offset = parse_chunk(chunk, offset, expand=False)
+            events, new_offset = parse_chunk(chunk, start, expand=False)
         except EventFormatError as exc:
             raise events_error(handle, f"{path} on {node.host}", exc) from exc
-        if new_offset > offset:
-            mirror(handle.run_dir / "events.jsonl", offset, chunk[: new_offset - offset])
+        if new_offset > start:
+            mirror(local, start, chunk[: new_offset - start])
         return events, new_offset
 
     def is_alive(self, handle: RunHandle) -> bool:

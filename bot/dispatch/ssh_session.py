@@ -246,13 +246,14 @@ class SSHSessions:
                                 f"(exit {code}): {err.strip()[-600:]}")
         return out
 
-    async def _read(self, node: SSHNode, path: str, offset: int) -> bytes:
+    async def _read(self, node: SSHNode, path: str, offset: int,
+                    size: int = READ_LIMIT) -> bytes:
         async def work(conn: Any) -> bytes:
             sftp = await self.sftp_of(conn)
             try:
                 async with sftp.open(path, "rb") as fh:
                     await fh.seek(offset)
-                    return bytes(await fh.read(READ_LIMIT))
+                    return bytes(await fh.read(size))
             except asyncssh.SFTPNoSuchFile:
                 return b""
 

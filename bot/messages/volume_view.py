@@ -22,6 +22,7 @@ from runner.events import (
     VOLUME_WORKER_STARTED,
     VOLUME_WORKERS,
     Event,
+    list_total,
 )
 
 NOTE_TYPES = (VOLUME_WORKERS, VOLUME_WORKER_LOST, VOLUME_NODE_LOST, VOLUME_REQUEUED,
@@ -75,8 +76,10 @@ def note(event: Event) -> Text | None:
     d = event.data
     if event.type == VOLUME_WORKERS:
         workers = d.get("workers") or []
-        nodes = len({w.get("node") for w in workers})
-        return Text(f"{len(workers)} worker(s) started on {nodes} node(s)", "muted")
+        nodes = len({w.get("node") for w in workers if isinstance(w, dict)})
+        more = "+" if list_total(d, "workers") > len(workers) else ""  # capped: LIST_CAP
+        return Text(f"{list_total(d, 'workers')} worker(s) started on {nodes}{more} node(s)",
+                    "muted")
     if event.type == VOLUME_WORKER_LOST:
         return Text(f"worker {d.get('worker')} lost ({d.get('reason')}); its batch is "
                     "handed to another worker", "warn")
@@ -84,7 +87,7 @@ def note(event: Event) -> Text | None:
         host = f" ({d.get('host')})" if d.get("host") else ""
         why = f": {d.get('reason')}" if d.get("reason") else ""
         return Text(f"node {str(d.get('node'))[:12]}{host} lost with "
-                    f"{len(d.get('workers') or [])} worker(s) and card(s) "
+                    f"{list_total(d, 'workers')} worker(s) and card(s) "
                     f"{', '.join(d.get('cards') or []) or '-'}{why}; its batches go to the "
                     "other nodes", "error")
     if event.type == VOLUME_SPLIT:

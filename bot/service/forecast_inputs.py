@@ -20,7 +20,7 @@ from bot.pilot.cards import healthy_cards as run_healthy_cards
 from bot.pilot.clock import read_time
 from bot.pilot.forecast import ForecastInputs, ItemOutcome, Sample, Setup, forecast, plural
 from bot.pilot.record import Run, RunRecord
-from runner.events import Event
+from runner.events import Event, list_total
 from runner.inputs import InputsError, list_dir
 
 # Where the volume's processing time is read, in this order (the stage that ran the items).
@@ -276,7 +276,7 @@ def check_volume(volume_run: RunRecord, stages: list[dict[str, Any]],
                f"(range {low:.3g} – {high:.3g} s); "
                + (f"({actual:.3g} − {mid:.3g}) ÷ {mid:.3g} = {error:+.1f}%"
                   if error is not None else "no error: the forecast is 0 s"))
-    started = [len(e.data.get("workers") or []) for e in events or []
+    started = [list_total(e.data, "workers") for e in events or []
                if e.type == "volume.workers"]
     ray = ray_start_seconds(events or [])
     if ray:

@@ -36,9 +36,11 @@ class _NodeEvents(SSHDispatcher):
     def __init__(self, chunk: bytes) -> None:
         super().__init__()
         self.chunk = chunk
+        self.reads: list[tuple[int, int]] = []
 
-    async def _read(self, node: SSHNode, path: str, offset: int) -> bytes:
-        return self.chunk[offset:]
+    async def _read(self, node: SSHNode, path: str, offset: int, size: int = 4 << 20) -> bytes:
+        self.reads.append((offset, size))
+        return self.chunk[offset:offset + size]
 
 
 def test_a_node_line_that_is_no_event_is_a_dispatch_error_naming_run_file_and_node(
@@ -56,5 +58,34 @@ def test_a_node_line_that_is_no_event_is_a_dispatch_error_naming_run_file_and_no
         assert isinstance(caught.value.__cause__, EventFormatError)
         assert "preflight stop r7" in str(caught.value)
         assert not (tmp_path / "events.jsonl").exists()  # nothing of the chunk mirrored
+    finally:
+        dispatcher.close()
+
+
+def _line(seq: int, **data: object) -> bytes:
+    return (json.dumps({"seq": seq, "type": "note", "run": "r7", "ts": "t", **data})
+            + "\n").encode()
+
+
+def test_a_node_line_over_the_4_mib_window_is_read_with_the_events_after_it(
+        tmp_path: Path) -> None:
+    """A 5 MiB line (an event with a long list) grows the reader's window: it is read, the
+    events after it too, and the local copy is the node's file; before, the follower got
+    nothing from that offset on and the run was recorded as died."""
+    node = {"kind": "ssh", "host": "gpu-a", "workdir": "/w"}
+    (tmp_path / "remote.json").write_text(json.dumps({"node": node, "run_dir": "/w/runs/r7"}))
+    handle = RunHandle(run_id="r7", run_dir=tmp_path, spec_path=tmp_path / "spec.json",
+                       project_dir=tmp_path)
+    data = _line(1) + _line(2, big="x" * (5 << 20)) + _line(3) + _line(4)
+    dispatcher = _NodeEvents(data)
+    try:
+        events, offset = dispatcher.read_events(handle, 0)
+        assert [e.seq for e in events] == [1]  # the first window holds only seq 1 whole
+        events, offset = dispatcher.read_events(handle, offset)
+        assert [e.seq for e in events] == [2, 3, 4]
+        assert len(events[0].data["big"]) == 5 << 20
+        assert offset == len(data)
+        assert (tmp_path / "events.jsonl").read_bytes() == data
+        assert max(size for _, size in dispatcher.reads) == 8 << 20
     finally:
         dispatcher.close()
