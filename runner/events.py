@@ -166,7 +166,7 @@ def cap_lists(data: Dict[str, Any], seq: int, run_dir: str, *, cap: int = LIST_C
 def _write_list(path: str, value: List[Any]) -> None:
     """The full list, durable before the event that names it (write, fsync, rename)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")  # not copied
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(_line({"list": value}).rstrip("\n") + "\n")
         fh.flush()

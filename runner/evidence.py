@@ -27,7 +27,7 @@ SUMS = "SHA256SUMS"
 # What a reader needs to understand the result without the original run.
 REQUIRED = ("manifest.yaml", "spec.json", "environment.json", "events.jsonl",
             "balance.json", "balance.csv")
-TREES = ("outputs",)
+TREES = ("outputs", "event-lists")  # event-lists: the full lists events name (events.py)
 # copied (and checksummed) when the run wrote them
 OPTIONAL = ("provenance.json", "handler_errors.jsonl")
 # The columns balance.csv must have, and the spec fields that carry the run's parameters.

@@ -36,7 +36,7 @@ def test_an_event_with_a_10000_item_list_is_written_capped_with_the_full_list_in
     assert written.data["problems_file"] == "event-lists/2-problems.json"
     full = json.loads((tmp_path / written.data["problems_file"]).read_text(encoding="utf-8"))
     assert full == {"list": problems}
-    assert not list((tmp_path / "event-lists").glob("*.tmp"))
+    assert [p.name for p in (tmp_path / "event-lists").iterdir()] == ["2-problems.json"]
 
 
 def test_a_list_inside_an_object_is_capped_and_a_short_list_is_left_alone(

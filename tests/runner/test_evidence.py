@@ -205,3 +205,13 @@ def test_verification_hashes_a_large_file_in_chunks(tmp_path: Path) -> None:
     found = json.loads(done.stdout)
     assert found["ok"] and found["bytes"] > 160 << 20
     assert found["growth_mib"] < 40, found
+
+
+def test_the_full_lists_events_name_are_copied_with_the_evidence(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    (run / "event-lists").mkdir()
+    (run / "event-lists" / "7-workers.json").write_text('{"list": [1, 2]}\n')
+    (run / "event-lists" / ".8-problems.json.tmp").write_text("partial")
+    report = copy_evidence(str(run), str(tmp_path / "dest"))
+    assert report.verified, report.problems
+    assert [p.name for p in (tmp_path / "dest" / "event-lists").iterdir()] == ["7-workers.json"]
