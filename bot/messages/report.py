@@ -26,6 +26,11 @@ from bot.pilot.record import Run
 
 log = logging.getLogger(__name__)
 
+# The most rows one per-item table of the page shows (checksums, the balance's problems and
+# categories); the rest is counted and pointed to (SHA256SUMS, balance.csv), so a run of a
+# million outputs still makes a page that opens and attaches (issue 35: <= 5 MB at 1M).
+REPORT_ROWS = 200
+
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#212121;
 max-width:60rem;margin:1.5rem auto;padding:0 1rem}
@@ -60,8 +65,10 @@ class ReportData:
     generated_at: str
     item_times: list[float] = field(default_factory=list)         # s since the run started
     item_points: list[tuple[float, float]] = field(default_factory=list)  # (bytes, s)
-    checksums: list[tuple[str, str]] = field(default_factory=list)  # (sha256, path)
+    checksums: list[tuple[str, str]] = field(default_factory=list)  # (sha256, path): the first
     checksums_from: str = ""
+    checksums_total: int | None = None  # how many there are in all (None: those shown)
+    checksums_rest: str = ""  # where the ones not shown are listed
     parent_forecast: dict[str, Any] | None = None
     # A volume run: the pilot and the approval that launched it, and its engine (workers,
     # items, work seconds, attempts and stops). A pilot: the volume run it launched.
@@ -299,19 +306,23 @@ def _balance(run: Run) -> str:
         body += f'<p class="note">Balance {escape(NODE_LISTED)}.</p>'
     by_cat = bal.get("by_category") or {}
     if by_cat:
-        body += _table(("category", "items"), sorted(by_cat.items(), key=lambda kv: str(kv[0])),
-                       num=(1,))
+        body += _table(("category", "items"),
+                       sorted(by_cat.items(), key=lambda kv: str(kv[0]))[:REPORT_ROWS], num=(1,))
+        body += _more(len(by_cat), f"balance.csv in the run directory {run.run_dir}")
     problems = [p for p in bal.get("problems") or [] if isinstance(p, dict)]
     if problems:
         body += f'<p class="bad">{len(problems)} problem(s)</p>' + _table(
             ("problem", "id", "detail"),
-            [(p.get("kind"), p.get("id"), p.get("detail")) for p in problems])
+            [(p.get("kind"), p.get("id"), p.get("detail")) for p in problems[:REPORT_ROWS]])
+        body += _more(len(problems), f"balance.json in the run directory {run.run_dir}")
     sample = [s for s in bal.get("sample") or [] if isinstance(s, dict) and s.get("id")]
     if sample:
         body += "<p><b>Sample review</b>: each result beside the beginning of its input</p>"
         body += _table(("id", "result", "input begins"),
                        [(s.get("id"), s.get("category") or s.get("reason"),
-                         s.get("input_head") or s.get("excerpt") or "") for s in sample])
+                         s.get("input_head") or s.get("excerpt") or "")
+                        for s in sample[:REPORT_ROWS]])
+        body += _more(len(sample), f"the balance event in events.jsonl of {run.run_dir}")
     return _section("balance", "Balance", body)
 
 
@@ -427,6 +438,16 @@ def _checksums(data: ReportData) -> str:
     if not data.checksums:
         return _section("checksums", "Checksums",
                         f'<p class="muted">{escape(data.checksums_from or "No checksums.")}</p>')
+    shown = data.checksums[:REPORT_ROWS]
+    total = max(data.checksums_total or 0, len(data.checksums))
     return _section("checksums", "Checksums (SHA-256)",
                     f'<p class="muted">{escape(data.checksums_from)}</p>'
-                    + _table(("sha256", "file"), [(h, p) for h, p in data.checksums]))
+                    + _table(("sha256", "file"), [(h, p) for h, p in shown])
+                    + _more(total, data.checksums_rest or data.checksums_from, len(shown)))
+
+
+def _more(total: int, where: str, shown: int = REPORT_ROWS) -> str:
+    """The line under a table cut at ``shown`` rows: how many more, and where they are."""
+    if total <= shown:
+        return ""
+    return (f'<p class="note">… and {total - shown} more: see {escape(where)}</p>')

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.errors import PreflightError
-from bot.messages.report import ReportData, render_report, stage_bars
+from bot.messages.report import REPORT_ROWS, ReportData, render_report, stage_bars
 from bot.pilot.clock import read_time
 from bot.store import Run, RunRecord, Store
 from runner.evidence import SUMS, file_sha256, is_url, join_dest
@@ -28,7 +28,7 @@ from runner.files import write_bytes_atomic
 
 REPORT = "report.html"
 PICTURE = "report-summary.png"
-MAX_CHECKSUMS = 2000
+MAX_CHECKSUMS = REPORT_ROWS  # the run directory's files hashed for a report without a copy
 ENGINE_NOTES = 200  # the volume engine's notes a report shows (the last ones)
 
 log = logging.getLogger(__name__)
@@ -62,13 +62,13 @@ def gather(store: Store, run_id: str) -> ReportData:
         if item.status == "accepted" and isinstance(seconds, (int, float)) \
                 and isinstance(size, int):
             points.append((float(size), float(seconds)))
-    sums, source = _checksums(run)
+    sums, source, total, rest = _checksums(run)
     parent = store.run(run.parent_run) if run.parent_run else None
     volume = run.kind == "volume"
     return ReportData(run=run, stages=stages, decisions=store.decisions(run_id),
                       generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       item_times=times, item_points=points, checksums=sums,
-                      checksums_from=source,
+                      checksums_from=source, checksums_total=total, checksums_rest=rest,
                       parent_forecast=parent.forecast if parent else None,
                       launched_by=_launched_by(store, parent) if parent else None,
                       volume_run=None if volume else store.volume_of(run_id),
@@ -117,28 +117,53 @@ def engine_notes(store: Store, run_id: str) -> dict[str, Any]:
     return {"total": len(texts), "shown": texts[-ENGINE_NOTES:]}
 
 
-def _checksums(run: Run) -> tuple[list[tuple[str, str]], str]:
+def _checksums(run: Run) -> tuple[list[tuple[str, str]], str, int, str]:
+    """The first ``REPORT_ROWS`` checksums the report shows, where they come from, how
+    many there are in all and where the rest are listed."""
     dest = _local_evidence(run)
     if dest is not None:
+        sums = Path(dest) / SUMS
         try:
-            lines = _read_text_nofollow(Path(dest) / SUMS).splitlines()
+            pairs, total = first_sums(sums)
         except (OSError, UnicodeDecodeError) as exc:
-            return [], f"the evidence copy's {SUMS} cannot be read: {exc}"
-        pairs = [(ln[:64], ln[66:]) for ln in lines if len(ln) > 66 and ln[66:] != REPORT]
-        return pairs, f"{SUMS} of the evidence copy at {dest} (the report adds its own line)"
+            return [], f"the evidence copy's {SUMS} cannot be read: {exc}", 0, ""
+        return (pairs, f"{SUMS} of the evidence copy at {dest} (the report adds its own line)",
+                total, f"{SUMS} in the evidence copy {sums}")
     run_dir = run.run_dir
-    pairs = []
+    pairs, total = [], 0
     for path in sorted(p for p in run_dir.rglob("*") if _regular(p)):
         rel = path.relative_to(run_dir).as_posix()
-        skip = rel in (REPORT, PICTURE) or rel.startswith(("ledger.sqlite", "runner.", "."))
-        if skip or len(pairs) >= MAX_CHECKSUMS:
+        if rel in (REPORT, PICTURE) or rel.startswith(("ledger.sqlite", "runner.", ".")):
+            continue
+        total += 1
+        if len(pairs) >= MAX_CHECKSUMS:
             continue
         try:
             pairs.append((file_sha256(str(path)), rel))
         except OSError:
-            continue
+            total -= 1
     return pairs, (f"computed over the run directory {run_dir} (no local evidence copy; "
-                   "the ledger, which changes on resume, is left out)")
+                   "the ledger, which changes on resume, is left out)"), total, \
+        f"the run directory {run_dir} (no evidence copy: the other files were not hashed)"
+
+
+def first_sums(sums: Path) -> tuple[list[tuple[str, str]], int]:
+    """The first ``REPORT_ROWS`` lines of a SHA256SUMS (the report's own left out) and how
+    many lines it has: read line by line, never whole (a million outputs: ~100 MB)."""
+    fd = os.open(sums, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    pairs: list[tuple[str, str]] = []
+    total = 0
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise OSError(f"{sums}: not a regular file")
+        for raw in fh:
+            line = raw.decode("utf-8").rstrip("\n")
+            if len(line) <= 66 or line[66:] == REPORT:
+                continue
+            total += 1
+            if len(pairs) < REPORT_ROWS:
+                pairs.append((line[:64], line[66:]))
+    return pairs, total
 
 
 def _local_evidence(run: Run) -> str | None:

@@ -15,6 +15,7 @@ slack_sdk's retry handler; a send that still fails is kept and retried.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import stat
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 TRANSPORT = "slack"
 RETRY_DELAY = 2.0
 MAX_UPLOAD_BYTES = 64 << 20  # the most the bot uploads as one file (balance.csv, report)
+MAX_READ_BYTES = 256 << 20  # the most of a file the bot reads to compress it under that
+GZIP_OVER = 1 << 20  # a text table (.csv, .jsonl) over this goes as NAME.gz (balance.csv.gz)
+GZIP_SUFFIXES = (".csv", ".jsonl", ".tsv")
 EVENT_TYPE = "preflight_message"  # the metadata event type of every message the bot posts
 Fault = Callable[[str, Message], None]  # a test's hook: called at named points of a send
 
@@ -267,21 +271,42 @@ class SlackNotifier:
         key = f"file:{attachment.title}"
         if self.store.message_ref(run.id, key, TRANSPORT) is not None:
             return
+        channel, thread_ts = self._thread_of(run)
         try:
-            data = attachable(run, attachment)
+            data, name = attachable(run, attachment)
+        except NotAttached as exc:
+            self._say_not_attached(run, attachment, exc, channel, thread_ts)
+            return
         except PreflightError as exc:
             log.warning("not uploading %s of run %s: %s", attachment.title, run.id, exc)
             return
-        channel, thread_ts = self._thread_of(run)
         try:
             resp = self.client.files_upload_v2(channel=channel, thread_ts=thread_ts,
-                                               file=data, filename=attachment.title,
-                                               title=attachment.title)
+                                               file=data, filename=name, title=name)
         except (SlackApiError, SlackClientError, OSError) as exc:
             log.warning("uploading %s of run %s failed: %s", attachment.title, run.id, _why(exc))
             return
         file_id = str((resp.get("file") or {}).get("id", "uploaded"))
         self.store.set_message_ref(run.id, key, TRANSPORT, file_id, channel)
+
+    def _say_not_attached(self, run: RunRecord, attachment: Attachment, exc: NotAttached,
+                          channel: str, thread_ts: str | None) -> None:
+        """One message in the thread: which file, its size, the limit, where it lies on
+        the bot host (recorded under the file's key, so it is said once)."""
+        log.warning("not uploading %s of run %s: %s", attachment.title, run.id, exc)
+        text = (f":warning: {attachment.title} is not attached: {exc.why}. It lies on the "
+                f"bot host at {attachment.path}.")
+        try:
+            resp = self.client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, text=redact_secrets(text),
+                metadata={"event_type": EVENT_TYPE,
+                          "event_payload": {"run": run.id, "key": f"file:{attachment.title}"}})
+        except (SlackApiError, SlackClientError) as err:
+            log.warning("saying %s of run %s is not attached failed: %s", attachment.title,
+                        run.id, _why(err))
+            return
+        self.store.set_message_ref(run.id, f"file:{attachment.title}", TRANSPORT,
+                                   f"not-attached:{resp['ts']}", channel)
 
     def _thread_of(self, run: RunRecord) -> tuple[str, str | None]:
         if run.thread_ts:
@@ -290,13 +315,24 @@ class SlackNotifier:
         return str(run.channel), (str(root["ref"]) if root else None)
 
 
-def attachable(run: RunRecord, attachment: Attachment) -> bytes:
-    """The bytes the bot may upload for ``attachment``: a regular file inside the run's
-    directory (its folder resolved and compared, the file itself opened with
-    ``O_NOFOLLOW``: a link is refused, never followed), at most ``MAX_UPLOAD_BYTES``, with
-    every credential-looking value redacted (``redact_secrets``; a binary file that holds
-    one is refused whole). A run's files are written by the team's code: a file name the
-    bot chose says nothing of what is in it (docs/security.md)."""
+class NotAttached(PreflightError):
+    """A file the bot will not upload because of its size (``why`` says size and limit)."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.why = why
+
+
+def attachable(run: RunRecord, attachment: Attachment) -> tuple[bytes, str]:
+    """The bytes the bot may upload for ``attachment`` and the file name to give them: a
+    regular file inside the run's directory (its folder resolved and compared, the file
+    itself opened with ``O_NOFOLLOW``: a link is refused, never followed), with every
+    credential-looking value redacted (``redact_secrets``; a binary file that holds one is
+    refused whole). A text table over ``GZIP_OVER`` goes gzip-compressed as ``NAME.gz``
+    (a million-row balance.csv: ~53 MiB, a few MiB compressed). What is sent is at most
+    ``MAX_UPLOAD_BYTES``; a larger one raises ``NotAttached`` (the thread is told). A run's
+    files are written by the team's code: a file name the bot chose says nothing of what
+    is in it (docs/security.md)."""
     run_dir = Path(run.run_dir).resolve()
     given = Path(attachment.path)
     path = given.parent.resolve() / given.name
@@ -307,14 +343,16 @@ def attachable(run: RunRecord, attachment: Attachment) -> bytes:
     except OSError as exc:
         raise PreflightError(f"{path}: cannot be attached ({exc.strerror}; a symbolic link "
                              "is never followed)") from exc
+    gzipped = attachment.title.endswith(GZIP_SUFFIXES)
+    limit = MAX_READ_BYTES if gzipped else MAX_UPLOAD_BYTES
     with os.fdopen(fd, "rb") as fh:
         info = os.fstat(fh.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise PreflightError(f"{path}: not a regular file, not attached")
-        if info.st_size > MAX_UPLOAD_BYTES:
-            raise PreflightError(f"{path}: {info.st_size} bytes, over the "
-                                 f"{MAX_UPLOAD_BYTES} bytes the bot uploads")
-        data = fh.read(MAX_UPLOAD_BYTES + 1)[:MAX_UPLOAD_BYTES]
+        if info.st_size > limit:
+            raise NotAttached(path, f"{_size(info.st_size)}, over the {_size(limit)} the bot "
+                                    f"{'reads to compress' if gzipped else 'uploads'}")
+        data = fh.read(limit + 1)[:limit]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -322,8 +360,25 @@ def attachable(run: RunRecord, attachment: Attachment) -> bytes:
         if what is not None:
             raise PreflightError(f"{path}: a binary file that holds what looks like {what}: "
                                  "not attached") from None
-        return data
-    return redact_secrets(text).encode("utf-8")
+        return _within_limit(path, data, attachment.title)
+    data = redact_secrets(text).encode("utf-8")
+    if gzipped and len(data) > GZIP_OVER:
+        return _within_limit(path, gzip.compress(data, compresslevel=6, mtime=0),
+                             attachment.title + ".gz", len(data))
+    return _within_limit(path, data, attachment.title)
+
+
+def _within_limit(path: Path, data: bytes, name: str, raw: int | None = None
+                  ) -> tuple[bytes, str]:
+    if len(data) > MAX_UPLOAD_BYTES:
+        was = f" ({_size(raw)} before compression)" if raw is not None else ""
+        raise NotAttached(path, f"{_size(len(data))}{was} as {name}, over the "
+                                f"{_size(MAX_UPLOAD_BYTES)} the bot uploads")
+    return data, name
+
+
+def _size(count: int) -> str:
+    return f"{count / (1 << 20):.1f} MiB" if count >= 1 << 20 else f"{count} bytes"
 
 
 def _why(exc: Exception) -> str:

@@ -138,3 +138,45 @@ def test_a_run_whose_runner_died_still_gets_its_report(tmp_path: Path) -> None:
     assert "FAILED" in page.sections["verdict"] and "RunnerExited" in page.sections["verdict"]
     assert "No volume section" in page.sections["forecast"]
     assert_offline(text, page)
+
+
+def test_a_report_of_100_000_outputs_stays_small_and_says_what_it_left_out(
+        tmp_path: Path) -> None:
+    """Every per-item table is cut at REPORT_ROWS with how many more and where they are:
+    100,000 checksums, problems and categories (and as many item times) make < 1 MB."""
+    from bot.messages.report import REPORT_ROWS
+    from bot.service.report_files import first_sums
+
+    n = 100_000
+    sums = tmp_path / "SHA256SUMS"
+    with sums.open("w", encoding="utf-8") as fh:
+        for i in range(n):
+            fh.write(f"{hashlib.sha256(str(i).encode()).hexdigest()}  outputs/doc-{i:06d}.json\n")
+        fh.write(f"{'0' * 64}  report.html\n")  # the report's own line: not counted
+    shown, total = first_sums(sums)
+    assert total == n and len(shown) == REPORT_ROWS and shown[0][1] == "outputs/doc-000000.json"
+    balance = {"ok": False, "accepted": n, "refused": 0, "total": n,
+               "by_category": {f"cat-{i:06d}": 1 for i in range(n)},
+               "problems": [{"kind": "missing", "id": f"doc-{i:06d}",
+                             "detail": "never returned (silent disappearance)"}
+                            for i in range(n)]}
+    run = run_of(id="r1", name="million", attempt=1, status="done", kind="volume",
+                 run_dir="/runs/r1", balance=balance)
+    text = render_report(ReportData(
+        run=run, stages=[{"stage": "work", "state": "passed",
+                          "started_at": "2026-12-03T10:00:00+00:00",
+                          "ended_at": "2026-12-03T11:00:00+00:00"}], decisions=[],
+        generated_at="now", item_times=[i * 0.036 for i in range(n)],
+        checksums=shown, checksums_from=f"SHA256SUMS of the evidence copy at {tmp_path}",
+        checksums_total=total, checksums_rest=f"SHA256SUMS in the evidence copy {sums}"))
+    assert len(text.encode("utf-8")) < 1_000_000
+    page = parse(text)
+    more = n - REPORT_ROWS
+    assert f"… and {more} more: see SHA256SUMS in the evidence copy {sums}" \
+        in page.sections["checksums"]
+    assert "doc-000199.json" in text and "doc-000200.json" not in text
+    assert f"… and {more} more: see balance.json in the run directory /runs/r1" \
+        in page.sections["balance"]
+    assert f"… and {more} more: see balance.csv in the run directory /runs/r1" \
+        in page.sections["balance"]
+    assert_offline(text, page)

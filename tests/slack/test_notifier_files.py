@@ -78,3 +78,42 @@ def test_an_uploaded_file_has_its_secrets_redacted_and_a_plain_one_goes_as_it_is
     assert "doc-01,accepted [redacted: a Slack token]" in text
     assert "[redacted: an AWS access key id]" in text
     assert files["plain.csv"] == b"id,status\ndoc-01,accepted\n"
+
+
+def test_a_big_balance_goes_gzipped_and_a_file_too_big_is_named_in_the_thread(
+        tmp_path: Path, emulator: SlackEmulator) -> None:
+    """balance.csv over GZIP_OVER is uploaded as balance.csv.gz (the same rows, redacted);
+    a file over the upload limit is not attached and one thread message says which, its
+    size, the limit and where it lies on the bot host; said once, not on every update."""
+    import gzip
+
+    from bot.slack.notifier import GZIP_OVER, MAX_UPLOAD_BYTES
+
+    notifier, run_dir, _ = setup(tmp_path, emulator)
+    token = "xoxb-1234567890-abcdefghijkl"
+    rows = [f"doc-{i:06d},accepted,invoice\n" for i in range(GZIP_OVER // 20)]
+    text = "id,status,category\n" + "".join(rows) + f"doc-x,refused {token}\n"
+    (run_dir / "balance.csv").write_text(text, encoding="utf-8")
+    (run_dir / "small.csv").write_text("id,status\ndoc-01,accepted\n", encoding="utf-8")
+    with (run_dir / "report.html").open("wb") as fh:  # sparse: nothing is written
+        fh.truncate(MAX_UPLOAD_BYTES + (5 << 20))
+    files = (Attachment(str(run_dir / "balance.csv"), "balance.csv"),
+             Attachment(str(run_dir / "small.csv"), "small.csv"),
+             Attachment(str(run_dir / "report.html"), "report.html"))
+    publish(notifier, *files)
+    notifier.publish(Message("r1", "balance", (Text("balance, again"), *files),
+                             summary="balance"))
+    assert notifier.flush(30)
+    notifier.close()
+    got = uploaded(emulator)
+    assert set(got) == {"balance.csv.gz", "small.csv"}
+    unpacked = gzip.decompress(got["balance.csv.gz"]).decode("utf-8")
+    assert len(got["balance.csv.gz"]) < len(text) // 5
+    assert unpacked.startswith("id,status,category\ndoc-000000,accepted,invoice\n")
+    assert unpacked.count("\n") == text.count("\n") and token not in unpacked
+    assert got["small.csv"] == b"id,status\ndoc-01,accepted\n"  # small: as it is
+    notes = [m.text for m in emulator.messages.values() if "not attached" in m.text]
+    assert notes == [f":warning: report.html is not attached: 69.0 MiB, over the 64.0 MiB "
+                     f"the bot uploads. It lies on the bot host at {run_dir / 'report.html'}."]
+    assert all(m.thread_ts == notifier.store.run_record("r1").thread_ts
+               for m in emulator.messages.values() if "not attached" in m.text)
