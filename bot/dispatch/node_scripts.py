@@ -22,8 +22,11 @@ UNTAR_FUNCTION = Path(__file__).with_name("node_untar.py").read_text(encoding="u
 # Runs on the node: takes the workdir's lock, then answers the bot's lines on stdin (hash,
 # put, tar, sync) and launches the runner detached (bot/dispatch/node_launcher.py, a module
 # of its own that ruff, mypy and the tests read as it is; its docstring says the protocol).
-LAUNCH_SCRIPT = UNTAR_FUNCTION + Path(__file__).with_name("node_launcher.py").read_text(
-    encoding="utf-8")
+# The node's memory of file digests (bot/dispatch/node_hashcache.py), in front of the
+# launcher and of the corpus listing (bot/dispatch/corpus.py).
+HASH_CACHE_TEXT = Path(__file__).with_name("node_hashcache.py").read_text(encoding="utf-8")
+LAUNCH_SCRIPT = UNTAR_FUNCTION + HASH_CACHE_TEXT + Path(__file__).with_name(
+    "node_launcher.py").read_text(encoding="utf-8")
 
 
 # A volume's Ray on a node: started and stopped in a process group of its own, and, on a

@@ -42,7 +42,7 @@ from bot.dispatch.corpus import check_listing, listing_cap
 from bot.dispatch.corpus_head import list_on_head
 from bot.dispatch.fetch import FetchLimits, fetch_results
 from bot.dispatch.node_launcher import stat_fields
-from bot.dispatch.node_output import NODE_OUTPUT_CAP, read_capped, too_large
+from bot.dispatch.node_output import NODE_OUTPUT_CAP, read_capped, read_lines, too_large
 from bot.dispatch.node_ray import HOLD_ENV
 from bot.dispatch.node_scripts import probe_command, stop_command
 from bot.dispatch.ray_cluster import RayCluster
@@ -50,6 +50,7 @@ from bot.dispatch.ssh_session import SSHSessions
 from bot.dispatch.transfer import TransferLimits, TransferWatch, current_meter, use_meter
 from bot.dispatch.upload import (
     RUNNER_PACKAGE,
+    HashAnswer,
     SSHNode,
     UploadPlan,
     conn_key,
@@ -59,7 +60,6 @@ from bot.dispatch.upload import (
     lock_holder,
     mirror,
     node_section,
-    parse_hashes,
     write_layout,
 )
 from bot.dispatch.volume_cluster import (
@@ -412,9 +412,7 @@ class SSHDispatcher(SSHSessions):
         launcher, reply = await self.guarded(node, work)
         try:
             lock_holder(reply, node.where, plan.workdir, node.python, plan.run_id)
-            hashes = parse_hashes(await self.guarded(node, lambda _conn: _line(
-                launcher, "before the launcher printed the file hashes")),
-                node.where, node.python, plan.roots())
+            hashes = await self.guarded(node, lambda _conn: _hashes(launcher, node, plan))
         except BaseException:
             await _release(launcher)
             raise
@@ -573,6 +571,24 @@ async def _line(proc: Any, when: str) -> str:
 def _common_workdir(paths: list[str]) -> str:
     """The folder every remote path lies under (a caller that names no workdir)."""
     return posixpath.commonpath([posixpath.dirname(p) for p in paths]) if paths else "/"
+
+
+async def _hashes(launcher: Any, node: SSHNode, plan: UploadPlan) -> dict[str, dict[str, str]]:
+    """The launcher's hash answer, line by line (each line capped, the files counted)."""
+    answer = HashAnswer(node.where, node.python, plan.roots())
+    try:
+        after = await read_lines(launcher.stdout, answer.feed)
+    except EOFError:
+        await _cut_off(launcher, "before the launcher printed the file hashes")
+        raise DispatchError(f"{node.where}: the launcher ended before the end of its file "
+                            "hashes") from None
+    if after is None:
+        raise too_large(node.where, "the launcher", "output (one line of its file hashes)",
+                        NODE_OUTPUT_CAP)
+    if after.strip():
+        raise DispatchError(f"{node.where}: the launcher printed {after[:200]!r} after its "
+                            "file hashes: the node's answer is refused")
+    return answer.hashes
 
 
 async def _cut_off(proc: Any, when: str) -> None:
