@@ -289,7 +289,7 @@ def copy_evidence(run_dir: str, dest: str, beat: Beat = _no_beat,
     report.problems.extend(f"{rel}: missing in the run directory" for rel in missing)
     store = _store(dest)
     refused: List[str] = []
-    outputs = scan_outputs(run_dir, refused)
+    outputs = scan_outputs(run_dir, refused, beat=beat)
     head, sharded = _plain_or_shards(outputs, plain_max)
     sums: List[str] = []
     try:

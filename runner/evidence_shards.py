@@ -83,7 +83,8 @@ def shard_name(number: int) -> str:
     return f"{SHARDS}/outputs-{number:06d}.tar"
 
 
-def scan_outputs(run_dir: str, refused: List[str], tree: str = "outputs") -> Iterator[Output]:
+def scan_outputs(run_dir: str, refused: List[str], tree: str = "outputs",
+                 beat: Beat = _no_beat) -> Iterator[Output]:
     """The regular files under ``run_dir/tree``, in sorted order, walked with lstat: what
     is not a regular file or a folder, an odd name or a file over ``MAX_MEMBER_BYTES`` is
     appended to ``refused`` (named) and never opened; hidden files (temporary files of an
@@ -91,6 +92,7 @@ def scan_outputs(run_dir: str, refused: List[str], tree: str = "outputs") -> Ite
     stack = [tree]
     while stack:
         rel_dir = stack.pop()
+        beat(f"listing {rel_dir}/")
         try:
             with os.scandir(os.path.join(run_dir, *rel_dir.split("/"))) as found:
                 entries = sorted(found, key=lambda e: e.name)
