@@ -25,8 +25,8 @@ from itertools import chain
 from typing import IO, Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from runner.errors import RunnerError
+from runner.evidence_shards import INDEX as INDEX  # re-exported: the report reads the index
 from runner.evidence_shards import (
-    INDEX,
     MAX_MEMBER_BYTES,
     SHARD_FILES,
     SHARDS,
@@ -42,6 +42,7 @@ from runner.evidence_shards import (
     scan_outputs,
     verify_shards,
 )
+from runner.evidence_shards import parse_index_line as parse_index_line
 from runner.files import atomic_open, is_temp_name, write_bytes_atomic
 
 SUMS = "SHA256SUMS"

@@ -262,3 +262,24 @@ def test_a_plain_output_is_opened_too(tmp_path: Path) -> None:
     out = io.BytesIO()
     assert show_output(str(dest), "doc-00001", out) == "outputs/doc-00001.json"
     assert json.loads(out.getvalue())["n"] == 1
+
+
+def test_preflight_evidence_show(tmp_path: Path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from bot.cli.evidence import register
+
+    app = typer.Typer()
+    register(app)
+    dest = tmp_path / "dest"
+    copy_evidence(str(make_run(tmp_path, 20)), str(dest), plain_max=5, shard_files=10)
+    cli = CliRunner()
+    shown = cli.invoke(app, ["evidence", "show", str(dest), "doc-00004"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout) == {"id": "doc-00004", "n": 4}
+    assert "outputs/doc-00004.json (member of shards/outputs-000000.tar)" in shown.stderr
+    missing = cli.invoke(app, ["evidence", "show", str(dest), "doc-99"])
+    assert missing.exit_code == 1 and "no input 'doc-99' in balance.csv" in missing.stderr
+    said = cli.invoke(app, ["verify", str(dest)])
+    assert said.exit_code == 0 and "26 files (2 shards)" in said.stdout
