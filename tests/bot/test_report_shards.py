@@ -20,3 +20,16 @@ def test_the_checksum_rows_of_a_sharded_copy_come_from_its_index(tmp_path: Path)
     checked = verify_evidence(str(dest))
     assert checked.ok, checked.problems
     assert checked.shards == 3
+
+
+def test_the_evidence_message_says_the_outputs_are_in_shards() -> None:
+    from bot.messages.model import Fields
+    from bot.messages.views import evidence_message
+    from tests.bot.runs import run_of
+
+    run = run_of(id="r1", evidence={"dest": "/ev/r1", "files": 20_006, "bytes": 1,
+                                    "shards": 2, "verified": True})
+    message = evidence_message(run)
+    assert message is not None
+    fields = dict(next(b for b in message.blocks if isinstance(b, Fields)).pairs)
+    assert fields["Files"] == "20006 (the outputs in 2 shards, docs/evidence.md)"
