@@ -43,9 +43,11 @@ class VerifyReport:
                 "shards": self.shards, "problems": list(self.problems)}
 
 
-def verify_evidence(path: str, beat: Beat = no_beat, workers: int = WORKERS) -> VerifyReport:
+def verify_evidence(path: str, beat: Beat = no_beat, workers: int = WORKERS,
+                    members: bool = True) -> VerifyReport:
     """Re-read an evidence folder and check every checksum and the required files; with
-    shards, every shard once and every output the index lists."""
+    shards, every shard once and every output the index lists (``members=False``: each
+    shard against its own line only, for the copy's read-back of what it just packed)."""
     report = VerifyReport(path=path, ok=False)
     try:
         store = open_store(path)
@@ -73,7 +75,7 @@ def verify_evidence(path: str, beat: Beat = no_beat, workers: int = WORKERS) -> 
             report.files += 0 if rel == INDEX or is_shard(rel) else 1
             report.bytes += found[1]
             intact.add(rel)
-    names = _check_shards(store, listed, intact, report, beat, workers)
+    names = _check_shards(store, listed, intact, report, beat, workers, members)
     for rel in REQUIRED:
         if rel not in listed:
             report.problems.append(f"{rel}: missing from {SUMS} (needed to understand the "
@@ -88,7 +90,7 @@ def verify_evidence(path: str, beat: Beat = no_beat, workers: int = WORKERS) -> 
 
 
 def _check_shards(store: Any, listed: Dict[str, str], intact: Set[str], report: VerifyReport,
-                  beat: Beat, workers: int) -> PathSet:
+                  beat: Beat, workers: int, members: bool) -> PathSet:
     """The shards and their index checked (an index that does not match its line is not
     read: its shards are then only checked against their own lines)."""
     if INDEX not in listed:
@@ -107,7 +109,7 @@ def _check_shards(store: Any, listed: Dict[str, str], intact: Set[str], report: 
         report.problems.append(f"{INDEX}: not trusted (see above): the outputs in "
                                f"{SHARDS}/ were not checked one by one")
         return PathSet()
-    check = verify_shards(store, listed, beat, workers)
+    check = verify_shards(store, listed, beat, workers, members)
     report.files += check.members
     report.bytes += check.bytes
     report.shards = check.shards

@@ -283,3 +283,32 @@ def test_preflight_evidence_show(tmp_path: Path) -> None:
     assert missing.exit_code == 1 and "no input 'doc-99' in balance.csv" in missing.stderr
     said = cli.invoke(app, ["verify", str(dest)])
     assert said.exit_code == 0 and "26 files (2 shards)" in said.stdout
+
+
+def test_the_fast_tar_header_is_the_one_tarfile_writes() -> None:
+    from runner.evidence_shards import _header
+
+    for name, size, mtime in [("outputs/doc-0000001.json", 77, 1733380000.7),
+                              ("outputs/a", 0, 0), ("outputs/" + "x" * 91, (2 << 30) - 5, 0)]:
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime, info.mode, info.type = size, int(mtime), 0o644, tarfile.REGTYPE
+        assert _header(name, size, mtime) == info.tobuf(tarfile.USTAR_FORMAT, "utf-8",
+                                                        "strict"), name
+    long = "outputs/" + "é" * 120  # beyond USTAR: tarfile's PAX headers, read back whole
+    assert tarfile.TarInfo.frombuf(_header(long, 1, 0)[:512], "utf-8",
+                                   "strict").type == tarfile.XHDTYPE
+
+
+def test_long_and_unicode_names_go_through_pax_headers(tmp_path: Path) -> None:
+    run = make_run(tmp_path, 8)
+    deep = run / "outputs" / ("ü" * 60) / ("日本" * 40 + ".json")
+    deep.parent.mkdir()
+    deep.write_text('{"deep": true}')
+    dest = tmp_path / "dest"
+    report = copy_evidence(str(run), str(dest), plain_max=2)
+    assert report.verified, report.problems
+    assert verify_evidence(str(dest)).ok
+    rel = deep.relative_to(run).as_posix()
+    out = io.BytesIO()
+    show_output(str(dest), rel, out)
+    assert out.getvalue() == b'{"deep": true}'
