@@ -9,14 +9,25 @@ from __future__ import annotations
 
 import hashlib
 import io
-import tarfile
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
-from runner.evidence_shards import CHUNK, INDEX, INDEX_COLUMNS, SHARDS, WORKERS, Beat, no_beat
+from runner.evidence_shards import (
+    BLOCK,
+    CHUNK,
+    INDEX,
+    INDEX_COLUMNS,
+    SHARDS,
+    SMALL,
+    WORKERS,
+    Beat,
+    no_beat,
+)
+
+_ZERO = bytes(BLOCK)
 
 
 class PathSet:
@@ -91,27 +102,83 @@ def _safe_rel(rel: str) -> bool:
     return bool(rel) and not rel.startswith("/") and ".." not in rel.split("/")
 
 
-class _HashingReader(io.RawIOBase):
-    """Hashes every byte read from ``raw`` (the shard's own checksum, in the same pass)."""
+class _ShardReader:
+    """Reads a shard in order, hashing every byte (the shard's own checksum, in the same
+    pass as its members)."""
 
     def __init__(self, raw: IO[bytes], beat: Beat, where: str) -> None:
         self.raw, self.sha, self.size, self.beat, self.where = raw, hashlib.sha256(), 0, beat, where
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        data = self.raw.read(len(buf))
-        n = len(data)
-        buf[:n] = data
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes (fewer only at the end of the shard)."""
+        parts, left = [], n
+        while left:
+            data = self.raw.read(left)
+            if not data:
+                break
+            parts.append(data)
+            left -= len(data)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
         self.sha.update(data)
-        self.size += n
-        self.beat(self.where)
-        return n
+        self.size += len(data)
+        return data
+
+    def skip(self, n: int) -> None:
+        while n > 0:
+            data = self.read(min(CHUNK, n))
+            if not data:
+                raise ValueError("it ends inside a member")
+            n -= len(data)
 
     def rest(self) -> None:
-        while self.readinto(bytearray(CHUNK)):
-            pass
+        while self.read(CHUNK):
+            self.beat(self.where)
+
+
+def _octal(field: bytes) -> int:
+    return int(field.split(b"\0", 1)[0].strip() or b"0", 8)  # ValueError on anything else
+
+
+def _pax_path(data: bytes) -> Optional[str]:
+    """The ``path`` record of a PAX extended header (``"<len> path=<name>\\n"``)."""
+    path, pos = None, 0
+    while pos < len(data) and data[pos:pos + 1] != b"\0":
+        space = data.index(b" ", pos)
+        length = int(data[pos:space])
+        key, sep, value = data[space + 1:pos + length - 1].partition(b"=")
+        if length <= 0 or not sep:
+            raise ValueError("a PAX header that is not '<length> <key>=<value>' records")
+        if key == b"path":
+            path = value.decode("utf-8")
+        pos += length
+    return path
+
+
+def _members(r: _ShardReader) -> Iterator[Tuple[str, int, bytes]]:
+    """(name, size, type flag) of each member, in order; the caller reads each member's
+    bytes and padding before asking for the next. Only what ``write_shard`` writes is
+    understood (USTAR headers, PAX ``path`` records); anything else raises ValueError."""
+    path: Optional[str] = None
+    while True:
+        block = r.read(BLOCK)
+        if len(block) < BLOCK:
+            raise ValueError("it ends without its end-of-archive blocks")
+        if block == _ZERO:
+            return
+        if sum(block) - sum(block[148:156]) + 256 != _octal(block[148:156]):
+            raise ValueError(f"a header at byte {r.size - BLOCK} has a wrong checksum")
+        size, kind = _octal(block[124:136]), block[156:157]
+        if kind == b"x":
+            if size > SMALL:
+                raise ValueError("a PAX header over 1 MiB")
+            path = _pax_path(r.read(size + (-size % BLOCK))[:size]) or path
+            continue
+        if path is None:
+            name, prefix = block[:100].split(b"\0", 1)[0], block[345:500].split(b"\0", 1)[0]
+            path = ((prefix + b"/" if prefix and block[257:262] == b"ustar" else b"")
+                    + name).decode("utf-8")
+        yield path, size, kind
+        path = None
 
 
 def check_shard(store: Any, shard: str, digest: Optional[str], entries: List[Entry],
@@ -129,12 +196,12 @@ def check_shard(store: Any, shard: str, digest: Optional[str], entries: List[Ent
     seen: Set[str] = set()
     good = 0
     with fh:
-        reader = _HashingReader(fh, beat, shard)
+        reader = _ShardReader(fh, beat, shard)
         try:
-            with tarfile.open(fileobj=io.BufferedReader(reader, CHUNK), mode="r|") as tar:
-                for member in tar:
-                    good += _check_member(tar, shard, member, expected, seen, problems)
-        except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+            for name, size, kind in _members(reader):
+                good += _check_member(reader, shard, name, size, kind, expected, seen,
+                                      problems)
+        except (ValueError, OSError) as exc:
             problems.append(f"{shard}: not a readable tar archive ({exc})")
         reader.rest()
     if reader.sha.hexdigest() != digest:
@@ -154,35 +221,45 @@ def check_whole_shard(store: Any, shard: str, digest: Optional[str], entries: Li
     if fh is None:
         return 0, 0, [f"{shard}: missing"]
     with fh:
-        reader = _HashingReader(fh, beat, shard)
+        reader = _ShardReader(fh, beat, shard)
         reader.rest()
     if reader.sha.hexdigest() != digest:
         return 0, reader.size, [f"{shard}: checksum mismatch (content changed)"]
     return len(entries), reader.size, []
 
 
-def _check_member(tar: tarfile.TarFile, shard: str, member: tarfile.TarInfo,
+def _check_member(r: _ShardReader, shard: str, name: str, size: int, kind: bytes,
                   expected: Dict[str, Tuple[int, str]], seen: Set[str],
                   problems: List[str]) -> int:
-    name = member.name
-    if not member.isreg():
-        problems.append(f"{shard}: member {name!r} is not a regular file")
-        return 0
-    if name not in expected:
-        problems.append(f"{shard}: member {name!r} is not in {INDEX}")
+    """One member's bytes read (and its padding) and judged against the index: 1 when it
+    matches."""
+    pad = -size % BLOCK
+    problem = None
+    if kind not in (b"0", b"\0"):
+        problem = f"{shard}: member {name!r} is not a regular file"
+    elif name not in expected:
+        problem = f"{shard}: member {name!r} is not in {INDEX}"
+    elif name in seen:
+        problem = f"{shard}: member {name!r} appears twice"
+    if problem is not None:
+        problems.append(problem)
+        r.skip(size + pad)
         return 0
     seen.add(name)
-    size, sha = expected[name]
-    data = tar.extractfile(member)
-    h, got = hashlib.sha256(), 0
-    if data is not None:
-        for chunk in iter(lambda: data.read(CHUNK), b""):
-            h.update(chunk)
-            got += len(chunk)
-    if got != size:
-        problems.append(f"{name}: {got} bytes in {shard}, {size} in {INDEX}")
+    r.beat(f"{shard} ({name})")
+    h, left = hashlib.sha256(), size
+    while left:
+        chunk = r.read(min(CHUNK, left))
+        if not chunk:
+            raise ValueError(f"it ends inside member {name!r}")
+        h.update(chunk)
+        left -= len(chunk)
+    r.skip(pad)
+    want_size, want_sha = expected[name]
+    if size != want_size:
+        problems.append(f"{name}: {size} bytes in {shard}, {want_size} in {INDEX}")
         return 0
-    if h.hexdigest() != sha:
+    if h.hexdigest() != want_sha:
         problems.append(f"{name}: checksum mismatch in {shard} (content changed)")
         return 0
     return 1

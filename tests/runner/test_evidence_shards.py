@@ -312,3 +312,25 @@ def test_long_and_unicode_names_go_through_pax_headers(tmp_path: Path) -> None:
     out = io.BytesIO()
     show_output(str(dest), rel, out)
     assert out.getvalue() == b'{"deep": true}'
+
+
+def test_a_forged_shard_with_a_link_member_is_named(tmp_path: Path) -> None:
+    """A node's shard and index that agree with SHA256SUMS but hold a link (written by
+    someone else than the runner): the member is named, never taken."""
+    dest = tmp_path / "dest"
+    copy_evidence(str(make_run(tmp_path, 20)), str(dest), plain_max=5, shard_files=10)
+    shard = dest / "shards" / "outputs-000000.tar"
+    with tarfile.open(shard, "w", format=tarfile.PAX_FORMAT) as tar:
+        link = tarfile.TarInfo("outputs/doc-00000.json")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    sums = dest / "SHA256SUMS"
+    digest = hashlib.sha256(shard.read_bytes()).hexdigest()
+    sums.write_text("".join(
+        f"{digest}  shards/outputs-000000.tar\n" if line.endswith("outputs-000000.tar\n")
+        else line for line in sums.read_text().splitlines(keepends=True)))
+    problems = verify_evidence(str(dest)).problems
+    assert problems[0] == ("shards/outputs-000000.tar: member 'outputs/doc-00000.json' is "
+                           "not a regular file")
+    assert "outputs/doc-00001.json: in outputs.index.tsv but not in " \
+           "shards/outputs-000000.tar" in problems
