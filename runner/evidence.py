@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, Dict, List, Optional, Set, Tuple
 
 from runner.errors import RunnerError
 from runner.files import is_temp_name, write_bytes_atomic
+from runner.outputs import file_of
 
 SUMS = "SHA256SUMS"
 # What a reader needs to understand the result without the original run.
@@ -326,7 +327,7 @@ def _references(reader: csv.DictReader[str], listed: Dict[str, str]) -> List[str
                 f"{','.join(BALANCE_COLUMNS)})"]
     problems = []
     for row in reader:
-        out = row.get("output") or ""
+        out = file_of(row.get("output") or "")  # a shard reference: its shard
         if out and not os.path.isabs(out) and out not in listed:
             problems.append(f"{out}: named by balance.csv (item {row.get('id')}) but not in "
                             f"the copy")
