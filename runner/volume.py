@@ -527,7 +527,7 @@ class Driver:
                    eta_s=round((self.total - done) / rate, 1) if rate > 0 else None,
                    held=len(held), held_s=round(held[0][0], 1) if held else None,
                    held_limit_s=round(held[0][1], 1) if held else None,
-                   workers=len(usable), **per_card)
+                   workers=len(usable), running_s=round(elapsed, 3), **per_card)
 
     def facts(self) -> Dict[str, Any]:
         return {"engine": "ray", "workers": len(self.workers) - self.replaced,
