@@ -57,9 +57,11 @@ def test_bot_imports_only_the_runner_contract() -> None:
 @pytest.mark.parametrize(("library", "home"), [
     ("slack_bolt", "bot/slack/"), ("slack_sdk", "bot/slack/"),
     ("apscheduler", "bot/schedule.py"), ("sqlite_utils", "bot/store/"),
-    ("asyncssh", "bot/dispatch/ssh"), ("subprocess", "bot/dispatch/"),
+    ("asyncssh", "bot/dispatch/ssh"),
+    # the local node starts its runner; the launcher starts it on a node
+    ("subprocess", ("bot/dispatch/", "bot/node_programs/")),
 ])
-def test_libraries_stay_in_their_module(library: str, home: str) -> None:
+def test_libraries_stay_in_their_module(library: str, home: str | tuple[str, ...]) -> None:
     bad = [where(p, n) for p in modules("bot") for m, n in imports(p)
            if m.split(".")[0] == library
            and not str(p.relative_to(REPO)).startswith(home)]
@@ -69,7 +71,21 @@ def test_libraries_stay_in_their_module(library: str, home: str) -> None:
 # Code of bot/ that runs on a node, not in the bot (sent as its text): the launcher hands
 # the node's own environment on to the runner it starts there, and a Ray hold reads the
 # temp dir its launcher names in it.
-ON_THE_NODE = ("bot/dispatch/node_launcher.py", "bot/dispatch/node_ray.py")
+ON_THE_NODE = ("bot/node_programs/launcher.py", "bot/node_programs/ray_hold.py")
+
+
+def test_node_programs_import_only_the_standard_library() -> None:
+    """bot/node_programs/ is what runs on a node, sent as its text, before anything of ours
+    is there: a program imports the standard library only (its package's ``__init__``,
+    the bot's side that reads the texts, too), or, for mypy, a program sent in front of it
+    (the launcher names untar.py's functions under ``TYPE_CHECKING``)."""
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    found = modules("bot/node_programs")
+    assert {p.name for p in found} >= {"launcher.py", "untar.py", "ray_hold.py",
+                                        "corpus_listing.py"}
+    bad = [f"{where(p, n)} imports {m}" for p in found for m, n in imports(p)
+           if m.split(".")[0] not in allowed and not m.startswith("bot.node_programs.")]
+    assert bad == []
 
 
 def test_only_settings_reads_the_environment() -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 import runner
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, read_tail
 from bot.dispatch.inputs_check import recheck_run
-from bot.dispatch.node_launcher import running
 from bot.errors import DispatchError
+from bot.node_programs.launcher import running
 from runner.events import Event, EventFormatError, read_events
 from runner.files import write_text_atomic
 

@@ -41,10 +41,7 @@ from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.corpus import check_listing, listing_cap
 from bot.dispatch.corpus_head import list_on_head
 from bot.dispatch.fetch import FetchLimits, fetch_results
-from bot.dispatch.node_launcher import stat_fields
 from bot.dispatch.node_output import NODE_OUTPUT_CAP, read_capped, too_large
-from bot.dispatch.node_ray import HOLD_ENV
-from bot.dispatch.node_scripts import probe_command, stop_command
 from bot.dispatch.ray_cluster import RayCluster
 from bot.dispatch.ssh_session import SSHSessions
 from bot.dispatch.transfer import TransferLimits, TransferWatch, current_meter, use_meter
@@ -71,6 +68,9 @@ from bot.dispatch.volume_cluster import (
     volume_nodes,
 )
 from bot.errors import DispatchError, NodeUnreachable
+from bot.node_programs import probe_command, stop_command
+from bot.node_programs.launcher import stat_fields
+from bot.node_programs.ray_hold import HOLD_ENV
 from runner.events import READ_WINDOW_MAX, Event, EventFormatError, parse_chunk, read_complete
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@
 - ``UploadPlan``: where each local file goes on the node (the ``runner`` package, the
   project, inputs outside it, the evidence copy), which files must be sent or removed given
   the node's hashes, and the run's spec with its paths rewritten for the node.
-- The node-side text lives in ``bot/dispatch/node_scripts.py`` (scripts and shell commands).
+- The node-side text lives in ``bot/node_programs/__init__.py`` (scripts and shell commands).
 - ``verify_fetched``: checks the evidence copy once it is back on the bot host.
 
 ``bot/dispatch/ssh.py`` does the SSH work with these; this module only touches local files.
@@ -37,10 +37,10 @@ from bot.dispatch.corpus import (
     reference_rows,
 )
 from bot.dispatch.inputs_check import CheckedInputs, checked_files, recheck_inputs
-from bot.dispatch.node_corpus import Row
 from bot.dispatch.node_names import node_relpath
-from bot.dispatch.node_scripts import NODE_RAY, launcher_command
 from bot.errors import DispatchError, NodeUnreachable
+from bot.node_programs import NODE_RAY, launcher_command
+from bot.node_programs.corpus_listing import Row
 from runner.evidence import file_sha256
 from runner.files import write_json_atomic
 
@@ -362,7 +362,7 @@ class UploadPlan:
 
     def hold_command(self, python: str) -> str:
         """Like ``launch_command``, but what it launches holds the workdir's lock while the
-        node's Ray lives (a volume node other than the head: ``node_ray.py``'s hold)."""
+        node's Ray lives (a volume node other than the head: ``ray_hold.py``'s hold)."""
         return launcher_command(python, self.lock, self.run_id, self.remote_run_dir,
                                 self.remote_project, self.remote_pkg_root,
                                 python, "-c", NODE_RAY, "hold")

@@ -1,4 +1,4 @@
-"""The upload's archive on the node: the launcher's ``tar`` command (``node_untar.py`` in
+"""The upload's archive on the node: the launcher's ``tar`` command (``untar.py`` in
 ``LAUNCH_SCRIPT``), run here with the bare interpreter a node has, fed the framed stream
 the bot writes (``bot/dispatch/archive.py``), and fed archives made to escape the workdir.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from bot.dispatch.archive import CHUNK, END, frame, header, write_archive
-from bot.dispatch.node_untar import Chunks, untar
 from bot.errors import DispatchError
+from bot.node_programs.untar import Chunks, untar
 from tests.remote.test_launcher_upload import launcher
 
 

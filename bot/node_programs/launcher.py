@@ -1,8 +1,8 @@
-"""Runs on the node: the launcher (``LAUNCH_SCRIPT`` in ``bot/dispatch/node_scripts.py``).
+"""Runs on the node: the launcher (``LAUNCH_SCRIPT`` in ``bot/node_programs/__init__.py``).
 
 It runs with the node's own interpreter (Python >= 3.9, standard library only) before the
 runner package is there, passed to ``python -c`` as this file's text with
-``node_untar.py``'s in front of it; so it imports nothing of ours at run time (``Chunks``
+``untar.py``'s in front of it; so it imports nothing of ours at run time (``Chunks``
 and ``untar`` are that text's), and its few temp-file-and-rename writes are its own. The
 bot imports it too, for the one rule of "a process is running" (``running``), which the
 local dispatcher and the SSH probe share with the launcher's lock.
@@ -15,7 +15,7 @@ channel is one more session):
   and prints the hashes of the files under the roots (one JSON line);
 - ``put [path, size]`` then that many bytes: writes the file (a temporary file renamed);
 - ``tar`` then one tar archive in chunks (``<n>`` line, n bytes; ``0`` ends it): unpacks it
-  under the workdir (node_untar.py: links, absolute and ``..`` members refused);
+  under the workdir (untar.py: links, absolute and ``..`` members refused);
 - ``sync``: prints the files it could not write since the last sync (``{"failed": [...]}``);
 - ``launch``: starts the runner detached (its own session, output to runner.log, exit
   status to exit_code); a JSON object after ``launch`` on the same line is added to the
@@ -40,8 +40,8 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
-if TYPE_CHECKING:  # on the node these are node_untar.py's text, put in front of this one
-    from bot.dispatch.node_untar import Chunks, untar
+if TYPE_CHECKING:  # on the node these are untar.py's text, put in front of this one
+    from bot.node_programs.untar import Chunks, untar
 
 
 def stat_fields(text: Union[str, bytes]) -> List[str]:
