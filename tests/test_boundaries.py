@@ -57,9 +57,9 @@ def test_bot_imports_only_the_runner_contract() -> None:
 @pytest.mark.parametrize(("library", "home"), [
     ("slack_bolt", "bot/slack/"), ("slack_sdk", "bot/slack/"),
     ("apscheduler", "bot/schedule.py"), ("sqlite_utils", "bot/store/"),
-    ("asyncssh", "bot/dispatch/ssh"),
+    ("asyncssh", "bot/nodes/ssh/"),
     # the local node starts its runner; the launcher starts it on a node
-    ("subprocess", ("bot/dispatch/", "bot/node_programs/")),
+    ("subprocess", ("bot/nodes/", "bot/node_programs/")),
 ])
 def test_libraries_stay_in_their_module(library: str, home: str | tuple[str, ...]) -> None:
     bad = [where(p, n) for p in modules("bot") for m, n in imports(p)
@@ -118,7 +118,7 @@ def test_only_the_store_talks_sql() -> None:
 
 
 PURE = ("bot/manifest/", "bot/pilot/")
-NOT_FROM_PURE = ("bot.store", "bot.dispatch", "bot.slack", "bot.cli", "bot.console",
+NOT_FROM_PURE = ("bot.store", "bot.dispatch", "bot.nodes", "bot.slack", "bot.cli", "bot.console",
                  "bot.service", "bot.compose", "bot.schedule")
 
 

@@ -42,7 +42,7 @@ PROBE = ("import os, sys, json, socket\ntry:\n    import ray\n    v = ray.__vers
 WORKER_PORT_SPARE = 32
 # How many worker nodes run ``ray start`` at the same time, once the head is up (each is
 # one SSH command that waits on its node's raylet: ~2.5 s; one after another, 10 nodes
-# took ~25 s of rented time). Like PREPARE_AT_ONCE in bot/dispatch/ssh.py.
+# took ~25 s of rented time). Like PREPARE_AT_ONCE in bot/nodes/ssh/dispatcher.py.
 RAY_START_AT_ONCE = 8
 
 

@@ -10,7 +10,7 @@
 - The node-side text lives in ``bot/node_programs/__init__.py`` (scripts and shell commands).
 - ``verify_fetched``: checks the evidence copy once it is back on the bot host.
 
-``bot/dispatch/ssh.py`` does the SSH work with these; this module only touches local files.
+``bot/nodes/ssh/dispatcher.py`` does the SSH work with these; this module only touches local files.
 """
 
 from __future__ import annotations

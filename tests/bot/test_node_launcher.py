@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.local import LocalDispatcher
 from bot.node_programs import launcher as node_launcher
 from bot.node_programs.launcher import running, stat_fields
+from bot.nodes.local import LocalDispatcher
 from tests.processes import wait_until
 
 

@@ -100,6 +100,10 @@ class LocalDispatcher:
             return False
         return running(pid) is not None
 
+    def release(self, handle: RunHandle) -> list[str]:
+        """Nothing runs beside a local runner."""
+        return []
+
     def exit_code(self, handle: RunHandle) -> int | None:
         proc = self._procs.get(handle.run_id)
         return proc.poll() if proc is not None else None
