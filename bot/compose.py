@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from bot.manifest.project_check import precheck_manifest
 from bot.messages.model import Notifier
-from bot.nodes import make_dispatchers
+from bot.nodes.registry import make_dispatchers
 from bot.policy import Policy, policy_for
 from bot.policy.guard import Directory
 from bot.service import PilotService

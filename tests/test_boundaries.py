@@ -88,6 +88,55 @@ def test_node_programs_import_only_the_standard_library() -> None:
     assert bad == []
 
 
+# The node kinds are named by their adapters (bot/nodes/) and the manifest's node models
+# (bot/manifest/model.py) only; everything else asks the typed node (is_remote, label, ...).
+KIND_HOMES = ("bot/nodes/", "bot/manifest/model.py")
+
+
+def kind_literals(path: Path, kinds: set[str]) -> list[tuple[int, str]]:
+    """Where a module names a node kind by its literal: compared with something named
+    ``kind`` (``node.kind == "ssh"``, ``kind in ("local", ...)``, ``run.node_kind != ...``),
+    or as the default of ``.get("kind", "local")``."""
+    found: list[tuple[int, str]] = []
+
+    def literals(node: ast.AST) -> list[str]:
+        return [c.value for c in ast.walk(node)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in kinds]
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any("kind" in ast.unparse(s) for s in sides):
+                found += [(node.lineno, f"compares a kind with {k!r}")
+                          for s in sides for k in literals(s)]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "get" and len(node.args) == 2 \
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "kind":
+            found += [(node.lineno, f"defaults a kind to {k!r}") for k in literals(node.args[1])]
+    return found
+
+
+def test_the_kind_literal_finder_finds_them(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('a = node.kind == "ssh"\nb = n.get("kind", "local")\n'
+                      'c = run.node_kind in ("local",)\nd = {"ssh": 1}\ne = k == "local"\n',
+                      encoding="utf-8")
+    assert kind_literals(sample, {"local", "ssh"}) == [
+        (1, "compares a kind with 'ssh'"), (2, "defaults a kind to 'local'"),
+        (3, "compares a kind with 'local'")]
+
+
+def test_only_the_node_adapters_and_models_name_a_kind() -> None:
+    from bot.manifest.model import NODE_MODELS
+    from bot.nodes.registry import KINDS
+
+    assert set(KINDS) == set(NODE_MODELS), "every kind the manifest takes has an adapter"
+    bad = [f"{where(path, line)} {what}" for path in modules("bot")
+           if not _importer(path).startswith(KIND_HOMES)
+           for line, what in kind_literals(path, set(KINDS))]
+    assert bad == []
+
+
 def test_only_settings_reads_the_environment() -> None:
     bad = []
     for path in modules("bot"):

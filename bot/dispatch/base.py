@@ -54,9 +54,9 @@ class Dispatcher(Protocol):
 
     def is_alive(self, handle: RunHandle) -> bool:
         """Whether the runner process is still running. It only looks: what the runner's
-        start brought up beside it is ended by ``release`` or ``fetch_results``."""
+        start brought up beside it is ended by ``clean_up`` or ``fetch_results``."""
 
-    def release(self, handle: RunHandle) -> list[str]:
+    def clean_up(self, handle: RunHandle) -> list[str]:
         """The runner has ended without its results being fetched (it died, or never
         started): stop what its start brought up beside it (a several-node volume's Ray on
         every node). Returns the problems met, [] when nothing is left; a later call tries

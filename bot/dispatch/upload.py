@@ -41,6 +41,7 @@ from bot.dispatch.node_names import node_relpath
 from bot.errors import DispatchError, NodeUnreachable
 from bot.node_programs import NODE_RAY, launcher_command
 from bot.node_programs.corpus_listing import Row
+from bot.nodes.ssh import KIND as SSH_KIND
 from runner.evidence import file_sha256
 from runner.files import write_json_atomic
 
@@ -169,8 +170,8 @@ def locate(handle: RunHandle) -> tuple[SSHNode, dict[str, Any]]:
 
 
 def _ssh_only(node: Any, where: str) -> dict[str, Any]:
-    if not isinstance(node, dict) or node.get("kind") != "ssh":
-        raise DispatchError(f"{where}: node.kind is not ssh; use the local dispatcher")
+    if not isinstance(node, dict) or node.get("kind") != SSH_KIND:
+        raise DispatchError(f"{where}: node.kind is not {SSH_KIND}; use the local dispatcher")
     return node
 
 

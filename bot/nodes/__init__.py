@@ -1,51 +1,7 @@
-"""The node kinds, as plug-ins: a registry from a kind's name to its adapter.
+"""The node kinds, as plug-ins (``registry.py``: a kind's name → its adapter).
 
-A kind is one module (or package) here plus one line of ``KINDS``: the function that builds
-its dispatcher from the bot's settings. This package is the only code that names a kind and
-the only one that starts processes or SSH sessions (``bot/nodes/ssh/`` alone imports
-asyncssh, ``tests/test_boundaries.py``); the service is handed the dispatchers this builds
-(``bot/compose.py``) and picks one by the run's node kind.
+A kind is one module (``local.py``) or package (``ssh/``) here plus one line of
+``registry.KINDS``. This package is the only code that names a kind (with the manifest's
+node models, ``bot/manifest/model.py``) and the only one that starts processes or SSH
+sessions (``ssh/`` alone imports asyncssh); ``tests/test_boundaries.py`` checks both.
 """
-
-from __future__ import annotations
-
-from collections.abc import Callable, Mapping
-
-from bot.dispatch.base import Dispatcher
-from bot.nodes.local import LocalDispatcher
-from bot.nodes.ssh.dispatcher import SSHDispatcher
-from bot.nodes.ssh.fetch import FetchLimits
-from bot.nodes.ssh.transfer import TransferLimits
-from bot.settings import Settings
-
-Factory = Callable[[Settings], Dispatcher]
-
-
-def local_node(settings: Settings) -> Dispatcher:
-    """``local``: the runner as a detached process on the bot host."""
-    return LocalDispatcher(settings.python, env=dict(settings.runner_env))
-
-
-def ssh_node(settings: Settings) -> Dispatcher:
-    """``ssh``: a rented node over SSH, with the bot host's keys and limits."""
-    return SSHDispatcher(known_hosts=settings.ssh_known_hosts,
-                         client_keys=list(settings.ssh_client_keys) or None,
-                         ssh_config=settings.ssh_config,
-                         fetch_limits=FetchLimits(settings.fetch_max_bytes,
-                                                  settings.fetch_max_file_bytes),
-                         transfer_limits=TransferLimits(
-                             settings.transfer_stall_s,
-                             float(settings.transfer_floor_bytes_per_s)),
-                         keep_out=(settings.runs_dir, settings.db_path.parent))
-
-
-KINDS: Mapping[str, Factory] = {
-    "local": local_node,
-    "ssh": ssh_node,
-}
-
-
-def make_dispatchers(settings: Settings,
-                     kinds: Mapping[str, Factory] = KINDS) -> dict[str, Dispatcher]:
-    """One dispatcher per registered kind, built from ``settings``."""
-    return {kind: build(settings) for kind, build in kinds.items()}

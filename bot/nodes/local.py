@@ -25,6 +25,7 @@ from runner.events import Event, EventFormatError, read_events
 from runner.files import write_text_atomic
 
 RUNNER_ROOT = Path(runner.__file__).resolve().parent.parent
+KIND = "local"
 
 
 class LocalDispatcher:
@@ -100,7 +101,7 @@ class LocalDispatcher:
             return False
         return running(pid) is not None
 
-    def release(self, handle: RunHandle) -> list[str]:
+    def clean_up(self, handle: RunHandle) -> list[str]:
         """Nothing runs beside a local runner."""
         return []
 

@@ -20,7 +20,7 @@ class RunDirDispatcher:
     def fetch_results(self, handle: RunHandle) -> None:
         return None
 
-    def release(self, handle: RunHandle) -> list[str]:
+    def clean_up(self, handle: RunHandle) -> list[str]:
         return []
 
     def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.errors import PreflightError
-from bot.nodes import make_dispatchers
+from bot.nodes.registry import make_dispatchers
 from bot.nodes.ssh.fetch import FetchLimits
 from bot.settings import Settings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.nodes import make_dispatchers
+from bot.nodes.registry import make_dispatchers
 from bot.nodes.ssh.transfer import MIB, TransferLimits, TransferWatch
 from bot.settings import Settings
 

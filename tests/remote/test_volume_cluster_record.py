@@ -106,12 +106,12 @@ def test_a_head_out_of_reach_stops_every_other_node_and_keeps_its_record(
     handle = _handle(tmp_path, hosts)
     assert start_volume_cluster(_Node(), handle, COPIES + COPIES[:1]) is not None
     dispatcher = _HeadGone({"gpu-a"})
-    problems = dispatcher.release(handle)
+    problems = dispatcher.clean_up(handle)
     assert dispatcher.stopped == ["gpu-c", "gpu-b"]  # every other node, the head last
     assert len(problems) == 1 and problems[0].startswith("gpu-a:22: connection timed out")
     assert (tmp_path / CLUSTER_FILE).exists()  # the head's Ray still to stop: kept
     dispatcher.down.clear()  # the next look reaches the head
-    assert dispatcher.release(handle) == []
+    assert dispatcher.clean_up(handle) == []
     assert dispatcher.stopped[2:] == ["gpu-c", "gpu-b", "gpu-a"]
     assert not (tmp_path / CLUSTER_FILE).exists()
 
@@ -119,7 +119,7 @@ def test_a_head_out_of_reach_stops_every_other_node_and_keeps_its_record(
 def test_an_unreadable_record_is_a_problem_named_not_a_crash(tmp_path: Path) -> None:
     handle = _handle(tmp_path)
     (tmp_path / CLUSTER_FILE).write_text("{not json")
-    problems = _HeadGone(set()).release(handle)
+    problems = _HeadGone(set()).clean_up(handle)
     assert len(problems) == 1 and CLUSTER_FILE in problems[0], problems
 
 
@@ -202,6 +202,6 @@ def test_is_alive_only_looks_and_release_stops_the_ray(tmp_path: Path) -> None:
     dispatcher = _Dead(set())
     assert dispatcher.is_alive(handle) is False
     assert dispatcher.stopped == [] and (tmp_path / CLUSTER_FILE).exists()
-    assert dispatcher.release(handle) == []
+    assert dispatcher.clean_up(handle) == []
     assert dispatcher.stopped == ["gpu-b", "gpu-a"]
     assert not (tmp_path / CLUSTER_FILE).exists()

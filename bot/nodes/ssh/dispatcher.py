@@ -173,10 +173,10 @@ class SSHDispatcher(SSHSessions):
 
     def is_alive(self, handle: RunHandle) -> bool:
         """Whether the runner answers on its node (unreachable is not dead). It only looks:
-        an ended runner's volume Ray is stopped by ``release`` or ``fetch_results``."""
+        an ended runner's volume Ray is stopped by ``clean_up`` or ``fetch_results``."""
         return self._probe(handle) not in ("dead", "done")
 
-    def release(self, handle: RunHandle) -> list[str]:
+    def clean_up(self, handle: RunHandle) -> list[str]:
         """The runner ended, or its head is out of reach for good (the follower gave up):
         this volume's Ray (if any) is stopped on every node that answers, the others
         first; the problems met (an unreachable head's among them, the record kept with
