@@ -7,10 +7,10 @@
 - ``UploadPlan``: where each local file goes on the node (the ``runner`` package, the
   project, inputs outside it, the evidence copy), which files must be sent or removed given
   the node's hashes, and the run's spec with its paths rewritten for the node.
-- The node-side text lives in ``bot/dispatch/node_scripts.py`` (scripts and shell commands).
+- The node-side text lives in ``bot/node_programs/__init__.py`` (scripts and shell commands).
 - ``verify_fetched``: checks the evidence copy once it is back on the bot host.
 
-``bot/dispatch/ssh.py`` does the SSH work with these; this module only touches local files.
+``bot/nodes/ssh/dispatcher.py`` does the SSH work with these; this module only touches local files.
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ from bot.dispatch.corpus import (
     reference_rows,
 )
 from bot.dispatch.inputs_check import CheckedInputs, checked_files, recheck_inputs
-from bot.dispatch.node_corpus import Row
 from bot.dispatch.node_names import node_relpath
-from bot.dispatch.node_scripts import NODE_RAY, launcher_command
 from bot.errors import DispatchError, NodeUnreachable
+from bot.node_programs import NODE_RAY, launcher_command
+from bot.node_programs.corpus_listing import Row
+from bot.nodes.ssh import KIND as SSH_KIND
 from runner.evidence import file_sha256
 from runner.files import write_json_atomic
 
@@ -169,8 +170,8 @@ def locate(handle: RunHandle) -> tuple[SSHNode, dict[str, Any]]:
 
 
 def _ssh_only(node: Any, where: str) -> dict[str, Any]:
-    if not isinstance(node, dict) or node.get("kind") != "ssh":
-        raise DispatchError(f"{where}: node.kind is not ssh; use the local dispatcher")
+    if not isinstance(node, dict) or node.get("kind") != SSH_KIND:
+        raise DispatchError(f"{where}: node.kind is not {SSH_KIND}; use the local dispatcher")
     return node
 
 
@@ -208,7 +209,7 @@ MAX_NODE_FILES = 2_000_000  # files a node's hash answer may name, all roots tog
 
 
 class HashAnswer:
-    """The launcher's answer to ``hash_request``, line by line (``node_launcher.print_hashes``:
+    """The launcher's answer to ``hash_request``, line by line (``launcher.print_hashes``:
     ``{"root", "files"}`` lines, then ``{"end": <files>}``): type-checked, each relative
     path's parts checked by ``node_relpath`` (the upload removes what the node lists and
     the bot does not have), only the ``roots`` asked kept, at most ``max_files`` files;
@@ -408,7 +409,7 @@ class UploadPlan:
 
     def hold_command(self, python: str) -> str:
         """Like ``launch_command``, but what it launches holds the workdir's lock while the
-        node's Ray lives (a volume node other than the head: ``node_ray.py``'s hold)."""
+        node's Ray lives (a volume node other than the head: ``ray_hold.py``'s hold)."""
         return launcher_command(python, self.lock, self.run_id, self.remote_run_dir,
                                 self.remote_project, self.remote_pkg_root,
                                 python, "-c", NODE_RAY, "hold")

@@ -1,8 +1,8 @@
 """A node's file hashes: remembered across dispatches by stat, answered in bounded lines.
 
 A resume or a second dispatch over 100,000 unchanged files reads none of them again
-(``bot/dispatch/node_hashcache.py``); the launcher's answer is lines of at most 2,000 files
-(``node_launcher.print_hashes``), each read by the bot under a cap (``read_lines``), the
+(``bot/node_programs/hashcache.py``); the launcher's answer is lines of at most 2,000 files
+(``launcher.print_hashes``), each read by the bot under a cap (``read_lines``), the
 whole checked by ``HashAnswer`` (count, names, a cap on files)."""
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from bot.dispatch import node_hashcache
-from bot.dispatch.corpus import NODE_CORPUS_SCRIPT, corpus_command
-from bot.dispatch.node_hashcache import HashCache, file_sha256
-from bot.dispatch.node_launcher import HASH_LINE_FILES, hashes, print_hashes
+from bot.dispatch.corpus import corpus_command
 from bot.dispatch.node_output import read_lines
 from bot.dispatch.upload import HashAnswer, parse_hashes
 from bot.errors import DispatchError
+from bot.node_programs import NODE_CORPUS_SCRIPT
+from bot.node_programs import hashcache as node_hashcache
+from bot.node_programs.hashcache import HashCache, file_sha256
+from bot.node_programs.launcher import HASH_LINE_FILES, hashes, print_hashes
 
 WHERE = "node 127.0.0.1:22"
 OLD = 1_600_000_000  # a modification time far from "now": remembered

@@ -10,7 +10,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from bot.dispatch.node_scripts import LAUNCH_SCRIPT
+from bot.node_programs import LAUNCH_SCRIPT
 from tests.remote.remote_kit import wait_for
 from tests.remote.sshd_server import BARE_PYTHON
 

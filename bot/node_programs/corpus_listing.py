@@ -1,7 +1,7 @@
 """Runs on the node: lists and checksums a corpus already there (``volume.inputs.on_nodes``).
 
 Run with the node's own interpreter (``python -c <this text> DIR PATTERN DIGEST [CACHE]``,
-Python >= 3.9, standard library only, ``node_hashcache.py``'s text in front of it; the bot
+Python >= 3.9, standard library only, ``hashcache.py``'s text in front of it; the bot
 imports it too, for the same listing rule on its own copy). ``CACHE``: the file where the
 node remembers each input's digest by its stat (size, times, inode), so a second dispatch
 or a resume reads only the files that changed.
@@ -25,8 +25,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
-if TYPE_CHECKING:  # on the node: node_hashcache.py's text, put in front of this one
-    from bot.dispatch.node_hashcache import HashCache
+if TYPE_CHECKING:  # on the node: hashcache.py's text, put in front of this one
+    from bot.node_programs.hashcache import HashCache
 
 Row = Tuple[str, int, str]
 

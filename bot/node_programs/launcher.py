@@ -1,8 +1,8 @@
-"""Runs on the node: the launcher (``LAUNCH_SCRIPT`` in ``bot/dispatch/node_scripts.py``).
+"""Runs on the node: the launcher (``LAUNCH_SCRIPT`` in ``bot/node_programs/__init__.py``).
 
 It runs with the node's own interpreter (Python >= 3.9, standard library only) before the
 runner package is there, passed to ``python -c`` as this file's text with
-``node_untar.py``'s in front of it; so it imports nothing of ours at run time (``Chunks``
+``untar.py``'s in front of it; so it imports nothing of ours at run time (``Chunks``
 and ``untar`` are that text's), and its few temp-file-and-rename writes are its own. The
 bot imports it too, for the one rule of "a process is running" (``running``), which the
 local dispatcher and the SSH probe share with the launcher's lock.
@@ -15,10 +15,10 @@ channel is one more session):
   writes into and prints the hashes of the files under the roots, folders in ``excluded``
   left out (``print_hashes``: lines of at most 2,000 files, then ``{"end": <files>}``);
   a file unchanged since the last answer (size, times, inode) is not read again
-  (``node_hashcache.py``, the workdir's ``hash-cache.json``);
+  (``hashcache.py``, the workdir's ``hash-cache.json``);
 - ``put [path, size]`` then that many bytes: writes the file (a temporary file renamed);
 - ``tar`` then one tar archive in chunks (``<n>`` line, n bytes; ``0`` ends it): unpacks it
-  under the workdir (node_untar.py: links, absolute and ``..`` members refused);
+  under the workdir (untar.py: links, absolute and ``..`` members refused);
 - ``sync``: prints the files it could not write since the last sync (``{"failed": [...]}``);
 - ``launch``: starts the runner detached (its own session, output to runner.log, exit
   status to exit_code); a JSON object after ``launch`` on the same line is added to the
@@ -45,8 +45,8 @@ import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
 if TYPE_CHECKING:  # on the node these are the texts put in front of this one
-    from bot.dispatch.node_hashcache import HashCache
-    from bot.dispatch.node_untar import Chunks, untar
+    from bot.node_programs.hashcache import HashCache
+    from bot.node_programs.untar import Chunks, untar
 
 HASH_CACHE = "hash-cache.json"  # in the workdir: the digests of the last hash answer
 
@@ -88,7 +88,7 @@ def hashes(skip: List[str], top: List[str], roots: List[str],
     """root -> relative path -> sha256 of every file under ``roots``, skipping the folders
     in ``skip`` (anywhere), in ``top`` (at a root), those in ``excluded`` (absolute paths:
     never sent, so never hashed nor removed) and virtual environments. ``cache``
-    remembers digests across dispatches (``node_hashcache.py``)."""
+    remembers digests across dispatches (``hashcache.py``)."""
     out: Dict[str, Dict[str, str]] = {}
     left_out = set(excluded or [])
     for root in roots:
