@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import sqlite_utils
@@ -390,6 +390,20 @@ class RunsMixin(StoreBase):
                                "WHERE run_key = ? ORDER BY seq", [self._run_key(run_id)]).fetchall()
         return [{"id": iid, "status": status, "category": category, "reason": reason,
                  "seq": seq} for iid, status, category, reason, seq in rows]
+
+    def iter_items(self, run_id: str, page: int = 20_000) -> Iterator[dict[str, Any]]:
+        """``items`` a page at a time (by seq): a million-item run is never held whole."""
+        key, after = self._run_key(run_id), -1
+        while True:
+            rows = self.db.execute(
+                "SELECT item_id, status, category, reason, seq FROM items WHERE run_key = ? "
+                "AND seq > ? ORDER BY seq LIMIT ?", [key, after, page]).fetchall()
+            for iid, status, category, reason, seq in rows:
+                yield {"id": iid, "status": status, "category": category, "reason": reason,
+                       "seq": seq}
+            if len(rows) < page:
+                return
+            after = rows[-1][4]
 
     def item_output(self, run_id: str, item_id: str) -> tuple[str, str | None] | None:
         """(status, output reference) of the first recorded outcome of input ``item_id``,
