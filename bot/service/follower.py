@@ -144,17 +144,7 @@ class Follower:
         """The run's node (a volume's head) is out of reach for good: the volume's other
         nodes are stopped, so their Ray and cards are not left working for a driver that
         is gone; Ray on the head is stopped by the next look that reaches it."""
-        run = self.store.run_record(run_id)
-        stop_others = getattr(self._dispatcher(run), "stop_other_nodes", None)
-        if stop_others is None:
-            return
-        try:
-            problems = stop_others(self._handle(run))
-        except PreflightError as exc:
-            problems = [str(exc)]
-        if problems:
-            log.warning("run %s: its node is out of reach; Ray not stopped on every "
-                        "node: %s", run_id, "; ".join(problems))
+        self._clean_up(self.store.run_record(run_id), "its node is out of reach; ")
 
     def pump(self, run_id: str) -> list[Event]:
         """Read, record, then publish whatever the runner appended since last time."""
@@ -248,6 +238,7 @@ class Follower:
         if started:
             self.store.transition(run.id, (S.DISPATCHING,), S.RUNNING)
             return False
+        self._clean_up(run)
         error = {"stage": "dispatch", "type": "DispatchInterrupted",
                  "message": "the bot stopped while starting the runner, and no runner "
                             "started", "hint": f"`preflight resume {run.id}` starts it"}
@@ -338,8 +329,21 @@ class Follower:
             return new
         return old
 
+    def _clean_up(self, run: RunRecord, why: str = "") -> None:
+        """The runner ended with nothing fetched (or its node is out of reach): what its
+        start brought up beside it (a volume's Ray) is stopped where it answers; a problem
+        is logged and left to the next look."""
+        try:
+            problems = self._dispatcher(run).clean_up(self._handle(run))
+        except PreflightError as exc:
+            problems = [str(exc)]
+        if problems:
+            log.warning("run %s: %sRay not stopped on every node: %s", run.id, why,
+                        "; ".join(problems))
+
     def _runner_died(self, run_id: str) -> None:
         record = self.store.run(run_id)
+        self._clean_up(record)
         handle, dispatcher = self._handle(record), self._dispatcher(record)
         code = dispatcher.exit_code(handle)
         events = self.store.events(run_id, after_seq=max(0, record.last_seq - 1))

@@ -169,6 +169,9 @@ def test_a_two_node_volume_approved_killed_stopped_and_resumed_through_the_servi
         for s in (sshd, sshd2):
             provision(service.store, s.lease_key)
         pilot = _pilot(service, manifest)
+        # the pilot sent its 6 inputs and the code, not the volume's corpus (sent with it)
+        (copy,) = (layout.workdirs[0] / "projects").iterdir()
+        assert len(list((copy / "pilot").iterdir())) == 6 and not (copy / "corpus").exists()
         (project / "slow").touch()
         seen = [executed(project)]
         volume = service.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
@@ -179,6 +182,7 @@ def test_a_two_node_volume_approved_killed_stopped_and_resumed_through_the_servi
         run = _finished(service, volume, layout, project)
         seen.append(executed(project))
         remote = str(_remote_dir(service, volume))
+        assert len(list((copy / "corpus").glob("item-*.txt"))) == COUNT
     finally:
         stop_everything(service, layout.groups)
     _nothing_of_the_run(layout, remote)
