@@ -160,8 +160,11 @@ class Driver:
             self._pass()
         except BaseException:
             self.writer.close()  # what came back is kept for the resume
+            self.writer = None
             raise
-        self._check_writer(self.writer.close())
+        error, self.writer = self.writer.close(), None
+        self._check_writer(error)
+        self._progress(force=True)  # every result recorded: the final count
         return self.facts()
 
     def _pass(self) -> None:
@@ -183,7 +186,6 @@ class Driver:
             self._check_nodes()
             self._progress()
         self._check_nodes(force=True)  # a node whose workers were lost before it looked dead
-        self._progress(force=True)
         for worker, _since, _why in self.starting.values():  # started for nothing
             self._kill(worker)
 
@@ -210,6 +212,8 @@ class Driver:
         self._later(job)
 
     def _check_writer(self, error: Optional[BaseException] = None) -> None:
+        """The recording's first error, if any, as the stage's failure (what was recorded
+        before it is kept)."""
         error = error or (self.writer.error if self.writer is not None else None)
         if error is not None:
             raise StageFailure("pilot", f"the results could not be recorded: "

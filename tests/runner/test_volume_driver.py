@@ -619,6 +619,7 @@ def test_the_per_worker_rates_ride_on_a_progress_event_every_30_s_or_when_worker
     progress = [d for e, d in events if e == "progress"]
     rates = [d for d in progress if "per_card" in d]
     assert len(progress) > 3 * len(rates) and rates[-1] is progress[-1]
+    assert progress[-1]["done"] == 800  # the last one once every result is recorded
     for before, now in zip(rates, rates[1:-1]):
         assert now["running_s"] - before["running_s"] >= 30 or \
             sorted(now["per_card"]) != sorted(before["per_card"])
