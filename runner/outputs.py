@@ -211,7 +211,10 @@ def summary(run_dir: str) -> Dict[str, Any]:
             rel = os.path.relpath(path, run_dir).replace(os.sep, "/")
             if is_temp_name(name) or name.startswith(".") or os.path.islink(path):
                 continue
-            size = os.lstat(path).st_size
+            try:
+                size = os.lstat(path).st_size
+            except OSError:  # gone meanwhile
+                continue
             if rel.startswith(f"{OUTPUTS}/{SHARDS}/") and name.endswith(SHARD_SUFFIX):
                 found["shards"] += 1
                 found["shard_bytes"] += size
