@@ -145,9 +145,8 @@ def on_ray(ray: Any, spec: RunSpec, run_dir: Path, workers: int) -> dict[str, fl
     ledger.close()
     for w in actors:
         ray.kill(w.actor)
-    writer = getattr(driver, "writer", None)
     return {"rate": len(items) / seconds, "seconds": seconds, "actors_s": started,
-            "busy_s": float(getattr(writer, "busy_s", float("nan")))}
+            "busy_s": float(getattr(driver, "recording_s", float("nan")))}
 
 
 def main() -> int:

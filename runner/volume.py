@@ -135,6 +135,7 @@ class Driver:
         self.next_key = max((w.key for w in workers), default=-1) + 1
         self.slowest = self.pilot_batch_s  # the slowest batch so far: a running maximum
         self.writer: Optional[RecordWriter] = None
+        self.recording_s = 0.0  # the recording thread's busy seconds over the pass
         self.last_per_card = -PER_WORKER_EVERY_S
         self.per_card_workers: List[str] = []
         self.lost_types = lost_errors(ray)
@@ -162,7 +163,8 @@ class Driver:
             self.writer.close()  # what came back is kept for the resume
             self.writer = None
             raise
-        error, self.writer = self.writer.close(), None
+        error = self.writer.close()
+        self.recording_s, self.writer = self.writer.busy_s, None
         self._check_writer(error)
         self._progress(force=True)  # every result recorded: the final count
         return self.facts()
@@ -544,6 +546,7 @@ class Driver:
                 "refused_alone": len(self.isolated),
                 "refused_alone_ids": sorted(self.isolated)[:20],
                 "re_executed": self.re_executed,
+                "recording_s": round(self.recording_s, 3),
                 "items_per_s": round((len(self.recorder.recorded) - self.start_done)
                                      / max(self.clock() - self.t0, 1e-6), 2)}
 

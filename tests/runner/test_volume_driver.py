@@ -593,6 +593,7 @@ def test_the_driver_hands_out_every_batch_while_the_disk_is_slow(tmp_path: Path)
     disk.open.set()
     runner_.join(30)
     assert passed and ledger.count() == 40 and passed[0]["re_executed"] == 0
+    assert passed[0]["recording_s"] > 0  # the pass's facts say how long it recorded
 
 
 def test_a_ledger_that_fails_fails_the_pass_naming_it_and_keeps_what_was_recorded(
