@@ -135,6 +135,7 @@ class Driver:
         self.next_key = max((w.key for w in workers), default=-1) + 1
         self.slowest = self.pilot_batch_s  # the slowest batch so far: a running maximum
         self.writer: Optional[RecordWriter] = None
+        self.recording_s = 0.0  # the recording thread's busy seconds over the pass
         self.last_per_card = -PER_WORKER_EVERY_S
         self.per_card_workers: List[str] = []
         self.lost_types = lost_errors(ray)
@@ -160,8 +161,12 @@ class Driver:
             self._pass()
         except BaseException:
             self.writer.close()  # what came back is kept for the resume
+            self.writer = None
             raise
-        self._check_writer(self.writer.close())
+        error = self.writer.close()
+        self.recording_s, self.writer = self.writer.busy_s, None
+        self._check_writer(error)
+        self._progress(force=True)  # every result recorded: the final count
         return self.facts()
 
     def _pass(self) -> None:
@@ -183,7 +188,6 @@ class Driver:
             self._check_nodes()
             self._progress()
         self._check_nodes(force=True)  # a node whose workers were lost before it looked dead
-        self._progress(force=True)
         for worker, _since, _why in self.starting.values():  # started for nothing
             self._kill(worker)
 
@@ -210,6 +214,8 @@ class Driver:
         self._later(job)
 
     def _check_writer(self, error: Optional[BaseException] = None) -> None:
+        """The recording's first error, if any, as the stage's failure (what was recorded
+        before it is kept)."""
         error = error or (self.writer.error if self.writer is not None else None)
         if error is not None:
             raise StageFailure("pilot", f"the results could not be recorded: "
@@ -540,6 +546,7 @@ class Driver:
                 "refused_alone": len(self.isolated),
                 "refused_alone_ids": sorted(self.isolated)[:20],
                 "re_executed": self.re_executed,
+                "recording_s": round(self.recording_s, 3),
                 "items_per_s": round((len(self.recorder.recorded) - self.start_done)
                                      / max(self.clock() - self.t0, 1e-6), 2)}
 

@@ -593,6 +593,7 @@ def test_the_driver_hands_out_every_batch_while_the_disk_is_slow(tmp_path: Path)
     disk.open.set()
     runner_.join(30)
     assert passed and ledger.count() == 40 and passed[0]["re_executed"] == 0
+    assert passed[0]["recording_s"] > 0  # the pass's facts say how long it recorded
 
 
 def test_a_ledger_that_fails_fails_the_pass_naming_it_and_keeps_what_was_recorded(
@@ -619,6 +620,7 @@ def test_the_per_worker_rates_ride_on_a_progress_event_every_30_s_or_when_worker
     progress = [d for e, d in events if e == "progress"]
     rates = [d for d in progress if "per_card" in d]
     assert len(progress) > 3 * len(rates) and rates[-1] is progress[-1]
+    assert progress[-1]["done"] == 800  # the last one once every result is recorded
     for before, now in zip(rates, rates[1:-1]):
         assert now["running_s"] - before["running_s"] >= 30 or \
             sorted(now["per_card"]) != sorted(before["per_card"])
