@@ -173,6 +173,7 @@ def copy_evidence(run_dir: str, dest: str, beat: Beat = no_beat,
         for rel in store.listing():
             if rel not in keep:
                 store.remove(rel)  # left over from an earlier copy of this same run
+        store.prune()
         store.write(SUMS, "".join(sums).encode("utf-8"))
     except OSError as exc:
         raise EvidenceError(f"results.copy_to {dest}: cannot write: {exc}") from exc

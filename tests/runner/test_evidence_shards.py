@@ -334,3 +334,13 @@ def test_a_forged_shard_with_a_link_member_is_named(tmp_path: Path) -> None:
                            "not a regular file")
     assert "outputs/doc-00001.json: in outputs.index.tsv but not in " \
            "shards/outputs-000000.tar" in problems
+
+
+def test_a_plain_copy_made_again_in_shards_leaves_no_plain_outputs(tmp_path: Path) -> None:
+    run = make_run(tmp_path, 12, nested=True)
+    dest = tmp_path / "dest"
+    assert copy_evidence(str(run), str(dest)).verified
+    assert (dest / "outputs" / "d0").is_dir()
+    again = copy_evidence(str(run), str(dest), plain_max=5)
+    assert again.verified and again.shards == 1
+    assert not (dest / "outputs").exists()  # its files and emptied folders removed
