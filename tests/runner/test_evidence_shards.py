@@ -344,3 +344,24 @@ def test_a_plain_copy_made_again_in_shards_leaves_no_plain_outputs(tmp_path: Pat
     again = copy_evidence(str(run), str(dest), plain_max=5)
     assert again.verified and again.shards == 1
     assert not (dest / "outputs").exists()  # its files and emptied folders removed
+
+
+def test_the_evidence_stage_packs_a_large_run_and_says_so(tmp_path: Path) -> None:
+    from runner.spec import RunSpec
+    from runner.stage import StageContext
+    from runner.stages.evidence import evidence
+
+    run = make_run(tmp_path, 1_200)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    spec = RunSpec.from_dict({"run_id": "r", "name": "p", "inputs": {"dir": str(inputs)},
+                              "results": {"copy_to": str(tmp_path / "ev")}})
+    beats: list[str] = []
+    events: list[tuple[str, dict[str, object]]] = []
+    ctx = StageContext(spec=spec, run_dir=str(run), beat=beats.append,
+                       emit=lambda etype, **data: events.append((etype, data)))
+    facts = evidence(ctx)
+    assert facts["verified"] and facts["shards"] == 1 and facts["files"] == 1_207
+    assert events[0][0] == "evidence" and events[0][1]["shards"] == 1
+    assert len(beats) > 1_200  # every member moved is a sign of progress
+    assert (tmp_path / "ev" / "r" / "shards" / "outputs-000000.tar").is_file()
