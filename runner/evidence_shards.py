@@ -88,6 +88,13 @@ def scan_outputs(run_dir: str, refused: List[str], tree: str = "outputs",
     is not a regular file or a folder, an odd name or a file over ``MAX_MEMBER_BYTES`` is
     appended to ``refused`` (named) and never opened; hidden files (temporary files of an
     interrupted write) are left out."""
+    try:
+        top = os.lstat(os.path.join(run_dir, tree))
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(top.st_mode):
+        refused.append(f"{tree}: {file_kind(top.st_mode)}: refused, not copied")
+        return
     stack = [tree]
     while stack:
         rel_dir = stack.pop()

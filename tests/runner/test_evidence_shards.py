@@ -365,3 +365,15 @@ def test_the_evidence_stage_packs_a_large_run_and_says_so(tmp_path: Path) -> Non
     assert events[0][0] == "evidence" and events[0][1]["shards"] == 1
     assert len(beats) > 1_200  # every member moved is a sign of progress
     assert (tmp_path / "ev" / "r" / "shards" / "outputs-000000.tar").is_file()
+
+
+def test_an_outputs_folder_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    run = make_run(tmp_path, 0)
+    os.rmdir(run / "outputs")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.json").write_text("{}")
+    os.symlink(elsewhere, run / "outputs")
+    report = copy_evidence(str(run), str(tmp_path / "dest"))
+    assert report.problems == ["outputs: a symbolic link: refused, not copied"]
+    assert not (tmp_path / "dest" / "outputs").exists()
