@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from runner.evidence_shards import INDEX, SHARDS, WORKERS, Beat, no_beat
 from runner.evidence_store import SUMS, open_store
 from runner.files import is_temp_name
+from runner.outputs import file_of
 from runner.shard_index import PathSet, is_shard, verify_shards
 
 # What a reader needs to understand the result without the original run.
@@ -168,7 +169,7 @@ def _references(reader: csv.DictReader[str], present: Callable[[str], bool]) -> 
                 f"{','.join(BALANCE_COLUMNS)})"]
     problems = []
     for row in reader:
-        out = row.get("output") or ""
+        out = file_of(row.get("output") or "")  # a volume's shard reference: its shard
         if out and not os.path.isabs(out) and not present(out):
             problems.append(f"{out}: named by balance.csv (item {row.get('id')}) but not in "
                             f"the copy")

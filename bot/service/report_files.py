@@ -233,14 +233,14 @@ def settle_evidence(run: RunRecord, evidence: dict[str, Any] | None,
     if fetched is not None:
         return {**evidence, "dest": str(fetched), "node_dest": claimed}
     home = evidence_home(run)
-    if run.node_kind == "ssh" and not (
+    if run.remote and not (
             home is not None and is_url(home)):
         # the node's copy was not brought back: its path on the node is all there is, and
         # it is never a place on the bot host
         return {**evidence, "dest": None, "node_dest": claimed, "verified": False}
     if isinstance(claimed, str) and home is not None and (
             claimed == home or (not is_url(claimed) and os.path.normpath(claimed) == home)):
-        if run.node_kind == "ssh":  # a URL the node copied to and checked: its word only
+        if run.remote:  # a URL the node copied to and checked: its word only
             return {**evidence, "dest": home, "verified_by": "node"}
         return {**evidence, "dest": home}
     if home is None:  # no results.copy_to: no evidence is expected, none is written

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from bot.dispatch.ray_cluster import RayNode
-from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import RUNNER_PACKAGE, SSHNode
 from bot.manifest.project_check import precheck_manifest
 from bot.messages.model import RecordingNotifier
+from bot.nodes.ssh.dispatcher import SSHDispatcher
 from bot.policy import policy_for
 from bot.service import PilotService
 from bot.service.leases import lease_guard_for
