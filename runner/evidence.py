@@ -15,13 +15,11 @@ library only at import time.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import os
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, BinaryIO, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from runner.evidence_shards import INDEX as INDEX  # re-exported: the report reads the index
 from runner.evidence_shards import (
@@ -35,15 +33,15 @@ from runner.evidence_shards import (
     read_regular,
     scan_outputs,
 )
+from runner.evidence_show import show_output as show_output
 from runner.evidence_store import SUMS as SUMS
 from runner.evidence_store import EvidenceError as EvidenceError
 from runner.evidence_store import is_url as is_url
 from runner.evidence_store import join_dest as join_dest
 from runner.evidence_store import open_store
-from runner.evidence_verify import REQUIRED, digest_of, parse_sums
+from runner.evidence_verify import REQUIRED
 from runner.evidence_verify import VerifyReport as VerifyReport
 from runner.evidence_verify import verify_evidence as verify_evidence
-from runner.shard_index import find_output, read_output
 from runner.shard_index import parse_index_line as parse_index_line
 
 TREES = ("event-lists",)  # the full lists events name (events.py); outputs/ apart
@@ -192,62 +190,3 @@ def _put(store: Any, rel: str, data: bytes, sums: List[str], report: EvidenceRep
     sums.append(f"{hashlib.sha256(data).hexdigest()}  {rel}\n")
     report.bytes += len(data)
     report.files += 1  # the files listed in SHA256SUMS, as `preflight verify` counts
-
-
-def show_output(copy: str, item: str, out: BinaryIO) -> str:
-    """Write one output of an evidence copy (a folder or a URL) to ``out``, once its bytes
-    match the copy's checksum: ``item`` is an output's path (``outputs/...``) or an input
-    id, looked up in the copy's balance.csv. Returns the output's path and where it lies;
-    raises ``EvidenceError`` naming what is missing or does not match."""
-    store = open_store(copy)
-    rel = item if item.startswith("outputs/") else _output_of(store, copy, item)
-    entry = find_output(store, rel)
-    if entry is not None:
-        shard, size, digest, offset = entry
-        problem = read_output(store, shard, size, digest, offset, out)
-        where = f"{rel} (member of {shard})"
-    else:
-        problem = _show_plain(store, rel, out)
-        where = rel
-    if problem is not None:
-        raise EvidenceError(f"{copy}: {problem}")
-    return where
-
-
-def _output_of(store: Any, copy: str, item: str) -> str:
-    """The output balance.csv names for input ``item`` (read row by row)."""
-    raw = store.open("balance.csv")
-    if raw is None:
-        raise EvidenceError(f"{copy}: no balance.csv to find input {item!r} in (name the "
-                            "output as outputs/...)")
-    with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as text:
-        for row in csv.DictReader(text):
-            if row.get("id") != item:
-                continue
-            out = row.get("output") or ""
-            if not out or os.path.isabs(out):
-                raise EvidenceError(f"{copy}: input {item!r} has no output in the copy "
-                                    f"(status {row.get('status')}, reason "
-                                    f"{row.get('reason') or '-'}, output {out or '-'})")
-            return out
-    raise EvidenceError(f"{copy}: no input {item!r} in balance.csv (an output is named "
-                        "outputs/...)")
-
-
-def _show_plain(store: Any, rel: str, out: BinaryIO) -> Optional[str]:
-    """A plain output's bytes to ``out`` once its SHA256SUMS line matches (two reads)."""
-    listed, _ = parse_sums(store.read(SUMS) or b"")
-    if rel not in listed:
-        return f"{rel}: not in the copy (neither in {SUMS} nor in {INDEX})"
-    found = digest_of(store, rel)
-    if found is None:
-        return f"{rel}: missing"
-    if found[0] != listed[rel]:
-        return f"{rel}: checksum mismatch (content changed)"
-    fh = store.open(rel)
-    with fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            out.write(chunk)
-    return None
-
-

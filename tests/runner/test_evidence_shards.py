@@ -377,3 +377,27 @@ def test_an_outputs_folder_that_is_a_link_is_refused(tmp_path: Path) -> None:
     report = copy_evidence(str(run), str(tmp_path / "dest"))
     assert report.problems == ["outputs: a symbolic link: refused, not copied"]
     assert not (tmp_path / "dest" / "outputs").exists()
+
+
+def test_one_line_of_a_volume_jsonl_output_is_shown_by_id(tmp_path: Path) -> None:
+    """A volume's outputs are JSONL files (outputs/shards/<name>.jsonl, one line per
+    input, balance.csv naming `<file>#<line>`): the id's own line is printed, from a
+    plain copy and from a shard."""
+    run = make_run(tmp_path, 0)
+    lines = [json.dumps({"id": f"v-{n}", "output": {"n": n}}) + "\n" for n in range(40)]
+    (run / "outputs" / "shards").mkdir()
+    (run / "outputs" / "shards" / "a1-w0-000001.jsonl").write_text("".join(lines))
+    (run / "balance.csv").write_text("id,status,category,reason,output\n" + "".join(
+        f"v-{n},accepted,x,,outputs/shards/a1-w0-000001.jsonl#{n + 1}\n" for n in range(40)))
+    for plain_max, dest in ((1000, tmp_path / "plain"), (0, tmp_path / "sharded")):
+        assert copy_evidence(str(run), str(dest), plain_max=plain_max).verified
+        out = io.BytesIO()
+        where = show_output(str(dest), "v-17", out)
+        assert json.loads(out.getvalue()) == {"n": 17}
+        assert where.startswith("outputs/shards/a1-w0-000001.jsonl line 18")
+    (run / "balance.csv").write_text("id,status,category,reason,output\n"
+                                     "v-3,accepted,x,,outputs/shards/a1-w0-000001.jsonl#5\n")
+    dest = tmp_path / "wrong"
+    copy_evidence(str(run), str(dest))
+    with pytest.raises(EvidenceError, match="line 5 holds the output of 'v-4', not of 'v-3'"):
+        show_output(str(dest), "v-3", io.BytesIO())
