@@ -19,7 +19,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import IO, Any, Iterator, List, Optional, Tuple
 
 from runner.evidence_shards import INDEX as INDEX  # re-exported: the report reads the index
 from runner.evidence_shards import (
@@ -29,6 +29,7 @@ from runner.evidence_shards import (
     Beat,
     Output,
     no_beat,
+    open_regular,
     pack_outputs,
     read_regular,
     scan_outputs,
@@ -90,12 +91,49 @@ def collect(run_dir: str) -> Tuple[List[Tuple[str, str]], List[str]]:
     return files, missing
 
 
-def _read_local(path: str) -> Optional[bytes]:
+def _put_file(store: Any, rel: str, path: str, sums: List[str], report: EvidenceReport,
+              beat: Beat) -> Optional[str]:
+    """Stream one of the run's own files into the copy (a MiB at a time, hashed on the
+    way: events.jsonl of a million items is never held whole); ``events.jsonl`` up to its
+    last complete line as of now (the stage itself still appends to it). The problem, when
+    it cannot be read."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except (FileNotFoundError, IsADirectoryError):
-        return None
+        fd, st = open_regular(path)
+    except FileNotFoundError:
+        return f"{rel}: vanished from the run directory during the copy"
+    except OSError as exc:
+        return f"{rel}: cannot be read ({exc})"
+    with os.fdopen(fd, "rb") as fh:
+        size = _last_line_end(fh, st.st_size) if rel == "events.jsonl" else st.st_size
+        h, left = hashlib.sha256(), size
+        with store.create(rel) as out:
+            while left:
+                chunk = fh.read(min(1 << 20, left))
+                if not chunk:
+                    break  # it shrank: what there was is copied, and hashed as copied
+                out.write(chunk)
+                h.update(chunk)
+                left -= len(chunk)
+                beat(rel)
+    sums.append(f"{h.hexdigest()}  {rel}\n")
+    report.bytes += size - left
+    report.files += 1
+    return None
+
+
+def _last_line_end(fh: IO[bytes], size: int) -> int:
+    """Where the last complete line of the first ``size`` bytes ends (0 without one)."""
+    end = size
+    while end > 0:
+        start = max(0, end - (64 << 10))
+        fh.seek(start)
+        cut = fh.read(end - start).rfind(b"\n")
+        if cut >= 0:
+            fh.seek(0)
+            return start + cut + 1
+        end = start
+    fh.seek(0)
+    return 0
 
 
 def file_sha256(path: str) -> str:
@@ -143,13 +181,9 @@ def copy_evidence(run_dir: str, dest: str, beat: Beat = no_beat,
             pass
         for rel, path in files:
             beat(rel)
-            data = _read_local(path)
-            if data is None:
-                report.problems.append(f"{rel}: vanished from the run directory during the copy")
-                continue
-            if rel == "events.jsonl":
-                data = data[: data.rfind(b"\n") + 1]  # complete lines only, as of now
-            _put(store, rel, data, sums, report)
+            problem = _put_file(store, rel, path, sums, report, beat)
+            if problem is not None:
+                report.problems.append(problem)
         if sharded:
             packed = pack_outputs(store, chain(head, outputs), beat, workers, shard_files)
             sums.extend(packed.sums)

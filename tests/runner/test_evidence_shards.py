@@ -401,3 +401,13 @@ def test_one_line_of_a_volume_jsonl_output_is_shown_by_id(tmp_path: Path) -> Non
     copy_evidence(str(run), str(dest))
     with pytest.raises(EvidenceError, match="line 5 holds the output of 'v-4', not of 'v-3'"):
         show_output(str(dest), "v-3", io.BytesIO())
+
+
+def test_a_long_events_file_is_copied_to_its_last_complete_line(tmp_path: Path) -> None:
+    run = make_run(tmp_path, 3)
+    lines = "".join(json.dumps({"seq": n, "pad": "x" * 200}) + "\n" for n in range(2_000))
+    torn = '{"seq": 2000, "pad": "' + "y" * 150_000  # longer than one backward read
+    (run / "events.jsonl").write_text(lines + torn)
+    dest = tmp_path / "dest"
+    assert copy_evidence(str(run), str(dest)).verified
+    assert (dest / "events.jsonl").read_text() == lines
