@@ -360,9 +360,11 @@ def test_the_evidence_stage_packs_a_large_run_and_says_so(tmp_path: Path) -> Non
     events: list[tuple[str, dict[str, object]]] = []
     ctx = StageContext(spec=spec, run_dir=str(run), beat=beats.append,
                        emit=lambda etype, **data: events.append((etype, data)))
-    facts = evidence(ctx)
+    facts = evidence(ctx, progress_every_s=0)
     assert facts["verified"] and facts["shards"] == 1 and facts["files"] == 1_207
-    assert events[0][0] == "evidence" and events[0][1]["shards"] == 1
+    assert {e[0] for e in events} == {"evidence.progress", "evidence"}
+    assert events[-1][0] == "evidence" and events[-1][1]["shards"] == 1
+    assert any(e[1]["at"].startswith("shards/outputs-000000.tar (outputs/doc-") for e in events)
     assert len(beats) > 1_200  # every member moved is a sign of progress
     assert (tmp_path / "ev" / "r" / "shards" / "outputs-000000.tar").is_file()
 
