@@ -225,7 +225,8 @@ class Driver:
                 keep(self.ctx.run_dir, [it.id for it in o.batch.items], str(reply["error"]),
                      reply.get("where"), str(reply["traceback"]), batch=o.batch.n,
                      worker=o.worker.label)
-            self._failed(o, TIMEOUT if cause == TIMEOUT else RAISED, str(reply["error"]))
+            self._failed(o, TIMEOUT if cause == TIMEOUT else RAISED, str(reply["error"]),
+                         kept=self._keep_partial(o, reply), suspect=reply.get("suspect"))
             return
         if isinstance(reply.get("seconds"), (int, float)):
             self.batch_seconds.append(float(reply["seconds"]))
@@ -236,22 +237,39 @@ class Driver:
         self.re_executed += again
 
     # ------------------------------------------------------------------ failures
-    def _failed(self, o: Outstanding, cause: str, detail: str) -> None:
+    def _keep_partial(self, o: Outstanding, reply: Dict[str, Any]) -> Set[str]:
+        """The results a failed call yielded before it failed (a generator handler,
+        ``runner/handler_call.py``), recorded like any batch's: the ids of the batch now
+        in the ledger, which are not run again."""
+        results = reply.get("results")
+        if not isinstance(results, list) or not results:
+            return set()
+        ids = {it.id for it in o.batch.items}
+        asked = [r["id"] for r in results if isinstance(r, dict) and r.get("id") in ids]
+        new, again = self.recorder.record_first_wins(asked, results)
+        o.worker.done += new
+        self.re_executed += again
+        return {iid for iid in asked if iid in self.recorder.recorded}
+
+    def _failed(self, o: Outstanding, cause: str, detail: str, *,
+                kept: Optional[Set[str]] = None, suspect: Any = None) -> None:
         """A batch that failed because of what it holds: split, or its input refused."""
         batch = o.batch
         reason = refusal_reason(cause, detail, item_timeout_s=self.item_timeout_s,
                                 batch_timeout_s=self.timeout())
-        split = self.queue.failed(batch, cause, reason)
+        split = self.queue.failed(batch, cause, reason, kept=kept or (),
+                                  suspect=suspect if isinstance(suspect, str) else None)
         for iid, why in split.refused:
             self.isolated[iid] = why
             new, _again = self.recorder.record_first_wins(
                 [iid], [{"id": iid, "status": "refused", "reason": why}])
             o.worker.done += new
         if split.parts or split.refused:
+            hint = {"kept": len(kept or ()), "suspect": suspect} if kept or suspect else {}
             self.ctx.emit(ev.VOLUME_SPLIT, batch=batch.n, items=len(batch.items), cause=cause,
                           worker=o.worker.label, reason=detail[:300], parts=list(split.parts),
-                          refused=[{"id": i, "reason": r} for i, r in split.refused])
-        else:
+                          refused=[{"id": i, "reason": r} for i, r in split.refused], **hint)
+        elif split.retried:
             self._note_requeue(batch, f"worker {o.worker.label} died while running it "
                                       "alone; it is tried once more")
         if len(self.isolated) > self.isolated_max:

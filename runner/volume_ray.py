@@ -271,24 +271,26 @@ class _Worker:
 
         items = [Item(str(i), os.path.join(self.inputs_root, str(p)), int(s))
                  for i, p, s in batch]
+        from runner.handler_call import BatchCall
         from runner.itemtimeout import ItemTimedOut
 
         t0 = time.perf_counter()
+        call = BatchCall(self.handler, items, self.ctx)  # keeps what a failure leaves
         try:
             with self.clock:  # task.item_timeout_s per item, as in the pilot
-                results = self.clock.call(self.handler, len(items), items, self.ctx)
+                results = self.clock.call(call, len(items))
             return {"results": results, "seconds": time.perf_counter() - t0}
         except ItemTimedOut:
             return {"error": f"no result within task.item_timeout_s = "
                              f"{self.clock.per_item_s:g} s per item", "cause": "timeout",
-                    "seconds": time.perf_counter() - t0}
+                    "seconds": time.perf_counter() - t0, **call.partial()}
         except Exception as exc:  # its place kept: runner/handler_errors.py
             from runner.handler_errors import formatted, where
 
             at = where(exc, self.project_dir)
             return {"error": f"task.handler raised {type(exc).__name__}: {exc}"
                              + (f" (at {at})" if at else ""), "cause": "raised",
-                    "where": at, "traceback": formatted(exc)}
+                    "where": at, "traceback": formatted(exc), **call.partial()}
 
 
 def node_paths(spec: Dict[str, Any], run_dir: str) -> Tuple[Dict[str, Any], str]:
