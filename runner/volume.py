@@ -112,6 +112,7 @@ class Driver:
     def __init__(self, ctx: StageContext, recorder: ItemRecorder, ray: Any, workers: List[Worker],
                  batches: List[Batch], timeout_s: float, *, pilot_batch_s: float = 0.0,
                  item_timeout_s: float = 0.0, pilot_item_s: float = 0.0, in_flight: int = 1,
+                 prefetch: int = 0,
                  spawn: Optional[Callable[[int], Any]] = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         from runner.volume_ray import lost_errors
@@ -127,6 +128,7 @@ class Driver:
         self.item_timeout_s = float(item_timeout_s or 0)
         self.pilot_item_s = float(pilot_item_s or 0)
         self.in_flight = max(1, int(in_flight or 1))
+        self.prefetch = max(0, int(prefetch or 0))  # batches each worker reads ahead
         self.spawn = spawn
         self.starting: Dict[Any, Tuple[Worker, float, str]] = {}  # ref -> (new, since, why)
         self.replacements_left = max(REPLACE_MIN, len(workers)) if spawn is not None else 0
@@ -190,10 +192,21 @@ class Driver:
                 line = self.lines.setdefault(w.key, [])
                 if not w.usable or len(line) >= depth:
                     continue
-                batch = self.queue.take()
-                ref = w.actor.run.remote(batch.payload(self.inputs_root))
+                batch = self.queue.take(w.key, steal=not line)
+                if batch is None:
+                    continue
+                ref = self._send(w, batch)
                 self.out[ref] = Outstanding(batch, w, self.clock())
                 line.append(ref)
+
+    def _send(self, w: Worker, batch: Batch) -> Any:
+        """``run`` on worker ``w``; with read ahead, the batches it runs next go with it
+        (``runner/readahead.py``: their files are read while this one computes)."""
+        payload = batch.payload(self.inputs_root)
+        if not self.prefetch:
+            return w.actor.run.remote(payload)
+        ahead = self.queue.reserve(w.key, self.prefetch)
+        return w.actor.run.remote(payload, [b.payload(self.inputs_root) for b in ahead])
 
     def _forget(self, ref: Any) -> Optional[Outstanding]:
         """Take ``ref`` off the books; the worker's next batch starts its clock now."""
@@ -323,7 +336,9 @@ class Driver:
         self._release(o.worker, reason)
 
     def _release(self, w: Worker, reason: str) -> None:
-        """Every batch still on worker ``w`` back to the queue, in their order."""
+        """Every batch still on worker ``w`` back to the queue, in their order (those
+        reserved for it to read ahead behind them)."""
+        self.queue.release(w.key)
         line = self.lines.get(w.key, [])
         for ref in reversed(list(line)):
             o = self.out.pop(ref, None)
@@ -504,6 +519,7 @@ class Driver:
                 "workers_excluded": sum(1 for w in self.workers if w.excluded),
                 "nodes_lost": len(self.lost_nodes), "batches_requeued": self.requeued,
                 "batches_split": self.queue.splits, "in_flight": self.in_flight,
+                "prefetch": self.prefetch,
                 "batch_timeout_s": round(self.timeout(), 3),
                 "refused_alone": len(self.isolated),
                 "refused_alone_ids": sorted(self.isolated)[:20],
@@ -563,7 +579,8 @@ def run_volume(ctx: StageContext, remaining: List[Item],
                             pilot_batch_s=float(vspec.pilot_batch_s or 0),
                             item_timeout_s=item_timeout(ctx.spec),
                             pilot_item_s=pilot_item_s(ctx.spec),
-                            in_flight=int(vspec.in_flight or 1), spawn=spawn).run())
+                            in_flight=int(vspec.in_flight or 1),
+                            prefetch=int(vspec.prefetch), spawn=spawn).run())
         if vspec.address:  # several nodes: their handlers' files come to the head
             facts["node_outputs"] = collect_node_outputs(
                 ctx, ray, workers, keep_on_nodes=bool(vspec.outputs_on_nodes))

@@ -73,17 +73,45 @@ class BatchQueue:
         self.next_n = max((b.n for b in batches), default=-1) + 1
         self.splits = 0
         self.refused: Dict[str, str] = {}
+        # read ahead (``volume.prefetch``): batches promised to a worker, by its key, in
+        # the order it runs them; still to hand out, so counted in len()
+        self.reserved: Dict[int, Deque[Batch]] = {}
 
     def __len__(self) -> int:
-        return len(self.queue)
+        return len(self.queue) + sum(len(r) for r in self.reserved.values())
 
     def __bool__(self) -> bool:
-        return bool(self.queue)
+        return bool(self.queue) or any(self.reserved.values())
 
-    def take(self) -> Batch:
-        batch = self.queue.popleft()
+    def take(self, key: Optional[int] = None, *, steal: bool = False) -> Optional[Batch]:
+        """The next batch: worker ``key``'s first reserved one, else the front of the
+        queue, else (``steal``: the worker is idle) the last batch reserved for another
+        worker, so the end of a volume never waits on a promise. None: nothing for it."""
+        mine = self.reserved.get(key) if key is not None else None
+        if mine:
+            batch = mine.popleft()
+        elif self.queue:
+            batch = self.queue.popleft()
+        elif steal and any(self.reserved.values()):
+            batch = max(self.reserved.values(), key=len).pop()
+        elif key is None:
+            raise IndexError("take from an empty queue")
+        else:
+            return None
         batch.sent += 1
         return batch
+
+    def reserve(self, key: int, count: int) -> List[Batch]:
+        """Worker ``key``'s next ``count`` batches, taken from the front and kept for it:
+        it reads their files ahead while it runs the one it was handed."""
+        mine = self.reserved.setdefault(key, collections.deque())
+        while len(mine) < count and self.queue:
+            mine.append(self.queue.popleft())
+        return list(mine)
+
+    def release(self, key: int) -> None:
+        """A lost or excluded worker's reserved batches back to the front, in order."""
+        self.queue.extendleft(reversed(self.reserved.pop(key, ())))
 
     def put_back(self, batch: Batch) -> None:
         """A lost worker's (or node's) batch: whole, at the front, for another worker;

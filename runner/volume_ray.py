@@ -212,6 +212,9 @@ class _Worker:
         self.inputs_root = ""
         self.project_dir: Optional[str] = None
         self.clock: Any = None
+        from runner.readahead import ReadAhead
+
+        self.readahead = ReadAhead()
         self.node_run_dir = os.environ.get(NODE_RUN_DIR_ENV) or None
         if self.node_run_dir is None:  # one machine: the driver's paths are this node's
             for entry in reversed(sys_path):
@@ -266,11 +269,12 @@ class _Worker:
 
         return read_chunk(self.node_run_dir, rel, offset, size)
 
-    def run(self, batch: List[List[Any]]) -> Dict[str, Any]:
-        from runner.inputs import Item
-
-        items = [Item(str(i), os.path.join(self.inputs_root, str(p)), int(s))
-                 for i, p, s in batch]
+    def run(self, batch: List[List[Any]],
+            ahead: Optional[List[List[List[Any]]]] = None) -> Dict[str, Any]:
+        """``batch`` under the item clock; ``ahead``: the batches this worker runs next
+        (``volume.prefetch``), whose files are read while the handler computes."""
+        items = self.readahead.items(batch, self.inputs_root)  # runner/readahead.py
+        self.readahead.start(ahead, self.inputs_root)
         from runner.handler_call import BatchCall
         from runner.itemtimeout import ItemTimedOut
 
