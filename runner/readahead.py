@@ -74,7 +74,13 @@ class ReadAhead:
             self._thread.join(timeout)
 
     def _read(self, paths: List[str], stop: threading.Event) -> None:
-        for path in paths:
+        for path in paths:  # first the kernel reads them all, at once, into its cache
+            try:
+                _hint(path)
+            except OSError:
+                pass
+        self.stats["hinted"] += len(paths)
+        for path in paths:  # then their bytes are held here, up to the cap
             if stop.is_set():
                 return
             try:
@@ -82,8 +88,6 @@ class ReadAhead:
                 with self._lock:
                     room = path not in self._held and self._bytes + size <= self.cap
                 if not room:
-                    _hint(path)
-                    self.stats["hinted"] += 1
                     continue
                 data = _read_file(path, stop)
             except OSError:

@@ -44,8 +44,10 @@ class FakeActor:
         actor = self
 
         class Run:
-            def remote(self, payload: list[list[Any]]) -> Ref:
+            def remote(self, payload: list[list[Any]],
+                       ahead: list[list[list[Any]]] | None = None) -> Ref:
                 ray_.calls.append((actor.key, [p[0] for p in payload]))
+                ray_.aheads.append((actor.key, [[p[0] for p in b] for b in ahead or []]))
                 ref = Ref(actor, payload)
                 actor.line.append(ref)
                 return ref
@@ -85,6 +87,7 @@ class FakeRay:
         self.dead_nodes: set[str] = set()
         self.partitioned: set[str] = set()
         self.calls: list[tuple[int, list[str]]] = []
+        self.aheads: list[tuple[int, list[list[str]]]] = []  # what each call said comes next
         self.killed: list[int] = []
         self.now = 0.0
         self.actors = [FakeActor(self, k, f"node{k}") for k in range(workers)]
@@ -556,3 +559,22 @@ def test_the_progress_admits_a_batch_held_far_longer_than_a_batch_takes(
     held = [d for e, d in events if e == "progress" and d.get("held")]
     assert held and held[-1]["held"] == 1 and held[-1]["held_s"] > 10
     assert held[-1]["held_limit_s"] == MIN_TIMEOUT_S
+
+
+def test_with_read_ahead_each_call_names_the_batch_its_worker_runs_next(
+        tmp_path: Path) -> None:
+    """``volume.prefetch``: each call carries the batches reserved for its worker, and the
+    worker's next call is exactly that one; a worker lost with its node gives its reserved
+    batch back, and every id is recorded once (issue 34, point 5)."""
+    ray = FakeRay(3, dies={2})
+    driver, ledger, _ = _driver(tmp_path, ray, 60, in_flight=2, prefetch=1)
+    facts = driver.run()
+    _every_id_once(ledger, 60)
+    assert facts["prefetch"] == 1 and facts["workers_lost"] == 1
+    for key in (0, 1):
+        runs = [ids for k, ids in ray.calls if k == key]
+        said = [ahead for k, ahead in ray.aheads if k == key]
+        assert len(runs) > 3
+        for n in range(len(runs) - 1):
+            assert said[n] in ([runs[n + 1]], [])  # the next one, unless it went elsewhere
+    assert sum(len(ahead) == 1 for k, ahead in ray.aheads if k in (0, 1)) > 4
