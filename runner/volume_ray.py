@@ -205,7 +205,7 @@ class _Worker:
     """
 
     def __init__(self, spec: Dict[str, Any], outputs_dir: str, sys_path: List[str],
-                 device: str) -> None:
+                 device: str, shard_prefix: str = "w") -> None:
         self.error: Optional[str] = None
         self.handler: Any = None
         self.threads: Dict[str, Any] = {}
@@ -232,6 +232,9 @@ class _Worker:
             self.handler = load_handler(run_spec)
             self.ctx = make_context(run_spec, outputs_dir)
             self.ctx.device = device
+            from runner.outputs import ShardWriter  # issue 34: outputs written here, per batch
+
+            self.shards = ShardWriter(os.path.dirname(os.path.abspath(outputs_dir)), shard_prefix)
             self.threads = actor_threads(spec)
             from runner.itemtimeout import ItemClock, item_timeout, pilot_item_s
 
@@ -277,24 +280,43 @@ class _Worker:
         self.readahead.start(ahead, self.inputs_root)
         from runner.handler_call import BatchCall
         from runner.itemtimeout import ItemTimedOut
+        from runner.outputs import OutputsError
 
         t0 = time.perf_counter()
         call = BatchCall(self.handler, items, self.ctx)  # keeps what a failure leaves
         try:
             with self.clock:  # task.item_timeout_s per item, as in the pilot
                 results = self.clock.call(call, len(items))
+            # the batch's outputs durable in one shard on this node before the driver hears
+            results = self.shards.write(results)
             return {"results": results, "seconds": time.perf_counter() - t0}
+        except OutputsError as exc:  # this node's disk, not the handler
+            return {"error": str(exc), "cause": "raised", "seconds": time.perf_counter() - t0}
         except ItemTimedOut:
             return {"error": f"no result within task.item_timeout_s = "
                              f"{self.clock.per_item_s:g} s per item", "cause": "timeout",
-                    "seconds": time.perf_counter() - t0, **call.partial()}
+                    "seconds": time.perf_counter() - t0, **self._partial(call)}
         except Exception as exc:  # its place kept: runner/handler_errors.py
             from runner.handler_errors import formatted, where
 
             at = where(exc, self.project_dir)
             return {"error": f"task.handler raised {type(exc).__name__}: {exc}"
                              + (f" (at {at})" if at else ""), "cause": "raised",
-                    "where": at, "traceback": formatted(exc), **call.partial()}
+                    "where": at, "traceback": formatted(exc), **self._partial(call)}
+
+    def _partial(self, call: Any) -> Dict[str, Any]:
+        """What a failed call leaves (``runner/handler_call.py``), the outputs of the
+        results it yielded made durable in a shard first, as a batch's are; a shard that
+        cannot be written leaves those inputs to run again."""
+        from runner.outputs import OutputsError
+
+        left: Dict[str, Any] = call.partial()
+        if "results" in left:
+            try:
+                left["results"] = self.shards.write(left["results"])
+            except OutputsError:
+                del left["results"]
+        return left
 
 
 def node_paths(spec: Dict[str, Any], run_dir: str) -> Tuple[Dict[str, Any], str]:
