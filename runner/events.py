@@ -61,8 +61,11 @@ STAGES: Tuple[str, ...] = (
     "memory",
     "pilot",
     "balance",
+    "calibrate",
     "evidence",
 )
+# Stages only some runs have (runner/stage.py, ``StageDef.needs``): no line until they start.
+OPTIONAL_STAGES: Tuple[str, ...] = ("calibrate",)
 
 STAGE_EVENT_TYPES = (STAGE_STARTED, STAGE_PASSED, STAGE_FAILED, STAGE_SKIPPED)
 # Stages that run even after a failure (the evidence of a failed run is copied too): they

@@ -104,6 +104,14 @@ class StageDef:
     # Runs even when its dependencies failed (the evidence of a failed pilot is the most
     # useful kind); it then works with what the run produced.
     after_failure: bool = False
+    # The spec's section this stage needs (``calibration``): without it the stage is no part
+    # of the run (no event at all), not a skipped one.
+    needs: str = ""
+
+
+def stage_applies(stage: StageDef, spec: Any) -> bool:
+    """Whether ``stage`` is part of a run of ``spec`` (its ``needs`` section is present)."""
+    return not stage.needs or getattr(spec, stage.needs, None) is not None
 
 
 STAGE_TABLE: Tuple[StageDef, ...] = (
@@ -121,6 +129,8 @@ STAGE_TABLE: Tuple[StageDef, ...] = (
     StageDef("pilot", "runner.stages.pilot:pilot",
              ("environment", "compute", "extensions", "memory"), True, 3600),
     StageDef("balance", "runner.stages.balance:balance", ("pilot",), False, 600),
+    StageDef("calibrate", "runner.stages.calibrate:calibrate", ("balance",), True, 900,
+             needs="calibration"),
     StageDef("evidence", "runner.stages.evidence:evidence", ("balance",), False, 600,
              after_failure=True),
 )
@@ -166,5 +176,5 @@ def stage_timeout(stage: StageDef, spec: RunSpec) -> float:
 
 __all__ = [
     "Facts", "Emit", "StageFailure", "StageSkipped", "StageContext", "StageDef",
-    "STAGE_TABLE", "STAGES_BY_NAME", "stage_timeout", "stage_target",
+    "STAGE_TABLE", "STAGES_BY_NAME", "stage_timeout", "stage_target", "stage_applies",
 ]

@@ -16,6 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bot.pilot.calibration import calibration_of
 from bot.pilot.cards import healthy_cards as run_healthy_cards
 from bot.pilot.clock import read_time
 from bot.pilot.forecast import ForecastInputs, ItemOutcome, Sample, Setup, forecast, plural
@@ -76,8 +77,22 @@ def forecast_for(run: Run, stages: list[dict[str, Any]],
         peak_memory_gib=_peak_memory(stages),
         **_pilot_threads(stages), torch_threads=task.torch_threads,
         card_memory_gib=plan.memory_per_card_gib if plan else None,
-        lease_starts_at=manifest.lease.starts_at)
+        lease_starts_at=manifest.lease.starts_at,
+        calibration=calibration_of(stages), calibrate=manifest.volume.calibrate,
+        evidence=_evidence(stages), pilot_items=len({item.id for item in items}))
     return forecast(inputs).to_dict()
+
+
+def _evidence(stages: list[dict[str, Any]]) -> tuple[float, int, int] | None:
+    """The pilot's evidence copy: (seconds, files, bytes), when its stage measured them."""
+    row = next((s for s in stages if s.get("stage") == "evidence"), None)
+    if row is None or row.get("state") != "passed":
+        return None
+    facts, seconds = row.get("facts") or {}, stage_seconds(row)
+    files, size = facts.get("files"), facts.get("bytes")
+    if seconds is None or not isinstance(files, int) or not isinstance(size, int):
+        return None
+    return seconds, max(0, files), max(0, size)
 
 
 def samples(items: list[ItemOutcome], batch_size: int = 1) -> list[Sample]:
