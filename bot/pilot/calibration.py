@@ -41,6 +41,7 @@ class Calibration:
     record: tuple[Measured, ...] = ()      # the driver's recording of each batch (bytes 0)
     ray_start_s: float | None = None       # Ray up on the node
     workers_ready_s: float | None = None   # Ray up and every worker's handler loaded
+    ray_stop_s: float | None = None        # the workers and Ray stopped, at the end
     output_files: int = 0
     output_bytes: int = 0
     recorded: int = 0
@@ -84,6 +85,7 @@ def calibration_of(stages: list[dict[str, Any]]) -> Calibration | None:
         record=_calls(facts.get("record")),
         ray_start_s=_float(facts.get("ray_start_s")),
         workers_ready_s=_float(facts.get("workers_ready_s")),
+        ray_stop_s=_float(facts.get("ray_stop_s")),
         output_files=_int(facts.get("output_files")),
         output_bytes=_int(facts.get("output_bytes")),
         recorded=_int(facts.get("record_items")), refused=_int(facts.get("refused")),

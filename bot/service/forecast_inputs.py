@@ -277,7 +277,11 @@ def check_volume(volume_run: RunRecord, stages: list[dict[str, Any]],
     per_start = float(pilot_forecast.get("ray_start_s") or 0.0)
     share = 1.0 if done is None or not count else min(1.0, done / count)
     if "proc_mid_s" in pilot_forecast:
-        low, mid, high = (per_start * len(spans) + share * float(pilot_forecast[f"proc_{k}_s"])
+        # Ray's start per attempt: its own range when the forecast gives one (measured once)
+        starts = {k: float(pilot_forecast.get(f"ray_start_{k}_s") or per_start)
+                  for k in ("low", "high")}
+        starts["mid"] = per_start
+        low, mid, high = (starts[k] * len(spans) + share * float(pilot_forecast[f"proc_{k}_s"])
                           for k in ("low", "mid", "high"))
     else:  # a forecast stored before the middle and the setup were figures of their own
         low, high = float(pilot_forecast["low_s"]), float(pilot_forecast["high_s"])
@@ -296,7 +300,8 @@ def check_volume(volume_run: RunRecord, stages: list[dict[str, Any]],
     ray = ray_start_seconds(events or [])
     if ray:
         formula += (f"; Ray and its workers took {' + '.join(f'{r:.3g} s' for r in ray)} "
-                    f"to start (forecast {per_start:g} s each)")
+                    f"to start (forecast {per_start:g} s each"
+                    + (", its stop included)" if pilot_forecast.get("calibrated") else ")"))
     return {"actual_s": round(actual, 3), "attempts": len(spans),
             "ray_start_measured_s": [round(r, 3) for r in ray],
             "workers_forecast": pilot_forecast.get("workers"),

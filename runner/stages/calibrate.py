@@ -5,12 +5,13 @@ pilot's node runs a random sample of the **volume's** inputs the way the volume 
 them: a local Ray, the workers this node would start (one per healthy card, or one per core
 up to 4 on a CPU node), each loading the handler and making **one warm-up call** that is
 timed apart, then at least ``calibration.batches`` batches at the **volume's batch size**,
-timed one by one on their worker. Their results are recorded into a scratch ledger and a
-scratch events file under ``calibration/`` of the run directory, timed (the driver's
-recording rate on this disk), and never into the run's ledger: the volume runs those
-inputs again. The facts (the sample's ids, each batch's items, bytes and seconds, Ray's
-start, each worker's load and warm-up, the recording rate, the outputs' files and bytes)
-are what the bot's forecast reads (bot/pilot/calibration.py). docs/forecast.md.
+timed one by one on their worker. Their results are recorded as they come back (as the
+driver does, the workers still running) into a scratch ledger and a scratch events file
+under ``calibration/`` of the run directory, timed (the driver's recording rate on this
+disk), and never into the run's ledger: the volume runs those inputs again. The facts (the
+sample's ids, each batch's items, bytes and seconds, Ray's start and stop, each worker's
+warm-up, the recording rate, the outputs' files and bytes) are what the bot's forecast
+reads (bot/pilot/calibration.py). docs/forecast.md.
 
 A volume corpus this node cannot list, or a Ray it cannot import, skips the stage with the
 reason (the forecast then rests on the pilot alone and says so). Standard library only at
@@ -45,6 +46,7 @@ def calibrate(ctx: StageContext) -> Dict[str, Any]:
 
     vspec = VolumeSpec(cards_per_worker=max(1, cal.cards_per_worker), batch_size=size,
                        gpus=cal.gpus, cards=healthy_cards(ctx.facts) if cal.gpus else None)
+    began = time.perf_counter()  # what the volume's driver does from its stage's start
     volume_ray.clean_local_session(ctx.run_dir)
     volume_ray.prepare_env(vspec)
     try:
@@ -53,7 +55,6 @@ def calibrate(ctx: StageContext) -> Dict[str, Any]:
         raise StageSkipped(f"{exc.message} (the volume needs it too)") from exc
     cpu_workers = min(CPU_WORKERS_MAX, os.cpu_count() or 1)
     run = _Calibration(ctx, cal, files, size)
-    began = time.perf_counter()
     # the session is recorded in the run directory, where every end of the run cleans it
     volume_ray.start(ray, vspec, ctx.run_dir, cpu_workers)
     actors: List[Any] = []
@@ -71,8 +72,10 @@ def calibrate(ctx: StageContext) -> Dict[str, Any]:
         run.warm_up(ray, actors)
         run.timed_batches(ray, actors)
     finally:
+        stopping = time.perf_counter()
         volume_ray.stop(ray, actors, ctx.run_dir)
-    run.record()
+        run.facts["ray_stop_s"] = round(time.perf_counter() - stopping, 3)
+        run.close_scratch()
     return run.facts
 
 
@@ -99,12 +102,13 @@ class _Calibration:
         rng = random.Random(cal.seed)
         self.sample = rng.sample(files, min(len(files), want))
         self.next = 0
-        self.results: List[Tuple[List[Item], Any, float]] = []
         self.facts: Dict[str, Any] = {
             "inputs_dir": cal.dir, "pattern": cal.pattern, "listed": len(files),
             "listed_bytes": sum(f.size for f in files), "seed": cal.seed,
             "batch_size": size, "batches_min": cal.batches, "warmup": [], "batches": [],
-            "warmup_ids": [], "sample_ids": [], "failed_batches": 0, "errors": []}
+            "warmup_ids": [], "sample_ids": [], "failed_batches": 0, "errors": [],
+            "record": []}
+        self.open_scratch(self.sample)
 
     def take(self) -> Optional[List[Item]]:
         """The next batch of the sample (None when it is used up)."""
@@ -204,40 +208,39 @@ class _Calibration:
         self.facts["errors"] = (self.facts["errors"] + [str(answer["error"])[:300]])[:5]
 
     def _keep(self, batch: List[Item], answer: Any, seconds: float) -> None:
-        if isinstance(answer, dict) and "results" in answer:
-            self.results.append((batch, answer["results"], seconds))
+        """Record a call's results as the driver does, when they come back (the workers
+        still running, as in the volume), timed: the driver's recording rate here."""
+        if not (isinstance(answer, dict) and "results" in answer):
+            return
+        began = time.perf_counter()
+        self.recorder.record([i.id for i in batch], answer["results"], seconds)
+        self.facts["record"].append({"items": len(batch),
+                                     "seconds": round(time.perf_counter() - began, 6)})
 
-    def record(self) -> None:
-        """Record every result as the driver would (audit, ledger, events), into scratch
-        files, timed: the driver's recording rate on this node's disk."""
+    def open_scratch(self, items: List[Item]) -> None:
+        """The scratch ledger and events file the results are recorded into (never the
+        run's: the volume runs these inputs again)."""
         from runner.events import EventWriter
         from runner.ledger import Ledger
         from runner.stage import StageContext as Ctx
         from runner.stages.pilot import Recorder
 
-        items = [i for batch, _r, _s in self.results for i in batch]
-        writer = EventWriter(os.path.join(self.dir, "events.jsonl"), self.ctx.spec.run_id)
-        ledger = Ledger.open(os.path.join(self.dir, "ledger.sqlite"), new_attempt=True)
-        try:
-            scratch = Ctx(spec=self.ctx.spec, run_dir=self.dir, emit=writer.emit)
-            recorder = Recorder(scratch, ledger, items, set())
-            spans: List[Dict[str, Any]] = []
-            for batch, results, seconds in self.results:
-                began = time.perf_counter()
-                recorder.record([i.id for i in batch], results, seconds)
-                spans.append({"items": len(batch),
-                              "seconds": round(time.perf_counter() - began, 6)})
-            recorded = len(recorder.recorded)
-            took = sum(s["seconds"] for s in spans)
-            refused = sum(1 for row in ledger.rows() if row.status == "refused")
-        finally:
-            ledger.close()
-            writer.close()
+        self.writer = EventWriter(os.path.join(self.dir, "events.jsonl"),
+                                  self.ctx.spec.run_id)
+        self.ledger = Ledger.open(os.path.join(self.dir, "ledger.sqlite"), new_attempt=True)
+        scratch = Ctx(spec=self.ctx.spec, run_dir=self.dir, emit=self.writer.emit)
+        self.recorder = Recorder(scratch, self.ledger, items, set())
+
+    def close_scratch(self) -> None:
+        """Close the scratch files; the facts of what was recorded and written."""
+        refused = sum(1 for row in self.ledger.rows() if row.status == "refused")
+        recorded = len(self.recorder.recorded)
+        self.ledger.close()
+        self.writer.close()
         files, size = _tree(os.path.join(self.dir, "outputs"))
+        took = sum(r["seconds"] for r in self.facts["record"])
         self.facts.update(record_items=recorded, record_s=round(took, 6), refused=refused,
-                          record=spans,
-                          record_batches=len(self.results), output_files=files,
-                          output_bytes=size)
+                          output_files=files, output_bytes=size)
 
 
 def _payload(batch: List[Item]) -> List[List[Any]]:

@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 
 from runner.events import OPTIONAL_STAGES, STAGES
-
-RUN_STAGES = [s for s in STAGES if s not in OPTIONAL_STAGES]
 from tests.runner.test_stages_kit import (
     events_of,
     finished,
@@ -16,6 +14,8 @@ from tests.runner.test_stages_kit import (
     status_of,
     write_spec,
 )
+
+RUN_STAGES = [s for s in STAGES if s not in OPTIONAL_STAGES]
 
 
 def test_full_ladder_passes_then_the_directory_is_never_reused(tmp_path: Path) -> None:
