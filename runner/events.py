@@ -48,6 +48,7 @@ VOLUME_LATE = "volume.late_result"         # a re-queued batch's first result ca
 DISPATCH_NODE = "dispatch.node"
 VOLUME_SPLIT = "volume.split"              # a failed batch split, or its one input refused
 VOLUME_WORKER_STARTED = "volume.worker_started"  # a worker started in place of one stopped
+VOLUME_LIMIT = "volume.limit"              # the time limit widened from the measured rate
 
 STAGES: Tuple[str, ...] = (
     "prepare",

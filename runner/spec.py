@@ -234,6 +234,11 @@ class VolumeSpec:
     # the head's card proof of this dispatch (``dir``, ``run``, ``finished_at``): its
     # passed card stages are taken, not run again (runner/proven.py)
     head_proof: Optional[Dict[str, Any]] = None
+    # ``time_limit_s`` came from the forecast (not the manifest): the driver widens it from
+    # the rate it measures, never past ``lease_ends_at`` (epoch seconds; 0: unknown)
+    # (runner/volume_limit.py)
+    limit_adapts: bool = False
+    lease_ends_at: float = 0.0
 
 
 @dataclass(frozen=True)

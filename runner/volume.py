@@ -145,6 +145,9 @@ class Driver:
         self.lost_nodes: Set[str] = set()
         self.isolated: Dict[str, str] = {}
         self.inputs_root = os.path.abspath(ctx.spec.inputs.dir)
+        from runner.volume_limit import AdaptiveLimit
+
+        self.limit = AdaptiveLimit.from_spec(ctx.spec.volume, clock=clock)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> Dict[str, Any]:
@@ -478,6 +481,9 @@ class Driver:
                       per_card={w.label: round(w.done / max(now - w.started, 1e-6), 2)
                                 for w in self.workers if w.usable},
                       workers=sum(1 for w in self.workers if w.usable))
+        widened = self.limit.check(done - self.start_done, self.total - done, self.total)
+        if widened is not None:  # the watchdog moves the stage's deadline with it
+            self.ctx.emit(ev.VOLUME_LIMIT, **widened)
 
     def facts(self) -> Dict[str, Any]:
         return {"engine": "ray", "workers": len(self.workers) - self.replaced,

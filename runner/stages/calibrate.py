@@ -188,6 +188,7 @@ class _Calibration:
             if not ready:
                 raise StageFailure("calibrate", f"no batch came back within {WAIT_S:g} s",
                                    hint="a hung handler: the volume would hang the same way")
+            busy = time.perf_counter()  # the driver's own work on this batch starts
             batch, worker = out.pop(ready[0])
             answer = ray.get(ready[0])
             seconds = _seconds(answer)
@@ -198,8 +199,10 @@ class _Calibration:
                                               "bytes": sum(i.size for i in batch),
                                               "seconds": seconds})
                 self.facts["sample_ids"].extend(i.id for i in batch)
-            self._keep(batch, answer, seconds)
+            self._keep(batch, answer, seconds, since=busy)
             hand(worker)
+            if self.facts["record"] and "error" not in answer:  # + its hand-out of the next
+                self.facts["record"][-1]["seconds"] = round(time.perf_counter() - busy, 6)
         self.facts["timed_wall_s"] = round(time.monotonic() - began, 3)
 
     def _failed(self, answer: Dict[str, Any]) -> None:
@@ -207,12 +210,15 @@ class _Calibration:
         self.facts["failed_batches"] += 1
         self.facts["errors"] = (self.facts["errors"] + [str(answer["error"])[:300]])[:5]
 
-    def _keep(self, batch: List[Item], answer: Any, seconds: float) -> None:
+    def _keep(self, batch: List[Item], answer: Any, seconds: float,
+              since: Optional[float] = None) -> None:
         """Record a call's results as the driver does, when they come back (the workers
-        still running, as in the volume), timed: the driver's recording rate here."""
+        still running, as in the volume), timed from ``since`` (the driver took the result:
+        its fetch, audit, ledger, events, outputs, then the next batch's hand-out): the
+        driver's own time per batch here."""
         if not (isinstance(answer, dict) and "results" in answer):
             return
-        began = time.perf_counter()
+        began = time.perf_counter() if since is None else since
         self.recorder.record([i.id for i in batch], answer["results"], seconds)
         self.facts["record"].append({"items": len(batch),
                                      "seconds": round(time.perf_counter() - began, 6)})

@@ -134,3 +134,33 @@ def test_the_stage_row_from_the_node_is_checked_before_it_is_trusted() -> None:
     skipped = calibration_of([{"stage": "calibrate", "state": "skipped", "reason": "ray"}])
     assert skipped is not None and skipped.skipped == "skipped: ray"
     assert calibration_of([{"stage": "pilot", "state": "passed"}]) is None
+
+
+def test_the_thread_says_when_the_volume_time_limit_widened() -> None:
+    from bot.messages.volume_view import NOTE_TYPES, note
+    from runner.events import VOLUME_LIMIT, Event
+
+    assert VOLUME_LIMIT in NOTE_TYPES
+    event = Event(seq=9, type=VOLUME_LIMIT, run="v1", ts="2026-12-03T12:00:00+00:00",
+                  data={"limit_s": 4920.0, "was_s": 600.0, "items_per_s": 3.33,
+                        "projected_s": 3000.0, "lease_cut": False})
+    line = note(event)
+    assert line is not None and line.style == "warn"
+    assert line.text == ("the items run slower than forecast (3.33 items/s, about 50 min for "
+                         "the work stage): its time limit widened from 10 min to 82 min, "
+                         "within the lease")
+
+
+def test_a_limit_from_the_forecast_adapts_and_one_the_manifest_set_does_not() -> None:
+    from bot.pilot.volume_limits import volume_limits
+
+    manifest: dict[str, Any] = {"volume": {"inputs": {}}, "task": {"batch_size": 4}}
+    fc = {"possible": True, "high_s": 100.0, "p90_s": 0.1,
+          "lease_end": "2026-12-05T00:00:00+00:00"}
+    derived = volume_limits(manifest, {}, fc, NOW)
+    assert derived is not None and derived.adapts
+    assert derived.lease_ends_at == datetime(2026, 12, 5, tzinfo=timezone.utc).timestamp()
+    assert "widened while the volume runs" in derived.rows()[0][2]
+    manifest["volume"]["time_limit_s"] = 50
+    given = volume_limits(manifest, {}, fc, NOW)
+    assert given is not None and not given.adapts
