@@ -312,6 +312,7 @@ def check_volume(volume_run: RunRecord, stages: list[dict[str, Any]],
             "forecast_high_s": round(high, 3),
             "error_pct": None if error is None else round(error, 1),
             "within_range": low <= actual <= high, "formula": formula,
+            "calibrated": bool(pilot_forecast.get("calibrated")),
             # the wall time shown before approval (setup included), told beside, not scored
             **{f"wall_{k}_s": pilot_forecast[f"{k}_s"] for k in ("low", "high")
                if isinstance(pilot_forecast.get(f"{k}_s"), (int, float))},
