@@ -57,10 +57,10 @@ def snapshot(dest: Path) -> Path:
 def main() -> int:
     import shutil
 
-    from bot.compose import make_dispatchers
     from bot.dispatch.upload import RUNNER_PACKAGE
     from bot.manifest.load import load_manifest
     from bot.messages.model import NullNotifier
+    from bot.nodes import make_dispatchers
     from bot.service import PilotService
     from bot.settings import Settings
     from bot.store import Store

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from slack_bolt import App  # noqa: E402
 from slack_sdk.signature import SignatureVerifier  # noqa: E402
 
-from bot.dispatch.local import LocalDispatcher  # noqa: E402
+from bot.nodes.local import LocalDispatcher  # noqa: E402
 from bot.policy import policy_for  # noqa: E402
 from bot.service import PilotService  # noqa: E402
 from bot.settings import Settings  # noqa: E402

@@ -1,37 +1,19 @@
-"""The composition root: settings, store, dispatchers, notifier and service, built in one place."""
+"""The composition root: settings, store, dispatchers (one per node kind of ``bot.nodes``),
+notifier and service, built in one place."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from bot.dispatch.base import Dispatcher
-from bot.dispatch.fetch import FetchLimits
-from bot.dispatch.local import LocalDispatcher
-from bot.dispatch.ssh import SSHDispatcher
-from bot.dispatch.transfer import TransferLimits
 from bot.manifest.project_check import precheck_manifest
 from bot.messages.model import Notifier
+from bot.nodes.registry import make_dispatchers
 from bot.policy import Policy, policy_for
 from bot.policy.guard import Directory
 from bot.service import PilotService
 from bot.service.leases import lease_guard_for
 from bot.settings import Settings
 from bot.store import Store
-
-
-def make_dispatchers(settings: Settings) -> dict[str, Dispatcher]:
-    return {
-        "local": LocalDispatcher(settings.python, env=dict(settings.runner_env)),
-        "ssh": SSHDispatcher(known_hosts=settings.ssh_known_hosts,
-                             client_keys=list(settings.ssh_client_keys) or None,
-                             ssh_config=settings.ssh_config,
-                             fetch_limits=FetchLimits(settings.fetch_max_bytes,
-                                                      settings.fetch_max_file_bytes),
-                             transfer_limits=TransferLimits(
-                                 settings.transfer_stall_s,
-                                 float(settings.transfer_floor_bytes_per_s)),
-                             keep_out=(settings.runs_dir, settings.db_path.parent)),
-    }
 
 
 def make_service(settings: Settings, notifier: Notifier | Callable[[Store], Notifier], *,

@@ -10,6 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACT = {"runner", "runner.spec", "runner.events", "runner.balance", "runner.evidence",
+            "runner.outputs",
             "runner.inputs", "runner.errors", "runner.files", "runner.frames",
             "runner.raypin"}
 
@@ -57,9 +58,11 @@ def test_bot_imports_only_the_runner_contract() -> None:
 @pytest.mark.parametrize(("library", "home"), [
     ("slack_bolt", "bot/slack/"), ("slack_sdk", "bot/slack/"),
     ("apscheduler", "bot/schedule.py"), ("sqlite_utils", "bot/store/"),
-    ("asyncssh", "bot/dispatch/ssh"), ("subprocess", "bot/dispatch/"),
+    ("asyncssh", "bot/nodes/ssh/"),
+    # the local node starts its runner; the launcher starts it on a node
+    ("subprocess", ("bot/nodes/", "bot/node_programs/")),
 ])
-def test_libraries_stay_in_their_module(library: str, home: str) -> None:
+def test_libraries_stay_in_their_module(library: str, home: str | tuple[str, ...]) -> None:
     bad = [where(p, n) for p in modules("bot") for m, n in imports(p)
            if m.split(".")[0] == library
            and not str(p.relative_to(REPO)).startswith(home)]
@@ -69,7 +72,70 @@ def test_libraries_stay_in_their_module(library: str, home: str) -> None:
 # Code of bot/ that runs on a node, not in the bot (sent as its text): the launcher hands
 # the node's own environment on to the runner it starts there, and a Ray hold reads the
 # temp dir its launcher names in it.
-ON_THE_NODE = ("bot/dispatch/node_launcher.py", "bot/dispatch/node_ray.py")
+ON_THE_NODE = ("bot/node_programs/launcher.py", "bot/node_programs/ray_hold.py")
+
+
+def test_node_programs_import_only_the_standard_library() -> None:
+    """bot/node_programs/ is what runs on a node, sent as its text, before anything of ours
+    is there: a program imports the standard library only (its package's ``__init__``,
+    the bot's side that reads the texts, too), or, for mypy, a program sent in front of it
+    (the launcher names untar.py's functions under ``TYPE_CHECKING``)."""
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    found = modules("bot/node_programs")
+    assert {p.name for p in found} >= {"launcher.py", "untar.py", "ray_hold.py",
+                                        "corpus_listing.py"}
+    bad = [f"{where(p, n)} imports {m}" for p in found for m, n in imports(p)
+           if m.split(".")[0] not in allowed and not m.startswith("bot.node_programs.")]
+    assert bad == []
+
+
+# The node kinds are named by their adapters (bot/nodes/) and the manifest's node models
+# (bot/manifest/model.py) only; everything else asks the typed node (is_remote, label, ...).
+KIND_HOMES = ("bot/nodes/", "bot/manifest/model.py")
+
+
+def kind_literals(path: Path, kinds: set[str]) -> list[tuple[int, str]]:
+    """Where a module names a node kind by its literal: compared with something named
+    ``kind`` (``node.kind == "ssh"``, ``kind in ("local", ...)``, ``run.node_kind != ...``),
+    or as the default of ``.get("kind", "local")``."""
+    found: list[tuple[int, str]] = []
+
+    def literals(node: ast.AST) -> list[str]:
+        return [c.value for c in ast.walk(node)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in kinds]
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any("kind" in ast.unparse(s) for s in sides):
+                found += [(node.lineno, f"compares a kind with {k!r}")
+                          for s in sides for k in literals(s)]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "get" and len(node.args) == 2 \
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "kind":
+            found += [(node.lineno, f"defaults a kind to {k!r}") for k in literals(node.args[1])]
+    return found
+
+
+def test_the_kind_literal_finder_finds_them(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('a = node.kind == "ssh"\nb = n.get("kind", "local")\n'
+                      'c = run.node_kind in ("local",)\nd = {"ssh": 1}\ne = k == "local"\n',
+                      encoding="utf-8")
+    assert kind_literals(sample, {"local", "ssh"}) == [
+        (1, "compares a kind with 'ssh'"), (2, "defaults a kind to 'local'"),
+        (3, "compares a kind with 'local'")]
+
+
+def test_only_the_node_adapters_and_models_name_a_kind() -> None:
+    from bot.manifest.model import NODE_MODELS
+    from bot.nodes.registry import KINDS
+
+    assert set(KINDS) == set(NODE_MODELS), "every kind the manifest takes has an adapter"
+    bad = [f"{where(path, line)} {what}" for path in modules("bot")
+           if not _importer(path).startswith(KIND_HOMES)
+           for line, what in kind_literals(path, set(KINDS))]
+    assert bad == []
 
 
 def test_only_settings_reads_the_environment() -> None:
@@ -102,7 +168,7 @@ def test_only_the_store_talks_sql() -> None:
 
 
 PURE = ("bot/manifest/", "bot/pilot/")
-NOT_FROM_PURE = ("bot.store", "bot.dispatch", "bot.slack", "bot.cli", "bot.console",
+NOT_FROM_PURE = ("bot.store", "bot.dispatch", "bot.nodes", "bot.slack", "bot.cli", "bot.console",
                  "bot.service", "bot.compose", "bot.schedule")
 
 

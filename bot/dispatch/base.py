@@ -53,7 +53,14 @@ class Dispatcher(Protocol):
         one item.done each; the store records a batch as it is)."""
 
     def is_alive(self, handle: RunHandle) -> bool:
-        """Whether the runner process is still running."""
+        """Whether the runner process is still running. It only looks: what the runner's
+        start brought up beside it is ended by ``clean_up`` or ``fetch_results``."""
+
+    def clean_up(self, handle: RunHandle) -> list[str]:
+        """The runner has ended without its results being fetched (it died, or never
+        started): stop what its start brought up beside it (a several-node volume's Ray on
+        every node). Returns the problems met, [] when nothing is left; a later call tries
+        again."""
 
     def exit_code(self, handle: RunHandle) -> int | None:
         """The runner's exit status once it has ended and it is known, else None."""

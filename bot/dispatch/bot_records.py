@@ -5,7 +5,7 @@ They say which node to reach and what it was sent (``remote.json``, ``spec.json`
 ``manifest.yaml``), what the dispatch holds the inputs to (``inputs.checked.json``), the
 head node's listing of a corpus only the nodes hold (``corpus.listed.json``), which nodes
 run the volume's Ray (``ray_cluster.json``), the verification of the fetched evidence and
-the report. A fetch never replaces one with the node's copy (``bot/dispatch/fetch.py``
+the report. A fetch never replaces one with the node's copy (``bot/nodes/ssh/fetch.py``
 leaves these names out of what it brings back), and the evidence copy, which the fetch
 replaces whole, may never be a run directory (``bot/dispatch/evidence_home.py``). One
 list, named once: a new record is added here.
@@ -13,7 +13,7 @@ list, named once: a new record is added here.
 
 from __future__ import annotations
 
-# bot/dispatch/ssh.py (write_layout), the service's submit, inputs_check.INPUTS_FILE,
+# bot/nodes/ssh/dispatcher.py (write_layout), the service's submit, inputs_check.INPUTS_FILE,
 # corpus.LISTING_FILE, volume_cluster.CLUSTER_FILE, upload.verify_fetched,
 # bot/service/report_files.py (REPORT, PICTURE), bot/service/end_lock.py (the lock the bot
 # holds while it stops a run and fetches its results)

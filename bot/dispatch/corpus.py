@@ -5,7 +5,7 @@ beforehand, or on storage every node mounts at the same path). The manifest name
 path in ``volume.inputs.on_nodes``; ``volume.inputs.dir`` stays the bot's own copy, which
 the manifest's checks list (``pattern``, ``expected_count``, ``expected_refusals``) and
 which the submission records (``inputs.checked.json``). At dispatch each node lists its
-copy with the runner's rule and checksums every file (``node_corpus.py``, run with the
+copy with the runner's rule and checksums every file (``corpus_listing.py``, run with the
 node's interpreter); its listing's digest must equal the one of the bot's copy (name, size
 and SHA-256 of each file, in name order), or the node is refused, naming it and the first
 input that differs. Nothing of the corpus is uploaded; the node's spec reads its inputs
@@ -18,6 +18,7 @@ listing must equal the head's.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -29,13 +30,12 @@ import yaml
 
 from bot.dispatch.base import first_difference, json_object
 from bot.dispatch.inputs_check import CheckedInputs, checked_files
-from bot.dispatch.node_corpus import Row, listing_digest
 from bot.dispatch.node_names import node_name
 from bot.dispatch.node_output import NODE_OUTPUT_CAP
 from bot.errors import DispatchError
+from bot.node_programs import NODE_CORPUS_SCRIPT
+from bot.node_programs.corpus_listing import Row, listing_digest
 from runner.inputs import item_id
-
-NODE_CORPUS_SCRIPT = Path(__file__).with_name("node_corpus.py").read_text(encoding="utf-8")
 
 
 def corpus_on_nodes(run_dir: Path, spec: dict[str, Any]) -> str | None:
@@ -156,10 +156,15 @@ def node_rows(files: Any, where: str, folder: str) -> list[Row]:
     return rows
 
 
-def corpus_command(python: str, on_nodes: str, pattern: str, rows: list[Row]) -> str:
-    """The node's listing of ``on_nodes``: prints its digest (and its rows if it differs)."""
+def corpus_command(python: str, on_nodes: str, pattern: str, rows: list[Row],
+                   workdir: str = "") -> str:
+    """The node's listing of ``on_nodes``: prints its digest (and its rows if it differs);
+    with ``workdir``, the node remembers the digests there (``corpus-<tag>.json``, read
+    again only for files whose stat changed)."""
+    tag = hashlib.sha256(f"{on_nodes}\0{pattern}".encode()).hexdigest()[:16]
+    cache = f"{workdir.rstrip('/')}/cache/corpus-{tag}.json" if workdir else ""
     return " ".join(shlex.quote(a) for a in (python, "-c", NODE_CORPUS_SCRIPT, on_nodes,
-                                             pattern, listing_digest(rows)))
+                                             pattern, listing_digest(rows), cache))
 
 
 def check_listing(where: str, on_nodes: str, rows: list[Row], reply: str, *,

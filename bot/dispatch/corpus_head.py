@@ -3,7 +3,7 @@ listed on the head node at each dispatch, before any node is prepared.
 
 The bot has no copy to compare the nodes with. So the head (``volume.nodes[0]``, else the
 volume's one node) lists ``on_nodes`` with the runner's rule and checksums every file
-(``node_corpus.py``, its interpreter); its listing must hold ``volume.inputs.expected_count``
+(``corpus_listing.py``, its interpreter); its listing must hold ``volume.inputs.expected_count``
 inputs with distinct ids, the expected refusals among them, or the dispatch is refused
 naming the field. The listing is written to the run directory (``LISTING_FILE``): its rows
 are what every node's own listing must equal (``UploadPlan.corpus_check``), and its ids are
@@ -25,9 +25,9 @@ from bot.dispatch.corpus import (
     listing_cap,
     node_rows,
 )
-from bot.dispatch.node_corpus import Row, listing_digest
 from bot.dispatch.upload import SSHNode, load_spec
 from bot.errors import DispatchError
+from bot.node_programs.corpus_listing import Row, listing_digest
 from runner.files import write_text_atomic
 from runner.inputs import item_id
 
@@ -52,7 +52,8 @@ def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> list[Row] | No
     name = f"volume.nodes[0] ({head.where})"
     try:
         # an empty listing's digest: the node prints its rows unless its folder is empty
-        code, out, err = runs.run(head, corpus_command(head.python, on_nodes, pattern, []),
+        code, out, err = runs.run(head, corpus_command(head.python, on_nodes, pattern, [],
+                                                      head.workdir),
                                   timeout=LIST_TIMEOUT_S,
                                   cap=listing_cap(int(inputs.get("expected_count") or 0)))
     except DispatchError as exc:

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from bot.dispatch.node_scripts import NODE_RAY
 from bot.errors import DispatchError
+from bot.node_programs import NODE_RAY
 from runner.raypin import RAY_VERSION, install_command
 from runner.spec import NODE_RUN_DIR_ENV, NODE_WHERE_ENV
 
@@ -42,7 +42,7 @@ PROBE = ("import os, sys, json, socket\ntry:\n    import ray\n    v = ray.__vers
 WORKER_PORT_SPARE = 32
 # How many worker nodes run ``ray start`` at the same time, once the head is up (each is
 # one SSH command that waits on its node's raylet: ~2.5 s; one after another, 10 nodes
-# took ~25 s of rented time). Like PREPARE_AT_ONCE in bot/dispatch/ssh.py.
+# took ~25 s of rented time). Like PREPARE_AT_ONCE in bot/nodes/ssh/dispatcher.py.
 RAY_START_AT_ONCE = 8
 
 
@@ -201,7 +201,7 @@ def check_versions(nodes: Sequence[RayNode], outputs: Sequence[str]) -> list[Ray
 
 
 # The run's Ray temp dir on the node (its sockets, logs and ``preflight.pgid``) is made
-# private by ``node_ray.py`` (sent as its text, ``NODE_RAY``), which starts and stops this
+# private by ``ray_hold.py`` (sent as its text, ``NODE_RAY``), which starts and stops this
 # run's Ray in a process group of its own. Ray itself gets a folder inside it
 # (``RAY_SUBDIR``), since Ray makes its temp dir 0777 on purpose; the private folder around
 # it keeps other users out. (Keep the path short: Ray's AF_UNIX sockets live under it, and

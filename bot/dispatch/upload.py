@@ -7,10 +7,10 @@
 - ``UploadPlan``: where each local file goes on the node (the ``runner`` package, the
   project, inputs outside it, the evidence copy), which files must be sent or removed given
   the node's hashes, and the run's spec with its paths rewritten for the node.
-- The node-side text lives in ``bot/dispatch/node_scripts.py`` (scripts and shell commands).
+- The node-side text lives in ``bot/node_programs/__init__.py`` (scripts and shell commands).
 - ``verify_fetched``: checks the evidence copy once it is back on the bot host.
 
-``bot/dispatch/ssh.py`` does the SSH work with these; this module only touches local files.
+``bot/nodes/ssh/dispatcher.py`` does the SSH work with these; this module only touches local files.
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ from bot.dispatch.corpus import (
     reference_rows,
 )
 from bot.dispatch.inputs_check import CheckedInputs, checked_files, recheck_inputs
-from bot.dispatch.node_corpus import Row
 from bot.dispatch.node_names import node_relpath
-from bot.dispatch.node_scripts import NODE_RAY, launcher_command
 from bot.errors import DispatchError, NodeUnreachable
+from bot.node_programs import NODE_RAY, launcher_command
+from bot.node_programs.corpus_listing import Row
+from bot.nodes.ssh import KIND as SSH_KIND
 from runner.evidence import file_sha256
 from runner.files import write_json_atomic
 
@@ -169,8 +170,8 @@ def locate(handle: RunHandle) -> tuple[SSHNode, dict[str, Any]]:
 
 
 def _ssh_only(node: Any, where: str) -> dict[str, Any]:
-    if not isinstance(node, dict) or node.get("kind") != "ssh":
-        raise DispatchError(f"{where}: node.kind is not ssh; use the local dispatcher")
+    if not isinstance(node, dict) or node.get("kind") != SSH_KIND:
+        raise DispatchError(f"{where}: node.kind is not {SSH_KIND}; use the local dispatcher")
     return node
 
 
@@ -204,27 +205,65 @@ def launched_pid(out: str, node: str) -> int:
         raise DispatchError(f"{node}: the launcher printed no pid: {out!r}") from exc
 
 
+MAX_NODE_FILES = 2_000_000  # files a node's hash answer may name, all roots together
+
+
+class HashAnswer:
+    """The launcher's answer to ``hash_request``, line by line (``launcher.print_hashes``:
+    ``{"root", "files"}`` lines, then ``{"end": <files>}``): type-checked, each relative
+    path's parts checked by ``node_relpath`` (the upload removes what the node lists and
+    the bot does not have), only the ``roots`` asked kept, at most ``max_files`` files;
+    a DispatchError naming the node otherwise."""
+
+    def __init__(self, node: str, python: str, roots: list[str] | None = None,
+                 max_files: int = MAX_NODE_FILES) -> None:
+        self.node, self.python, self.roots, self.max_files = node, python, roots, max_files
+        self.hashes: dict[str, dict[str, str]] = {}
+        self.files = 0
+        self.ended = False
+
+    def feed(self, line: str) -> bool:
+        """One line of the answer; True once its end line came (and the count agrees)."""
+        answer = json_object(line)
+        if answer is None:
+            raise DispatchError(f"{self.node}: node.python {self.python!r} did not print the "
+                                f"file hashes (got {line.strip()[:200]!r}); is it Python >= "
+                                "3.9 and does the login print nothing on stdout?")
+        if "end" in answer:
+            if answer["end"] != self.files:
+                raise DispatchError(f"{self.node}: the file hashes end with {answer['end']!r} "
+                                    f"file(s), {self.files} were listed: the node's answer is "
+                                    "refused")
+            self.ended = True
+            return True
+        root, files = answer.get("root"), answer.get("files")
+        if not isinstance(root, str) or not isinstance(files, dict) \
+                or not all(isinstance(v, str) for v in files.values()):
+            raise DispatchError(f"{self.node}: the file hashes under {str(root)[:200]!r} are "
+                                "not a mapping of relative paths to SHA-256 digests: the "
+                                "node's answer is refused")
+        self.files += len(files)
+        if self.files > self.max_files:
+            raise DispatchError(f"{self.node}: the node lists more than {self.max_files:,} "
+                                "files under the upload's folders: the node's answer is "
+                                "refused (project.exclude leaves a folder out)")
+        if self.roots is not None and root not in self.roots:
+            return False
+        checked = self.hashes.setdefault(root, {})
+        checked.update({node_relpath(rel, self.node, root): digest
+                        for rel, digest in files.items()})
+        return False
+
+
 def parse_hashes(out: str, node: str, python: str,
                  roots: list[str] | None = None) -> dict[str, dict[str, str]]:
-    """The launcher's answer to ``hash_request`` (JSON: root -> relative path -> sha256),
-    type-checked, each relative path's parts checked by ``node_relpath`` (the upload
-    removes what the node lists and the bot does not have), only the ``roots`` asked
-    kept; or an error saying what it printed."""
-    hashes = json_object(out)
-    if hashes is None:
-        raise DispatchError(f"{node}: node.python {python!r} did not print the file hashes "
-                            f"(got {out.strip()[:200]!r}); is it Python >= 3.9 and does the "
-                            "login print nothing on stdout?")
-    checked: dict[str, dict[str, str]] = {}
-    for root, files in hashes.items():
-        if roots is not None and root not in roots:
-            continue
-        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-            raise DispatchError(f"{node}: the file hashes under {root!r} are not a mapping of "
-                                "relative paths to SHA-256 digests: the node's answer is "
-                                "refused")
-        checked[root] = {node_relpath(rel, node, root): digest for rel, digest in files.items()}
-    return checked
+    """The whole hash answer as text (its lines), checked by ``HashAnswer``."""
+    answer = HashAnswer(node, python, roots)
+    for line in out.splitlines() or [""]:
+        if answer.feed(line):
+            return answer.hashes
+    raise DispatchError(f"{node}: the file hashes ended before their end line: the node's "
+                        "answer is refused")
 
 
 def write_layout(path: Path, layout: dict[str, Any]) -> None:
@@ -358,11 +397,19 @@ class UploadPlan:
         node's hashes of every file under ``roots()``: one JSON line (for ``changes``),
         under the workdir's lock."""
         return "hash " + json.dumps([sorted(SKIP_DIRS), sorted(SKIP_TOP), self.roots(),
-                                     self.remote_dirs()]) + "\n"
+                                     self.remote_dirs(), self.excluded()]) + "\n"
+
+    def excluded(self) -> list[str]:
+        """The node paths of what is never sent from the project (``project.exclude``, a
+        pilot's volume corpus, the runs and evidence folders): the node neither hashes
+        them nor has them removed as stale (a volume's corpus sent earlier stays)."""
+        return sorted(f"{self.remote_project}/{path.relative_to(self.local_project).as_posix()}"
+                      for path in self.skip
+                      if path != self.local_project and _under(path, self.local_project))
 
     def hold_command(self, python: str) -> str:
         """Like ``launch_command``, but what it launches holds the workdir's lock while the
-        node's Ray lives (a volume node other than the head: ``node_ray.py``'s hold)."""
+        node's Ray lives (a volume node other than the head: ``ray_hold.py``'s hold)."""
         return launcher_command(python, self.lock, self.run_id, self.remote_run_dir,
                                 self.remote_project, self.remote_pkg_root,
                                 python, "-c", NODE_RAY, "hold")
@@ -384,7 +431,7 @@ class UploadPlan:
         rows = head_rows(self.run_dir) if self.node_only else reference_rows(self.inputs)
         self.head = head_node(self.run_dir) if self.node_only else None
         pattern = str((self.spec.get("inputs") or {}).get("pattern") or "*")
-        return corpus_command(python, self.on_nodes, pattern, rows), rows
+        return corpus_command(python, self.on_nodes, pattern, rows, self.workdir), rows
 
     def layout(self, node: SSHNode, sent: dict[str, int]) -> dict[str, Any]:
         """``remote.json`` before the launch (no pid yet: a restarted bot still finds it)."""

@@ -27,6 +27,7 @@ from bot.dispatch.card_proof import NodeCopy, NodeProof, head_proof, prove_nodes
 from bot.dispatch.ray_cluster import RayCluster, RayNode, RayPorts, start_cluster, stop_cluster
 from bot.dispatch.upload import SSHNode, load_spec
 from bot.errors import DispatchError
+from bot.nodes.ssh import KIND as SSH_KIND
 from runner.files import write_text_atomic
 from runner.spec import node_share
 
@@ -92,8 +93,8 @@ def volume_nodes(handle: RunHandle) -> list[SSHNode]:
     nodes = volume.get("nodes") if isinstance(volume, dict) else None
     if not isinstance(nodes, list) or len(nodes) < 2:
         return []
-    if not all(isinstance(n, dict) and n.get("kind") == "ssh" for n in nodes):
-        raise DispatchError(f"{path}: volume.nodes: several nodes must all be kind ssh")
+    if not all(isinstance(n, dict) and n.get("kind") == SSH_KIND for n in nodes):
+        raise DispatchError(f"{path}: volume.nodes: several nodes must all be kind {SSH_KIND}")
     return [SSHNode.from_dict(n) for n in nodes]
 
 

@@ -31,7 +31,7 @@ from bot.manifest.model import (
     Inputs,
     Lease,
     Manifest,
-    Node,
+    NodeSpec,
     Project,
     Results,
     Success,
@@ -55,7 +55,7 @@ __all__ = ["API_VERSION", "InputFile", "InputListing", "LoadedManifest", "Manife
            "parse_manifest"]
 
 _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
-    (): Manifest, ("hardware",): Hardware, ("node",): Node, ("project",): Project,
+    (): Manifest, ("hardware",): Hardware, ("node",): NodeSpec, ("project",): Project,
     ("inputs",): Inputs, ("task",): Task, ("diagnostics",): Diagnostics,
     ("success",): Success, ("results",): Results, ("approvals",): Approvals,
     ("lease",): Lease, ("volume",): Volume, ("volume", "inputs"): VolumeInputs,
@@ -213,6 +213,10 @@ def _validate(data: dict[str, Any], report: Report) -> tuple[Manifest | None, Pa
 def _report_error(error: Any, report: Report) -> None:
     loc = tuple(error["loc"])
     kind = error["type"]
+    if kind == "node_kind":  # the node union's tag: said of the section's own ``kind``
+        given = error.get("input")
+        loc, error = (*loc, "kind"), {**error, "input": given.get("kind")
+                                      if isinstance(given, dict) else given}
     if kind == "string_pattern_mismatch" and _last_name(loc) in _PATTERN_HELP:
         message = f"expected {_PATTERN_HELP[_last_name(loc)]}; found {_show(error.get('input'))}"
     elif kind == "extra_forbidden":
@@ -231,7 +235,9 @@ def _last_name(loc: tuple[Any, ...]) -> str:
 
 
 def _suggest(loc: tuple[Any, ...]) -> str:
-    model = _SECTIONS.get(tuple(str(p) for p in loc[:-1]))
+    # a union's tag (``node[ssh]``) is no section of the document
+    model = _SECTIONS.get(tuple(str(p) for p in loc[:-1]
+                                if not (isinstance(p, str) and p.endswith("]"))))
     if model is None:
         return ""
     known = [f.alias or name for name, f in model.model_fields.items()]

@@ -22,7 +22,7 @@ from bot.manifest.model import (
     Diagnostics,
     Hardware,
     Inputs,
-    Node,
+    NodeSpec,
     Project,
     Results,
     Success,
@@ -87,7 +87,7 @@ class Parts:
     backend: str | None = None
     preparation: str | None = None
     purpose: str | None = None
-    node: Node | None = None
+    node: NodeSpec | None = None
     project: Project | None = None
     inputs: Inputs | None = None
     task: Task | None = None
@@ -280,13 +280,14 @@ def _check_node(parts: Parts, report: Report) -> None:
     node = parts.node
     if node is None:
         return
-    if node.kind == "ssh" and node.host is None:
-        report.problem(("node", "host"), "an ssh node needs node.host (the machine's address)")
-    if node.kind == "ssh" and node.workdir is None:
+    if node.is_remote and node.host is None:
+        report.problem(("node", "host"), f"an {node.kind} node needs node.host (the "
+                       "machine's address)")
+    if node.is_remote and node.workdir is None:
         report.warn(("node", "workdir"), "no node.workdir: the runner will work in the login "
                     "directory; name a work directory so a change of machine is explicit")
-    if node.kind == "local" and node.host is not None:
-        report.warn(("node", "host"), "node.host is ignored for kind: local")
+    if not node.is_remote and node.host is not None:
+        report.warn(("node", "host"), f"node.host is ignored for kind: {node.kind}")
 
 
 def _check_approvals(parts: Parts, report: Report) -> None:
@@ -374,8 +375,8 @@ def _volume_is_local(parts: Parts) -> bool:
     assert parts.volume is not None
     nodes = parts.volume.nodes
     if isinstance(nodes, list) and nodes:
-        return all(n.kind == "local" for n in nodes)
-    return parts.node is not None and parts.node.kind == "local"
+        return not any(n.is_remote for n in nodes)
+    return parts.node is not None and not parts.node.is_remote
 
 
 def check_input_files(inputs: Inputs | VolumeInputs, project_dir: Path, loc: FieldPath,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from bot.manifest.catalog import GpuModel
-from bot.manifest.model import Hardware, Node, Volume
+from bot.manifest.model import Hardware, NodeSpec, Volume
 from runner.spec import node_share
 
 
@@ -23,21 +23,14 @@ class Report(Protocol):
     def warn(self, loc: tuple[Any, ...], message: str) -> None: ...
 
 
-def node_identity(node: Node) -> str:
-    """What makes two nodes the same machine: ``local``, or ``ssh://host:port``."""
-    if node.kind == "local":
-        return "local"
-    return f"ssh://{(node.host or '').strip().lower()}:{node.port}"
-
-
 def check_volume(volume: Volume, gpu: GpuModel | None, hardware: Hardware | None,
                  report: Report) -> None:
     _check_inputs(volume, report)
     if isinstance(volume.nodes, int):
         _check_count(volume.nodes, report)
-        nodes: list[Node] = []
+        nodes: list[NodeSpec] = []
     else:
-        nodes = volume.nodes or []
+        nodes = list(volume.nodes or [])
         if volume.nodes is not None and not nodes:
             report.problem(("volume", "nodes"), "an empty list: list the nodes, or leave "
                            "volume.nodes out to run on the pilot's node")
@@ -135,19 +128,20 @@ def _check_count(count: int, report: Report) -> None:
                        "which machines")
 
 
-def _check_nodes(nodes: list[Node], report: Report) -> None:
+def _check_nodes(nodes: list[NodeSpec], report: Report) -> None:
     first: dict[str, int] = {}
     kinds = {n.kind for n in nodes}
     for index, node in enumerate(nodes):
         loc = ("volume", "nodes", index)
-        if node.kind == "ssh" and node.host is None:
-            report.problem((*loc, "host"), "an ssh node needs a host (the machine's address)")
+        if node.is_remote and node.host is None:
+            report.problem((*loc, "host"), f"an {node.kind} node needs a host (the machine's "
+                           "address)")
             continue
-        if node.kind == "local" and len(kinds) > 1:
+        if not node.is_remote and len(kinds) > 1:
             report.problem((*loc, "kind"), "a volume runs on this machine alone (one local "
                            "node) or on SSH nodes, not both: the bot's host never joins "
                            "a rented cluster")
-        key = node_identity(node)
+        key = node.identity
         if key in first:
             report.problem(loc, f"node {key} is listed twice (also volume.nodes[{first[key]}]); "
                            "each machine runs one Ray node: list it once")

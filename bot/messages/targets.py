@@ -7,21 +7,12 @@ anything is launched. Neutral: transports render the pairs (views' Fields, a Sla
 
 from __future__ import annotations
 
-from typing import Any
-
+from bot.manifest.model import NodeSpec
 from bot.pilot.plan import format_usd
 from bot.pilot.record import Run
 
 
-def node_label(node: dict[str, Any]) -> str:
-    """``local (the bot host itself)`` or ``ssh user@host:port``."""
-    if node.get("kind", "local") == "local":
-        return "local (the bot host itself)"
-    user = f"{node['user']}@" if node.get("user") else ""
-    return f"ssh {user}{node.get('host')}:{node.get('port', 22)}"
-
-
-def volume_nodes(run: Run) -> list[tuple[str, dict[str, Any]]]:
+def volume_nodes(run: Run) -> list[tuple[str, NodeSpec]]:
     """The nodes the volume of this pilot would run on, each with its field path (none:
     no volume section; no ``volume.nodes``: the pilot's ``node``)."""
     manifest = run.manifest
@@ -29,8 +20,8 @@ def volume_nodes(run: Run) -> list[tuple[str, dict[str, Any]]]:
         return []
     nodes = manifest.volume.nodes
     if isinstance(nodes, list) and nodes:
-        return [(f"volume.nodes[{i}]", n.model_dump(mode="json")) for i, n in enumerate(nodes)]
-    return [("node", manifest.node.model_dump(mode="json"))]
+        return [(f"volume.nodes[{i}]", n) for i, n in enumerate(nodes)]
+    return [("node", manifest.node)]
 
 
 def spend_pairs(run: Run) -> list[tuple[str, str]]:
@@ -40,13 +31,12 @@ def spend_pairs(run: Run) -> list[tuple[str, str]]:
     if not nodes:
         return []
     plan = run.plan
-    hosts = sorted({"the bot host" if n.get("kind", "local") == "local"
-                    else str(n.get("host")) for n in nodes})
+    hosts = sorted({n.host_label for n in nodes})
     cards = (f"{plan.total_cards} card(s) "
              f"({plan.lots} {plan.gpu} lot(s) x {plan.cards_per_lot}) for "
              f"{plan.days} day(s), {format_usd(plan.total_usd)} USD") if plan is not None \
         else "no plan recorded"
-    return [("Volume nodes", "; ".join(f"{where}: {node_label(n)}" for where, n in placed)),
+    return [("Volume nodes", "; ".join(f"{where}: {n.label}" for where, n in placed)),
             ("Cards", cards), ("Hosts", ", ".join(hosts))]
 
 

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bot.errors import LeaseError
+from bot.manifest.model import node_model
 from bot.pilot.clock import read_time
 from bot.pilot.record import Run
 from bot.pilot.states import S
@@ -40,7 +41,8 @@ SYSTEM = "preflight"
 
 def node_key(node: dict[str, Any] | None) -> str | None:
     """The lease key of a manifest node section; None for a local node (no lease)."""
-    if not node or node.get("kind", "local") != "ssh":
+    model = node_model(node) if node else None
+    if node is None or model is None or not model.is_remote:
         return None
     host = node.get("host")
     return lease_key(str(host), int(node.get("port") or 22)) if host else None

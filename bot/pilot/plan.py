@@ -17,7 +17,7 @@ from typing import Any
 from bot.errors import PreflightError
 from bot.manifest.catalog import Catalog, GpuModel, default_catalog
 from bot.manifest.load import LoadedManifest
-from bot.manifest.model import Manifest, Node
+from bot.manifest.model import Manifest
 
 CENT = Decimal("0.01")
 
@@ -159,8 +159,8 @@ def describe_volume(manifest: Manifest, gpu: str, total_cards: int) -> str | Non
     what = (f"{inputs.expected_count} inputs ({folder}/{inputs.pattern}"
             + (f", frames {inputs.frames}" if inputs.frames is not None else "") + ")")
     listed = volume.nodes if isinstance(volume.nodes, list) and volume.nodes else None
-    nodes = [_node_words(n) for n in listed] if listed else [
-        _node_words(manifest.node) + " (the pilot's node)"]
+    nodes = [n.words for n in listed] if listed else [
+        manifest.node.words + " (the pilot's node)"]
     where = ", ".join(nodes) if len(nodes) <= 4 else f"{', '.join(nodes[:4])} and " \
         f"{len(nodes) - 4} more"
     if gpu == "cpu":
@@ -168,13 +168,6 @@ def describe_volume(manifest: Manifest, gpu: str, total_cards: int) -> str | Non
     per_worker = volume.cards_per_worker
     return (f"{what} on {plural(len(nodes), 'node')}: {where}; {plural(total_cards, 'card')} "
             f"rented, {per_worker} per worker")
-
-
-def _node_words(node: Node) -> str:
-    if node.kind == "local":
-        return "this machine"
-    port = f":{node.port}" if node.port != 22 else ""
-    return f"{node.user + '@' if node.user else ''}{node.host}{port}"
 
 
 def _notes(loaded: LoadedManifest, gpu: GpuModel, total_cards: int) -> list[str]:
@@ -207,7 +200,7 @@ def _notes(loaded: LoadedManifest, gpu: GpuModel, total_cards: int) -> list[str]
                      "(task.distributed: false), so it uses one card unless the program "
                      "distributes itself")
     node = loaded.manifest.node
-    if node.kind == "local" and not node.python:
+    if not node.is_remote and not node.python:
         notes.append("node.python is not set: the local runner uses Preflight's own interpreter "
                       "(PREFLIGHT_RUNNER_PYTHON, else the one running preflight); set "
                       "node.python to check the interpreter your project runs with")

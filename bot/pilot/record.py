@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from bot.errors import StoreError
-from bot.manifest.model import Manifest
+from bot.manifest.model import DEFAULT_NODE_KIND, Manifest, is_remote_node
 from bot.pilot.plan import Plan
 
 # The columns a RunRecord is read from (Store.run_record selects only these).
@@ -67,7 +67,13 @@ class RunRecord:
     @property
     def node_kind(self) -> str:
         """The kind of node the run runs on (``local`` when the manifest named none)."""
-        return str((self.node or {}).get("kind", "local"))
+        return str((self.node or {}).get("kind", DEFAULT_NODE_KIND))
+
+    @property
+    def remote(self) -> bool:
+        """Whether the run's node is another machine than the bot host (its kind's
+        ``is_remote``; False for a kind that is not one)."""
+        return is_remote_node(self.node or {})
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RunRecord:

@@ -6,10 +6,10 @@ Its lease is checked by the dispatch guard like a pilot's; the other nodes' leas
 
 from __future__ import annotations
 
-from bot.manifest.model import Manifest, Node
+from bot.manifest.model import Manifest, NodeSpec
 
 
-def volume_node(manifest: Manifest) -> Node:
+def volume_node(manifest: Manifest) -> NodeSpec:
     """The node the volume run (its driver, the Ray head) is dispatched to."""
     volume = manifest.volume
     if volume is not None and isinstance(volume.nodes, list) and volume.nodes:

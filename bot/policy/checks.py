@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bot.manifest.model import node_model
 from bot.manifest.source import SourceMap, format_loc
 from bot.pilot.leases import lease_key
 from bot.pilot.plan import Plan
@@ -144,10 +145,9 @@ def check_nodes(policy: Policy, data: dict[str, Any], marks: SourceMap) -> list[
     out: list[Refusal] = []
     judged: list[tuple[tuple[Any, ...], Any, bool]] = []
     for loc, node in run_nodes(data):
-        kind = node.get("kind", "local")
         refusals, listed = _check_one_node(policy, allowed, loc, node, marks)
         out += refusals
-        judged.append((loc, kind, listed))
+        judged.append((loc, _remote(node), listed))
     programs: list[tuple[str, ...]] = []
     if _section(data, "task", "command") is not None:
         programs.append(("task", "command"))
@@ -157,8 +157,8 @@ def check_nodes(policy: Policy, data: dict[str, Any], marks: SourceMap) -> list[
         programs.append(("blender", "executable"))
     for program in programs:
         seen: set[str] = set()
-        for loc, kind, listed in judged:
-            for refusal in _check_command(policy, kind, listed, marks, program, loc):
+        for loc, remote, listed in judged:
+            for refusal in _check_command(policy, remote, listed, marks, program, loc):
                 if refusal.rule not in seen:  # one line per rule: the first node that fails
                     seen.add(refusal.rule)
                     out.append(refusal)
@@ -168,11 +168,10 @@ def check_nodes(policy: Policy, data: dict[str, Any], marks: SourceMap) -> list[
 def _check_one_node(policy: Policy, allowed: list[tuple[str | None, str, str | None]] | None,
                     loc: tuple[Any, ...], node: dict[str, Any],
                     marks: SourceMap) -> tuple[list[Refusal], bool]:
-    kind = node.get("kind", "local")
     out: list[Refusal] = []
     listed = False
     entry: tuple[str | None, str, str | None] | None = None
-    if kind == "local":
+    if _remote(node) is False:
         listed = allowed is not None and any(k == "local" for _, k, _ in allowed)
         if not listed:
             out.append(Refusal("nodes", f"{_at(marks, (*loc, 'kind'))}: `local` runs on the "
@@ -200,15 +199,22 @@ def _check_one_node(policy: Policy, allowed: list[tuple[str | None, str, str | N
     return out, listed
 
 
-def _check_command(policy: Policy, kind: Any, listed: bool, marks: SourceMap,
+def _remote(node: dict[str, Any]) -> bool | None:
+    """Whether a node section (not validated yet) names another machine, by its kind's
+    model; None for a kind that is not one (the manifest's rules refuse it)."""
+    model = node_model(node)
+    return None if model is None else model.is_remote
+
+
+def _check_command(policy: Policy, remote: bool | None, listed: bool, marks: SourceMap,
                    loc: tuple[str, ...] = ("task", "command"),
                    node: tuple[Any, ...] = ("node",)) -> list[Refusal]:
     at = _at(marks, loc)
     on = "" if node == ("node",) else f" ({format_loc(node)})"
-    if kind == "local" and not policy.file.task_command.local:
+    if remote is False and not policy.file.task_command.local:
         return [Refusal("task_command.local", f"{at}: an external command on the bot host"
                         f"{on} is not allowed from Slack", policy.where("task_command.local"))]
-    if kind == "ssh" and not (policy.file.task_command.ssh and listed):
+    if remote and not (policy.file.task_command.ssh and listed):
         why = "is off" if not policy.file.task_command.ssh else "is only for nodes listed in nodes"
         return [Refusal("task_command.ssh", f"{at}: an external command from Slack{on} {why}",
                         policy.where("task_command.ssh" if not policy.file.task_command.ssh

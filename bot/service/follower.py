@@ -92,6 +92,9 @@ class Follower:
         self.dispatchers = dispatchers  # the service's own mapping: a change there is seen here
         self.publisher = publisher
         self._finish_checked: set[str] = set()
+        # a volume's per-worker rates ride on one progress event in 30 s (runner/volume.py):
+        # the latest seen is shown with every progress until the next
+        self._per_card: dict[str, Any] = {}
 
     def _dispatcher(self, run: RunRecord) -> Dispatcher:
         return dispatcher_for(self.dispatchers, run)
@@ -141,17 +144,7 @@ class Follower:
         """The run's node (a volume's head) is out of reach for good: the volume's other
         nodes are stopped, so their Ray and cards are not left working for a driver that
         is gone; Ray on the head is stopped by the next look that reaches it."""
-        run = self.store.run_record(run_id)
-        stop_others = getattr(self._dispatcher(run), "stop_other_nodes", None)
-        if stop_others is None:
-            return
-        try:
-            problems = stop_others(self._handle(run))
-        except PreflightError as exc:
-            problems = [str(exc)]
-        if problems:
-            log.warning("run %s: its node is out of reach; Ray not stopped on every "
-                        "node: %s", run_id, "; ".join(problems))
+        self._clean_up(self.store.run_record(run_id), "its node is out of reach; ")
 
     def pump(self, run_id: str) -> list[Event]:
         """Read, record, then publish whatever the runner appended since last time."""
@@ -159,7 +152,13 @@ class Follower:
         stage_changed = any(e.type in STAGE_EVENT_TYPES for e in fresh)
         progress = [e for e in fresh if e.type == PROGRESS]
         if progress:  # only the latest counts: nothing per item here
-            reported = progress_of(progress[-1].data)
+            cards = [e.data["per_card"] for e in progress if "per_card" in e.data]
+            if cards:
+                self._per_card[run_id] = cards[-1]
+            data = progress[-1].data
+            if "per_card" not in data and run_id in self._per_card:
+                data = {**data, "per_card": self._per_card[run_id]}
+            reported = progress_of(data)
             self.publisher.note_progress(run_id, reported.done, reported.total, reported.pace)
         if any(e.type in VOLUME_NOTES for e in fresh):
             self.publisher.publish_volume(run_id)
@@ -239,6 +238,7 @@ class Follower:
         if started:
             self.store.transition(run.id, (S.DISPATCHING,), S.RUNNING)
             return False
+        self._clean_up(run)
         error = {"stage": "dispatch", "type": "DispatchInterrupted",
                  "message": "the bot stopped while starting the runner, and no runner "
                             "started", "hint": f"`preflight resume {run.id}` starts it"}
@@ -288,6 +288,7 @@ class Follower:
                                  finished_at=now_utc(), exit_code=finished.data.get("exit_code")):
             self.publisher.publish_outcome(run_id)
             self.publisher.forget(run_id)
+            self._per_card.pop(run_id, None)
 
     def _forecast(self, run: Run, stages: list[dict[str, Any]]) -> dict[str, Any] | None:
         """A pilot's forecast of its volume; a volume's actual time against that forecast."""
@@ -328,8 +329,21 @@ class Follower:
             return new
         return old
 
+    def _clean_up(self, run: RunRecord, why: str = "") -> None:
+        """The runner ended with nothing fetched (or its node is out of reach): what its
+        start brought up beside it (a volume's Ray) is stopped where it answers; a problem
+        is logged and left to the next look."""
+        try:
+            problems = self._dispatcher(run).clean_up(self._handle(run))
+        except PreflightError as exc:
+            problems = [str(exc)]
+        if problems:
+            log.warning("run %s: %sRay not stopped on every node: %s", run.id, why,
+                        "; ".join(problems))
+
     def _runner_died(self, run_id: str) -> None:
         record = self.store.run(run_id)
+        self._clean_up(record)
         handle, dispatcher = self._handle(record), self._dispatcher(record)
         code = dispatcher.exit_code(handle)
         events = self.store.events(run_id, after_seq=max(0, record.last_seq - 1))

@@ -16,6 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bot.manifest.model import is_remote_node, node_identity
 from bot.pilot.calibration import calibration_of
 from bot.pilot.cards import healthy_cards as run_healthy_cards
 from bot.pilot.clock import read_time
@@ -124,15 +125,9 @@ def pilot_node(node: Any, nodes: Any) -> int | None:
     is absent (the volume runs on the pilot's node), None when the pilot's is not listed."""
     if not isinstance(nodes, list) or not nodes:
         return 0
-    ours = _identity(node if isinstance(node, dict) else {})
+    ours = node_identity(node)
     return next((k for k, n in enumerate(nodes)
-                 if isinstance(n, dict) and _identity(n) == ours), None)
-
-
-def _identity(node: dict[str, Any]) -> str:
-    if (node.get("kind") or "local") == "local":
-        return "local"
-    return f"ssh://{str(node.get('host') or '').strip().lower()}:{node.get('port') or 22}"
+                 if isinstance(n, dict) and node_identity(n) == ours), None)
 
 
 def _volume_node(node: dict[str, Any], volume: dict[str, Any]) -> dict[str, Any]:
@@ -168,7 +163,7 @@ def measured_setup(run: RunRecord, stages: list[dict[str, Any]],
     if began is not None and started is not None and started >= began:
         dispatch = (started - began).total_seconds()
     return Setup(diagnostics_s=diagnostics if seen else None, dispatch_s=dispatch,
-                 proof_s=proof if seen else None, ssh=node.get("kind") == "ssh",
+                 proof_s=proof if seen else None, ssh=is_remote_node(node),
                  inputs_on_nodes=on_nodes)
 
 
@@ -217,7 +212,7 @@ def _volume_inputs(run: RunRecord, volume: dict[str, Any]
     try:
         files = list_dir(str(directory.resolve()), str(spec.get("pattern") or "*"))
     except InputsError as exc:
-        if run.node_kind == "ssh":
+        if run.remote:
             # Listing on the node itself is not done yet: say so instead of guessing.
             count = int(spec.get("expected_count") or 0)
             return (count, None, None, f"{NOT_LISTED} volume.inputs.expected_count {count:,}; "

@@ -130,7 +130,8 @@ class _Calibration:
         cls = worker_class(ray, vspec.cards_per_worker, vspec.gpus)
         device = "cuda" if vspec.gpus else "cpu"
         outputs = os.path.join(self.dir, "outputs")
-        actors = [cls.remote(spec, outputs, list(sys.path), device) for _ in range(count)]
+        actors = [cls.remote(spec, outputs, list(sys.path), device, f"cal-w{k}")
+                  for k in range(count)]
         try:
             where = ray.get([a.where.remote() for a in actors], timeout=WAIT_S)
         except Exception as exc:
@@ -188,7 +189,6 @@ class _Calibration:
             if not ready:
                 raise StageFailure("calibrate", f"no batch came back within {WAIT_S:g} s",
                                    hint="a hung handler: the volume would hang the same way")
-            busy = time.perf_counter()  # the driver's own work on this batch starts
             batch, worker = out.pop(ready[0])
             answer = ray.get(ready[0])
             seconds = _seconds(answer)
@@ -199,10 +199,8 @@ class _Calibration:
                                               "bytes": sum(i.size for i in batch),
                                               "seconds": seconds})
                 self.facts["sample_ids"].extend(i.id for i in batch)
-            self._keep(batch, answer, seconds, since=busy)
+            self._keep(batch, answer, seconds)
             hand(worker)
-            if self.facts["record"] and "error" not in answer:  # + its hand-out of the next
-                self.facts["record"][-1]["seconds"] = round(time.perf_counter() - busy, 6)
         self.facts["timed_wall_s"] = round(time.monotonic() - began, 3)
 
     def _failed(self, answer: Dict[str, Any]) -> None:
@@ -210,15 +208,13 @@ class _Calibration:
         self.facts["failed_batches"] += 1
         self.facts["errors"] = (self.facts["errors"] + [str(answer["error"])[:300]])[:5]
 
-    def _keep(self, batch: List[Item], answer: Any, seconds: float,
-              since: Optional[float] = None) -> None:
-        """Record a call's results as the driver does, when they come back (the workers
-        still running, as in the volume), timed from ``since`` (the driver took the result:
-        its fetch, audit, ledger, events, outputs, then the next batch's hand-out): the
-        driver's own time per batch here."""
+    def _keep(self, batch: List[Item], answer: Any, seconds: float) -> None:
+        """Record a call's results as the driver's writer does (audit, ledger, events,
+        JSON outputs), when they come back (the workers still running, as in the volume),
+        timed: the driver's recording rate here."""
         if not (isinstance(answer, dict) and "results" in answer):
             return
-        began = time.perf_counter() if since is None else since
+        began = time.perf_counter()
         self.recorder.record([i.id for i in batch], answer["results"], seconds)
         self.facts["record"].append({"items": len(batch),
                                      "seconds": round(time.perf_counter() - began, 6)})

@@ -20,6 +20,9 @@ class RunDirDispatcher:
     def fetch_results(self, handle: RunHandle) -> None:
         return None
 
+    def clean_up(self, handle: RunHandle) -> list[str]:
+        return []
+
     def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
         return read_tail(handle.run_dir / "runner.log", limit)
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from bot.dispatch.corpus import NODE_CORPUS_SCRIPT, check_listing, expected_rows
-from bot.dispatch.node_corpus import listing_digest
 from bot.errors import DispatchError
 from bot.manifest.source import parse_text
+from bot.node_programs.corpus_listing import listing_digest
 from bot.policy import Identity, checks, default_policy, load_policy
 from runner.inputs import list_dir
 from tests.bot.manifest_helpers import dump, locs, make_project, merged

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.local import LocalDispatcher
-from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
+from bot.nodes.local import LocalDispatcher
+from bot.nodes.ssh.dispatcher import SSHDispatcher
 from runner.events import EventFormatError
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.compose import make_dispatchers
-from bot.dispatch.fetch import FetchLimits
 from bot.errors import PreflightError
+from bot.nodes.registry import make_dispatchers
+from bot.nodes.ssh.fetch import FetchLimits
 from bot.settings import Settings
 
 

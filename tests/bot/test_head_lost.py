@@ -31,7 +31,7 @@ class HeadGone(ScriptedDispatcher):
     def read_events(self, handle: RunHandle, offset: int) -> Any:
         raise NodeUnreachable("gpu-a:22: connection timed out")
 
-    def stop_other_nodes(self, handle: RunHandle) -> list[str]:
+    def clean_up(self, handle: RunHandle) -> list[str]:
         self.stopped_others.append(handle.run_id)
         return ["volume.nodes[0] gpu-a:22: unreachable"]  # the head: tried again later
 
@@ -46,3 +46,27 @@ def test_a_follower_that_gives_up_on_the_head_stops_the_other_nodes(tmp_path: Pa
     with pytest.raises(ContactLost):
         service.follow(run_id, timeout=30)
     assert dispatcher.stopped_others == [run_id]
+
+
+class CleanedUp(ScriptedDispatcher):
+    """Records the runs cleaned up: a runner found dead has its start's Ray stopped once,
+    by the follower, never by a look at whether it lives."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda run: pilot_script(IDS, refuse=(), finish=False))
+        self.released: list[str] = []
+
+    def clean_up(self, handle: RunHandle) -> list[str]:
+        self.released.append(handle.run_id)
+        return []
+
+
+def test_a_runner_found_dead_is_cleaned_up_by_the_follower(tmp_path: Path) -> None:
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    dispatcher = CleanedUp()
+    service = PilotService(settings, Store(settings.db_path), {"local": dispatcher},
+                           RecordingNotifier())
+    run_id = submit(service, tmp_path)
+    run = service.follow(run_id, timeout=30)
+    assert run["outcome"] == "failed"  # died: no run.finished
+    assert dispatcher.released == [run_id]

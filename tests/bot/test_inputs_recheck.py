@@ -13,11 +13,11 @@ import pytest
 import runner
 from bot.dispatch.base import RunHandle
 from bot.dispatch.inputs_check import recheck_inputs, record_inputs
-from bot.dispatch.local import LocalDispatcher
 from bot.dispatch.upload import UploadPlan
 from bot.errors import DispatchError
 from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
+from bot.nodes.local import LocalDispatcher
 from bot.service import PilotService
 from bot.settings import Settings
 from bot.store import Store

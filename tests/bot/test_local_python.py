@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.local import LocalDispatcher
 from bot.errors import DispatchError
 from bot.manifest.load import load_manifest_file
+from bot.nodes.local import LocalDispatcher
 from bot.pilot.plan import make_plan
 from tests.bot.fakes import write_manifest
 

@@ -1,4 +1,4 @@
-"""The one rule of "a process is running" (bot/dispatch/node_launcher.py), which the
+"""The one rule of "a process is running" (bot/node_programs/launcher.py), which the
 launcher's lock, the local dispatcher and the SSH probe share: gone or a zombie is not."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.dispatch import node_launcher
 from bot.dispatch.base import RunHandle
-from bot.dispatch.local import LocalDispatcher
-from bot.dispatch.node_launcher import running, stat_fields
+from bot.node_programs import launcher as node_launcher
+from bot.node_programs.launcher import running, stat_fields
+from bot.nodes.local import LocalDispatcher
 from tests.processes import wait_until
 
 
@@ -55,7 +55,7 @@ def test_a_process_in_state_x_is_not_running_either(monkeypatch: pytest.MonkeyPa
 def test_the_shell_probe_of_a_node_without_proc(tmp_path: Path) -> None:
     """probe_command (a node where the SFTP probe finds no /proc): done, starting, alive
     (the pid answers kill -0) or dead."""
-    from bot.dispatch.node_scripts import probe_command
+    from bot.node_programs import probe_command
 
     def probe(pid: int | None) -> str:
         return subprocess.run(["sh", "-c", probe_command(pid, str(tmp_path))],

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.local import LocalDispatcher
 from bot.dispatch.upload import mirror, verify_fetched
 from bot.errors import DispatchError
 from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
+from bot.nodes.local import LocalDispatcher
 from bot.service import PilotService
 from bot.service.report_files import ReportError, add_to_evidence
 from bot.settings import Settings

@@ -1,12 +1,12 @@
-"""When a copy to or from a node has failed (bot/dispatch/transfer.py): a rule on its
+"""When a copy to or from a node has failed (bot/nodes/ssh/transfer.py): a rule on its
 progress, not a fixed wall limit. A fake clock: no sleeping, no timing assertions."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bot.compose import make_dispatchers
-from bot.dispatch.transfer import MIB, TransferLimits, TransferWatch
+from bot.nodes.registry import make_dispatchers
+from bot.nodes.ssh.transfer import MIB, TransferLimits, TransferWatch
 from bot.settings import Settings
 
 GB = 10 ** 9

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.node_scripts import NODE_RAY
 from bot.dispatch.ray_cluster import RayPorts
-from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import RUNNER_PACKAGE
 from bot.manifest.load import LoadedManifest, load_manifest, load_manifest_file
 from bot.messages.model import RecordingNotifier
+from bot.node_programs import NODE_RAY
+from bot.nodes.ssh.dispatcher import SSHDispatcher
 from bot.service import PilotService
 from bot.service.leases import lease_guard_for, set_state
 from bot.settings import Settings

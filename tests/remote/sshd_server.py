@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.ssh import SSHDispatcher
+from bot.nodes.ssh.dispatcher import SSHDispatcher
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SFTP_SERVER = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",

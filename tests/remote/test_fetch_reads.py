@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from bot.dispatch.fetch import BLOCK, IN_FLIGHT, FetchLimits, _Budget, _get_file
 from bot.dispatch.upload import SSHNode
+from bot.nodes.ssh.fetch import BLOCK, IN_FLIGHT, FetchLimits, _Budget, _get_file
 from tests.remote.sshd_server import Sshd
 
 SIZES = [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, IN_FLIGHT * BLOCK, IN_FLIGHT * BLOCK + 7,

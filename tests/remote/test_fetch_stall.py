@@ -1,5 +1,5 @@
 """A results fetch that stops moving fails after the stall limit, naming the node, the
-phase and the bytes (bot/dispatch/transfer.py), over a real loopback sshd whose SFTP
+phase and the bytes (bot/nodes/ssh/transfer.py), over a real loopback sshd whose SFTP
 server is stopped (SIGSTOP) as the fetch opens the run's large file; no wall limit waits,
 and the next fetch does not reuse the stuck connection."""
 
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.ssh import SSHDispatcher
-from bot.dispatch.transfer import TransferLimits
 from bot.errors import NodeUnreachable
+from bot.nodes.ssh.dispatcher import SSHDispatcher
+from bot.nodes.ssh.transfer import TransferLimits
 from tests.processes import live_processes
 from tests.remote.sshd_server import Sshd
 

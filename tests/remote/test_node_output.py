@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from bot.dispatch.node_output import NODE_OUTPUT_CAP
-from bot.dispatch.ssh_session import SSHSessions
 from bot.dispatch.upload import SSHNode
+from bot.nodes.ssh.session import SSHSessions
 from tests.remote.sshd_server import Sshd
 from tests.runner.test_stages_kit import REPO, write_spec
 
@@ -30,7 +30,7 @@ BOT_SIDE = """
 import json, re, sys
 from pathlib import Path
 from bot.dispatch.card_proof import NodeCopy, prove_nodes
-from bot.dispatch.ssh import SSHDispatcher
+from bot.nodes.ssh.dispatcher import SSHDispatcher
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
 

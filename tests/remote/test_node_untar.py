@@ -1,6 +1,6 @@
-"""The upload's archive on the node: the launcher's ``tar`` command (``node_untar.py`` in
+"""The upload's archive on the node: the launcher's ``tar`` command (``untar.py`` in
 ``LAUNCH_SCRIPT``), run here with the bare interpreter a node has, fed the framed stream
-the bot writes (``bot/dispatch/archive.py``), and fed archives made to escape the workdir.
+the bot writes (``bot/nodes/ssh/archive.py``), and fed archives made to escape the workdir.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.dispatch.archive import CHUNK, END, frame, header, write_archive
-from bot.dispatch.node_untar import Chunks, untar
 from bot.errors import DispatchError
+from bot.node_programs.untar import Chunks, untar
+from bot.nodes.ssh.archive import CHUNK, END, frame, header, write_archive
 from tests.remote.test_launcher_upload import launcher
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.dispatch.node_ray import HOLD_ENV
-from bot.dispatch.node_scripts import NODE_RAY
 from bot.dispatch.ray_cluster import RAY_SUBDIR, RayNode, start_command, stop_command
+from bot.node_programs import NODE_RAY
+from bot.node_programs.ray_hold import HOLD_ENV
 
 # Stands in for ``-m ray.scripts.scripts start ...``: leaves a mark, then lives on in the
-# process group node_ray.py's start made (as Ray's daemons do) while the command returns.
+# process group ray_hold.py's start made (as Ray's daemons do) while the command returns.
 FAKE_RAY = ("import os, subprocess, sys\nopen(sys.argv[1], 'w').write('ran')\n"
             "os.makedirs(sys.argv[2], exist_ok=True)\nos.chmod(sys.argv[2], 0o777)\n"  # as Ray does
             "d = subprocess.DEVNULL\n"
@@ -155,7 +155,7 @@ def test_ray_gets_a_folder_inside_the_private_temp_dir() -> None:
 
 
 def test_the_workdir_hold_lives_as_long_as_the_ray_group(tmp_path: Path) -> None:
-    """node_ray.py's hold on a volume node: alive while the Ray group it names lives, ended
+    """ray_hold.py's hold on a volume node: alive while the Ray group it names lives, ended
     once that group is stopped (its preflight.pgid removed)."""
     temp_dir = tmp_path / "pf-ray-0123abcd-2"
     assert start(temp_dir, tmp_path / "mark").returncode == 0

@@ -19,8 +19,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.ssh import RUNNER_PACKAGE, SSHDispatcher
 from bot.dispatch.upload import SSHNode
+from bot.nodes.ssh.dispatcher import RUNNER_PACKAGE, SSHDispatcher
 from tests.remote.remote_kit import (
     REPO,
     assert_exactly_once,

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.node_scripts import LAUNCH_SCRIPT
-from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import SSHNode, locate
 from bot.errors import DispatchError
+from bot.node_programs import LAUNCH_SCRIPT
+from bot.nodes.ssh.dispatcher import SSHDispatcher
 from runner.events import Event
 from tests.remote.remote_kit import (
     Bot,

@@ -12,8 +12,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.fetch import FetchLimits
 from bot.errors import DispatchError
+from bot.nodes.ssh.fetch import FetchLimits
 from bot.service import PilotService
 from bot.service.leases import lease_guard_for
 from bot.settings import Settings

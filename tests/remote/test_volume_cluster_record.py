@@ -12,10 +12,10 @@ import yaml
 
 from bot.dispatch.base import RunHandle
 from bot.dispatch.card_proof import NodeCopy
-from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import SSHNode
 from bot.dispatch.volume_cluster import CLUSTER_FILE, start_volume_cluster
 from bot.errors import DispatchError, NodeUnreachable
+from bot.nodes.ssh.dispatcher import SSHDispatcher
 from runner.raypin import RAY_VERSION
 from tests.remote.remote_kit import command_kind
 
@@ -106,12 +106,12 @@ def test_a_head_out_of_reach_stops_every_other_node_and_keeps_its_record(
     handle = _handle(tmp_path, hosts)
     assert start_volume_cluster(_Node(), handle, COPIES + COPIES[:1]) is not None
     dispatcher = _HeadGone({"gpu-a"})
-    problems = dispatcher.stop_other_nodes(handle)
+    problems = dispatcher.clean_up(handle)
     assert dispatcher.stopped == ["gpu-c", "gpu-b"]  # every other node, the head last
     assert len(problems) == 1 and problems[0].startswith("gpu-a:22: connection timed out")
     assert (tmp_path / CLUSTER_FILE).exists()  # the head's Ray still to stop: kept
     dispatcher.down.clear()  # the next look reaches the head
-    assert dispatcher.stop_other_nodes(handle) == []
+    assert dispatcher.clean_up(handle) == []
     assert dispatcher.stopped[2:] == ["gpu-c", "gpu-b", "gpu-a"]
     assert not (tmp_path / CLUSTER_FILE).exists()
 
@@ -119,7 +119,7 @@ def test_a_head_out_of_reach_stops_every_other_node_and_keeps_its_record(
 def test_an_unreadable_record_is_a_problem_named_not_a_crash(tmp_path: Path) -> None:
     handle = _handle(tmp_path)
     (tmp_path / CLUSTER_FILE).write_text("{not json")
-    problems = _HeadGone(set()).stop_other_nodes(handle)
+    problems = _HeadGone(set()).clean_up(handle)
     assert len(problems) == 1 and CLUSTER_FILE in problems[0], problems
 
 
@@ -186,3 +186,22 @@ def test_a_ray_port_in_use_is_named_before_ray_starts(tmp_path: Path) -> None:
         assert str(taken) in probe_command(sys.executable, [taken])
     finally:
         holder.close()
+
+
+class _Dead(_HeadGone):
+    """The runner is found dead on its node (the probe's answer, without SSH)."""
+
+    def _probe(self, handle: RunHandle) -> str:
+        return "dead"
+
+
+def test_is_alive_only_looks_and_release_stops_the_ray(tmp_path: Path) -> None:
+    """Finding the runner dead stops nothing: the follower releases its Ray (issue 33)."""
+    handle = _handle(tmp_path, ("gpu-a", "gpu-b"))
+    assert start_volume_cluster(_Node(), handle, COPIES) is not None
+    dispatcher = _Dead(set())
+    assert dispatcher.is_alive(handle) is False
+    assert dispatcher.stopped == [] and (tmp_path / CLUSTER_FILE).exists()
+    assert dispatcher.clean_up(handle) == []
+    assert dispatcher.stopped == ["gpu-b", "gpu-a"]
+    assert not (tmp_path / CLUSTER_FILE).exists()

@@ -25,10 +25,10 @@ import pytest
 
 from bot.dispatch.base import RunHandle
 from bot.dispatch.inputs_check import record_inputs
-from bot.dispatch.ssh import SSHDispatcher, _release
-from bot.dispatch.transfer import TransferLimits
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError, NodeUnreachable
+from bot.nodes.ssh.dispatcher import SSHDispatcher, _release
+from bot.nodes.ssh.transfer import TransferLimits
 from tests.processes import live_processes
 from tests.remote.sshd_server import FAKE_RUNNER, Sshd
 

@@ -19,10 +19,10 @@ import yaml
 
 from bot.dispatch.base import RunHandle
 from bot.dispatch.ray_cluster import RayNode
-from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import RUNNER_PACKAGE, SSHNode
 from bot.dispatch.volume_cluster import CLUSTER_FILE
 from bot.errors import DispatchError
+from bot.nodes.ssh.dispatcher import SSHDispatcher
 from tests.remote.conftest import BARE_PYTHON, Sshd
 from tests.remote.remote_kit import free_port_layout
 from tests.remote.test_ray_cluster import _ray_pids

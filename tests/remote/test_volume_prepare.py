@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.ssh import PREPARE_AT_ONCE, SSHDispatcher
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
+from bot.nodes.ssh.dispatcher import PREPARE_AT_ONCE, SSHDispatcher
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from bot.dispatch.ray_cluster import RayNode
-from bot.dispatch.ssh import SSHDispatcher
 from bot.dispatch.upload import RUNNER_PACKAGE, SSHNode
 from bot.manifest.project_check import precheck_manifest
 from bot.messages.model import RecordingNotifier
+from bot.nodes.ssh.dispatcher import SSHDispatcher
 from bot.policy import policy_for
 from bot.service import PilotService
 from bot.service.leases import lease_guard_for
@@ -125,9 +125,9 @@ class Recording(SSHDispatcher):
     sent: list[tuple[str, str]]
 
     def run(self, node: SSHNode, command: str, stdin: str = "",
-            timeout: float = 120) -> tuple[int, str, str]:
+            timeout: float = 120, **kw: Any) -> tuple[int, str, str]:
         self.sent.append((command, stdin))
-        return super().run(node, command, stdin, timeout)
+        return super().run(node, command, stdin, timeout, **kw)
 
 
 def dispatcher_for(nodes: list[Sshd], layout: TwoNodesOneHost, known_hosts: Path) -> Recording:

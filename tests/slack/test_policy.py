@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.local import LocalDispatcher
 from bot.manifest.load import load_manifest
+from bot.nodes.local import LocalDispatcher
 from bot.policy import Policy
 from bot.settings import Settings
 from tests.slack.conftest import APPROVER, CHANNEL, Harness, team_policy

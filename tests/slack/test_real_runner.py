@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.local import LocalDispatcher
+from bot.nodes.local import LocalDispatcher
 from bot.settings import Settings
 from tests.slack.conftest import APPROVER, CHANNEL, Harness
 from tests.slack.emulator import SlackEmulator

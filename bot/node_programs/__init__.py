@@ -1,6 +1,10 @@
-"""The text that runs on a node: Python scripts for its own interpreter, shell commands.
+"""What runs on a node, sent as text: Python programs for its own interpreter, shell commands.
 
-``LAUNCH_SCRIPT`` (``node_launcher.py`` with ``node_untar.py`` in front) takes the
+Each program is a module of this package (stdlib only, Python >= 3.9, checked by ruff and
+mypy as it is, imported by the tests as it is): ``launcher.py``, ``untar.py``,
+``ray_hold.py``, ``corpus_listing.py``. The bot imports their pure rules too (the
+launcher's ``running``, the listing's ``listing_digest``). ``LAUNCH_SCRIPT`` (``launcher.py``
+with ``untar.py`` in front) takes the
 workdir's lock, hashes every file under some roots and starts the runner detached; the
 shell commands probe or stop a runner. The scripts run with the node's interpreter
 (Python >= 3.9, standard library only); nothing here touches the network or local files.
@@ -15,22 +19,29 @@ from pathlib import Path
 from typing import Any
 
 # Runs on the node inside LAUNCH_SCRIPT ("tar"): unpacks the upload's archive stream,
-# refusing links, absolute paths and ".." members (bot/dispatch/node_untar.py, a module of
+# refusing links, absolute paths and ".." members (bot/node_programs/untar.py, a module of
 # its own so its tests import it as it is).
-UNTAR_FUNCTION = Path(__file__).with_name("node_untar.py").read_text(encoding="utf-8")
+UNTAR_FUNCTION = Path(__file__).with_name("untar.py").read_text(encoding="utf-8")
 
 # Runs on the node: takes the workdir's lock, then answers the bot's lines on stdin (hash,
-# put, tar, sync) and launches the runner detached (bot/dispatch/node_launcher.py, a module
+# put, tar, sync) and launches the runner detached (bot/node_programs/launcher.py, a module
 # of its own that ruff, mypy and the tests read as it is; its docstring says the protocol).
-LAUNCH_SCRIPT = UNTAR_FUNCTION + Path(__file__).with_name("node_launcher.py").read_text(
-    encoding="utf-8")
+# The node's memory of file digests (bot/node_programs/hashcache.py), in front of the
+# launcher and of the corpus listing.
+HASH_CACHE_TEXT = Path(__file__).with_name("hashcache.py").read_text(encoding="utf-8")
+LAUNCH_SCRIPT = UNTAR_FUNCTION + HASH_CACHE_TEXT + Path(__file__).with_name(
+    "launcher.py").read_text(encoding="utf-8")
 
 
 # A volume's Ray on a node: started and stopped in a process group of its own, and, on a
 # node other than the head, held by what ``LAUNCH_SCRIPT`` launches there once its Ray has
-# started (``node_ray.py``'s hold, ``HOLD_ENV`` naming the Ray temp dir): it lives as long
+# started (``ray_hold.py``'s hold, ``HOLD_ENV`` naming the Ray temp dir): it lives as long
 # as that Ray does, and with it the launcher's supervisor, which holds the workdir lock.
-NODE_RAY = Path(__file__).with_name("node_ray.py").read_text(encoding="utf-8")
+NODE_RAY = Path(__file__).with_name("ray_hold.py").read_text(encoding="utf-8")
+
+# Runs on a node: lists and checksums a corpus already there (``corpus_listing.py``).
+NODE_CORPUS_SCRIPT = HASH_CACHE_TEXT + Path(__file__).with_name("corpus_listing.py").read_text(
+    encoding="utf-8")
 
 
 def python_command(python: str, script: str, *args: str) -> str:
@@ -57,7 +68,7 @@ def probe_command(pid: int | None, run_dir: str) -> str:
     """Prints ``done`` (exit_code written), ``alive`` (the pid answers ``kill -0``), ``dead``,
     or ``starting`` (no pid known anywhere yet: not dead, the events will tell). The SSH
     dispatcher runs it only on a node without /proc: where there is one, it reads the
-    runner's /proc entry over SFTP by the launcher's rule (``node_launcher.stat_fields``: a
+    runner's /proc entry over SFTP by the launcher's rule (``launcher.stat_fields``: a
     zombie is dead), so this command has no /proc to look at."""
     quoted = shlex.quote(run_dir)
     return (f"p={_pid_of(pid, run_dir)}; if [ -e {quoted}/exit_code ]; then echo done; "

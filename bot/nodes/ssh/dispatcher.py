@@ -35,21 +35,15 @@ from typing import Any, TypeVar
 
 import asyncssh
 
-from bot.dispatch.archive import Entry, write_archive
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.corpus import check_listing, listing_cap
 from bot.dispatch.corpus_head import list_on_head
-from bot.dispatch.fetch import FetchLimits, fetch_results
-from bot.dispatch.node_launcher import stat_fields
-from bot.dispatch.node_output import NODE_OUTPUT_CAP, read_capped, too_large
-from bot.dispatch.node_ray import HOLD_ENV
-from bot.dispatch.node_scripts import probe_command, stop_command
+from bot.dispatch.node_output import NODE_OUTPUT_CAP, read_capped, read_lines, too_large
 from bot.dispatch.ray_cluster import RayCluster
-from bot.dispatch.ssh_session import SSHSessions
-from bot.dispatch.transfer import TransferLimits, TransferWatch, current_meter, use_meter
 from bot.dispatch.upload import (
     RUNNER_PACKAGE,
+    HashAnswer,
     SSHNode,
     UploadPlan,
     conn_key,
@@ -59,7 +53,6 @@ from bot.dispatch.upload import (
     lock_holder,
     mirror,
     node_section,
-    parse_hashes,
     write_layout,
 )
 from bot.dispatch.volume_cluster import (
@@ -71,6 +64,13 @@ from bot.dispatch.volume_cluster import (
     volume_nodes,
 )
 from bot.errors import DispatchError, NodeUnreachable
+from bot.node_programs import probe_command, stop_command
+from bot.node_programs.launcher import stat_fields
+from bot.node_programs.ray_hold import HOLD_ENV
+from bot.nodes.ssh.archive import Entry, write_archive
+from bot.nodes.ssh.fetch import FetchLimits, fetch_results
+from bot.nodes.ssh.session import SSHSessions
+from bot.nodes.ssh.transfer import TransferLimits, TransferWatch, current_meter, use_meter
 from runner.events import READ_WINDOW_MAX, Event, EventFormatError, parse_chunk, read_complete
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ T = TypeVar("T")
 # Volume nodes whose copy is made at the same time: ten nodes one after another took far
 # longer than a start may, and all at once would saturate the bot host's uplink.
 PREPARE_AT_ONCE = 4
-# The fixed parts of the copies' ceilings (bot/dispatch/transfer.py): the steps that move no
+# The fixed parts of the copies' ceilings (bot/nodes/ssh/transfer.py): the steps that move no
 # bytes (sessions, the lock, the node hashing its copy, launching); the bytes to move add
 # their time at the floor rate, and a transfer that stalls fails after the stall limit.
 DISPATCH_FIXED_S = 600.0
@@ -172,18 +172,19 @@ class SSHDispatcher(SSHSessions):
         return events, new_offset
 
     def is_alive(self, handle: RunHandle) -> bool:
-        """A runner found ended (done, or dead) takes its volume's Ray cluster with it."""
-        state = self._probe(handle)
-        if state in ("dead", "done"):
-            try:
-                problems = stop_volume_cluster(self, handle)
-            except DispatchError as exc:
-                problems = [str(exc)]
-            if problems:  # the record stays: the next look tries again
-                log.warning("run %s: Ray not stopped on every node: %s", handle.run_id,
-                            "; ".join(problems))
-            return False
-        return True
+        """Whether the runner answers on its node (unreachable is not dead). It only looks:
+        an ended runner's volume Ray is stopped by ``clean_up`` or ``fetch_results``."""
+        return self._probe(handle) not in ("dead", "done")
+
+    def clean_up(self, handle: RunHandle) -> list[str]:
+        """The runner ended, or its head is out of reach for good (the follower gave up):
+        this volume's Ray (if any) is stopped on every node that answers, the others
+        first; the problems met (an unreachable head's among them, the record kept with
+        them so the next call tries again)."""
+        try:
+            return stop_volume_cluster(self, handle)
+        except DispatchError as exc:
+            return [str(exc)]
 
     def exit_code(self, handle: RunHandle) -> int | None:
         node, layout = locate(handle)
@@ -195,7 +196,7 @@ class SSHDispatcher(SSHSessions):
 
     def fetch_results(self, handle: RunHandle) -> Path | None:
         """The run has ended: its volume's Ray (if any) is stopped on every node first. The
-        copy runs as long as bytes move (``bot/dispatch/transfer.py``)."""
+        copy runs as long as bytes move (``bot/nodes/ssh/transfer.py``)."""
         self._stop_cluster(handle)
         node, layout = locate(handle)
         watch = TransferWatch(self.transfer_limits, FETCH_FIXED_S)
@@ -226,15 +227,6 @@ class SSHDispatcher(SSHSessions):
             raise NodeUnreachable(f"cannot stop run {handle.run_id}: {exc}; its runner may "
                                   "still be running, try again") from exc
         self._stop_cluster(handle)
-
-    def stop_other_nodes(self, handle: RunHandle) -> list[str]:
-        """The head is out of reach for good (the follower gave up): end this volume's
-        Ray on every node that answers, the others first; returns the problems met (the
-        head's among them, its record kept so the next look tries it again)."""
-        try:
-            return stop_volume_cluster(self, handle)
-        except DispatchError as exc:
-            return [str(exc)]
 
     def _stop_cluster(self, handle: RunHandle) -> None:
         problems = stop_volume_cluster(self, handle)
@@ -412,9 +404,7 @@ class SSHDispatcher(SSHSessions):
         launcher, reply = await self.guarded(node, work)
         try:
             lock_holder(reply, node.where, plan.workdir, node.python, plan.run_id)
-            hashes = parse_hashes(await self.guarded(node, lambda _conn: _line(
-                launcher, "before the launcher printed the file hashes")),
-                node.where, node.python, plan.roots())
+            hashes = await self.guarded(node, lambda _conn: _hashes(launcher, node, plan))
         except BaseException:
             await _release(launcher)
             raise
@@ -445,7 +435,7 @@ class SSHDispatcher(SSHSessions):
                       data: dict[str, bytes], workdir: str = "",
                       report: Callable[[int, int], None] | None = None) -> None:
         """Sends the files as one tar stream on the launcher's standard input (``tar``,
-        ``bot/dispatch/archive.py``): ``send`` (local path, remote path), then ``data``
+        ``bot/nodes/ssh/archive.py``): ``send`` (local path, remote path), then ``data``
         (remote path -> bytes), every remote path under ``workdir``; then ``sync``: an
         error names the files the node could not write or the member it refused.
         ``report(bytes done, bytes in all)`` hears of the progress (from the writer's
@@ -573,6 +563,24 @@ async def _line(proc: Any, when: str) -> str:
 def _common_workdir(paths: list[str]) -> str:
     """The folder every remote path lies under (a caller that names no workdir)."""
     return posixpath.commonpath([posixpath.dirname(p) for p in paths]) if paths else "/"
+
+
+async def _hashes(launcher: Any, node: SSHNode, plan: UploadPlan) -> dict[str, dict[str, str]]:
+    """The launcher's hash answer, line by line (each line capped, the files counted)."""
+    answer = HashAnswer(node.where, node.python, plan.roots())
+    try:
+        after = await read_lines(launcher.stdout, answer.feed)
+    except EOFError:
+        await _cut_off(launcher, "before the launcher printed the file hashes")
+        raise DispatchError(f"{node.where}: the launcher ended before the end of its file "
+                            "hashes") from None
+    if after is None:
+        raise too_large(node.where, "the launcher", "output (one line of its file hashes)",
+                        NODE_OUTPUT_CAP)
+    if after.strip():
+        raise DispatchError(f"{node.where}: the launcher printed {after[:200]!r} after its "
+                            "file hashes: the node's answer is refused")
+    return answer.hashes
 
 
 async def _cut_off(proc: Any, when: str) -> None:

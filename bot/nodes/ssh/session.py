@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 import asyncssh
 
 from bot.dispatch.node_output import NODE_OUTPUT_CAP, run_capped
-from bot.dispatch.transfer import Meter, TransferWatch, use_meter
 from bot.dispatch.upload import Backoff, ConnKey, SSHNode, conn_key, host_key_refused
 from bot.errors import DispatchError, NodeUnreachable
+from bot.nodes.ssh.transfer import Meter, TransferWatch, use_meter
 
 T = TypeVar("T")
 READ_LIMIT = 4 << 20
@@ -113,7 +113,7 @@ class SSHSessions:
 
     async def watched(self, coro: Coroutine[Any, Any, T], watch: TransferWatch,
                       meter: Meter | None = None, nodes: Sequence[SSHNode] = ()) -> T:
-        """``coro``, judged by ``watch`` (``bot/dispatch/transfer.py``) instead of a wall
+        """``coro``, judged by ``watch`` (``bot/nodes/ssh/transfer.py``) instead of a wall
         limit: once the watch says a transfer stalled or the copy passed its ceiling, it is
         cancelled, its clean-up awaited, and ``NodeUnreachable`` raised with the watch's
         words (the node, the phase, the bytes moved). ``meter``: the current task's. The

@@ -19,12 +19,13 @@ from pathlib import Path
 import runner
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, read_tail
 from bot.dispatch.inputs_check import recheck_run
-from bot.dispatch.node_launcher import running
 from bot.errors import DispatchError
+from bot.node_programs.launcher import running
 from runner.events import Event, EventFormatError, read_events
 from runner.files import write_text_atomic
 
 RUNNER_ROOT = Path(runner.__file__).resolve().parent.parent
+KIND = "local"
 
 
 class LocalDispatcher:
@@ -99,6 +100,10 @@ class LocalDispatcher:
         if pid is None:
             return False
         return running(pid) is not None
+
+    def clean_up(self, handle: RunHandle) -> list[str]:
+        """Nothing runs beside a local runner."""
+        return []
 
     def exit_code(self, handle: RunHandle) -> int | None:
         proc = self._procs.get(handle.run_id)

@@ -4,7 +4,7 @@ or non-ASCII name gets tarfile's pax header), read on the node with the stdlib t
 Every file a dispatch sends to a node (what differs of the runner package, the project,
 inputs outside it, the run's spec and manifest, a card proof's files) goes as members of
 one tar stream, named relative to the node's workdir, on the launcher's standard input in
-framed chunks (a line ``<n>`` then ``n`` bytes; ``0`` ends it: ``node_untar.py`` reads
+framed chunks (a line ``<n>`` then ``n`` bytes; ``0`` ends it: ``untar.py`` reads
 them on the node). The writer runs in a thread of its own: ``send`` hands each chunk to
 the SSH channel and returns once it is on its way, so a slow node holds the writer back
 (no archive is ever held in memory). Local files are opened ``O_NOFOLLOW`` (never read

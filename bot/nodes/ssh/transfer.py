@@ -9,7 +9,7 @@ bytes to move at ``floor_bytes_per_s`` (``PREFLIGHT_TRANSFER_FLOOR_BYTES_PER_S``
 1 MiB/s). A 200 GB upload at 50 MB/s takes its 4,000 s and is not failed; one that stops
 moving is failed two minutes later, not after a quarter of an hour.
 
-Pure bookkeeping (a clock is injected): ``bot/dispatch/ssh.py`` feeds the meters from
+Pure bookkeeping (a clock is injected): ``bot/nodes/ssh/dispatcher.py`` feeds the meters from
 its transfers and asks ``TransferWatch.verdict`` while it waits for them.
 """
 

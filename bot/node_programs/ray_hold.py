@@ -38,7 +38,7 @@ from typing import List, Optional
 
 PGID_FILE = "preflight.pgid"
 HOLD_ENV = "PREFLIGHT_HOLD_RAY"
-ENDED_STATES = ("Z", "X")  # a zombie, or dead: ended, reaped or not (node_launcher.py too)
+ENDED_STATES = ("Z", "X")  # a zombie, or dead: ended, reaped or not (launcher.py too)
 REFUSED = 3  # the exit status of a temp dir that is not private
 
 

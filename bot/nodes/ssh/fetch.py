@@ -42,9 +42,9 @@ from bot.dispatch.bot_records import fetched_name
 from bot.dispatch.evidence_home import refuse_evidence_home
 from bot.dispatch.host_tree import HostDir
 from bot.dispatch.node_names import listed_names, node_name
-from bot.dispatch.transfer import Meter, current_meter
 from bot.dispatch.upload import Backoff, SSHNode, verify_fetched
 from bot.errors import DispatchError, NodeUnreachable
+from bot.nodes.ssh.transfer import Meter, current_meter
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class FetchLimits:
 
 
 class SSHDispatcher(Protocol):
-    """What a fetch needs of ``bot.dispatch.ssh.SSHDispatcher`` (no import back to it)."""
+    """What a fetch needs of ``bot.nodes.ssh.dispatcher.SSHDispatcher`` (no import back to it)."""
 
     attempts: int
     backoff: Backoff

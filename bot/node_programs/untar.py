@@ -1,9 +1,9 @@
 """Runs on the node: unpacks the upload's one archive stream (a tar read with the stdlib).
 
-Its text is put in front of ``LAUNCH_SCRIPT`` (``bot/dispatch/node_scripts.py``), which
+Its text is put in front of ``LAUNCH_SCRIPT`` (``bot/node_programs/__init__.py``), which
 runs with the node's own interpreter (Python >= 3.9, standard library only) before the
 runner package is there; so this module imports nothing of ours and is also imported by
-the tests as it is. The bot writes the archive with ``tarfile`` (``bot/dispatch/ssh.py``)
+the tests as it is. The bot writes the archive with ``tarfile`` (``bot/nodes/ssh/archive.py``)
 and frames it on the launcher's standard input in chunks: a line ``<n>`` then ``n`` bytes,
 ``0`` ending it, so the launcher reads its next command right after the archive.
 

@@ -1,0 +1,9 @@
+"""The ``ssh`` node kind: a rented node reached over SSH (asyncssh, imported here only).
+
+``dispatcher.py`` (the Dispatcher protocol over the sessions), ``session.py`` (connections,
+host keys, answered vs unreachable), ``transfer.py`` (a copy's stall limit and ceiling),
+``archive.py`` (the upload's one tar stream), ``fetch.py`` (the run's results brought back).
+This module imports nothing, so the SSH-only parts of ``bot/dispatch/`` can name the kind.
+"""
+
+KIND = "ssh"
