@@ -96,8 +96,9 @@ def status_message(run: Run, stages: list[dict[str, Any]],
     lines: list[Any] = [Heading(f"{title} — {run.name} ({_state_word(run)})")]
     for name in STAGES:
         row = by_name.get(name)
-        if row is None and name in OPTIONAL_STAGES and not _calibrates(run):
-            continue  # no part of this run
+        if row is None and name in OPTIONAL_STAGES and not (
+                run.status == S.RUNNING and _calibrates(run)):
+            continue  # no part of this run (or of the runner that ran it)
         if row is None:
             lines.append(StageLine(name, "pending"))
             continue

@@ -56,7 +56,12 @@ def calibrate(ctx: StageContext) -> Dict[str, Any]:
     cpu_workers = min(CPU_WORKERS_MAX, os.cpu_count() or 1)
     run = _Calibration(ctx, cal, files, size)
     # the session is recorded in the run directory, where every end of the run cleans it
-    volume_ray.start(ray, vspec, ctx.run_dir, cpu_workers)
+    try:
+        volume_ray.start(ray, vspec, ctx.run_dir, cpu_workers)
+    except Exception as exc:  # Ray's own trouble: the pilot still stands, its forecast alone
+        volume_ray.stop(ray, [], ctx.run_dir)
+        raise StageSkipped(f"Ray did not start on this node ({type(exc).__name__}: "
+                           f"{str(exc)[:300]}); the volume starts it the same way") from exc
     actors: List[Any] = []
     try:
         run.facts["ray_start_s"] = round(time.perf_counter() - began, 3)

@@ -164,3 +164,39 @@ def test_a_limit_from_the_forecast_adapts_and_one_the_manifest_set_does_not() ->
     manifest["volume"]["time_limit_s"] = 50
     given = volume_limits(manifest, {}, fc, NOW)
     assert given is not None and not given.adapts
+
+
+def test_the_pilot_thread_shows_the_calibration_its_ids_time_and_cost(tmp_path: Any) -> None:
+    """Through the service: the calibrate stage's facts (as the node reports them) make the
+    forecast, and the thread's forecast names the sample, its time and its cost."""
+    from tests.bot.fakes import pilot_script
+    from tests.bot.test_forecast_service import IDS, VOLUME, texts
+    from tests.bot.test_service import make, submit
+
+    facts = {"batch_size": 16, "workers": 2, "listed": 6, "sample_ids": ["doc-01", "doc-02"],
+             "warmup_ids": ["doc-03"], "workers_ready_s": 3.0, "ray_stop_s": 1.0,
+             "batches": [{"items": 16, "bytes": 480, "seconds": t} for t in TIMES],
+             "warmup": [{"items": 16, "bytes": 480, "seconds": 1.5}],
+             "record": [{"items": 16, "seconds": 0.002}] * 6, "record_items": 96}
+
+    def script(run: Any) -> list[dict[str, Any]]:
+        out = pilot_script(IDS, refuse=())
+        at = next(k for k, e in enumerate(out) if e.get("stage") == "evidence")
+        out[at:at] = [{"type": "stage.started", "stage": "calibrate"},
+                      {"type": "stage.passed", "stage": "calibrate", "facts": facts}]
+        return out
+
+    service, _notifier = make(tmp_path, script)
+    run_id = submit(service, tmp_path, count=6, extra=VOLUME)
+    service.follow(run_id, timeout=30)
+    fc = service.store.get_run(run_id)["forecast"]
+    assert fc["possible"] and fc["calibrated"] is True and fc["ray_start_s"] == 4.0
+    thread = {m.key: m for m in service.thread_messages(run_id)}
+    shown = texts(thread["forecast"])
+    assert "Calibration (the volume's own inputs) | 6 batches of 16" in shown
+    assert "sample: doc-01, doc-02" in shown and "not counted in the volume" in shown
+    assert "rests on the pilot alone" not in shown
+    from bot.messages.model import StageLine
+
+    lines = {b.stage: b.state for b in thread["status"].blocks if isinstance(b, StageLine)}
+    assert lines["calibrate"] == "passed" and lines["balance"] == "passed"
