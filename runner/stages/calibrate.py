@@ -115,10 +115,23 @@ class _Calibration:
             "record": []}
         self.open_scratch(self.sample)
 
-    def take(self) -> Optional[List[Item]]:
-        """The next batch of the sample (None when it is used up)."""
-        if self.next >= len(self.sample):
-            return None
+    def take(self, again: bool = False, whole: bool = False) -> Optional[List[Item]]:
+        """The next batch of the sample; None when it is used up. ``whole``: a full batch
+        of the volume's size or none (a timed batch). ``again``: a volume too small for the
+        calibration's batches runs its inputs again (timed, not recorded twice)."""
+        if len(self.sample) <= self.size:  # the whole volume is one batch, or less
+            if self.next and not again:
+                return None
+            self.next = len(self.sample)
+            return list(self.sample)
+        left = len(self.sample) - self.next
+        if left <= 0 or (whole and left < self.size):
+            if not again:
+                return None
+            self.facts["reused"] = True
+            batch = self.sample[self.next:] + self.sample[:self.size - max(0, left)]
+            self.next = self.size - max(0, left)
+            return batch
         batch = self.sample[self.next:self.next + self.size]
         self.next += len(batch)
         return batch
@@ -181,7 +194,8 @@ class _Calibration:
             if done >= self.cal.batches_max or (
                     done >= self.cal.batches and time.monotonic() - began >= self.cal.min_s):
                 return False
-            batch = self.take()
+            # the least of batches always, the sample's inputs again if it is that small
+            batch = self.take(again=done < self.cal.batches, whole=True)
             if batch is None:
                 return False
             out[actors[worker].run.remote(_payload(batch))] = (batch, worker)
@@ -203,7 +217,8 @@ class _Calibration:
                 self.facts["batches"].append({"items": len(batch), "worker": worker,
                                               "bytes": sum(i.size for i in batch),
                                               "seconds": seconds})
-                self.facts["sample_ids"].extend(i.id for i in batch)
+                self.facts["sample_ids"].extend(i.id for i in batch
+                                                if i.id not in self.facts["sample_ids"])
             self._keep(batch, answer, seconds)
             hand(worker)
         self.facts["timed_wall_s"] = round(time.monotonic() - began, 3)
@@ -217,8 +232,9 @@ class _Calibration:
         """Record a call's results as the driver's writer does (audit, ledger, events,
         JSON outputs), when they come back (the workers still running, as in the volume),
         timed: the driver's recording rate here."""
-        if not (isinstance(answer, dict) and "results" in answer):
-            return
+        if not (isinstance(answer, dict) and "results" in answer) or \
+                any(i.id in self.recorder.recorded for i in batch):
+            return  # nothing to record, or inputs run again (a small volume): timed only
         began = time.perf_counter()
         self.recorder.record([i.id for i in batch], answer["results"], seconds)
         self.facts["record"].append({"items": len(batch),

@@ -86,3 +86,27 @@ def test_a_run_without_a_calibration_has_no_calibrate_stage(tmp_path: Path) -> N
     done = run_runner(spec, run_dir, "--stages", "calibrate,evidence", timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "calibrate" not in {e.data.get("stage") for e in events_of(run_dir)}
+
+
+def test_a_small_volume_runs_its_inputs_again_in_whole_batches(tmp_path: Path) -> None:
+    """The least of batches always: a volume smaller than the calibration needs runs its
+    inputs again, each timed batch a full one of the volume's size."""
+    from runner.inputs import Item
+    from runner.spec import CalibrationSpec, InputsSpec, RunSpec
+    from runner.stage import StageContext
+    from runner.stages.calibrate import _Calibration
+
+    spec = RunSpec(run_id="r", name="n", inputs=InputsSpec(dir=str(tmp_path)))
+    ctx = StageContext(spec=spec, run_dir=str(tmp_path))
+    files = [Item(f"v{k:02d}", str(tmp_path / f"v{k:02d}"), 1) for k in range(10)]
+    cal = _Calibration(ctx, CalibrationSpec(batch_size=4, seed=1), files, 4)
+    sizes = [len(cal.take() or []), len(cal.take() or [])]           # two warm-up calls
+    assert sizes == [4, 4] and cal.take(whole=True) is None           # 2 left: not a batch
+    again = [cal.take(again=True, whole=True) for _ in range(3)]
+    assert all(b is not None and len(b) == 4 and len({i.id for i in b}) == 4 for b in again)
+    assert cal.facts["reused"] is True
+    cal.close_scratch()
+    tiny = _Calibration(ctx, CalibrationSpec(batch_size=4, seed=1), files[:3], 4)
+    assert len(tiny.take() or []) == 3 and tiny.take() is None
+    assert len(tiny.take(again=True) or []) == 3
+    tiny.close_scratch()
