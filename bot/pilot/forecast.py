@@ -415,6 +415,10 @@ def _calibrated(inp: ForecastInputs, cal: Calibration, workers: int, figures: li
                      f"volume's inputs (first: {cal.errors[0]}): the volume splits such "
                      "batches until the failing input is refused alone")
     numbers.update(proc.numbers)
+    if "p90_s" not in numbers:  # the volume's item timeout reads it: the warm-up included
+        calls = sorted(b.seconds for b in cal.batches)
+        slowest = max([quantile(calls, 0.9), *(w.seconds for w in cal.warmup)])
+        numbers["p90_s"] = round(slowest / cal.batch_size, 6)
     numbers.update(calibrated=True, calibration_s=cal.seconds, calibration_cost_usd=str(cost),
                    calibration_batches=len(cal.batches), calibration_ids=cal.sample_total,
                    proc_low_s=round(proc.low, 3), proc_mid_s=round(proc.mid, 3),
