@@ -60,6 +60,7 @@ def calibrate(ctx: StageContext) -> Dict[str, Any]:
         volume_ray.start(ray, vspec, ctx.run_dir, cpu_workers)
     except Exception as exc:  # Ray's own trouble: the pilot still stands, its forecast alone
         volume_ray.stop(ray, [], ctx.run_dir)
+        run.close_scratch()
         raise StageSkipped(f"Ray did not start on this node ({type(exc).__name__}: "
                            f"{str(exc)[:300]}); the volume starts it the same way") from exc
     actors: List[Any] = []
