@@ -159,9 +159,11 @@ class _Calibration:
                                hint="the volume's workers start the same way: look at the "
                                     "Ray logs under calibration/") from exc
         for info in where:
-            if info.get("error"):
-                raise StageFailure("calibrate", f"a worker could not load the handler: "
-                                   f"{info['error']}", hint="check task.handler")
+            if info.get("error"):  # skipped, not failed: on a card the pilot's own process
+                # still holds its model; the note tells, the volume's workers load the same
+                raise StageSkipped(f"a calibration worker could not load the handler "
+                                   f"({info['error']}); the volume's workers load it the "
+                                   "same way, without the pilot's process beside them")
         self.facts["workers"] = count
         self.facts["threads"] = (where[0] or {}).get("threads") if where else None
         return actors
