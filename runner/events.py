@@ -51,6 +51,7 @@ VOLUME_LATE = "volume.late_result"         # a re-queued batch's first result ca
 DISPATCH_NODE = "dispatch.node"
 VOLUME_SPLIT = "volume.split"              # a failed batch split, or its one input refused
 VOLUME_WORKER_STARTED = "volume.worker_started"  # a worker started in place of one stopped
+VOLUME_LIMIT = "volume.limit"              # the time limit widened from the measured rate
 
 STAGES: Tuple[str, ...] = (
     "prepare",
@@ -64,8 +65,11 @@ STAGES: Tuple[str, ...] = (
     "memory",
     "pilot",
     "balance",
+    "calibrate",
     "evidence",
 )
+# Stages only some runs have (runner/stage.py, ``StageDef.needs``): no line until they start.
+OPTIONAL_STAGES: Tuple[str, ...] = ("calibrate",)
 
 STAGE_EVENT_TYPES = (STAGE_STARTED, STAGE_PASSED, STAGE_FAILED, STAGE_SKIPPED)
 # Stages that run even after a failure (the evidence of a failed run is copied too): they

@@ -236,6 +236,35 @@ class VolumeSpec:
     # the head's card proof of this dispatch (``dir``, ``run``, ``finished_at``): its
     # passed card stages are taken, not run again (runner/proven.py)
     head_proof: Optional[Dict[str, Any]] = None
+    # ``time_limit_s`` came from the forecast (not the manifest): the driver widens it from
+    # the rate it measures, never past ``lease_ends_at`` (epoch seconds; 0: unknown)
+    # (runner/volume_limit.py)
+    limit_adapts: bool = False
+    lease_ends_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    """The volume's calibration, run by a pilot's ``calibrate`` stage after its items
+    (present only in the spec of a pilot with a volume, ``volume.calibrate`` not false).
+
+    A random sample (``seed``) of the volume's inputs (``dir`` and ``pattern`` as the node
+    sees them) runs on a local Ray of the pilot's node, as the volume's workers run it:
+    each worker loads the handler, makes one warm-up call (timed apart), then at least
+    ``batches`` batches of ``batch_size`` are timed, more while under ``min_s`` seconds, at
+    most ``batches_max``. Its results are recorded in a scratch ledger under
+    ``calibration/`` of the run directory (the driver's recording rate), never in the run's:
+    the volume runs those inputs again."""
+
+    dir: str = ""
+    pattern: str = "*"
+    batch_size: int = 1
+    batches: int = 5
+    batches_max: int = 30
+    min_s: float = 10.0
+    seed: int = 0
+    cards_per_worker: int = 1
+    gpus: bool = False
 
 
 @dataclass(frozen=True)
@@ -256,6 +285,7 @@ class RunSpec:
     preparation: str = "pytorch"
     blender: BlenderSpec = field(default_factory=BlenderSpec)
     volume: Optional[VolumeSpec] = None
+    calibration: Optional[CalibrationSpec] = None
     version: int = SPEC_VERSION
 
     def to_dict(self) -> Dict[str, Any]:
@@ -287,6 +317,8 @@ class RunSpec:
                 blender=_sub(BlenderSpec, raw, "blender"),
                 volume=_sub(VolumeSpec, raw, "volume") if raw.get("volume") is not None
                 else None,
+                calibration=_sub(CalibrationSpec, raw, "calibration")
+                if raw.get("calibration") is not None else None,
                 version=_opt(raw, "version", SPEC_VERSION),
             )
         except TypeError as exc:

@@ -153,6 +153,9 @@ class Driver:
         self.lost_nodes: Set[str] = set()
         self.isolated: Dict[str, str] = {}
         self.inputs_root = os.path.abspath(ctx.spec.inputs.dir)
+        from runner.volume_limit import AdaptiveLimit
+
+        self.limit = AdaptiveLimit.from_spec(ctx.spec.volume, clock=clock)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> Dict[str, Any]:
@@ -568,6 +571,9 @@ class Driver:
                    held=len(held), held_s=round(held[0][0], 1) if held else None,
                    held_limit_s=round(held[0][1], 1) if held else None,
                    workers=len(usable), running_s=round(elapsed, 3), **per_card)
+        widened = self.limit.check(done - self.start_done, self.total - done, self.total)
+        if widened is not None:  # the watchdog moves the stage's deadline with it
+            self._emit(ev.VOLUME_LIMIT, **widened)
 
     def facts(self) -> Dict[str, Any]:
         return {"engine": "ray", "workers": len(self.workers) - self.replaced,

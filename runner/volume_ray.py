@@ -57,7 +57,8 @@ def start(ray: Any, vspec: Any, run_dir: str, cpu_workers: int) -> Dict[str, Any
         gpus = len(vspec.cards) if vspec.gpus and vspec.cards is not None else None
         if vspec.gpus and vspec.cards is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(c) for c in vspec.cards)
-        ray.init(num_cpus=max(1, cpu_workers), num_gpus=gpus if vspec.gpus else 0,
+        # address "local": a Ray of our own, never another one found running on the node
+        ray.init(address="local", num_cpus=max(1, cpu_workers), num_gpus=gpus if vspec.gpus else 0,
                  include_dashboard=False, **quiet)
     session = _session_dir(ray)
     if session and not vspec.address:

@@ -395,6 +395,12 @@ class Volume(Section):
                           description="batches each worker reads the input files of while "
                                       "its handler computes (item.read() from memory, the "
                                       "page cache warm for open(item.path)); 0: off")
+    calibrate: bool = Field(
+        default=True,
+        description="after a passing pilot, its node runs at least 5 batches of the "
+                    "volume's batch size on a random sample of the volume's inputs (one "
+                    "warm-up call per worker timed apart) and the forecast rests on them; "
+                    "false: no calibration, the forecast rests on the pilot alone")
 
 
 class BlenderLicense(Section):
