@@ -361,7 +361,7 @@ class Follower:
         from runner.balance import compute_balance
 
         items = self.store.items(run.id)
-        ours = compute_balance(self.store.expected_ids(run.id) or [],
+        ours = compute_balance(self.store.iter_expected_ids(run.id),
                                list(run.expected_refusals), list(run.categories), items,
                                keep_rows=False).to_dict()
         # The run's row keeps the rows a message shows, not one per item: it is read back
