@@ -20,6 +20,7 @@ from bot.cli import manifest as cli_manifest
 from bot.cli import outputs as cli_outputs
 from bot.cli import remote as cli_remote
 from bot.cli import report as cli_report
+from bot.cli import store as cli_store
 from bot.cli.common import build_service, console, err_console
 from bot.cli.common import fail as _fail
 from bot.console.notifier import ConsoleNotifier
@@ -293,7 +294,8 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
         service.reap(active.id)  # record what runners wrote since; close runs that died
     rows = service.recent_runs(limit)
     if as_json:
-        keys = ("id", "name", "attempt", "kind", "status", "outcome", "stage_reached", "created_at")
+        keys = ("id", "name", "attempt", "kind", "status", "outcome", "stage_reached", "created_at",
+                "items_pruned_at")
         typer.echo(json.dumps([{k: getattr(r, k) for k in keys} for r in rows], indent=2))
         return
     if not rows:
@@ -357,7 +359,8 @@ def diff(run_a: str = typer.Argument(..., help="the earlier run"),
         console.print(f"[yellow]{warning}[/yellow]", highlight=False)
 
 
-for _group in (cli_manifest, cli_evidence, cli_remote, cli_report, cli_outputs, slack_serve):
+for _group in (cli_manifest, cli_evidence, cli_remote, cli_report, cli_outputs, cli_store,
+               slack_serve):
     _group.register(app)
 
 

@@ -42,7 +42,8 @@ def migrate_retention(db: Any) -> None:
 
 @dataclass(frozen=True)
 class RunRows:
-    """A run's rows in the tables retention prunes, and when it ended."""
+    """A run's rows in the tables retention prunes (``progress``: its rows, one per attempt),
+    its rows in ``events``, and when it ended."""
 
     run: str
     status: str
@@ -81,7 +82,7 @@ _RUN_ROWS = """
            r.items_pruned_at,
            (SELECT COUNT(*) FROM items i WHERE i.run_key = k.key),
            (SELECT COUNT(*) FROM expected_ids x WHERE x.run_key = k.key),
-           (SELECT COALESCE(SUM(p.folded), 0) FROM progress p WHERE p.run = r.id),
+           (SELECT COUNT(*) FROM progress p WHERE p.run = r.id),
            (SELECT COUNT(*) FROM events e WHERE e.run = r.id)
     FROM runs r LEFT JOIN run_keys k ON k.id = r.id"""
 
@@ -141,15 +142,13 @@ class RetentionMixin(StoreBase):
             key = row[0] if row else -1
             items = db.execute("DELETE FROM items WHERE run_key = ?", [key]).rowcount
             ids = db.execute("DELETE FROM expected_ids WHERE run_key = ?", [key]).rowcount
-            folded = db.execute("SELECT COALESCE(SUM(folded), 0) FROM progress WHERE run = ?",
-                                [run_id]).fetchone()[0]
-            db.execute("DELETE FROM progress WHERE run = ?", [run_id])
+            progress = db.execute("DELETE FROM progress WHERE run = ?", [run_id]).rowcount
             # an item event an older bot also kept in events: the same fact as its row
             items += db.execute("DELETE FROM events WHERE run = ? AND type = 'item.done'",
                                 [run_id]).rowcount
             db.execute("UPDATE runs SET items_pruned_at = COALESCE(items_pruned_at, ?) "
                        "WHERE id = ?", [at, run_id])
-        return Pruned(run_id, int(items), int(ids), int(folded), at)
+        return Pruned(run_id, int(items), int(ids), int(progress), at)
 
     def vacuum(self) -> None:
         """Give the pages pruning freed back to the file system (SQLite reuses them anyway;
