@@ -64,8 +64,8 @@ def store_usage(store: Store, retention_days: float, now: datetime) -> StoreUsag
 def prune_store(store: Store, older_than_days: float, now: datetime, *,
                 dry_run: bool = False, vacuum: bool = False) -> PruneResult:
     """Prune (or, ``dry_run``, only name) the runs ended for good over ``older_than_days``
-    ago; 0 or less prunes nothing. One transaction per run: a prune cut short leaves every
-    run whole or pruned."""
+    ago; 0 or less prunes nothing. A prune cut short is finished by the next one (the run
+    is marked first; ``Store.prune_run``)."""
     if older_than_days <= 0:
         return PruneResult(older_than_days, dry_run, [], [], 0, False)
     usage = store_usage(store, older_than_days, now)

@@ -6,7 +6,8 @@ directory holds the same facts in full (``balance.csv`` one row per input, ``eve
 every event, the listing of the inputs), and the run's row keeps what is shown: verdict,
 balance counts and problems, its first rows, forecast, evidence. So a run *ended for good*
 longer than the retention ago has its ``items`` rows, its expected ids and its ``progress``
-rows deleted, one transaction per run, and ``runs.items_pruned_at`` says when. Nothing else
+rows deleted, and ``runs.items_pruned_at`` says when (recorded first; the rows then go
+``PRUNE_CHUNK`` at a time, so that the follower's writes never wait long). Nothing else
 is touched: the run row, stages, decisions, the other events, the files on disk.
 
 Ended for good: ``decided``, ``finished``, ``stopped`` or ``dispatch_failed`` (not a pilot
@@ -76,6 +77,13 @@ class Pruned:
     at: str
 
 
+PRUNE_CHUNK = 50_000  # rows deleted per transaction
+# the next ``chunk`` seqs (positions) of the run's rows: a range of the primary key
+_ITEMS_CHUNK = ("DELETE FROM items WHERE run_key = ? AND seq < "
+                "(SELECT MIN(seq) FROM items WHERE run_key = ?) + ?")
+_IDS_CHUNK = ("DELETE FROM expected_ids WHERE run_key = ? AND pos < "
+              "(SELECT MIN(pos) FROM expected_ids WHERE run_key = ?) + ?")
+
 _RUN_ROWS = """
     SELECT r.id, r.status, r.kind,
            COALESCE(r.finished_at, r.last_event_at, r.started_at, r.created_at),
@@ -133,22 +141,34 @@ class RetentionMixin(StoreBase):
         return [r for r in picked.values()
                 if r.run not in volumes or volumes[r.run] in picked or volumes[r.run] in done]
 
-    def prune_run(self, run_id: str) -> Pruned:
-        """Delete the run's item rows, expected ids and progress rows and record when, in
-        one transaction (all of it, or nothing)."""
-        at = now_utc()
+    def prune_run(self, run_id: str, *, chunk: int = PRUNE_CHUNK) -> Pruned:
+        """Record that the run is pruned, then delete its item rows and expected ids
+        ``chunk`` at a time, each chunk a transaction of its own (a million rows in one
+        would hold the follower's writes back for seconds), and its progress rows. A prune
+        cut short leaves the run marked with rows left: the next one finishes it."""
         with self.transaction() as db:
+            db.execute("UPDATE runs SET items_pruned_at = COALESCE(items_pruned_at, ?) "
+                       "WHERE id = ?", [now_utc(), run_id])
+            at = str(db.execute("SELECT items_pruned_at FROM runs WHERE id = ?",
+                                [run_id]).fetchone()[0])
             row = db.execute("SELECT key FROM run_keys WHERE id = ?", [run_id]).fetchone()
             key = row[0] if row else -1
-            items = db.execute("DELETE FROM items WHERE run_key = ?", [key]).rowcount
-            ids = db.execute("DELETE FROM expected_ids WHERE run_key = ?", [key]).rowcount
             progress = db.execute("DELETE FROM progress WHERE run = ?", [run_id]).rowcount
             # an item event an older bot also kept in events: the same fact as its row
-            items += db.execute("DELETE FROM events WHERE run = ? AND type = 'item.done'",
-                                [run_id]).rowcount
-            db.execute("UPDATE runs SET items_pruned_at = COALESCE(items_pruned_at, ?) "
-                       "WHERE id = ?", [at, run_id])
-        return Pruned(run_id, int(items), int(ids), int(progress), at)
+            old = db.execute("DELETE FROM events WHERE run = ? AND type = 'item.done'",
+                             [run_id]).rowcount
+        items = self._delete_chunks(_ITEMS_CHUNK, key, chunk)
+        ids = self._delete_chunks(_IDS_CHUNK, key, chunk)
+        return Pruned(run_id, items + int(old), ids, int(progress), at)
+
+    def _delete_chunks(self, sql: str, key: int, chunk: int) -> int:
+        deleted = 0
+        while True:
+            with self.transaction() as db:
+                n = int(db.execute(sql, [key, key, chunk]).rowcount)
+            deleted += n
+            if n == 0:
+                return deleted
 
     def vacuum(self) -> None:
         """Give the pages pruning freed back to the file system (SQLite reuses them anyway;

@@ -184,3 +184,20 @@ def test_the_setting_is_days_0_or_more() -> None:
     for bad in ("-1", "soon", "inf"):
         with pytest.raises(PreflightError, match="PREFLIGHT_RETENTION_DAYS"):
             Settings.from_env({**home, "PREFLIGHT_RETENTION_DAYS": bad})
+
+
+def test_rows_go_in_chunks_and_a_prune_cut_short_is_finished_by_the_next(
+        service: PilotService) -> None:
+    store = service.store
+    done = store.prune_run(OLD, chunk=5)  # ITEMS rows over 5-seq ranges: several chunks
+    assert (done.items, done.expected_ids, done.progress) == (ITEMS, ITEMS, 1)
+    assert _rows(store, OLD) == (0, 0, 0)
+    # a prune stopped after its mark, its rows not yet deleted (the bot killed mid-way)
+    store.db.execute("UPDATE runs SET items_pruned_at = '2026-12-01T00:00:00+00:00' "
+                     "WHERE id = ?", [RECENT])
+    store.db.execute("UPDATE runs SET finished_at = '2026-10-01T00:00:00+00:00' "
+                     "WHERE id = ?", [RECENT])
+    assert [r.run for r in store.prunable(30, NOW)] == [RECENT]
+    [again] = service.prune_store(now=NOW).pruned
+    assert (again.run, again.items, again.at) == (RECENT, ITEMS, "2026-12-01T00:00:00+00:00")
+    assert store.prunable(30, NOW) == []
