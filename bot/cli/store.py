@@ -65,8 +65,9 @@ def prune(older_than: Optional[float] = typer.Option(None, "--older-than", min=0
     settings = Settings.from_env()
     days = settings.retention_days if older_than is None else older_than
     if days <= 0:
-        raise fail("retention is 0 days: runs are kept for ever (PREFLIGHT_RETENTION_DAYS); "
-                   "give --older-than DAYS to prune anyway", 2)
+        raise fail("--older-than 0 prunes nothing (0 keeps runs for ever)" if older_than
+                   is not None else "retention is 0 days: runs are kept for ever "
+                   "(PREFLIGHT_RETENTION_DAYS); give --older-than DAYS to prune anyway", 2)
     service = build_service(settings, NullNotifier())
     try:
         result = service.prune_store(older_than_days=days, dry_run=dry_run, vacuum=vacuum)
