@@ -362,7 +362,7 @@ class Follower:
         from runner.balance import compute_balance
 
         shown = ShownRows()  # the items are streamed: a million are never held at once
-        ours = compute_balance(self.store.expected_ids(run.id) or [],
+        ours = compute_balance(self.store.iter_expected_ids(run.id),
                                list(run.expected_refusals), list(run.categories),
                                shown.seen(self.store.iter_items(run.id)),
                                keep_rows=False).to_dict()
