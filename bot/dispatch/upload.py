@@ -24,10 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-
 import runner
-from bot.dispatch.base import RunHandle, json_object
+from bot.dispatch.base import RunHandle, json_object, plan_of
 from bot.dispatch.corpus import (
     corpus_command,
     corpus_node_only,
@@ -138,15 +136,12 @@ def mirror(path: Path, offset: int, data: bytes) -> None:
 
 
 def node_section(handle: RunHandle) -> dict[str, Any]:
-    """The manifest's node section: the handle's, else the run directory's ``manifest.yaml``."""
+    """The manifest's node section: the handle's, else its launch plan's (``plan_of``)."""
     if handle.node is not None:
         return _ssh_only(handle.node, f"run {handle.run_id}")
-    path = handle.run_dir / "manifest.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise DispatchError(f"{path}: cannot read the node section: {exc}") from exc
-    return _ssh_only(data.get("node") if isinstance(data, dict) else None, str(path))
+    where = str(handle.run_dir / "manifest.yaml") if handle.plan is None \
+        else f"run {handle.run_id}"
+    return _ssh_only(plan_of(handle).node, where)
 
 
 def locate(handle: RunHandle) -> tuple[SSHNode, dict[str, Any]]:
@@ -268,13 +263,13 @@ class UploadPlan:
         # folder or a file was swapped meanwhile); outside the project, exactly those go.
         # A corpus only the nodes hold has no copy here: nothing of it is read on this host.
         self.run_dir = handle.run_dir
-        self.node_only = corpus_node_only(handle.run_dir, spec)
+        self.node_only = corpus_node_only(handle, spec)
         self.head: str | None = None  # where the reference listing was made (node_only)
         self.inputs = CheckedInputs(Path(str(spec["inputs"]["dir"])), {}) if self.node_only \
             else recheck_inputs(handle.run_dir, spec)
         inputs = self.inputs.dir
         # A corpus already on the node (volume.inputs.on_nodes) is checked there, never sent
-        self.on_nodes = corpus_on_nodes(handle.run_dir, spec)
+        self.on_nodes = corpus_on_nodes(handle, spec)
         if self.on_nodes:
             self.skip.add(inputs)
         elif not _under(inputs, self.local_project):

@@ -31,7 +31,6 @@ from bot.manifest.model import (
     Inputs,
     Lease,
     Manifest,
-    NodeSpec,
     Project,
     Results,
     Success,
@@ -39,6 +38,7 @@ from bot.manifest.model import (
     Volume,
     VolumeInputs,
 )
+from bot.manifest.nodes import NodeSpec
 from bot.manifest.rules import (
     InputFile,
     InputListing,

@@ -26,7 +26,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from bot.errors import StoreError
-from bot.manifest.model import DEFAULT_NODE_KIND, Manifest, is_remote_node
+from bot.manifest.model import Manifest
+from bot.manifest.nodes import DEFAULT_NODE_KIND, is_remote_node
 from bot.pilot.plan import Plan
 
 # The columns a RunRecord is read from (Store.run_record selects only these).

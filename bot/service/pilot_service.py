@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.base import Dispatcher, RunHandle
+from bot.dispatch.base import Decision, Dispatcher, Progress, RunHandle
 from bot.dispatch.inputs_check import record_listing
 from bot.errors import (
     DecisionRefused,
@@ -49,7 +49,7 @@ from bot.policy.guard import Directory, PolicyGuard
 from bot.policy.model import Origin
 from bot.service.end_lock import end_lock
 from bot.service.follower import DISPATCH_GRACE_S, DispatchHeartbeat, Follower
-from bot.service.handles import base_dir_of, dispatcher_for, handle_for
+from bot.service.handles import base_dir_of, dispatcher_for, handle_for, launch_plan
 from bot.service.proven import ProvenForecast, corpus_listed
 from bot.service.publisher import Publisher
 from bot.service.records import Records
@@ -353,7 +353,8 @@ class PilotService:
                 self._lease_refused(run, exc)
                 raise
         dispatcher = self._dispatcher(run)
-        handle = replace(self._handle(run, resume=resume), progress=self._dispatch_step(run_id))
+        handle = replace(self._handle(run, resume=resume), progress=self._dispatch_step(run_id),
+                         plan=launch_plan(run))
         # "dispatching" until the runner's pid is known: the watch and `preflight runs` only
         # look at "running" runs, so nobody takes a runner being started for a dead one.
         from_states = RESUMABLE if resume else {S.PLANNED}
@@ -405,13 +406,14 @@ class PilotService:
             "hint": f"`preflight resume {run.id}` starts it once the lease is provisioned"})
         self.publisher.publish_status(run.id)
 
-    def _dispatch_step(self, run_id: str) -> Callable[[dict[str, Any]], None]:
+    def _dispatch_step(self, run_id: str) -> Progress:
         """The dispatch's report of a step: recorded (a sign of life), shown in the thread,
         and the place a stop ends a start (DispatchStopped)."""
-        def step(data: dict[str, Any]) -> None:
+        def step(data: dict[str, Any]) -> Decision | None:
             self.store.record_dispatch_event(run_id, DISPATCH_NODE, data)
+            decision = None
             if data.get("phase") == "proved":  # the forecast again, on the proven nodes
-                self._node_proved(run_id)
+                decision = self._node_proved(run_id)
             elif data.get("phase") == "listed":  # a corpus only the nodes hold: its ids
                 corpus_listed(self.store, run_id)
             run = self.store.run(run_id)
@@ -422,11 +424,13 @@ class PilotService:
             if run.status != S.DISPATCHING:
                 raise DispatchStopped(f"run {run_id} was stopped while it was being started; "
                                       "what was started on its nodes is stopped")
+            return decision
         return step
 
-    def _node_proved(self, run_id: str) -> None:
+    def _node_proved(self, run_id: str) -> Decision | None:
         """Once every node is proven: the forecast on their healthy cards, stored, and told
-        in the thread when it differs (never a reason to fail the start)."""
+        in the thread when it differs (never a reason to fail the start); the driver's
+        time limit it widened, handed back to the start."""
         try:
             new = self.proven.node_proved(run_id)
             message = proven_message(self.store.run(run_id)) if new else None
@@ -434,6 +438,10 @@ class PilotService:
                 self._publish(message)
         except Exception:
             log.exception("run %s: the forecast on its proven nodes failed", run_id)
+            return None
+        limit = ((new or {}).get("proven") or {}).get("time_limit") or {}
+        return Decision(time_limit_s=float(limit["s"])) if limit.get("how") == "widened" \
+            else None
 
     def _stop_quietly(self, run_id: str, handle: Any) -> None:
         try:
