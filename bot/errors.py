@@ -70,6 +70,10 @@ class RunNotFound(PreflightError):
         self.run_id = run_id
 
 
+class ItemNotFound(PreflightError):
+    exit_code = 2  # a bad invocation: the id names no input of the run
+
+
 class DispatchError(PreflightError):
     """The runner could not be started or followed on its node."""
 

@@ -2,11 +2,15 @@
 
 ``copy_evidence`` copies the results (``outputs/``), the balance, the manifest, the spec,
 ``environment.json`` and ``events.jsonl`` (its complete lines as of now), writes
-``SHA256SUMS`` last, then reads every file back from the destination and checks it.
-``verify_evidence`` re-checks such a folder later, anywhere, without the original run.
-Destinations are local (or mounted) directories, or any fsspec URL (``s3://``, ``gs://``,
-``memory://``...) when fsspec and its backend are importable. Standard library only at
-import time.
+``SHA256SUMS`` last, then reads every file back from the destination and checks it. A run
+with more than ``PLAIN_MAX_FILES`` outputs (or ``PLAIN_MAX_BYTES``) has them packed into
+shards with an index (``runner.evidence_shards``), never copied one file at a time.
+``verify_evidence`` (``runner.evidence_verify``) re-checks such a folder later, anywhere,
+without the original run; ``show_output`` prints one output of it. Destinations are local
+(or mounted) directories, or any fsspec URL (``s3://``, ``gs://``, ``memory://``...) when
+fsspec and its backend are importable (``runner.evidence_store``). This module is the
+contract the bot imports: what it needs of the others is re-exported here. Standard
+library only at import time.
 """
 
 from __future__ import annotations
@@ -14,158 +18,56 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import os
-import posixpath
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Dict, List, Optional, Set, Tuple
+from itertools import chain
+from typing import Any, BinaryIO, Iterator, List, Optional, Tuple
 
-from runner.errors import RunnerError
-from runner.files import is_temp_name, write_bytes_atomic
+from runner.evidence_shards import INDEX as INDEX  # re-exported: the report reads the index
+from runner.evidence_shards import (
+    MAX_MEMBER_BYTES,
+    SHARD_FILES,
+    WORKERS,
+    Beat,
+    Output,
+    no_beat,
+    pack_outputs,
+    read_regular,
+    scan_outputs,
+)
+from runner.evidence_store import SUMS as SUMS
+from runner.evidence_store import EvidenceError as EvidenceError
+from runner.evidence_store import is_url as is_url
+from runner.evidence_store import join_dest as join_dest
+from runner.evidence_store import open_store
+from runner.evidence_verify import REQUIRED, digest_of, parse_sums
+from runner.evidence_verify import VerifyReport as VerifyReport
+from runner.evidence_verify import verify_evidence as verify_evidence
+from runner.shard_index import find_output, read_output
+from runner.shard_index import parse_index_line as parse_index_line
 
-SUMS = "SHA256SUMS"
-# What a reader needs to understand the result without the original run.
-REQUIRED = ("manifest.yaml", "spec.json", "environment.json", "events.jsonl",
-            "balance.json", "balance.csv")
-TREES = ("outputs", "event-lists")  # event-lists: the full lists events name (events.py)
+TREES = ("event-lists",)  # the full lists events name (events.py); outputs/ apart
+# Up to this many outputs (and bytes in all) are copied as plain files, each on its own:
+# simpler to read for a pilot's dozen; more are packed into shards.
+PLAIN_MAX_FILES = 1000
+PLAIN_MAX_BYTES = 256 << 20
 # copied (and checksummed) when the run wrote them
 OPTIONAL = ("provenance.json", "handler_errors.jsonl")
-# The columns balance.csv must have, and the spec fields that carry the run's parameters.
-BALANCE_COLUMNS = ("id", "status", "category", "reason")
-MAX_DOC_BYTES = 64 << 20  # spec.json, environment.json, balance.json: JSON read whole
-SPEC_FIELDS = ("run_id", "inputs.dir", "inputs.expected_count", "project.params", "task.params",
-               "task.kind")
-
-
-class EvidenceError(RunnerError, RuntimeError):
-    """The destination cannot be written or read (names it and what to do)."""
 
 
 @dataclass
 class EvidenceReport:
     dest: str
-    files: int = 0
-    bytes: int = 0
+    files: int = 0  # plain files and outputs in shards
+    bytes: int = 0  # as stored: plain files, shards, index
     verified: bool = False
     problems: List[str] = field(default_factory=list)
-
-
-@dataclass
-class VerifyReport:
-    path: str
-    ok: bool
-    files: int = 0
-    bytes: int = 0
-    problems: List[str] = field(default_factory=list)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"path": self.path, "ok": self.ok, "files": self.files, "bytes": self.bytes,
-                "problems": list(self.problems)}
-
-
-def is_url(dest: str) -> bool:
-    return "://" in dest and not dest.startswith("file://")
-
-
-def join_dest(dest: str, name: str) -> str:
-    if is_url(dest):
-        return dest.rstrip("/") + "/" + name
-    if dest.startswith("file://"):
-        dest = dest[len("file://"):]
-    return os.path.join(dest, name)
-
-
-class _Local:
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    def write(self, rel: str, data: bytes) -> None:
-        path = os.path.join(self.root, *rel.split("/"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_bytes_atomic(path, data)
-
-    def read(self, rel: str) -> Optional[bytes]:
-        try:
-            with open(os.path.join(self.root, *rel.split("/")), "rb") as fh:
-                return fh.read()
-        except FileNotFoundError:
-            return None
-
-    def open(self, rel: str) -> Optional[BinaryIO]:
-        try:
-            return open(os.path.join(self.root, *rel.split("/")), "rb")
-        except FileNotFoundError:
-            return None
-
-    def listing(self) -> List[str]:
-        out = []
-        for base, _dirs, names in os.walk(self.root):
-            for name in names:
-                rel = os.path.relpath(os.path.join(base, name), self.root)
-                out.append(rel.replace(os.sep, "/"))
-        return sorted(out)
-
-    def remove(self, rel: str) -> None:
-        os.remove(os.path.join(self.root, *rel.split("/")))
-
-
-class _Remote:
-    def __init__(self, url: str) -> None:
-        try:
-            import fsspec
-        except ImportError as exc:
-            raise EvidenceError(
-                f"results.copy_to {url}: a URL destination needs the fsspec package and "
-                f"its backend on this node (for example: pip install fsspec s3fs)") from exc
-        try:
-            self.fs, self.root = fsspec.core.url_to_fs(url)
-        except (ImportError, ValueError) as exc:
-            raise EvidenceError(f"results.copy_to {url}: {exc}") from exc
-
-    def write(self, rel: str, data: bytes) -> None:
-        path = posixpath.join(self.root, rel)
-        self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
-        self.fs.pipe_file(path, data)
-
-    def read(self, rel: str) -> Optional[bytes]:
-        try:
-            return bytes(self.fs.cat_file(posixpath.join(self.root, rel)))
-        except FileNotFoundError:
-            return None
-
-    def open(self, rel: str) -> Optional[BinaryIO]:
-        try:
-            fh: BinaryIO = self.fs.open(posixpath.join(self.root, rel), "rb")
-        except FileNotFoundError:
-            return None
-        return fh
-
-    def listing(self) -> List[str]:
-        try:
-            found = self.fs.find(self.root)
-        except FileNotFoundError:
-            return []
-        root = self.root.rstrip("/") + "/"
-        return sorted(p[len(root):] for p in (str(x) for x in found) if p.startswith(root))
-
-    def remove(self, rel: str) -> None:
-        self.fs.rm_file(posixpath.join(self.root, rel))
-
-
-def _store(dest: str) -> Any:
-    if is_url(dest):
-        return _Remote(dest)
-    if dest.startswith("file://"):
-        dest = dest[len("file://"):]
-    return _Local(dest)
+    shards: int = 0
 
 
 def collect(run_dir: str) -> Tuple[List[Tuple[str, str]], List[str]]:
-    """The evidence files of a run (relative path, local path) and what is missing.
-
-    Contents are read one file at a time when copied, so a run with a million outputs
-    is copied without holding them all in memory.
-    """
+    """The run's own evidence files (relative path, local path) and what is missing; the
+    outputs apart (``scan_outputs``: the team's files, walked without following links)."""
     files: List[Tuple[str, str]] = []
     missing: List[str] = []
     for rel in REQUIRED:
@@ -207,24 +109,66 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def copy_evidence(run_dir: str, dest: str) -> EvidenceReport:
-    """Copy the evidence of ``run_dir`` to ``dest`` (the run's own folder), then verify."""
+def _plain_or_shards(outputs: Iterator[Output], plain_max: int) -> Tuple[List[Output], bool]:
+    """The first outputs and whether the run has so many (or so large) that they go into
+    shards: the walk is read no further than ``plain_max`` + 1 to decide."""
+    head: List[Output] = []
+    size = 0
+    for item in outputs:
+        head.append(item)
+        size += item.size
+        if len(head) > plain_max or size > PLAIN_MAX_BYTES:
+            return head, True
+    return head, False
+
+
+def copy_evidence(run_dir: str, dest: str, beat: Beat = no_beat,
+                  plain_max: int = PLAIN_MAX_FILES, workers: int = WORKERS,
+                  shard_files: int = SHARD_FILES) -> EvidenceReport:
+    """Copy the evidence of ``run_dir`` to ``dest`` (the run's own folder), then verify.
+
+    ``beat(where)`` is called as the copy moves (each file, each member, each MiB): the
+    stage is judged by it, not by a fixed time. More than ``plain_max`` outputs go into
+    shards of up to ``shard_files`` written ``workers`` at a time."""
     files, missing = collect(run_dir)
     report = EvidenceReport(dest=dest)
     report.problems.extend(f"{rel}: missing in the run directory" for rel in missing)
-    store = _store(dest)
+    store = open_store(dest)
+    refused: List[str] = []
+    outputs = scan_outputs(run_dir, refused, beat=beat)
+    head, sharded = _plain_or_shards(outputs, plain_max)
     sums: List[str] = []
     try:
+        try:
+            store.remove(SUMS)  # a copy cut midway never verifies against an older list
+        except FileNotFoundError:
+            pass
         for rel, path in files:
+            beat(rel)
             data = _read_local(path)
             if data is None:
                 report.problems.append(f"{rel}: vanished from the run directory during the copy")
                 continue
             if rel == "events.jsonl":
                 data = data[: data.rfind(b"\n") + 1]  # complete lines only, as of now
-            store.write(rel, data)
-            sums.append(f"{hashlib.sha256(data).hexdigest()}  {rel}\n")
-            report.bytes += len(data)
+            _put(store, rel, data, sums, report)
+        if sharded:
+            packed = pack_outputs(store, chain(head, outputs), beat, workers, shard_files)
+            sums.extend(packed.sums)
+            report.bytes += packed.bytes
+            report.files += packed.members
+            report.shards = len(packed.sums) - 1
+            report.problems.extend(packed.problems)
+        else:
+            for item in head:
+                beat(item.rel)
+                try:
+                    data = read_regular(item.path, MAX_MEMBER_BYTES + 1)
+                except OSError as exc:
+                    report.problems.append(f"{item.rel}: cannot be read ({exc}): left out "
+                                           "of the copy")
+                    continue
+                _put(store, item.rel, data, sums, report)
         keep = {line[66:-1] for line in sums} | {SUMS}
         for rel in store.listing():
             if rel not in keep:
@@ -232,151 +176,77 @@ def copy_evidence(run_dir: str, dest: str) -> EvidenceReport:
         store.write(SUMS, "".join(sums).encode("utf-8"))
     except OSError as exc:
         raise EvidenceError(f"results.copy_to {dest}: cannot write: {exc}") from exc
-    report.files = len(sums)  # the files listed in SHA256SUMS, as `preflight verify` counts
-    check = verify_evidence(dest)
+    report.problems[len(missing):len(missing)] = refused
+    # read back whole: each shard against the SHA-256 taken of the very bytes written
+    # (their members were hashed in the same pass); `preflight verify` and the bot's
+    # fetch parse every member again
+    check = verify_evidence(dest, beat, workers, members=False)
     report.problems.extend(check.problems)
     report.verified = check.ok and not missing and not report.problems
     return report
 
 
-def verify_evidence(path: str) -> VerifyReport:
-    """Re-read an evidence folder and check every checksum and the required files."""
-    report = VerifyReport(path=path, ok=False)
-    try:
-        store = _store(path)
-        raw = store.read(SUMS)
-    except OSError as exc:
-        report.problems.append(f"{path}: cannot read: {exc}")
-        return report
+def _put(store: Any, rel: str, data: bytes, sums: List[str], report: EvidenceReport) -> None:
+    store.write(rel, data)
+    sums.append(f"{hashlib.sha256(data).hexdigest()}  {rel}\n")
+    report.bytes += len(data)
+    report.files += 1  # the files listed in SHA256SUMS, as `preflight verify` counts
+
+
+def show_output(copy: str, item: str, out: BinaryIO) -> str:
+    """Write one output of an evidence copy (a folder or a URL) to ``out``, once its bytes
+    match the copy's checksum: ``item`` is an output's path (``outputs/...``) or an input
+    id, looked up in the copy's balance.csv. Returns the output's path and where it lies;
+    raises ``EvidenceError`` naming what is missing or does not match."""
+    store = open_store(copy)
+    rel = item if item.startswith("outputs/") else _output_of(store, copy, item)
+    entry = find_output(store, rel)
+    if entry is not None:
+        shard, size, digest, offset = entry
+        problem = read_output(store, shard, size, digest, offset, out)
+        where = f"{rel} (member of {shard})"
+    else:
+        problem = _show_plain(store, rel, out)
+        where = rel
+    if problem is not None:
+        raise EvidenceError(f"{copy}: {problem}")
+    return where
+
+
+def _output_of(store: Any, copy: str, item: str) -> str:
+    """The output balance.csv names for input ``item`` (read row by row)."""
+    raw = store.open("balance.csv")
     if raw is None:
-        report.problems.append(f"{SUMS}: missing (not an evidence folder, or the copy is "
-                               f"incomplete)")
-        return report
-    listed, bad_lines = _parse_sums(raw)
-    intact: Set[str] = set()  # read back with the right checksum: safe to look inside
-    report.problems.extend(bad_lines)
-    for rel, digest in listed.items():
-        found = _digest(store, rel)  # read in chunks: never a whole file in memory
-        if found is None:
-            report.problems.append(f"{rel}: missing")
-        elif found[0] != digest:
-            report.problems.append(f"{rel}: checksum mismatch (content changed)")
-        else:
-            report.files += 1
-            report.bytes += found[1]
-            intact.add(rel)
-    for rel in REQUIRED:
-        if rel not in listed:
-            report.problems.append(f"{rel}: missing from {SUMS} (needed to understand the "
-                                   f"result)")
-    for rel in store.listing():
-        if rel != SUMS and rel not in listed and not is_temp_name(posixpath.basename(rel)):
-            report.problems.append(f"{rel}: present but not listed in {SUMS}")
-    report.problems.extend(_check_references(store, listed, intact))
-    report.problems.extend(_check_context(store, intact))
-    report.ok = not report.problems
-    return report
+        raise EvidenceError(f"{copy}: no balance.csv to find input {item!r} in (name the "
+                            "output as outputs/...)")
+    with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as text:
+        for row in csv.DictReader(text):
+            if row.get("id") != item:
+                continue
+            out = row.get("output") or ""
+            if not out or os.path.isabs(out):
+                raise EvidenceError(f"{copy}: input {item!r} has no output in the copy "
+                                    f"(status {row.get('status')}, reason "
+                                    f"{row.get('reason') or '-'}, output {out or '-'})")
+            return out
+    raise EvidenceError(f"{copy}: no input {item!r} in balance.csv (an output is named "
+                        "outputs/...)")
 
 
-def _digest(store: Any, rel: str) -> Optional[Tuple[str, int]]:
-    """SHA-256 and size of one file of the copy, read 1 MiB at a time; None if absent."""
-    try:
-        fh = store.open(rel)
-    except (IsADirectoryError, NotADirectoryError):
-        return None
-    if fh is None:
-        return None
-    h, size = hashlib.sha256(), 0
+def _show_plain(store: Any, rel: str, out: BinaryIO) -> Optional[str]:
+    """A plain output's bytes to ``out`` once its SHA256SUMS line matches (two reads)."""
+    listed, _ = parse_sums(store.read(SUMS) or b"")
+    if rel not in listed:
+        return f"{rel}: not in the copy (neither in {SUMS} nor in {INDEX})"
+    found = digest_of(store, rel)
+    if found is None:
+        return f"{rel}: missing"
+    if found[0] != listed[rel]:
+        return f"{rel}: checksum mismatch (content changed)"
+    fh = store.open(rel)
     with fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-            size += len(chunk)
-    return h.hexdigest(), size
+            out.write(chunk)
+    return None
 
 
-def _parse_sums(raw: bytes) -> Tuple[Dict[str, str], List[str]]:
-    listed: Dict[str, str] = {}
-    bad: List[str] = []
-    for n, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        digest, sep, rel = line.partition("  ")
-        if not sep or len(digest) != 64 or not rel or rel.startswith("/") or ".." in rel.split("/"):
-            bad.append(f"{SUMS} line {n}: not '<sha256>  <relative path>'")
-            continue
-        listed[rel] = digest.lower()
-    return listed, bad
-
-
-def _check_references(store: Any, listed: Dict[str, str], intact: Set[str]) -> List[str]:
-    """Every output the balance names must be in the copy (read from balance.csv, which
-    always has one row per input, so a large run is checked line by line)."""
-    if "balance.csv" not in intact:
-        return []
-    raw = store.open("balance.csv") or io.BytesIO(b"")
-    with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as text:
-        return _references(csv.DictReader(text), listed)
-
-
-def _references(reader: csv.DictReader[str], listed: Dict[str, str]) -> List[str]:
-    """The outputs balance.csv names that are not in the copy, row by row."""
-    absent = [c for c in BALANCE_COLUMNS if c not in (reader.fieldnames or [])]
-    if absent:
-        return [f"balance.csv: no column {', '.join(absent)} (expected at least "
-                f"{','.join(BALANCE_COLUMNS)})"]
-    problems = []
-    for row in reader:
-        out = row.get("output") or ""
-        if out and not os.path.isabs(out) and out not in listed:
-            problems.append(f"{out}: named by balance.csv (item {row.get('id')}) but not in "
-                            f"the copy")
-    return problems
-
-
-def _check_context(store: Any, listed: Set[str]) -> List[str]:
-    """The parameters and references needed to understand the result are really there:
-    the manifest is not empty, spec.json names the run and carries its parameters
-    (project.params, task.params, inputs), environment.json and balance.json are JSON
-    objects, and the balance belongs to the same run as the spec."""
-    problems: List[str] = []
-    docs: Dict[str, Any] = {}
-    for rel in ("spec.json", "environment.json", "balance.json"):
-        if rel not in listed:
-            continue
-        try:
-            docs[rel] = json.loads(_head(store, rel, MAX_DOC_BYTES + 1))
-        except ValueError:
-            docs[rel] = None
-        if not isinstance(docs[rel], dict):
-            problems.append(f"{rel}: not a JSON object")
-    if "manifest.yaml" in listed and not _head(store, "manifest.yaml", MAX_DOC_BYTES).strip():
-        problems.append("manifest.yaml: empty (the manifest as submitted is needed)")
-    spec = docs.get("spec.json")
-    if isinstance(spec, dict):
-        for path in SPEC_FIELDS:
-            if _dig(spec, path) is None:
-                problems.append(f"spec.json: no {path} (needed to understand the result)")
-        bal = docs.get("balance.json")
-        if isinstance(bal, dict) and bal.get("run") not in (None, spec.get("run_id")):
-            problems.append(f"balance.json: run {bal.get('run')!r} is not the spec's run "
-                            f"{spec.get('run_id')!r}")
-    return problems
-
-
-def _head(store: Any, rel: str, limit: int) -> bytes:
-    """At most ``limit`` bytes of one file of the copy (b"" if absent): a document bigger
-    than ``MAX_DOC_BYTES`` is not a run's, and is not read whole to find it out."""
-    fh = store.open(rel)
-    if fh is None:
-        return b""
-    with fh:
-        data: bytes = fh.read(limit)
-    return data
-
-
-def _dig(doc: Any, path: str) -> Any:
-    for key in path.split("."):
-        if not isinstance(doc, dict):
-            return None
-        doc = doc.get(key)
-    return doc

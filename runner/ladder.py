@@ -73,6 +73,26 @@ class _Gate:
             self.closed = True
 
 
+class _Pulse:
+    """The last sign of progress of a stage judged by it: when, and where it was."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.where = "its start (no progress reported)"
+
+    def beat(self, where: str) -> None:
+        self.where, self.last = where, time.monotonic()  # plain stores: no lock needed
+
+    def wait(self, done: threading.Event, idle_s: float) -> bool:
+        """True once ``done`` is set; False when ``idle_s`` pass without a beat."""
+        while True:
+            left = self.last + idle_s - time.monotonic()
+            if left <= 0:
+                return done.is_set()
+            if done.wait(min(left, 5.0)):
+                return True
+
+
 class Ladder:
     """Runs the stage table once for one run directory."""
 
@@ -175,7 +195,7 @@ class Ladder:
                 result = self.worker.run_stage(stage.name, self.facts, timeout, self._emit)
             else:
                 result = self._run_in_thread(stage.name, timeout,
-                                             stage_target(stage, self.spec))
+                                             stage_target(stage, self.spec), stage.idle)
         except Interrupted:
             self.worker.kill()
             raise
@@ -195,12 +215,14 @@ class Ladder:
             self._proof = proof_stages(self.spec)
         return self._proof
 
-    def _run_in_thread(self, name: str, timeout: float,
-                       function: Optional[str] = None) -> Dict[str, Any]:
-        """Run a runner-process stage in a thread; fail it when it outlives ``timeout``."""
+    def _run_in_thread(self, name: str, timeout: float, function: Optional[str] = None,
+                       idle: bool = False) -> Dict[str, Any]:
+        """Run a runner-process stage in a thread; fail it when it outlives ``timeout`` (an
+        ``idle`` stage: when ``timeout`` passes without its ``ctx.beat``)."""
         gate = _Gate(self._emit, self._lock)
+        pulse = _Pulse()
         ctx = StageContext(spec=self.spec, run_dir=self.run_dir, resume=self.resume,
-                           facts=dict(self.facts), emit=gate.emit)
+                           facts=dict(self.facts), emit=gate.emit, beat=pulse.beat)
         box: Dict[str, Dict[str, Any]] = {}
         done = threading.Event()
 
@@ -217,12 +239,13 @@ class Ladder:
         thread = threading.Thread(target=target, name=f"stage-{name}", daemon=True)
         thread.start()
         try:
-            finished = done.wait(timeout)
+            finished = pulse.wait(done, timeout) if idle else done.wait(timeout)
         finally:
             if not done.is_set():
                 gate.close()
         if not finished:
-            return timed_out_result(name, timeout, in_process=True)
+            return timed_out_result(name, timeout, in_process=True,
+                                    stalled_at=pulse.where if idle else None)
         return box["result"]
 
     def _blocked_reason(self, stage: StageDef) -> Optional[str]:

@@ -75,7 +75,7 @@ class Anomaly:
 
 
 class Ledger:
-    """One run's ledger. Open with :meth:`open`; use from one thread."""
+    """One run's ledger. Open with :meth:`open`; use from one thread at a time."""
 
     def __init__(self, conn: sqlite3.Connection, path: str) -> None:
         self._conn = conn
@@ -86,7 +86,10 @@ class Ledger:
     def open(cls, path: str, *, new_attempt: bool = False) -> Ledger:
         """Open (creating) the ledger; ``new_attempt`` counts a new processing attempt."""
         try:
-            conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+            # one thread at a time, not always the opener's: the volume's driver hands the
+            # ledger to its recording thread for the pass (runner.recording.RecordWriter)
+            conn = sqlite3.connect(path, isolation_level=None, timeout=30.0,
+                                   check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(SCHEMA)

@@ -21,7 +21,8 @@ raising:
 
 ``StageContext`` carries ``spec`` (runner.spec.RunSpec), ``run_dir`` (absolute path),
 ``resume`` (bool), ``facts`` (facts of the stages that already ran, by stage name), and
-``emit(type, **data)`` to send stage-internal events (``item.done``, ``progress``). In the
+``emit(type, **data)`` to send stage-internal events (``item.done``, ``progress``), and
+``beat(where)`` to say it moved (a stage judged by progress, ``StageDef.idle``). In the
 watchdog worker ``emit`` relays the event to the parent process, which alone numbers and
 writes events, so a stage never touches events.jsonl itself. ``ctx.device`` is the torch
 device string chosen by the ``device`` stage ("cuda" or "cpu").
@@ -71,6 +72,10 @@ def _no_emit(etype: str, **data: Any) -> None:
     return None
 
 
+def _no_beat(where: str) -> None:
+    return None
+
+
 @dataclass
 class StageContext:
     """What a stage may rely on; see the module docstring."""
@@ -80,6 +85,7 @@ class StageContext:
     resume: bool = False
     facts: Dict[str, Facts] = field(default_factory=dict)
     emit: Emit = _no_emit
+    beat: Callable[[str], None] = _no_beat  # "still moving, at <where>" (StageDef.idle)
 
     @property
     def device(self) -> str:
@@ -93,7 +99,9 @@ class StageDef:
 
     ``target`` is "module:function"; ``in_worker`` stages (those that can hang in a
     driver or user call) run in the watchdog's worker process under ``timeout_s``
-    (overridable by ``spec.diagnostics.timeouts[name]``).
+    (overridable by ``spec.diagnostics.timeouts[name]``). An ``idle`` stage is judged by
+    its progress instead: it fails once ``timeout_s`` pass without a ``ctx.beat`` (however
+    long it runs while it moves), naming where it stopped.
     """
 
     name: str
@@ -104,6 +112,7 @@ class StageDef:
     # Runs even when its dependencies failed (the evidence of a failed pilot is the most
     # useful kind); it then works with what the run produced.
     after_failure: bool = False
+    idle: bool = False  # timeout_s is the longest it may go without progress
 
 
 STAGE_TABLE: Tuple[StageDef, ...] = (
@@ -121,8 +130,9 @@ STAGE_TABLE: Tuple[StageDef, ...] = (
     StageDef("pilot", "runner.stages.pilot:pilot",
              ("environment", "compute", "extensions", "memory"), True, 3600),
     StageDef("balance", "runner.stages.balance:balance", ("pilot",), False, 600),
-    StageDef("evidence", "runner.stages.evidence:evidence", ("balance",), False, 600,
-             after_failure=True),
+    # judged by progress: a million outputs take as long as they take while they move
+    StageDef("evidence", "runner.stages.evidence:evidence", ("balance",), False, 300,
+             after_failure=True, idle=True),
 )
 
 STAGES_BY_NAME: Dict[str, StageDef] = {s.name: s for s in STAGE_TABLE}

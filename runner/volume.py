@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from runner import events as ev
 from runner.handler_errors import keep
 from runner.inputs import Item
-from runner.recording import ItemRecorder
+from runner.recording import ItemRecorder, RecordWriter
 from runner.spec import batch_clock_s, healthy_cards
 from runner.stage import StageContext, StageFailure
 from runner.volume_queue import (
@@ -47,6 +47,8 @@ from runner.volume_queue import (
 )
 
 PROGRESS_EVERY_S = 1.0
+PER_WORKER_EVERY_S = 30.0  # the per-worker rates ride on a progress event this seldom ...
+# ... or when the workers change (80 workers: about 3 KB a line)
 NODES_EVERY_S = 5.0      # how often the driver looks for nodes gone from the cluster
 MIN_TIMEOUT_S = 60.0
 TIMEOUT_FACTOR = 10.0
@@ -131,7 +133,10 @@ class Driver:
         self.starting: Dict[Any, Tuple[Worker, float, str]] = {}  # ref -> (new, since, why)
         self.replacements_left = max(REPLACE_MIN, len(workers)) if spawn is not None else 0
         self.next_key = max((w.key for w in workers), default=-1) + 1
-        self.batch_seconds: List[float] = []
+        self.slowest = self.pilot_batch_s  # the slowest batch so far: a running maximum
+        self.writer: Optional[RecordWriter] = None
+        self.last_per_card = -PER_WORKER_EVERY_S
+        self.per_card_workers: List[str] = []
         self.lost_types = lost_errors(ray)
         self.total = recorder.total
         self.start_done = len(recorder.recorded)
@@ -148,7 +153,20 @@ class Driver:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> Dict[str, Any]:
+        """The pass; every result is recorded (the writer drained) when it returns or
+        raises."""
+        self.writer = RecordWriter()
+        try:
+            self._pass()
+        except BaseException:
+            self.writer.close()  # what came back is kept for the resume
+            raise
+        self._check_writer(self.writer.close())
+        return self.facts()
+
+    def _pass(self) -> None:
         while self.queue or self.out:
+            self._check_writer()
             self._hand_out()
             if self.queue and not any(w.usable for w in self.workers) and not self.starting:
                 raise StageFailure("pilot", "every worker of the volume was lost or excluded "
@@ -168,7 +186,37 @@ class Driver:
         self._progress(force=True)
         for worker, _since, _why in self.starting.values():  # started for nothing
             self._kill(worker)
-        return self.facts()
+
+    def _later(self, job: Callable[[], Any]) -> None:
+        """``job`` on the writer's thread, after what was given before (now, outside a
+        pass): the ledger, the events and the run directory's files are written there."""
+        if self.writer is None:
+            job()
+        else:
+            self.writer.put(job)
+
+    def _emit(self, etype: str, **data: Any) -> None:
+        """An event, in its order with the records (the writer's thread emits them all)."""
+        self._later(lambda: self.ctx.emit(etype, **data))
+
+    def _record(self, worker: Worker, asked: List[str], results: Any,
+                seconds: Any = None) -> None:
+        """Results recorded first-wins by the writer's thread, off the hand-out loop."""
+        def job() -> None:
+            new, again = self.recorder.record_first_wins(asked, results, elapsed_s=seconds)
+            worker.done += new
+            self.re_executed += again
+
+        self._later(job)
+
+    def _check_writer(self, error: Optional[BaseException] = None) -> None:
+        error = error or (self.writer.error if self.writer is not None else None)
+        if error is not None:
+            raise StageFailure("pilot", f"the results could not be recorded: "
+                               f"{type(error).__name__}: {error}",
+                               hint="check the run directory's disk; what was recorded is "
+                                    "kept and `preflight resume RUN` runs the rest",
+                               facts=self.facts()) from error
 
     def _ready(self) -> List[Any]:
         """What came back: waits up to half a second for one, then takes every other
@@ -222,18 +270,16 @@ class Driver:
         if "error" in reply:
             cause = str(reply.get("cause") or RAISED)
             if reply.get("traceback"):  # where the handler raised, kept in the run dir
-                keep(self.ctx.run_dir, [it.id for it in o.batch.items], str(reply["error"]),
-                     reply.get("where"), str(reply["traceback"]), batch=o.batch.n,
-                     worker=o.worker.label)
+                ids, label = [it.id for it in o.batch.items], o.worker.label
+                self._later(lambda: keep(self.ctx.run_dir, ids, str(reply["error"]),
+                                         reply.get("where"), str(reply["traceback"]),
+                                         batch=o.batch.n, worker=label))
             self._failed(o, TIMEOUT if cause == TIMEOUT else RAISED, str(reply["error"]))
             return
         if isinstance(reply.get("seconds"), (int, float)):
-            self.batch_seconds.append(float(reply["seconds"]))
-        asked = [it.id for it in o.batch.items]
-        new, again = self.recorder.record_first_wins(asked, reply.get("results"),
-                                                     elapsed_s=reply.get("seconds"))
-        o.worker.done += new
-        self.re_executed += again
+            self.slowest = max(self.slowest, float(reply["seconds"]))
+        self._record(o.worker, [it.id for it in o.batch.items], reply.get("results"),
+                     reply.get("seconds"))
 
     # ------------------------------------------------------------------ failures
     def _failed(self, o: Outstanding, cause: str, detail: str) -> None:
@@ -244,11 +290,9 @@ class Driver:
         split = self.queue.failed(batch, cause, reason)
         for iid, why in split.refused:
             self.isolated[iid] = why
-            new, _again = self.recorder.record_first_wins(
-                [iid], [{"id": iid, "status": "refused", "reason": why}])
-            o.worker.done += new
+            self._record(o.worker, [iid], [{"id": iid, "status": "refused", "reason": why}])
         if split.parts or split.refused:
-            self.ctx.emit(ev.VOLUME_SPLIT, batch=batch.n, items=len(batch.items), cause=cause,
+            self._emit(ev.VOLUME_SPLIT, batch=batch.n, items=len(batch.items), cause=cause,
                           worker=o.worker.label, reason=detail[:300], parts=list(split.parts),
                           refused=[{"id": i, "reason": r} for i, r in split.refused])
         else:
@@ -274,7 +318,7 @@ class Driver:
         if w.lost or w.excluded:  # its batches were already dealt with
             return
         w.lost = True
-        self.ctx.emit(ev.VOLUME_WORKER_LOST, worker=w.label, node=w.node, cards=w.cards,
+        self._emit(ev.VOLUME_WORKER_LOST, worker=w.label, node=w.node, cards=w.cards,
                       reason=reason)
         if self._node_gone(w.node, reason):
             self._put_back(o, f"node {w.place} of worker {w.label} was lost")
@@ -316,7 +360,7 @@ class Driver:
 
     def _note_requeue(self, batch: Batch, reason: str) -> None:
         self.requeued += 1
-        self.ctx.emit(ev.VOLUME_REQUEUED, batch=batch.n, items=len(batch.items), reason=reason)
+        self._emit(ev.VOLUME_REQUEUED, batch=batch.n, items=len(batch.items), reason=reason)
 
     def _node_gone(self, node: str, reason: str) -> bool:
         if node in self.lost_nodes:
@@ -352,12 +396,12 @@ class Driver:
         self.lost_nodes.add(node)
         gone = [w for w in self.workers if w.node == node]
         host = next((w.place for w in gone if w.place), "")
-        self.ctx.emit(ev.VOLUME_NODE_LOST, node=node, host=host, reason=reason,
+        self._emit(ev.VOLUME_NODE_LOST, node=node, host=host, reason=reason,
                       workers=[w.label for w in gone],
                       cards=sorted({c for w in gone for c in w.cards}))
         for w in gone:
             if not (w.lost or w.excluded):  # each worker lost once, whichever saw it first
-                self.ctx.emit(ev.VOLUME_WORKER_LOST, worker=w.label, node=w.node,
+                self._emit(ev.VOLUME_WORKER_LOST, worker=w.label, node=w.node,
                               cards=w.cards, reason=f"its node was lost: {reason}")
             w.lost = True
             self._release(w, f"node {host or node[:8]} was lost")
@@ -373,7 +417,7 @@ class Driver:
             if now - head.since <= limit:
                 continue
             w.excluded = True
-            self.ctx.emit(ev.VOLUME_CARD_EXCLUDED, worker=w.label, cards=w.cards,
+            self._emit(ev.VOLUME_CARD_EXCLUDED, worker=w.label, cards=w.cards,
                           reason=f"batch {head.batch.n} out for more than {limit:.0f} s; "
                                  "the worker is stopped and its cards freed")
             self._forget(line[0])
@@ -389,7 +433,7 @@ class Driver:
         its worker, plus a grace: the interrupt keeps the worker, the timeout stops it."""
         if self.fixed_timeout > 0:
             return self.fixed_timeout
-        slowest = max(self.batch_seconds + [self.pilot_batch_s])
+        slowest = self.slowest
         clock = batch_clock_s(items, self.item_timeout_s, self.pilot_item_s)
         clock = clock + ITEM_GRACE_S if clock > 0 else 0.0
         return max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * slowest, clock)
@@ -398,7 +442,7 @@ class Driver:
         """(seconds out, its batch timeout) of each batch a worker runs that is out well
         past what a batch takes (3 × the slowest, at least ``HELD_AFTER_S``), the longest
         first: the ETA admits them."""
-        after = max(HELD_AFTER_S, HELD_FACTOR * max(self.batch_seconds + [self.pilot_batch_s]))
+        after = max(HELD_AFTER_S, HELD_FACTOR * self.slowest)
         out = []
         for w in self.workers:
             line = self.lines.get(w.key) or []
@@ -425,7 +469,7 @@ class Driver:
             self.next_key += 1
             ref = new.actor.where.remote()
         except Exception as exc:  # the cluster refuses: go on with the others
-            self.ctx.emit(ev.VOLUME_WORKER_STARTED, worker=None, why=f"in place of {w.label}",
+            self._emit(ev.VOLUME_WORKER_STARTED, worker=None, why=f"in place of {w.label}",
                           error=f"{type(exc).__name__}: {str(exc)[:300]}")
             return
         self.starting[ref] = (new, self.clock(), f"in place of {w.label} ({why})")
@@ -437,7 +481,7 @@ class Driver:
         except Exception as exc:
             info = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         if info.get("error"):
-            self.ctx.emit(ev.VOLUME_WORKER_STARTED, worker=None, why=why,
+            self._emit(ev.VOLUME_WORKER_STARTED, worker=None, why=why,
                           error=str(info["error"]))
             self._kill(new)
             return
@@ -447,7 +491,7 @@ class Driver:
         self.workers.append(new)
         self.lines[new.key] = []
         self.replaced += 1
-        self.ctx.emit(ev.VOLUME_WORKER_STARTED, worker=new.label, node=new.node,
+        self._emit(ev.VOLUME_WORKER_STARTED, worker=new.label, node=new.node,
                       host=new.host, where=new.where or None, cards=new.cards,
                       run_dir=info.get("run_dir"), why=why)
 
@@ -457,7 +501,7 @@ class Driver:
             if now - since > START_TIMEOUT_S:
                 del self.starting[ref]
                 self._kill(new)
-                self.ctx.emit(ev.VOLUME_WORKER_STARTED, worker=None, why=why,
+                self._emit(ev.VOLUME_WORKER_STARTED, worker=None, why=why,
                               error=f"no answer within {START_TIMEOUT_S:.0f} s")
 
     # ------------------------------------------------------------------ report
@@ -471,13 +515,19 @@ class Driver:
         elapsed = max(now - self.t0, 1e-6)
         rate = (done - self.start_done) / elapsed
         held = self.held(now)
-        self.ctx.emit(ev.PROGRESS, done=done, total=self.total, items_per_s=round(rate, 2),
-                      eta_s=round((self.total - done) / rate, 1) if rate > 0 else None,
-                      held=len(held), held_s=round(held[0][0], 1) if held else None,
-                      held_limit_s=round(held[0][1], 1) if held else None,
-                      per_card={w.label: round(w.done / max(now - w.started, 1e-6), 2)
-                                for w in self.workers if w.usable},
-                      workers=sum(1 for w in self.workers if w.usable))
+        usable = [w for w in self.workers if w.usable]
+        per_card: Dict[str, Any] = {}
+        labels = [w.label for w in usable]
+        if force or labels != self.per_card_workers \
+                or now - self.last_per_card >= PER_WORKER_EVERY_S:
+            self.last_per_card, self.per_card_workers = now, labels
+            per_card["per_card"] = {w.label: round(w.done / max(now - w.started, 1e-6), 2)
+                                    for w in usable}
+        self._emit(ev.PROGRESS, done=done, total=self.total, items_per_s=round(rate, 2),
+                   eta_s=round((self.total - done) / rate, 1) if rate > 0 else None,
+                   held=len(held), held_s=round(held[0][0], 1) if held else None,
+                   held_limit_s=round(held[0][1], 1) if held else None,
+                   workers=len(usable), running_s=round(elapsed, 3), **per_card)
 
     def facts(self) -> Dict[str, Any]:
         return {"engine": "ray", "workers": len(self.workers) - self.replaced,
@@ -533,7 +583,7 @@ def run_volume(ctx: StageContext, remaining: List[Item],
     facts = volume_ray.start(ray, vspec, ctx.run_dir, cpu_workers)
     workers: List[Worker] = []  # the driver adds the workers it starts in place of others
     try:
-        spawn = _worker_factory(ctx, ray, vspec)
+        spawn = _worker_factory(ctx, ray, vspec, recorder.ledger.attempt)
         workers.extend(_start_workers(ctx, ray, vspec, cpu_workers, spawn))
         size = max(1, int(vspec.batch_size or ctx.spec.task.batch_size or 1))
         batches = [Batch(n, remaining[i:i + size])
@@ -595,8 +645,10 @@ def report_node_proofs(ctx: StageContext, nodes: List[Dict[str, Any]]) -> None:
                      reason=card.get("reason"))
 
 
-def _worker_factory(ctx: StageContext, ray: Any, vspec: Any) -> Callable[[int], Any]:
-    """Starts one worker's actor (its handler loaded there); the key is only a name."""
+def _worker_factory(ctx: StageContext, ray: Any, vspec: Any,
+                    attempt: int = 1) -> Callable[[int], Any]:
+    """Starts one worker's actor (its handler loaded there); the key names it and, with
+    the attempt, its output shards (``a<attempt>-w<key>-<seq>.jsonl``)."""
     from runner.volume_ray import worker_class
 
     cls = worker_class(ray, vspec.cards_per_worker, vspec.gpus)
@@ -604,7 +656,7 @@ def _worker_factory(ctx: StageContext, ray: Any, vspec: Any) -> Callable[[int], 
     spec = ctx.spec.to_dict()
     outputs = os.path.join(ctx.run_dir, "outputs")
     path = list(sys.path)
-    return lambda _key: cls.remote(spec, outputs, path, device)
+    return lambda key: cls.remote(spec, outputs, path, device, f"a{attempt}-w{key}")
 
 
 def _start_workers(ctx: StageContext, ray: Any, vspec: Any, cpu_workers: int,

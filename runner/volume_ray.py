@@ -205,7 +205,7 @@ class _Worker:
     """
 
     def __init__(self, spec: Dict[str, Any], outputs_dir: str, sys_path: List[str],
-                 device: str) -> None:
+                 device: str, shard_prefix: str = "w") -> None:
         self.error: Optional[str] = None
         self.handler: Any = None
         self.threads: Dict[str, Any] = {}
@@ -229,6 +229,9 @@ class _Worker:
             self.handler = load_handler(run_spec)
             self.ctx = make_context(run_spec, outputs_dir)
             self.ctx.device = device
+            from runner.outputs import ShardWriter  # issue 34: outputs written here, per batch
+
+            self.shards = ShardWriter(os.path.dirname(os.path.abspath(outputs_dir)), shard_prefix)
             self.threads = actor_threads(spec)
             from runner.itemtimeout import ItemClock, item_timeout, pilot_item_s
 
@@ -272,12 +275,17 @@ class _Worker:
         items = [Item(str(i), os.path.join(self.inputs_root, str(p)), int(s))
                  for i, p, s in batch]
         from runner.itemtimeout import ItemTimedOut
+        from runner.outputs import OutputsError
 
         t0 = time.perf_counter()
         try:
             with self.clock:  # task.item_timeout_s per item, as in the pilot
                 results = self.clock.call(self.handler, len(items), items, self.ctx)
+            # the batch's outputs durable in one shard on this node before the driver hears
+            results = self.shards.write(results)
             return {"results": results, "seconds": time.perf_counter() - t0}
+        except OutputsError as exc:  # this node's disk, not the handler
+            return {"error": str(exc), "cause": "raised", "seconds": time.perf_counter() - t0}
         except ItemTimedOut:
             return {"error": f"no result within task.item_timeout_s = "
                              f"{self.clock.per_item_s:g} s per item", "cause": "timeout",

@@ -194,13 +194,25 @@ class Worker:
         self.proc = None
 
 
-def timed_out_result(name: str, timeout: float, in_process: bool = False) -> Result:
-    """The failed result of a stage past its timeout (worker killed, or thread abandoned)."""
+def timed_out_result(name: str, timeout: float, in_process: bool = False,
+                     stalled_at: Optional[str] = None) -> Result:
+    """The failed result of a stage past its timeout (worker killed, or thread abandoned);
+    ``stalled_at``: a stage judged by its progress made none for ``timeout`` s after it."""
     if in_process:
         cause = ("a hung file system call: a network mount under the run directory, the "
                  "project or results.copy_to; the stuck call is abandoned, it cannot be killed")
     else:
         cause = "a hung driver call, a deadlocked extension or a slow user check"
+    if stalled_at is not None:
+        return {"status": "failed", "facts": {"stalled_at": stalled_at}, "error": {
+            "type": "Timeout",
+            "message": f"stage {name} made no progress for {timeout:g} s; it stopped at "
+                       f"{stalled_at}",
+            "where": f"stage {name}: {stalled_at}",
+            "hint": (f"the {name} stage stopped moving ({cause}); raise "
+                     f"diagnostics.timeouts.{name} (the longest it may go without "
+                     "progress) if it is only slow"),
+        }}
     return {"status": "failed", "facts": {}, "error": {
         "type": "Timeout",
         "message": f"stage {name} timed out after {timeout:g} s",

@@ -30,9 +30,29 @@ def repo() -> Path:
 # (--dist loadfile) they are one unit of work, so two of them never run at the same time.
 # Every other file is a unit of its own: its tests stay on one worker, with its fixtures.
 # (xdist's own --dist loadgroup renames test ids in a way pytest 9 no longer sees.)
+# tests/test_bench.py is split per bench: only a bench whose text names Ray or a volume
+# joins the group (the others, Slack, SSH, Blender, the ledger, run beside it).
 RAY_FILES = ("tests/volume/", "tests/remote/test_ray_", "tests/remote/test_volume_",
-             "tests/e2e/test_first_hour_cli.py", "tests/e2e/test_forecast_cli.py",
-             "tests/test_bench.py", "tests/cluster_kit/test_cluster_service.py")
+             "tests/e2e/test_forecast_cli.py", "tests/cluster_kit/test_cluster_service.py")
+BENCH_TEST = "tests/test_bench.py"
+
+
+def _bench_starts_ray(nodeid: str) -> bool:
+    """A bench smoke run (``...[<stem>]``) whose bench/<stem>.py mentions Ray or a volume;
+    the format test and an unknown stem count as Ray (the safe side)."""
+    stem = nodeid.rsplit("[", 1)[-1].rstrip("]") if nodeid.endswith("]") else ""
+    path = REPO / "bench" / f"{stem}.py"
+    if not stem or not path.is_file():
+        return True
+    text = path.read_text(encoding="utf-8").lower()
+    return "ray" in text.replace("array", "") or "volume" in text
+
+
+def _scope(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    if path == BENCH_TEST:
+        return "ray" if _bench_starts_ray(nodeid) else nodeid
+    return "ray" if path.startswith(RAY_FILES) else path
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -43,7 +63,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
     class RayFilesTogether(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "ray" if path.startswith(RAY_FILES) else path
+            return _scope(nodeid)
 
     return RayFilesTogether(config, log)

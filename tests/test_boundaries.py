@@ -10,6 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACT = {"runner", "runner.spec", "runner.events", "runner.balance", "runner.evidence",
+            "runner.outputs",
             "runner.inputs", "runner.errors", "runner.files", "runner.frames",
             "runner.raypin"}
 

@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from bot.cli import evidence as cli_evidence
 from bot.cli import manifest as cli_manifest
+from bot.cli import outputs as cli_outputs
 from bot.cli import remote as cli_remote
 from bot.cli import report as cli_report
 from bot.cli.common import build_service, console, err_console
@@ -356,7 +357,7 @@ def diff(run_a: str = typer.Argument(..., help="the earlier run"),
         console.print(f"[yellow]{warning}[/yellow]", highlight=False)
 
 
-for _group in (cli_manifest, cli_evidence, cli_remote, cli_report, slack_serve):
+for _group in (cli_manifest, cli_evidence, cli_remote, cli_report, cli_outputs, slack_serve):
     _group.register(app)
 
 

@@ -1,18 +1,71 @@
 """`preflight verify PATH`: re-verify a copied evidence folder, without the original run;
-`preflight fetch RUN`: bring an ended run's results back from its node again."""
+`preflight fetch RUN`: bring an ended run's results back from its node again;
+`preflight evidence show RUN|PATH ITEM`: print one output of an evidence copy (plain file
+or shard member), checked against its checksum first."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import typer
 
 from runner.errors import RunnerError
-from runner.evidence import verify_evidence
+from runner.evidence import show_output, verify_evidence
+
+evidence_app = typer.Typer(no_args_is_help=True,
+                           help="Read an evidence copy: one output at a time.")
+
+
+@evidence_app.command("show")
+def show(
+    copy: str = typer.Argument(..., help="a run id (or its unique prefix, or 'latest'), or "
+                               "an evidence folder: a directory or an fsspec URL"),
+    item: str = typer.Argument(..., help="an input id (looked up in the copy's "
+                               "balance.csv) or an output's path (outputs/...)"),
+) -> None:
+    """Print one input's output from the evidence copy to stdout (from its shard when the
+    outputs were packed), once its bytes match the copy's checksum; where it came from
+    goes to stderr."""
+    from pathlib import Path
+
+    where = copy if ("://" in copy or Path(copy).is_dir()) else _copy_of_run(copy)
+    try:
+        said = show_output(where, item, sys.stdout.buffer)
+    except RunnerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    sys.stdout.buffer.flush()
+    typer.echo(f"{said} from {where}", err=True)
+
+
+def _copy_of_run(run_id: str) -> str:
+    """The evidence copy the bot recorded for a run (its ``dest``), or exit 2 saying why."""
+    from bot.cli.common import build_service
+    from bot.errors import PreflightError
+    from bot.messages.model import NullNotifier
+    from bot.settings import Settings
+
+    service = build_service(Settings.from_env(), NullNotifier())
+    try:
+        run = service.find_record(run_id)
+    except PreflightError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    finally:
+        service.close()
+    dest = (run.evidence or {}).get("dest")
+    if not isinstance(dest, str) or not dest:
+        typer.echo(f"error: run {run.id} has no evidence copy on record (no results.copy_to, "
+                   "or it was not brought back); name the copy's folder or URL instead",
+                   err=True)
+        raise typer.Exit(2)
+    return dest
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``verify`` and ``fetch`` commands to the ``preflight`` app."""
+    """Add the ``verify``, ``fetch`` and ``evidence`` commands to the ``preflight`` app."""
+    app.add_typer(evidence_app, name="evidence")
 
     @app.command("fetch")
     def fetch(run_id: str = typer.Argument(..., help="the run id (or its unique prefix)")
@@ -43,7 +96,8 @@ def register(app: typer.Typer) -> None:
         path: str = typer.Argument(..., help="evidence folder: a directory or an fsspec URL"),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
     ) -> None:
-        """Check every SHA256SUMS entry and the files needed to understand the result."""
+        """Check every SHA256SUMS entry, every shard and every output its index lists, and
+        the files needed to understand the result."""
         from pathlib import Path
 
         if "://" not in path and not Path(path).is_dir():  # an unusable path: exit 2
@@ -58,8 +112,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
         elif report.ok:
-            typer.echo(f"verified: {path}: {report.files} files, {report.bytes} bytes, "
-                       f"every checksum matches")
+            shards = f" ({report.shards} shards)" if report.shards else ""
+            typer.echo(f"verified: {path}: {report.files} files{shards}, {report.bytes} "
+                       "bytes, every checksum matches")
         else:
             typer.echo(f"NOT verified: {path}: {len(report.problems)} problem(s)")
             for problem in report.problems:

@@ -18,6 +18,7 @@ listing must equal the head's.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -137,10 +138,15 @@ def node_rows(files: Any, where: str, folder: str) -> list[Row]:
     return rows
 
 
-def corpus_command(python: str, on_nodes: str, pattern: str, rows: list[Row]) -> str:
-    """The node's listing of ``on_nodes``: prints its digest (and its rows if it differs)."""
+def corpus_command(python: str, on_nodes: str, pattern: str, rows: list[Row],
+                   workdir: str = "") -> str:
+    """The node's listing of ``on_nodes``: prints its digest (and its rows if it differs);
+    with ``workdir``, the node remembers the digests there (``corpus-<tag>.json``, read
+    again only for files whose stat changed)."""
+    tag = hashlib.sha256(f"{on_nodes}\0{pattern}".encode()).hexdigest()[:16]
+    cache = f"{workdir.rstrip('/')}/cache/corpus-{tag}.json" if workdir else ""
     return " ".join(shlex.quote(a) for a in (python, "-c", NODE_CORPUS_SCRIPT, on_nodes,
-                                             pattern, listing_digest(rows)))
+                                             pattern, listing_digest(rows), cache))
 
 
 def check_listing(where: str, on_nodes: str, rows: list[Row], reply: str, *,

@@ -52,7 +52,8 @@ def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> list[Row] | No
     name = f"volume.nodes[0] ({head.where})"
     try:
         # an empty listing's digest: the node prints its rows unless its folder is empty
-        code, out, err = runs.run(head, corpus_command(head.python, on_nodes, pattern, []),
+        code, out, err = runs.run(head, corpus_command(head.python, on_nodes, pattern, [],
+                                                      head.workdir),
                                   timeout=LIST_TIMEOUT_S,
                                   cap=listing_cap(int(inputs.get("expected_count") or 0)))
     except DispatchError as exc:

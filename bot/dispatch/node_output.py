@@ -45,6 +45,30 @@ async def read_capped(stream: Any, cap: int) -> bytes | None:
             return None
 
 
+async def read_lines(stream: Any, take: Any, cap: int = NODE_OUTPUT_CAP) -> bytes | None:
+    """Lines of ``stream`` handed to ``take(line: str) -> bool`` until it returns True;
+    then what came after that line (b"" from an honest node: it prints nothing more until
+    told), or None once a line passed ``cap`` bytes. Raises ``EOFError`` when the stream
+    ends first. Never holds more than one line and one chunk."""
+    buf = bytearray()
+    while True:
+        end = buf.find(b"\n")
+        if end < 0:
+            if len(buf) > cap:
+                return None
+            chunk = await stream.read(CHUNK)
+            if not chunk:
+                raise EOFError("the output ended")
+            buf += chunk
+            continue
+        line = bytes(buf[:end])
+        del buf[:end + 1]
+        if len(line) > cap:
+            return None
+        if take(line.decode("utf-8", errors="replace")):
+            return bytes(buf)
+
+
 async def run_capped(conn: Any, command: str, *, where: str, stdin: str = "",
                      cap: int = NODE_OUTPUT_CAP) -> tuple[int | None, str, str]:
     """``command`` on ``conn``: (exit status, None when its connection dropped; stdout;

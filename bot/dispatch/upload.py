@@ -200,27 +200,65 @@ def launched_pid(out: str, node: str) -> int:
         raise DispatchError(f"{node}: the launcher printed no pid: {out!r}") from exc
 
 
+MAX_NODE_FILES = 2_000_000  # files a node's hash answer may name, all roots together
+
+
+class HashAnswer:
+    """The launcher's answer to ``hash_request``, line by line (``launcher.print_hashes``:
+    ``{"root", "files"}`` lines, then ``{"end": <files>}``): type-checked, each relative
+    path's parts checked by ``node_relpath`` (the upload removes what the node lists and
+    the bot does not have), only the ``roots`` asked kept, at most ``max_files`` files;
+    a DispatchError naming the node otherwise."""
+
+    def __init__(self, node: str, python: str, roots: list[str] | None = None,
+                 max_files: int = MAX_NODE_FILES) -> None:
+        self.node, self.python, self.roots, self.max_files = node, python, roots, max_files
+        self.hashes: dict[str, dict[str, str]] = {}
+        self.files = 0
+        self.ended = False
+
+    def feed(self, line: str) -> bool:
+        """One line of the answer; True once its end line came (and the count agrees)."""
+        answer = json_object(line)
+        if answer is None:
+            raise DispatchError(f"{self.node}: node.python {self.python!r} did not print the "
+                                f"file hashes (got {line.strip()[:200]!r}); is it Python >= "
+                                "3.9 and does the login print nothing on stdout?")
+        if "end" in answer:
+            if answer["end"] != self.files:
+                raise DispatchError(f"{self.node}: the file hashes end with {answer['end']!r} "
+                                    f"file(s), {self.files} were listed: the node's answer is "
+                                    "refused")
+            self.ended = True
+            return True
+        root, files = answer.get("root"), answer.get("files")
+        if not isinstance(root, str) or not isinstance(files, dict) \
+                or not all(isinstance(v, str) for v in files.values()):
+            raise DispatchError(f"{self.node}: the file hashes under {str(root)[:200]!r} are "
+                                "not a mapping of relative paths to SHA-256 digests: the "
+                                "node's answer is refused")
+        self.files += len(files)
+        if self.files > self.max_files:
+            raise DispatchError(f"{self.node}: the node lists more than {self.max_files:,} "
+                                "files under the upload's folders: the node's answer is "
+                                "refused (project.exclude leaves a folder out)")
+        if self.roots is not None and root not in self.roots:
+            return False
+        checked = self.hashes.setdefault(root, {})
+        checked.update({node_relpath(rel, self.node, root): digest
+                        for rel, digest in files.items()})
+        return False
+
+
 def parse_hashes(out: str, node: str, python: str,
                  roots: list[str] | None = None) -> dict[str, dict[str, str]]:
-    """The launcher's answer to ``hash_request`` (JSON: root -> relative path -> sha256),
-    type-checked, each relative path's parts checked by ``node_relpath`` (the upload
-    removes what the node lists and the bot does not have), only the ``roots`` asked
-    kept; or an error saying what it printed."""
-    hashes = json_object(out)
-    if hashes is None:
-        raise DispatchError(f"{node}: node.python {python!r} did not print the file hashes "
-                            f"(got {out.strip()[:200]!r}); is it Python >= 3.9 and does the "
-                            "login print nothing on stdout?")
-    checked: dict[str, dict[str, str]] = {}
-    for root, files in hashes.items():
-        if roots is not None and root not in roots:
-            continue
-        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-            raise DispatchError(f"{node}: the file hashes under {root!r} are not a mapping of "
-                                "relative paths to SHA-256 digests: the node's answer is "
-                                "refused")
-        checked[root] = {node_relpath(rel, node, root): digest for rel, digest in files.items()}
-    return checked
+    """The whole hash answer as text (its lines), checked by ``HashAnswer``."""
+    answer = HashAnswer(node, python, roots)
+    for line in out.splitlines() or [""]:
+        if answer.feed(line):
+            return answer.hashes
+    raise DispatchError(f"{node}: the file hashes ended before their end line: the node's "
+                        "answer is refused")
 
 
 def write_layout(path: Path, layout: dict[str, Any]) -> None:
@@ -354,7 +392,15 @@ class UploadPlan:
         node's hashes of every file under ``roots()``: one JSON line (for ``changes``),
         under the workdir's lock."""
         return "hash " + json.dumps([sorted(SKIP_DIRS), sorted(SKIP_TOP), self.roots(),
-                                     self.remote_dirs()]) + "\n"
+                                     self.remote_dirs(), self.excluded()]) + "\n"
+
+    def excluded(self) -> list[str]:
+        """The node paths of what is never sent from the project (``project.exclude``, a
+        pilot's volume corpus, the runs and evidence folders): the node neither hashes
+        them nor has them removed as stale (a volume's corpus sent earlier stays)."""
+        return sorted(f"{self.remote_project}/{path.relative_to(self.local_project).as_posix()}"
+                      for path in self.skip
+                      if path != self.local_project and _under(path, self.local_project))
 
     def hold_command(self, python: str) -> str:
         """Like ``launch_command``, but what it launches holds the workdir's lock while the
@@ -380,7 +426,7 @@ class UploadPlan:
         rows = head_rows(self.run_dir) if self.node_only else reference_rows(self.inputs)
         self.head = head_node(self.run_dir) if self.node_only else None
         pattern = str((self.spec.get("inputs") or {}).get("pattern") or "*")
-        return corpus_command(python, self.on_nodes, pattern, rows), rows
+        return corpus_command(python, self.on_nodes, pattern, rows, self.workdir), rows
 
     def layout(self, node: SSHNode, sent: dict[str, int]) -> dict[str, Any]:
         """``remote.json`` before the launch (no pid yet: a restarted bot still finds it)."""

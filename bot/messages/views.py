@@ -232,7 +232,10 @@ def evidence_message(run: Run) -> Message | None:
     verified = bool(ev.get("verified"))
     said = ("as claimed by the node (not checked by the bot host)"
             if verified and ev.get("verified_by") == "node" else "yes" if verified else "NO")
-    pairs = [("Copied to", str(ev.get("dest"))), ("Files", str(ev.get("files"))),
+    shards = ev.get("shards")
+    files = str(ev.get("files")) + (f" (the outputs in {shards} shards, docs/evidence.md)"
+                                    if isinstance(shards, int) and shards > 0 else "")
+    pairs = [("Copied to", str(ev.get("dest"))), ("Files", files),
              ("Bytes", str(ev.get("bytes", "?"))), ("Verified", said)]
     if ev.get("node_dest"):
         pairs.insert(1, ("Node's copy", str(ev["node_dest"])))

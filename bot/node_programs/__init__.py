@@ -26,8 +26,11 @@ UNTAR_FUNCTION = Path(__file__).with_name("untar.py").read_text(encoding="utf-8"
 # Runs on the node: takes the workdir's lock, then answers the bot's lines on stdin (hash,
 # put, tar, sync) and launches the runner detached (bot/node_programs/launcher.py, a module
 # of its own that ruff, mypy and the tests read as it is; its docstring says the protocol).
-LAUNCH_SCRIPT = UNTAR_FUNCTION + Path(__file__).with_name("launcher.py").read_text(
-    encoding="utf-8")
+# The node's memory of file digests (bot/node_programs/hashcache.py), in front of the
+# launcher and of the corpus listing.
+HASH_CACHE_TEXT = Path(__file__).with_name("hashcache.py").read_text(encoding="utf-8")
+LAUNCH_SCRIPT = UNTAR_FUNCTION + HASH_CACHE_TEXT + Path(__file__).with_name(
+    "launcher.py").read_text(encoding="utf-8")
 
 
 # A volume's Ray on a node: started and stopped in a process group of its own, and, on a
@@ -37,7 +40,8 @@ LAUNCH_SCRIPT = UNTAR_FUNCTION + Path(__file__).with_name("launcher.py").read_te
 NODE_RAY = Path(__file__).with_name("ray_hold.py").read_text(encoding="utf-8")
 
 # Runs on a node: lists and checksums a corpus already there (``corpus_listing.py``).
-NODE_CORPUS_SCRIPT = Path(__file__).with_name("corpus_listing.py").read_text(encoding="utf-8")
+NODE_CORPUS_SCRIPT = HASH_CACHE_TEXT + Path(__file__).with_name("corpus_listing.py").read_text(
+    encoding="utf-8")
 
 
 def python_command(python: str, script: str, *args: str) -> str:

@@ -11,8 +11,11 @@ It takes the workdir's lock, then answers the bot's lines on stdin, all under th
 in this one SSH session (each session costs the node's login shell start-up, and an SFTP
 channel is one more session):
 
-- ``hash [skip, top, roots, dirs]`` (JSON): makes the directories the upload writes into
-  and prints the hashes of the files under the roots (one JSON line);
+- ``hash [skip, top, roots, dirs, excluded]`` (JSON): makes the directories the upload
+  writes into and prints the hashes of the files under the roots, folders in ``excluded``
+  left out (``print_hashes``: lines of at most 2,000 files, then ``{"end": <files>}``);
+  a file unchanged since the last answer (size, times, inode) is not read again
+  (``hashcache.py``, the workdir's ``hash-cache.json``);
 - ``put [path, size]`` then that many bytes: writes the file (a temporary file renamed);
 - ``tar`` then one tar archive in chunks (``<n>`` line, n bytes; ``0`` ends it): unpacks it
   under the workdir (untar.py: links, absolute and ``..`` members refused);
@@ -35,13 +38,17 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
-if TYPE_CHECKING:  # on the node these are untar.py's text, put in front of this one
+if TYPE_CHECKING:  # on the node these are the texts put in front of this one
+    from bot.node_programs.hashcache import HashCache
     from bot.node_programs.untar import Chunks, untar
+
+HASH_CACHE = "hash-cache.json"  # in the workdir: the digests of the last hash answer
 
 
 def stat_fields(text: Union[str, bytes]) -> List[str]:
@@ -72,28 +79,63 @@ def running(pid: int) -> Optional[List[str]]:
     return None if fields[:1] and fields[0] in ENDED_STATES else fields
 
 
-def hashes(skip: List[str], top: List[str], roots: List[str]) -> Dict[str, Dict[str, str]]:
+HASH_LINE_FILES = 2000  # files per line of the hash answer (a line stays well under 1 MiB)
+
+
+def hashes(skip: List[str], top: List[str], roots: List[str],
+           excluded: Optional[List[str]] = None,
+           cache: Optional["HashCache"] = None) -> Dict[str, Dict[str, str]]:
     """root -> relative path -> sha256 of every file under ``roots``, skipping the folders
-    in ``skip`` (anywhere), in ``top`` (at a root) and virtual environments."""
+    in ``skip`` (anywhere), in ``top`` (at a root), those in ``excluded`` (absolute paths:
+    never sent, so never hashed nor removed) and virtual environments. ``cache``
+    remembers digests across dispatches (``hashcache.py``)."""
     out: Dict[str, Dict[str, str]] = {}
+    left_out = set(excluded or [])
     for root in roots:
         os.makedirs(root, exist_ok=True)
         files = {}
         for base, dirs, names in os.walk(root):
             dirs[:] = [d for d in dirs if d not in skip
                        and not (base == root and d in top)
+                       and os.path.join(base, d) not in left_out
                        and not os.path.exists(os.path.join(base, d, "pyvenv.cfg"))]
             for name in names:
                 path = os.path.join(base, name)
-                if name.endswith(".pyc") or os.path.islink(path) or not os.path.isfile(path):
+                if name.endswith(".pyc"):
                     continue
-                h = hashlib.sha256()
-                with open(path, "rb") as fh:
-                    for chunk in iter(lambda: fh.read(1 << 20), b""):
-                        h.update(chunk)
-                files[os.path.relpath(path, root).replace(os.sep, "/")] = h.hexdigest()
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                files[os.path.relpath(path, root).replace(os.sep, "/")] = (
+                    cache.sha256(path, st) if cache is not None else _sha256(path))
         out[root] = files
     return out
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def print_hashes(found: Dict[str, Dict[str, str]], out: IO[str]) -> None:
+    """The hash answer in bounded lines: ``{"root", "files"}`` of at most
+    ``HASH_LINE_FILES`` files each (one at least per root), then ``{"end": <files>}``; a
+    project of 100,000 files is some fifty lines, never one of megabytes."""
+    total = 0
+    for root, files in found.items():
+        names = sorted(files)
+        for start in range(0, max(1, len(names)), HASH_LINE_FILES):
+            part = {n: files[n] for n in names[start:start + HASH_LINE_FILES]}
+            out.write(json.dumps({"root": root, "files": part}) + "\n")
+        total += len(names)
+    out.write(json.dumps({"end": total}) + "\n")
+    out.flush()
 
 
 class Lock:
@@ -202,11 +244,13 @@ def serve(lock: Lock) -> Tuple[str, str]:
     word, extra = command()
     while word in ("hash", "put", "tar", "sync"):
         if word == "hash":
-            skip, top, roots, dirs = json.loads(extra)
+            skip, top, roots, dirs, *rest = json.loads(extra)
             for path in dirs:
                 os.makedirs(path, exist_ok=True)
-            sys.stdout.write(json.dumps(hashes(skip, top, roots)) + "\n")
-            sys.stdout.flush()
+            cache = HashCache(os.path.join(os.path.dirname(lock.path), HASH_CACHE))
+            found = hashes(skip, top, roots, rest[0] if rest else None, cache)
+            cache.save()
+            print_hashes(found, sys.stdout)
         elif word == "put":
             path, size = json.loads(extra)
             try:

@@ -79,9 +79,12 @@ def spec_paths(m: Manifest, project_dir: Path, *,
     project folder: what ``build_spec`` writes, and what a start holds a run's
     ``spec.json`` to (its record in the database says the manifest and the folder)."""
     src: Inputs | VolumeInputs = inputs if inputs is not None else m.inputs
+    exclude = [str((project_dir / p).resolve()) for p in m.project.exclude]
+    if inputs is None or inputs is m.inputs:
+        exclude += _volume_corpus_apart(m, project_dir)
     return {"project.dir": str(project_dir),
             "project.requirements": _under(project_dir, m.project.requirements),
-            "project.exclude": [str((project_dir / p).resolve()) for p in m.project.exclude],
+            "project.exclude": exclude,
             "inputs.dir": _inputs_dir(project_dir, src),
             "results.copy_to": _copy_to(project_dir, m.results.copy_to)}
 
@@ -172,6 +175,22 @@ def _volume(loaded: LoadedManifest, plan: Plan,
                       pilot_batch_s=limits.pilot_batch_s, in_flight=limits.in_flight,
                       time_limit_s=limits.time_limit_s,
                       outputs_on_nodes=volume.outputs_on_nodes)
+
+
+def _volume_corpus_apart(m: Manifest, project_dir: Path) -> list[str]:
+    """For a pilot: the volume's corpus folder when it lies in the project folder apart
+    from the pilot's inputs (neither holds the other), so the pilot sends its own inputs
+    and the code, not 100,000 files it never reads; the volume's dispatch sends them."""
+    volume = m.volume
+    if volume is None or volume.inputs.dir is None:
+        return []
+    corpus = (project_dir / str(volume.inputs.dir)).resolve()
+    pilot = (project_dir / str(m.inputs.dir)).resolve()
+    root = project_dir.resolve()
+    if corpus == root or not corpus.is_relative_to(root) or corpus == pilot \
+            or pilot.is_relative_to(corpus) or corpus.is_relative_to(pilot):
+        return []
+    return [str(corpus)]
 
 
 def _inputs_dir(project_dir: Path, src: Inputs | VolumeInputs) -> str:

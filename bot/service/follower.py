@@ -92,6 +92,9 @@ class Follower:
         self.dispatchers = dispatchers  # the service's own mapping: a change there is seen here
         self.publisher = publisher
         self._finish_checked: set[str] = set()
+        # a volume's per-worker rates ride on one progress event in 30 s (runner/volume.py):
+        # the latest seen is shown with every progress until the next
+        self._per_card: dict[str, Any] = {}
 
     def _dispatcher(self, run: RunRecord) -> Dispatcher:
         return dispatcher_for(self.dispatchers, run)
@@ -149,7 +152,13 @@ class Follower:
         stage_changed = any(e.type in STAGE_EVENT_TYPES for e in fresh)
         progress = [e for e in fresh if e.type == PROGRESS]
         if progress:  # only the latest counts: nothing per item here
-            reported = progress_of(progress[-1].data)
+            cards = [e.data["per_card"] for e in progress if "per_card" in e.data]
+            if cards:
+                self._per_card[run_id] = cards[-1]
+            data = progress[-1].data
+            if "per_card" not in data and run_id in self._per_card:
+                data = {**data, "per_card": self._per_card[run_id]}
+            reported = progress_of(data)
             self.publisher.note_progress(run_id, reported.done, reported.total, reported.pace)
         if any(e.type in VOLUME_NOTES for e in fresh):
             self.publisher.publish_volume(run_id)
@@ -279,6 +288,7 @@ class Follower:
                                  finished_at=now_utc(), exit_code=finished.data.get("exit_code")):
             self.publisher.publish_outcome(run_id)
             self.publisher.forget(run_id)
+            self._per_card.pop(run_id, None)
 
     def _forecast(self, run: Run, stages: list[dict[str, Any]]) -> dict[str, Any] | None:
         """A pilot's forecast of its volume; a volume's actual time against that forecast."""

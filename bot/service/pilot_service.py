@@ -50,6 +50,7 @@ from bot.policy.model import Origin
 from bot.service.end_lock import end_lock
 from bot.service.follower import DISPATCH_GRACE_S, DispatchHeartbeat, Follower
 from bot.service.handles import base_dir_of, dispatcher_for, handle_for, launch_plan
+from bot.service.outputs import ItemOutput, OutputsPlace, item_output, outputs_place
 from bot.service.proven import ProvenForecast, corpus_listed
 from bot.service.publisher import Publisher
 from bot.service.records import Records
@@ -201,6 +202,14 @@ class PilotService:
     def thread_messages(self, run_id: str) -> list[Message]:
         """Every message of the run's thread as it stands now (for re-rendering)."""
         return self.publisher.thread_messages(run_id)
+
+    def outputs_place(self, run_id: str) -> OutputsPlace:
+        """Where the run's outputs lie on this host, and what is there."""
+        return outputs_place(self.records.find_record(run_id))
+
+    def item_output(self, run_id: str, item_id: str) -> ItemOutput:
+        """Input ``item_id``'s outcome and its output, found by its id."""
+        return item_output(self.store, self.records.find_record(run_id), item_id)
 
     def write_report(self, run_id: str, *, strict: bool = False) -> ReportFiles | None:
         """(Re)write the run's report.html and picture (``Publisher.write_report``)."""

@@ -391,6 +391,21 @@ class RunsMixin(StoreBase):
         return [{"id": iid, "status": status, "category": category, "reason": reason,
                  "seq": seq} for iid, status, category, reason, seq in rows]
 
+    def item_output(self, run_id: str, item_id: str) -> tuple[str, str | None] | None:
+        """(status, output reference) of the first recorded outcome of input ``item_id``,
+        or None when none is recorded (``preflight outputs RUN ID``)."""
+        row = self.db.execute("SELECT status, extra FROM items WHERE run_key = ? AND "
+                              "item_id = ? ORDER BY seq LIMIT 1",
+                              [self._run_key(run_id), item_id]).fetchone()
+        if row is None:
+            return None
+        try:
+            extra = json.loads(row[1]) if row[1] else {}
+        except ValueError:
+            extra = {}
+        output = extra.get("output") if isinstance(extra, dict) else None
+        return str(row[0]), output if isinstance(output, str) else None
+
     # -- decisions ----------------------------------------------------------------
     def record_decision(self, record: dict[str, Any]) -> dict[str, Any]:
         record = {"at": utc_now(), **record}

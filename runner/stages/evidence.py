@@ -1,5 +1,6 @@
 """The evidence stage: the run's evidence copied to ``results.copy_to/<run-id>/``, then
-read back and verified. Standard library only at import time.
+read back and verified. Judged by its progress (``StageDef.idle``): every file, member and
+MiB it moves is a ``ctx.beat``. Standard library only at import time.
 """
 
 from __future__ import annotations
@@ -37,14 +38,14 @@ def evidence(ctx: StageContext) -> Dict[str, Any]:
     target = join_dest(dest, ctx.spec.run_id)
     try:
         _write_provenance(ctx)
-        report = copy_evidence(ctx.run_dir, target)
+        report = copy_evidence(ctx.run_dir, target, ctx.beat)
     except (EvidenceError, OSError) as exc:
         raise StageFailure("evidence", str(exc),
                            hint="check results.copy_to is writable from this node") from exc
     ctx.emit("evidence", dest=target, files=report.files, bytes=report.bytes,
-             verified=report.verified, problems=report.problems)
+             shards=report.shards, verified=report.verified, problems=report.problems)
     facts = {"dest": target, "files": report.files, "bytes": report.bytes,
-             "verified": report.verified}
+             "shards": report.shards, "verified": report.verified}
     unmade = _not_produced(ctx.run_dir)
     if unmade:  # an earlier stage failed: what it made is copied, the rest named
         facts["partial"] = f"the run failed before producing {', '.join(unmade)}"

@@ -13,6 +13,7 @@ from runner.events import ITEM_DONE, expand_items, parse_line
 from runner.files import is_temp_name
 from runner.inputs import InputsError, Item, list_inputs
 from runner.ledger import Anomaly, Ledger, LedgerError, Row, ledger_path
+from runner.outputs import SHARDS
 from runner.spec import RunSpec
 from runner.stage import StageContext, StageFailure
 
@@ -262,13 +263,19 @@ def open_ledger(ctx: StageContext, stage: str) -> Ledger:
 
 
 def _clean_temp(outputs_dir: str) -> None:
-    """Remove temporary files a killed process left behind (never a final output)."""
-    for name in os.listdir(outputs_dir):
-        if is_temp_name(name):
-            try:
-                os.remove(os.path.join(outputs_dir, name))
-            except OSError:
-                pass
+    """Remove temporary files a killed process left behind (never a final output), in
+    ``outputs/`` and its shards (runner/outputs.py)."""
+    for folder in (outputs_dir, os.path.join(outputs_dir, SHARDS)):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if is_temp_name(name):
+                try:
+                    os.remove(os.path.join(folder, name))
+                except OSError:
+                    pass
 
 
 def _replay(ctx: StageContext, ledger: Ledger) -> int:

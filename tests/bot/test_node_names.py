@@ -43,12 +43,16 @@ def test_plain_names_pass_and_a_listing_drops_only_dot_and_dot_dot() -> None:
 
 def test_the_node_s_file_hashes_are_checked_before_the_upload_removes_what_they_name() -> None:
     root = "/w/projects/p-1"
-    good = json.dumps({root: {"src/app.py": "ab" * 32}, "/elsewhere": {"x": "y"}})
+    def lines(*parts: tuple[str, object]) -> str:
+        files = sum(len(f) for _r, f in parts if isinstance(f, (dict, list)))
+        return "\n".join([json.dumps({"root": r, "files": f}) for r, f in parts]
+                         + [json.dumps({"end": files})])
+
+    good = lines((root, {"src/app.py": "ab" * 32}), ("/elsewhere", {"x": "y"}))
     assert parse_hashes(good, WHERE, "python3", [root]) == {root: {"src/app.py": "ab" * 32}}
-    for reply in ({root: {"../../home/bot/.ssh/id_ed25519": "x"}}, {root: ["a"]},
-                  {root: {"a": 1}}):
+    for files in ({"../../home/bot/.ssh/id_ed25519": "x"}, ["a"], {"a": 1}):
         with pytest.raises(DispatchError, match=WHERE):
-            parse_hashes(json.dumps(reply), WHERE, "python3", [root])
+            parse_hashes(lines((root, files)), WHERE, "python3", [root])
 
 
 def test_a_corpus_listing_s_rows_are_typed_and_their_names_plain() -> None:

@@ -414,3 +414,24 @@ def test_the_balance_box_shows_the_refusals_and_the_first_ids_in_order(tmp_path:
     shown = [i["id"] for i in run["balance"]["items"]]
     assert shown == sorted(shown) and len(shown) == 40 and run["balance"]["items_total"] == 60
     assert shown[:3] == ["doc-00000", "doc-00001", "doc-00002"] and "doc-00055" in shown
+
+
+def test_a_volume_s_per_worker_rates_stay_shown_between_the_events_that_carry_them(
+        tmp_path: Path) -> None:
+    """The driver sends the per-worker rates once in 30 s (issue 34): the progress events
+    between show the last ones the runner sent."""
+    script = pilot_script(IDS, refuse=())
+    at = [n for n, e in enumerate(script) if e["type"] == "progress"]
+    for k, n in enumerate(at):
+        script[n].update(items_per_s=10.0 + k, eta_s=5)
+    script[at[0]]["per_card"] = {"w0@h[cpu]": 4.0, "w1@h[cpu]": 6.0}
+    service, _ = make(tmp_path, lambda run: script, step=1)
+    run_id = submit(service, tmp_path)
+    paces = []
+    for _ in range(at[-1] + 1):
+        service.pump(run_id)
+        meter = service.publisher._progress.get(run_id)
+        if meter is not None and meter.done:
+            paces.append(meter.pace)
+    assert paces and all("2 worker(s): w0@h[cpu] 4.0, w1@h[cpu] 6.0" in p for p in paces)
+    assert "13.0 items/s" in paces[-1]  # the latest event's own figures

@@ -35,6 +35,8 @@ def test_the_launcher_hashes_writes_and_launches_in_one_session(tmp_path: Path) 
     (workdir / "proj" / "old.txt").write_text("old")
     (workdir / "proj" / ".venv").mkdir()
     (workdir / "proj" / ".venv" / "big").write_text("never hashed")
+    (workdir / "proj" / "corpus").mkdir()
+    (workdir / "proj" / "corpus" / "doc.txt").write_text("excluded: never hashed")
     with launcher(workdir, "sh", "-c", "cat proj/new.bin > out.txt") as proc:
         talk(proc, workdir)
     wait_for(lambda: (workdir / "runs" / "r1" / "exit_code").exists(), what="the runner")
@@ -49,10 +51,14 @@ def talk(proc: subprocess.Popen[bytes], workdir: Path) -> None:
     assert proc.stdin is not None and proc.stdout is not None
     roots = [str(workdir / "proj"), str(workdir / "pkg")]
     dirs = [str(workdir / "proj" / "a" / "b"), str(workdir / "runs" / "r1")]
-    proc.stdin.write(b"hash " + json.dumps([[".venv"], [], roots, dirs]).encode() + b"\n")
+    excluded = [str(workdir / "proj" / "corpus")]  # a pilot's volume corpus: left alone
+    proc.stdin.write(b"hash " + json.dumps([[".venv"], [], roots, dirs, excluded]).encode()
+                     + b"\n")
     proc.stdin.flush()
-    assert json.loads(proc.stdout.readline()) == {
-        roots[0]: {"old.txt": hashlib.sha256(b"old").hexdigest()}, roots[1]: {}}
+    lines = [json.loads(proc.stdout.readline()) for _ in range(3)]
+    assert lines == [{"root": roots[0], "files": {"old.txt": hashlib.sha256(b"old").hexdigest()}},
+                     {"root": roots[1], "files": {}}, {"end": 1}]
+    assert json.loads((workdir / "hash-cache.json").read_text()) == {}  # old.txt: just made
     assert all(Path(d).is_dir() for d in dirs)
     proc.stdin.write(put(workdir / "proj" / "new.bin", BLOB)
                      + put(workdir / "proj" / "a" / "b" / "empty", b"")

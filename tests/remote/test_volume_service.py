@@ -19,6 +19,7 @@ Each time the process table is read: nothing of an ended attempt is left running
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ from bot.dispatch.volume_cluster import CLUSTER_FILE
 from bot.manifest.load import load_manifest_file
 from bot.service import PilotService
 from runner.events import read_events
+from runner.outputs import read_output
 from tests.processes import alive, family, live_processes, still_running, wait_until
 from tests.remote.remote_kit import provision
 from tests.remote.sshd_server import Sshd
@@ -167,6 +169,9 @@ def test_a_two_node_volume_approved_killed_stopped_and_resumed_through_the_servi
         for s in (sshd, sshd2):
             provision(service.store, s.lease_key)
         pilot = _pilot(service, manifest)
+        # the pilot sent its 6 inputs and the code, not the volume's corpus (sent with it)
+        (copy,) = (layout.workdirs[0] / "projects").iterdir()
+        assert len(list((copy / "pilot").iterdir())) == 6 and not (copy / "corpus").exists()
         (project / "slow").touch()
         seen = [executed(project)]
         volume = service.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
@@ -177,6 +182,7 @@ def test_a_two_node_volume_approved_killed_stopped_and_resumed_through_the_servi
         run = _finished(service, volume, layout, project)
         seen.append(executed(project))
         remote = str(_remote_dir(service, volume))
+        assert len(list((copy / "corpus").glob("item-*.txt"))) == COUNT
     finally:
         stop_everything(service, layout.groups)
     _nothing_of_the_run(layout, remote)
@@ -246,8 +252,13 @@ def _check_nodes(remote: Path, layout: TwoNodesOneHost, ids: list[str]) -> None:
     """Every item was read, and its handler and runner package loaded, from the copy of the
     run on the node whose raylet started its worker (read from the raylet's command line,
     not from our records); both nodes ran items; each node proved its cards from its copy."""
-    outputs = {p.stem: json.loads(p.read_text()) for p in (remote / "outputs").glob("*.json")}
+    # each output written on its worker's node, one shard per batch (collected to the
+    # head's outputs/shards/ with the rest), found by its id from balance.csv's reference
+    with open(remote / "balance.csv", encoding="utf-8", newline="") as fh:
+        refs = {row["id"]: row["output"] for row in csv.DictReader(fh)}
+    outputs = {i: read_output(str(remote), ref, i) for i, ref in refs.items()}
     assert sorted(outputs) == ids
+    assert {ref.split("#")[0].split("/")[1] for ref in refs.values()} == {"shards"}
     used = set()
     for item, out in outputs.items():
         node = layout.node_of(out["raylet"])

@@ -10,6 +10,7 @@ nothing is ready (no sleeping). The real engine is tested on Ray in tests/volume
 
 from __future__ import annotations
 
+import threading
 import types
 from collections import Counter
 from pathlib import Path
@@ -18,11 +19,12 @@ from typing import Any
 import pytest
 
 from runner.inputs import Item
-from runner.ledger import Ledger
+from runner.ledger import Ledger, LedgerError
 from runner.spec import RunSpec, batch_clock_s
 from runner.stage import StageContext, StageFailure
 from runner.stages.pilot import Recorder
 from runner.volume import MIN_TIMEOUT_S, Batch, Driver, Worker, healthy_cards
+from tests.processes import wait_until
 
 
 class ActorDiedError(Exception):
@@ -307,7 +309,7 @@ def test_the_batch_timeout_before_any_batch_finished_is_the_pilot_s_batch_time(
     ray = FakeRay(1)
     driver, _, _ = _driver(tmp_path, ray, 5, pilot_batch_s=9.0)
     assert driver.timeout() == 90.0  # ten times the pilot's batch, not 60 s
-    driver.batch_seconds.append(12.0)
+    driver.slowest = max(driver.slowest, 12.0)  # a batch of 12 s came back
     assert driver.timeout() == 120.0
     (tmp_path / "b").mkdir()
     bare, _, _ = _driver(tmp_path / "b", FakeRay(1), 5)
@@ -553,3 +555,71 @@ def test_the_progress_admits_a_batch_held_far_longer_than_a_batch_takes(
     held = [d for e, d in events if e == "progress" and d.get("held")]
     assert held and held[-1]["held"] == 1 and held[-1]["held_s"] > 10
     assert held[-1]["held_limit_s"] == MIN_TIMEOUT_S
+
+
+class SlowDisk:
+    """The pilot stage's Recorder behind a disk that answers when ``open`` is set, and
+    fails with ``fail`` after ``ok`` batches when given."""
+
+    def __init__(self, inner: Recorder, ok: int = -1, fail: Exception | None = None) -> None:
+        self.inner, self.ok, self.fail = inner, ok, fail
+        self.open = threading.Event()
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def record_first_wins(self, asked: Any, results: Any, elapsed_s: Any = None) -> Any:
+        assert self.open.wait(30)
+        self.calls += 1
+        if self.fail is not None and self.calls > self.ok:
+            raise self.fail
+        return self.inner.record_first_wins(asked, results, elapsed_s=elapsed_s)
+
+
+def test_the_driver_hands_out_every_batch_while_the_disk_is_slow(tmp_path: Path) -> None:
+    """Recording is off the hand-out loop (issue 34): with the ledger's disk stuck, every
+    batch is still handed out; once it answers, all of them are recorded before the pass
+    returns."""
+    ray = FakeRay(2)
+    driver, ledger, _ = _driver(tmp_path, ray, 40, size=5, in_flight=2)
+    disk = SlowDisk(driver.recorder)  # type: ignore[arg-type]
+    driver.recorder = disk  # type: ignore[assignment]
+    passed: list[Any] = []
+    runner_ = threading.Thread(target=lambda: passed.append(driver.run()))
+    runner_.start()
+    wait_until(lambda: len(ray.calls) == 8, "every batch handed out", 30)
+    assert disk.calls == 0 and ledger.count() == 0
+    disk.open.set()
+    runner_.join(30)
+    assert passed and ledger.count() == 40 and passed[0]["re_executed"] == 0
+
+
+def test_a_ledger_that_fails_fails_the_pass_naming_it_and_keeps_what_was_recorded(
+        tmp_path: Path) -> None:
+    ray = FakeRay(2)
+    driver, ledger, _ = _driver(tmp_path, ray, 40, size=5)
+    disk = SlowDisk(driver.recorder, ok=3, fail=LedgerError("ledger x: disk I/O error"))  # type: ignore[arg-type]
+    disk.open.set()
+    driver.recorder = disk  # type: ignore[assignment]
+    with pytest.raises(StageFailure, match="the results could not be recorded: LedgerError: "
+                                           "ledger x: disk I/O error") as failed:
+        driver.run()
+    assert "preflight resume RUN" in (failed.value.hint or "")
+    assert ledger.count() == 15  # the three batches recorded before it failed
+
+
+def test_the_per_worker_rates_ride_on_a_progress_event_every_30_s_or_when_workers_change(
+        tmp_path: Path) -> None:
+    """80 workers made a 3 KB progress line every second (issue 34): the rates of each
+    worker now come every 30 s, when a worker is lost or started, and at the end."""
+    ray = FakeRay(4, hang={"i417"})
+    driver, _, events = _driver(tmp_path, ray, 800, size=25, pilot_batch_s=0.25)
+    driver.run()
+    progress = [d for e, d in events if e == "progress"]
+    rates = [d for d in progress if "per_card" in d]
+    assert len(progress) > 3 * len(rates) and rates[-1] is progress[-1]
+    for before, now in zip(rates, rates[1:-1]):
+        assert now["running_s"] - before["running_s"] >= 30 or \
+            sorted(now["per_card"]) != sorted(before["per_card"])
+    assert any(sorted(a["per_card"]) != sorted(b["per_card"]) for a, b in zip(rates, rates[1:]))

@@ -37,6 +37,8 @@ def handle(items, ctx):
         out.append({"id": it.id, "status": "accepted", "category": "even" if n % 2 == 0
                     else "odd"} if n % 97 else {"id": it.id, "status": "refused",
                                                  "reason": "multiple of 97"})
+        if p.get("outputs") and n % 97:
+            out[-1]["output"] = {"n": n, "pid": os.getpid()}  # a small JSON output
     if p.get("log_dir"):
         with open(os.path.join(p["log_dir"], "%s-%d.log" % (p.get("tag", "x"), os.getpid())),
                   "a") as fh:

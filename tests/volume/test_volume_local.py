@@ -12,6 +12,7 @@ import os
 import signal
 from pathlib import Path
 
+from runner.outputs import read_output
 from runner.volume_ray import session_pids
 from tests.processes import wait_until
 from tests.volume.kit import (
@@ -35,7 +36,7 @@ def _sessions(run_dir: Path) -> list[str]:
 def test_local_volume_survives_a_killed_driver_and_leaves_nothing_running(
         tmp_path: Path) -> None:
     spec, ids = make_volume(tmp_path, 600, workers=2)
-    set_params(spec, delay_s=0.02)
+    set_params(spec, delay_s=0.02, outputs=True)
     run_dir = tmp_path / "run"
     token = Path.home() / ".ray" / "auth_token"
     # Another test's `ray start` (the SSH clusters) may have written one: this run must not.
@@ -60,6 +61,14 @@ def test_local_volume_survives_a_killed_driver_and_leaves_nothing_running(
     assert sorted(ledger_ids(run_dir)) == ids
     balance = json.loads((run_dir / "balance.json").read_text())
     assert balance["ok"] and balance["total"] == 600
+    # each accepted input's output written by its worker, one shard per batch, found by id
+    outputs = {r["id"]: r["output"] for r in balance["rows"] if r["status"] == "accepted"}
+    assert len(outputs) == 600 - 7 and all(
+        read_output(str(run_dir), ref, iid)["n"] == int(iid.split("-")[1])
+        for iid, ref in outputs.items())
+    shards = {ref.split("#")[0] for ref in outputs.values()}
+    assert len(shards) >= 600 // 25 and all(s.startswith("outputs/shards/a") for s in shards)
+    assert not [p for p in (run_dir / "outputs").iterdir() if p.name != "shards"]
     worker = [e.data["workers"] for e in events(run_dir) if e.type == "volume.workers"][-1][0]
     assert worker["cards"] == [] and worker["torch_threads"] == 1  # a CPU worker: its one CPU
     assert worker["torch_threads_why"] == "the cores the worker owns: 1 CPU(s) Ray gave this worker"

@@ -39,10 +39,11 @@ from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.corpus import check_listing, listing_cap
 from bot.dispatch.corpus_head import list_on_head
-from bot.dispatch.node_output import NODE_OUTPUT_CAP, read_capped, too_large
+from bot.dispatch.node_output import NODE_OUTPUT_CAP, read_capped, read_lines, too_large
 from bot.dispatch.ray_cluster import RayCluster
 from bot.dispatch.upload import (
     RUNNER_PACKAGE,
+    HashAnswer,
     SSHNode,
     UploadPlan,
     conn_key,
@@ -52,7 +53,6 @@ from bot.dispatch.upload import (
     lock_holder,
     mirror,
     node_section,
-    parse_hashes,
     write_layout,
 )
 from bot.dispatch.volume_cluster import (
@@ -404,9 +404,7 @@ class SSHDispatcher(SSHSessions):
         launcher, reply = await self.guarded(node, work)
         try:
             lock_holder(reply, node.where, plan.workdir, node.python, plan.run_id)
-            hashes = parse_hashes(await self.guarded(node, lambda _conn: _line(
-                launcher, "before the launcher printed the file hashes")),
-                node.where, node.python, plan.roots())
+            hashes = await self.guarded(node, lambda _conn: _hashes(launcher, node, plan))
         except BaseException:
             await _release(launcher)
             raise
@@ -565,6 +563,24 @@ async def _line(proc: Any, when: str) -> str:
 def _common_workdir(paths: list[str]) -> str:
     """The folder every remote path lies under (a caller that names no workdir)."""
     return posixpath.commonpath([posixpath.dirname(p) for p in paths]) if paths else "/"
+
+
+async def _hashes(launcher: Any, node: SSHNode, plan: UploadPlan) -> dict[str, dict[str, str]]:
+    """The launcher's hash answer, line by line (each line capped, the files counted)."""
+    answer = HashAnswer(node.where, node.python, plan.roots())
+    try:
+        after = await read_lines(launcher.stdout, answer.feed)
+    except EOFError:
+        await _cut_off(launcher, "before the launcher printed the file hashes")
+        raise DispatchError(f"{node.where}: the launcher ended before the end of its file "
+                            "hashes") from None
+    if after is None:
+        raise too_large(node.where, "the launcher", "output (one line of its file hashes)",
+                        NODE_OUTPUT_CAP)
+    if after.strip():
+        raise DispatchError(f"{node.where}: the launcher printed {after[:200]!r} after its "
+                            "file hashes: the node's answer is refused")
+    return answer.hashes
 
 
 async def _cut_off(proc: Any, when: str) -> None:
