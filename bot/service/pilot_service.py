@@ -28,8 +28,6 @@ from bot.errors import (
     DispatchError,
     DispatchStopped,
     LeaseError,
-    ManifestError,
-    PolicyRefused,
     PreflightError,
 )
 from bot.manifest.load import LoadedManifest, load_manifest, parse_manifest
@@ -47,6 +45,7 @@ from bot.pilot.volume_nodes import volume_node
 from bot.policy import Policy, default_policy
 from bot.policy.guard import Directory, PolicyGuard
 from bot.policy.model import Origin
+from bot.service.decisions import Decider, LeaseGuard
 from bot.service.end_lock import end_lock
 from bot.service.follower import DISPATCH_GRACE_S, DispatchHeartbeat, Follower
 from bot.service.handles import base_dir_of, dispatcher_for, handle_for, launch_plan
@@ -59,12 +58,10 @@ from bot.service.run_checks import check_spec_paths, refuse_evidence_place
 from bot.service.watch import Watch
 from bot.settings import Settings
 from bot.store import Run, RunRecord, Store
-from runner.errors import RunnerError
 from runner.events import DISPATCH_NODE, Event
 
 log = logging.getLogger(__name__)
 
-LeaseGuard = Callable[[Run], None]
 # What an answer of a node of the wrong shape raises where no check caught it: the start
 # is recorded as failed with it, never left `dispatching` (issue 32).
 MALFORMED = (ValueError, TypeError, KeyError, AttributeError, IndexError)
@@ -100,6 +97,10 @@ class PilotService:
         self.follower = Follower(settings, store, self._dispatchers, self.publisher)
         self.proven = ProvenForecast(store)  # the volume's forecast on its proven nodes
         self.watch = Watch(store, self.follower, self.publisher, self.stop)
+        self.decider = Decider(store, self.guard, self.publisher,
+                                   lease_guard=lease_guard,
+                                   refresh_forecast=self.follower.refresh_forecast,
+                                   launch_volume=self._launch_volume)
 
     # -- the parts it holds ----------------------------------------------------------
     @property
@@ -529,126 +530,18 @@ class PilotService:
         (stop, approve, fix-env, revise) this run from ``channel``."""
         self.guard.run_action(action, self.store.run(run_id), user, "slack", channel)
 
-    # -- decide -------------------------------------------------------------------
+    # -- decide (Decider) -----------------------------------------------------------
     def decide(self, run_id: str, decision: str, reason: str, by: str, *,
                override: bool = False, source: str = "cli",
                channel: str | None = None) -> dict[str, Any]:
-        from bot.pilot.decisions import check_decision, override_needs
-
-        run = self._with_decision(self.store.find(run_id))
-        # From Slack: the run's own channel, and for fix-env/revise a role (PolicyRefused).
-        self.guard.run_action(decision, run, by, "slack" if source == "slack" else "cli",
-                              channel)
-        if decision == "approve":  # the lease gate judges the finish from now, not from then
-            run = replace(run, forecast=self.refresh_forecast(run.id))
-        reason = (reason or "").strip()
-        origin: Origin = "slack" if source == "slack" else "cli"
-        refusal, is_override = check_decision(run, decision, reason, by, override=override,
-                                              groups=self.guard.identity(by, origin).groups)
-        base = {"run": run.id, "decision": decision, "reason": reason or "(none)", "by": by,
-                "override": int(is_override), "source": source,
-                "override_of": "; ".join(override_needs(run)) if is_override else None}
-        policy = self.guard.approval(run, by, origin) if decision == "approve" and \
-            refusal is None else []
-        if policy:
-            self.store.record_decision({**base, "accepted": 0, "refusal": str(policy[0])})
-            raise PolicyRefused("approve", policy)
-        if refusal is None and decision == "approve":
-            refusal = self._volume_refusal(run)
-        if refusal is not None:
-            self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
-            self.write_report(run.id)  # the report lists refused attempts too
-            raise DecisionRefused(refusal)
-        return self._accept_decision(run.id, base)
-
-    def _accept_decision(self, run_id: str, base: dict[str, Any]) -> dict[str, Any]:
-        """Record an allowed decision (unless another won the race), publish it, and launch
-        the volume of an approval."""
-        from bot.pilot.decisions import already_decided, not_decidable
-
-        # Under the run's lock: the outcome (with the buttons) is always published before the
-        # decision replaces it, even when a click races the follower that finished the run.
-        with self.publisher.run_lock(run_id):
-            record = self.store.decide_run(run_id, base)
-            if record is None:  # another decision won the race
-                current = self._with_decision(self.store.run(run_id))
-                refusal = not_decidable(current) or already_decided(current)
-                self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
-                raise DecisionRefused(refusal)
-            self._publish(views.decision_message(self.store.run(run_id),
-                                                 self.store.decisions(run_id)))
-        self.write_report(run_id)
-        if base["decision"] == "approve":
-            record["volume_run"] = self._launch_or_reopen(run_id, record)
-            if record["volume_run"]:  # the decision message names the volume it launched
-                self._publish(views.decision_message(
-                    self.store.run(run_id).joined(volume_run=record["volume_run"]),
-                    self.store.decisions(run_id)))
-        return record
+        """Record a decision on a pilot (``Decider.decide``): approve launches its volume."""
+        return self.decider.decide(run_id, decision, reason, by, override=override,
+                                     source=source, channel=channel)
 
     def decision_refusal(self, run_id: str, *,
                          who: Callable[[str], str] = str) -> str | None:
-        """Why a decision cannot be taken on this run now (None: it can); ``who`` renders
-        the author of an earlier decision."""
-        from bot.pilot.decisions import not_decidable
-
-        return not_decidable(self._with_decision(self.store.find(run_id)), who=who)
-
-    def _with_decision(self, run: Run) -> Run:
-        """The run with its accepted decision and the volume run it launched, if any."""
-        accepted = [d for d in self.store.decisions(run.id) if d.get("accepted")]
-        return run.joined(decision=accepted[-1] if accepted else None,
-                          volume_run=self.store.volume_of(run.id))
-
-    def _volume_refusal(self, run: Run) -> str | None:
-        """Why the volume an approval would launch cannot be created or started (its inputs
-        folder, count, ids; its nodes' leases), checked before the approval is recorded;
-        None when it can."""
-        from bot.pilot.prechecks import volume_problems
-
-        try:
-            loaded = load_manifest(run.manifest_text or "", source=f"run {run.id}",
-                                   base_dir=base_dir_of(run))
-        except ManifestError as exc:  # the project's files changed since the pilot
-            return self._cannot_launch([str(p) for p in exc.problems])
-        problems = [str(p) for p in volume_problems(loaded)]
-        if not problems and self.lease_guard is not None and loaded.manifest.volume:
-            try:  # the volume's nodes, as its dispatch will check them
-                self.lease_guard(replace(run, kind="volume", node=volume_node(
-                    loaded.manifest).model_dump(mode="json")))
-            except LeaseError as exc:
-                problems = [str(exc)]
-        return self._cannot_launch(problems) if problems else None
-
-    @staticmethod
-    def _cannot_launch(problems: list[str]) -> str:
-        return ("the volume cannot be launched: " + "; ".join(problems) + ". Fix it (the "
-                "folder, the lease, or the manifest in a new attempt) and approve again")
-
-    def _launch_or_reopen(self, run_id: str, record: dict[str, Any]) -> str | None:
-        """Launch the volume of an approval. When its run cannot even be created, the
-        approval is undone (kept as refused, with why) and the pilot awaits its decision
-        again; once the volume's run exists, a failed start is that run's to resume."""
-        try:
-            return self._launch_volume(run_id)
-        except Exception as exc:
-            if not isinstance(exc, (PreflightError, RunnerError, OSError)):
-                log.exception("launching the volume of %s failed", run_id)
-            volume = self.store.volume_of(run_id)
-            if volume is not None:
-                raise DispatchError(
-                    f"the approval of {run_id} is recorded and its volume run {volume} was "
-                    f"created, but it did not start: {exc}. `preflight resume {volume}` "
-                    "tries again") from exc
-            why = f"the volume run was not created: {type(exc).__name__}: {exc}"
-            self.store.reopen_decision(run_id, int(record["id"]), why)
-            self._publish(views.decision_message(self.store.run(run_id),
-                                                 self.store.decisions(run_id)))
-            self.write_report(run_id)
-            raise DecisionRefused(
-                f"the approval of {run_id} is not recorded: {why}. The pilot awaits its "
-                f"decision again: `preflight decide {run_id} approve --reason \"…\"` once "
-                "fixed") from exc
+        """Why a decision cannot be taken on this run now (None: it can)."""
+        return self.decider.decision_refusal(run_id, who=who)
 
     def _launch_volume(self, run_id: str) -> str | None:
         run = self.store.run(run_id)
