@@ -28,13 +28,11 @@ from bot.policy.guard import PolicyGuard
 from bot.policy.model import Origin
 from bot.service.handles import base_dir_of
 from bot.service.publisher import Publisher
+from bot.service.starter import LeaseGuard
 from bot.store import Run, Store
 from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)
-# What a dispatch (and an approval, for its volume's nodes) asks of the run's node's lease:
-# LeaseError when it may not start.
-LeaseGuard = Callable[[Run], None]
 
 
 class Decider:
