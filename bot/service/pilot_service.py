@@ -3,8 +3,9 @@
 It knows no Slack and no SQL: it is given a store, dispatchers (by node kind) and a
 notifier, and every transport (console, Slack) calls it. It is built by composition: it
 holds its ``Records`` (what transports read), a ``Publisher`` (the notifier, the message
-locks, posting), a ``Follower`` (pump, finish, reap) and the scheduled ``Watch``, and hands
-their public methods on.
+locks, posting), a ``Follower`` (pump, finish, reap), a ``Starter`` (``starter.py``), a
+``Decider`` (``decisions.py``) and the scheduled ``Watch``, and hands their public methods
+on; a new run's directory is ``run_dirs.py``'s.
 Every event is recorded in the store before any message is published, and the follower's
 position is stored with it, so a restarted bot continues from the last consumed ``seq``
 without losing or repeating posts.
@@ -13,7 +14,6 @@ without losing or repeating posts.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -26,16 +26,15 @@ from bot.dispatch.inputs_check import record_listing
 from bot.errors import (
     DecisionRefused,
     DispatchError,
-    PreflightError,
 )
 from bot.manifest.load import LoadedManifest, load_manifest, parse_manifest
 from bot.manifest.model import Inputs, VolumeInputs
 from bot.manifest.project_check import git_commit
 from bot.messages import views
 from bot.messages.model import Message, Notifier
-from bot.pilot.clock import new_run_id, now_utc
+from bot.pilot.clock import now_utc
 from bot.pilot.plan import make_plan
-from bot.pilot.specbuild import build_spec, runs_dir_for
+from bot.pilot.specbuild import build_spec
 from bot.pilot.states import S, resume_refusal
 from bot.pilot.volume_nodes import volume_node
 from bot.policy import Policy, default_policy
@@ -51,6 +50,7 @@ from bot.service.publisher import Publisher
 from bot.service.records import Records
 from bot.service.report_files import ReportFiles
 from bot.service.run_checks import refuse_evidence_place
+from bot.service.run_dirs import create_run, new_run_dir
 from bot.service.starter import LeaseGuard, Starter
 from bot.service.watch import Watch
 from bot.settings import Settings
@@ -291,7 +291,8 @@ class PilotService:
         plan = make_plan(loaded)
         ids = expected_inputs(loaded, inputs)
         with self._lock:
-            attempt, run_id, run_dir = self._new_run_dir(loaded, kind)
+            attempt, run_id, run_dir = new_run_dir(self.store, loaded, kind,
+                                                   self.settings.runs_dir)
             spec = build_spec(loaded, plan, run_id, inputs=inputs, kind=kind,
                               forecast=forecast)
             spec = replace(spec, project=replace(  # what exactly ran: its git commit
@@ -302,7 +303,7 @@ class PilotService:
             record_listing(run_dir, spec.inputs.dir,  # held to it at dispatch
                            [f.location for f in loaded.listing(inputs).files])
             manifest_json = m.model_dump(mode="json")
-            self._create_run(run_dir, {
+            create_run(self.store, run_dir, {
                 "id": run_id, "name": m.name, "attempt": attempt, "kind": kind,
                 "parent_run": parent, "plan": plan.to_dict(),
                 "changes": previous_changes(self.store.previous_attempt(m.name, run_id),
@@ -324,29 +325,6 @@ class PilotService:
         if kind == "pilot":
             self._publish(views.plan_message(self.store.run(run_id)))
         return Submission(run_id, run_dir, loaded)
-
-    def _new_run_dir(self, loaded: LoadedManifest, kind: str) -> tuple[int, str, Path]:
-        """The next attempt's number, run id and its own new directory (never reused)."""
-        name = loaded.manifest.name
-        attempt = self.store.next_attempt(name, kind)
-        run_id = new_run_id(name, attempt, kind)
-        run_dir = runs_dir_for(loaded, self.settings.runs_dir) / run_id
-        try:
-            run_dir.parent.mkdir(parents=True, exist_ok=True)
-            run_dir.mkdir(exist_ok=False)
-        except FileExistsError as exc:
-            raise DispatchError(f"run directory {run_dir} already exists: "
-                                "refusing to reuse it") from exc
-        except OSError as exc:
-            raise DispatchError(f"cannot create run directory {run_dir}: {exc}") from exc
-        return attempt, run_id, run_dir
-
-    def _create_run(self, run_dir: Path, record: dict[str, Any]) -> None:
-        try:
-            self.store.create_run(record)
-        except PreflightError:
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing recorded: leave no trace
-            raise
 
     # -- dispatch (Starter) ---------------------------------------------------------
     def start(self, run_id: str, *, resume: bool = False) -> None:
