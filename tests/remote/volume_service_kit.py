@@ -125,9 +125,9 @@ class Recording(SSHDispatcher):
     sent: list[tuple[str, str]]
 
     def run(self, node: SSHNode, command: str, stdin: str = "",
-            timeout: float = 120) -> tuple[int, str, str]:
+            timeout: float = 120, **kw: Any) -> tuple[int, str, str]:
         self.sent.append((command, stdin))
-        return super().run(node, command, stdin, timeout)
+        return super().run(node, command, stdin, timeout, **kw)
 
 
 def dispatcher_for(nodes: list[Sshd], layout: TwoNodesOneHost, known_hosts: Path) -> Recording:
