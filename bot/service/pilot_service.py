@@ -220,33 +220,10 @@ class PilotService:
         """Read, record, then publish whatever the runner appended since last time."""
         return self.follower.pump(run_id)
 
-    def catch_up(self, run_ids: list[str]) -> list[str]:
-        """A restarted bot: record and finish what ran while nobody followed."""
-        return self.follower.catch_up(run_ids)
-
     def reap(self, run_id: str, *, now: datetime | None = None) -> bool:
         """Close a run whose runner ended, or whose start was interrupted, while nobody
         followed it; True if closed (``Follower.reap``)."""
         return self.follower.reap(run_id, now=now)
-
-    def refresh_forecast(self, run_id: str) -> dict[str, Any] | None:
-        """The pilot's forecast again, from now (``Follower.refresh_forecast``)."""
-        return self.follower.refresh_forecast(run_id)
-
-    # -- the scheduled watch (Watch) ---------------------------------------------------
-    def watch_runs(self, now: datetime) -> list[Message]:
-        """One watch pass: pump each active run, alert a stall once, announce a return once."""
-        return self.watch.watch_runs(now)
-
-    def check_leases(self, now: datetime) -> list[Message]:
-        """Post the 24 h / 2 h lease reminders once each, and end leases at expiry (their
-        runs stopped)."""
-        return self.watch.check_leases(now)
-
-    def remind_evidence(self, now: datetime) -> list[Message]:
-        """One reminder per pilot whose balance is 30 min old and whose evidence is
-        unverified."""
-        return self.watch.remind_evidence(now)
 
     # -- submit -------------------------------------------------------------------
     def submit_text(self, text: str, *, source: str, base_dir: Path, submitter: str,
