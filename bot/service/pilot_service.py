@@ -149,29 +149,14 @@ class PilotService:
     def find(self, run_id: str) -> dict[str, Any]:
         return self.records.find(run_id)
 
-    def find_in(self, run_id: str, channel: str) -> dict[str, Any]:
-        return self.records.find_in(run_id, channel)
-
     def runs(self, limit: int = 50, *, channel: str | None = None) -> list[dict[str, Any]]:
         return self.records.runs(limit, channel=channel)
-
-    def runs_for(self, user: str, limit: int = 50) -> list[dict[str, Any]]:
-        return self.records.runs_for(user, limit)
 
     def decisions_for(self, user: str, limit: int = 20) -> list[dict[str, Any]]:
         return self.records.decisions_for(user, limit)
 
-    def active_runs(self) -> list[dict[str, Any]]:
-        return self.records.active_runs()
-
     def show(self, run_id: str, *, channel: str | None = None) -> dict[str, Any]:
         return self.records.show(run_id, channel=channel)
-
-    def healthy_cards(self, run_id: str) -> list[int] | None:
-        return self.records.healthy_cards(run_id)
-
-    def decisions(self, run_id: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
-        return self.records.decisions(run_id, limit=limit)
 
     def run_for_thread(self, channel: str, thread_ts: str) -> str | None:
         return self.records.run_for_thread(channel, thread_ts)
