@@ -79,25 +79,42 @@ class PilotService:
         policy's roles that name a group."""
         self.settings = settings
         self.store = store
-        self.guard = PolicyGuard(policy or default_policy(settings.home, settings.policy_path,
-                                                          settings.approvers), store,
-                                 directory=directory)
+        self._guard = PolicyGuard(policy or default_policy(settings.home, settings.policy_path,
+                                                           settings.approvers), store,
+                                  directory=directory)
         self._dispatchers = dict(dispatchers)
-        self.lease_guard = lease_guard
         self.precheck = precheck
         self._lock = threading.Lock()  # one new run directory at a time
-        self.records = Records(store, self.guard)
+        self.records = Records(store, self._guard)
         self.publisher = Publisher(store, notifier, progress_interval=progress_interval)
         self.follower = Follower(settings, store, self._dispatchers, self.publisher)
         self.starter = Starter(store, self._dispatchers, self.publisher,
                                ProvenForecast(store), lease_guard=lease_guard)
         self.watch = Watch(store, self.follower, self.publisher, self.stop)
-        self.decider = Decider(store, self.guard, self.publisher,
-                                   lease_guard=lease_guard,
-                                   refresh_forecast=self.follower.refresh_forecast,
-                                   launch_volume=self._launch_volume)
+        self.decider = Decider(store, self._guard, self.publisher,
+                               lease_guard=lease_guard,
+                               refresh_forecast=self.follower.refresh_forecast,
+                               launch_volume=self._launch_volume)
 
     # -- the parts it holds ----------------------------------------------------------
+    @property
+    def guard(self) -> PolicyGuard:
+        """The policy's guard (shared with the records and the decider)."""
+        return self._guard
+
+    @guard.setter
+    def guard(self, guard: PolicyGuard) -> None:
+        self._guard = self.records.guard = self.decider.guard = guard
+
+    @property
+    def lease_guard(self) -> LeaseGuard | None:
+        """What a start, and an approval for its volume's nodes, asks of a node's lease."""
+        return self.starter.lease_guard
+
+    @lease_guard.setter
+    def lease_guard(self, guard: LeaseGuard | None) -> None:
+        self.starter.lease_guard = self.decider.lease_guard = guard
+
     @property
     def dispatchers(self) -> dict[str, Dispatcher]:
         """The dispatchers by node kind (one mapping, shared with the follower)."""
