@@ -1,7 +1,7 @@
 """What the SSH dispatcher sends to a node and runs there (no network here).
 
 - ``SSHNode``: the manifest's node section for ``node.kind: ssh``. ``node_section`` takes it
-  from the handle (the service passes it), else from the run directory's ``manifest.yaml``;
+  from the handle (the service passes it), else from its launch plan (``plan_of``);
   ``locate`` adds the run's layout on the node that ``start`` kept in ``remote.json``, so a
   restarted bot finds its runs again.
 - ``UploadPlan``: where each local file goes on the node (the ``runner`` package, the

@@ -13,9 +13,10 @@ healthy cards of 32; forecast now …, was …"). A corpus only the nodes hold
 that dispatch (``corpus_listed`` stores its ids as the ones the balance expects).
 
 The time limit: the driver gets ``volume.time_limit_s`` in its spec, sent to the head when
-it is launched, after every proof (``bot/dispatch/volume_cluster.py`` reads the spec again
-after the proofs). A limit derived from the forecast (the manifest sets none) is widened to
-the new forecast's (``bot.pilot.volume_limits``: 2 × high + 30 min, cut to the lease's end)
+it is launched, after every proof (the widened limit is the answer to the last ``proved``
+step, a ``Decision`` the dispatch writes into the head's spec; nothing here edits a
+file). A limit derived from the forecast (the manifest sets none) is widened to the new
+forecast's (``bot.pilot.volume_limits``: 2 × high + 30 min, cut to the lease's end)
 when that is longer; it is never narrowed below the limit the approver saw. A limit the
 manifest sets is kept. After the volume, the check (``check_volume``) scores the actual
 time against this forecast: the cards really used.
