@@ -17,12 +17,13 @@ from typing import Any
 import yaml
 
 from bot.errors import DispatchError
+from bot.manifest.nodes import NodeSpec, node_spec
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    node: dict[str, Any] | None  # the manifest's node section (a volume's: its head's)
-    volume_nodes: tuple[dict[str, Any], ...] = ()  # volume.nodes as listed (a volume run)
+    node: NodeSpec | None  # the manifest's node (a volume's: its head), typed by its kind
+    volume_nodes: tuple[NodeSpec, ...] = ()  # volume.nodes as listed (a volume run)
     on_nodes: str | None = None  # volume.inputs.on_nodes: the corpus already on the nodes
     inputs_dir: str | None = None  # volume.inputs.dir (none with on_nodes: nodes only)
 
@@ -34,16 +35,27 @@ class LaunchPlan:
     @classmethod
     def of(cls, node: Any, volume: Any) -> LaunchPlan:
         """The plan of a run's node section and its manifest's ``volume`` section (as
-        JSON: the checked manifest's, or a run directory's). What of the volume applies
-        is the dispatch's to say, by the run's spec (a pilot's has no ``volume``)."""
+        JSON: the checked manifest's, or a run directory's), each node typed by its kind
+        (a DispatchError names one that is not a node). What of the volume applies is the
+        dispatch's to say, by the run's spec (a pilot's has no ``volume``)."""
         volume = volume if isinstance(volume, dict) else {}
         nodes = volume.get("nodes")
         inputs = volume.get("inputs") if isinstance(volume.get("inputs"), dict) else {}
         on_nodes, directory = inputs.get("on_nodes"), inputs.get("dir")
-        return cls(node=node if isinstance(node, dict) else None,
-                   volume_nodes=tuple(nodes) if isinstance(nodes, list) else (),
+        listed = nodes if isinstance(nodes, list) else []
+        return cls(node=_typed(node, "node") if isinstance(node, dict) else None,
+                   volume_nodes=tuple(_typed(n, f"volume.nodes[{i}]")
+                                      for i, n in enumerate(listed)),
                    on_nodes=str(on_nodes) if on_nodes else None,
                    inputs_dir=str(directory) if directory else None)
+
+
+def _typed(node: Any, where: str) -> NodeSpec:
+    typed = node_spec(node)
+    if typed is None:
+        raise DispatchError(f"{where}: {str(node)[:200]} is not a node the manifest takes; "
+                            "nothing was started")
+    return typed
 
 
 def read_plan(run_dir: Path) -> LaunchPlan:

@@ -140,7 +140,8 @@ def node_section(handle: RunHandle) -> dict[str, Any]:
         return _ssh_only(handle.node, f"run {handle.run_id}")
     where = str(handle.run_dir / "manifest.yaml") if handle.plan is None \
         else f"run {handle.run_id}"
-    return _ssh_only(plan_of(handle).node, where)
+    node = plan_of(handle).node
+    return _ssh_only(node.model_dump(mode="json") if node is not None else None, where)
 
 
 def locate(handle: RunHandle) -> tuple[SSHNode, dict[str, Any]]:

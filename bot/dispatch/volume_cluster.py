@@ -85,10 +85,10 @@ def volume_nodes(handle: RunHandle) -> list[SSHNode]:
     nodes = plan_of(handle).volume_nodes
     if len(nodes) < 2:
         return []
-    if not all(isinstance(n, dict) and n.get("kind") == SSH_KIND for n in nodes):
+    if not all(n.kind == SSH_KIND for n in nodes):
         raise DispatchError(f"run {handle.run_id}: volume.nodes: several nodes must all be "
                             f"kind {SSH_KIND}")
-    return [SSHNode.from_dict(n) for n in nodes]
+    return [SSHNode.from_dict(n.model_dump(mode="json")) for n in nodes]
 
 
 def end_earlier_cluster(runs: Runs, handle: RunHandle) -> None:

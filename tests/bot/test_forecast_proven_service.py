@@ -51,7 +51,7 @@ class ProvingDispatcher(ScriptedDispatcher):
         if json.loads(Path(handle.spec_path).read_text(encoding="utf-8")).get("volume"):
             # the service hands the start its plan, taken from the checked manifest
             assert handle.plan is not None
-            assert [n["host"] for n in handle.plan.volume_nodes] == list(HOSTS)
+            assert [n.host for n in handle.plan.volume_nodes] == list(HOSTS)
             self.volumes.add(handle.run_id)
             answers = [handle.progress({"node": f"{host}:22", "index": i, "phase": "proved",
                                         "cards": PROVEN[i], "excluded": 4 - len(PROVEN[i])})

@@ -15,6 +15,7 @@ from bot.dispatch.corpus import corpus_node_only, corpus_on_nodes
 from bot.dispatch.plan import LaunchPlan
 from bot.dispatch.upload import node_section
 from bot.dispatch.volume_cluster import volume_nodes
+from bot.errors import DispatchError
 
 NODES = [{"kind": "ssh", "host": f"gpu-{i}", "workdir": "/w", "port": 22} for i in range(2)]
 SPEC = {"volume": {"gpus": False}}
@@ -58,7 +59,9 @@ def test_a_handle_without_a_plan_reads_the_same_from_the_run_directory(
 
 def test_a_plan_is_a_frozen_value(tmp_path: Path) -> None:
     plan = LaunchPlan.of(NODES[0], VOLUME)
-    assert plan.volume_nodes == tuple(NODES) and plan.inputs_dir is None
+    assert [n.model_dump(mode="json", exclude_defaults=True) for n in plan.volume_nodes] == \
+        [{k: v for k, v in n.items() if k != "port"} for n in NODES]
+    assert all(n.is_remote for n in plan.volume_nodes) and plan.inputs_dir is None
     try:
         plan.on_nodes = "/elsewhere"  # type: ignore[misc]
     except AttributeError:
@@ -66,3 +69,12 @@ def test_a_plan_is_a_frozen_value(tmp_path: Path) -> None:
     else:
         raise AssertionError("a LaunchPlan can be edited")
     assert LaunchPlan.of(None, None) == LaunchPlan(node=None)
+
+
+def test_a_plan_of_a_node_that_is_not_one_is_refused_naming_it() -> None:
+    try:
+        LaunchPlan.of(NODES[0], {"nodes": [NODES[0], {"kind": "vm"}]})
+    except DispatchError as exc:
+        assert str(exc).startswith("volume.nodes[1]: ")
+    else:
+        raise AssertionError("a node of no kind was planned")
