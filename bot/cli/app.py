@@ -20,6 +20,7 @@ from bot.cli import manifest as cli_manifest
 from bot.cli import outputs as cli_outputs
 from bot.cli import remote as cli_remote
 from bot.cli import report as cli_report
+from bot.cli import store as cli_store
 from bot.cli.common import build_service, console, err_console
 from bot.cli.common import fail as _fail
 from bot.console.notifier import ConsoleNotifier
@@ -294,14 +295,27 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
         service.reap(active.id)  # record what runners wrote since; close runs that died
     rows = service.records.records(limit)
     if as_json:
-        keys = ("id", "name", "attempt", "kind", "status", "outcome", "stage_reached", "created_at")
-        typer.echo(json.dumps([{k: getattr(r, k) for k in keys} for r in rows], indent=2))
+        from bot.pilot.track_record import score_of
+
+        keys = ("id", "name", "attempt", "kind", "status", "outcome", "stage_reached", "created_at",
+                "items_pruned_at")
+        typer.echo(json.dumps([{**{k: getattr(r, k) for k in keys}, **_score(score_of(r))}
+                               for r in rows], indent=2))
         return
     if not rows:
         console.print("no runs yet: `preflight run MANIFEST` starts one")
         return
     for line in runs_lines(rows, console.width):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _score(score: Any) -> dict[str, Any]:
+    """A volume's forecast score for `preflight runs --json` (nothing for other runs)."""
+    if score is None:
+        return {}
+    return {"forecast_error_pct": score.error_pct, "forecast_within_range": score.within,
+            "forecast_scored": "partial" if score.partial else "whole",
+            "forecast_calibrated": score.calibrated}
 
 
 @app.command()
@@ -358,7 +372,8 @@ def diff(run_a: str = typer.Argument(..., help="the earlier run"),
         console.print(f"[yellow]{warning}[/yellow]", highlight=False)
 
 
-for _group in (cli_manifest, cli_evidence, cli_remote, cli_report, cli_outputs, slack_serve):
+for _group in (cli_manifest, cli_evidence, cli_remote, cli_report, cli_outputs, cli_store,
+               slack_serve):
     _group.register(app)
 
 

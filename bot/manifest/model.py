@@ -248,6 +248,16 @@ class Volume(Section):
     in_flight: Int = Field(default=2, ge=1, le=16,
                            description="batches each worker holds at once (run one after "
                                        "another, so its cards do not wait for the driver)")
+    prefetch: Int = Field(default=1, ge=0, le=4,
+                          description="batches each worker reads the input files of while "
+                                      "its handler computes (item.read() from memory, the "
+                                      "page cache warm for open(item.path)); 0: off")
+    calibrate: bool = Field(
+        default=True,
+        description="after a passing pilot, its node runs at least 5 batches of the "
+                    "volume's batch size on a random sample of the volume's inputs (one "
+                    "warm-up call per worker timed apart) and the forecast rests on them; "
+                    "false: no calibration, the forecast rests on the pilot alone")
 
 
 class BlenderLicense(Section):

@@ -26,7 +26,7 @@ from bot.pilot.balance_check import NODE_LISTED, node_listed
 from bot.pilot.plan import describe_lots, describe_price, format_usd, plural
 from bot.pilot.record import Run, RunRecord
 from bot.pilot.states import ENDED, S
-from runner.events import STAGES
+from runner.events import OPTIONAL_STAGES, STAGES
 
 MAX_TABLE_ROWS = 40
 
@@ -96,6 +96,9 @@ def status_message(run: Run, stages: list[dict[str, Any]],
     lines: list[Any] = [Heading(f"{title} — {run.name} ({_state_word(run)})")]
     for name in STAGES:
         row = by_name.get(name)
+        if row is None and name in OPTIONAL_STAGES and not (
+                run.status == S.RUNNING and _calibrates(run)):
+            continue  # no part of this run (or of the runner that ran it)
         if row is None:
             lines.append(StageLine(name, "pending"))
             continue
@@ -108,6 +111,15 @@ def status_message(run: Run, stages: list[dict[str, Any]],
         lines.append(Actions((Button("stop", "Stop the run", run.id, "danger"),)))
     return Message(run.id, "status", tuple(lines),
                    summary=f"{run.name}: {_state_word(run)}")
+
+
+def _calibrates(run: Run) -> bool:
+    """Whether this run has a ``calibrate`` stage: a pilot with a volume, a handler, and
+    ``volume.calibrate`` not false (bot/pilot/specbuild.py's rule)."""
+    m = run.manifest
+    return (run.kind == "pilot" and m is not None and m.volume is not None
+            and m.volume.calibrate and bool(m.task.handler) and not m.task.command
+            and m.task.kind != "train" and m.preparation != "blender")
 
 
 def _stage_line(row: dict[str, Any]) -> StageLine:
@@ -202,6 +214,11 @@ def balance_message(run: Run, csv_path: str | None = None) -> Message | None:
                       _short(s.get("input_head"), 80)) for s in sample)
         blocks.append(Text("Sample review — check these results against their inputs:"))
         blocks.append(Table(("id", "result", "input begins"), rows[:MAX_TABLE_ROWS], len(rows)))
+    if run.items_pruned_at:
+        blocks.append(Text(
+            f"Item rows pruned from the state database on {run.items_pruned_at[:10]} "
+            f"(retention); the full balance, one row per input: "
+            f"{csv_path or run.run_dir / 'balance.csv'}"))
     if csv_path and int(bal.get("items_total") or len(items)) > MAX_TABLE_ROWS:
         blocks.append(Attachment(csv_path, "balance.csv"))
     return Message(run.id, "balance", tuple(blocks),
@@ -267,9 +284,11 @@ def decision_message(run: Run, decisions: list[dict[str, Any]]) -> Message:
         stop = run.stop or {}
         who = (f" by {stop.get('by')} at {stop.get('at')}: {stop.get('reason')}"
                if stop.get("by") else "")
+        then = (_PRUNED_NO_RESUME if run.items_pruned_at else
+                f"Nothing to decide yet: `preflight resume {run.id}` continues it from its "
+                "ledger.")
         return Message(run.id, "decision", (Heading("Decision"), Text(
-            f"The run was stopped{who}. Nothing to decide yet: `preflight resume {run.id}` "
-            "continues it from its ledger.")), summary=f"{run.name}: stopped")
+            f"The run was stopped{who}. {then}")), summary=f"{run.name}: stopped")
     accepted = [d for d in decisions if d.get("accepted")]
     if accepted:
         d = accepted[-1]
@@ -328,11 +347,18 @@ def _refused(decisions: list[dict[str, Any]], shown: int = 10) -> tuple[Any, ...
             Table(("decision", "by", "when", "refused because"), rows, len(refused)))
 
 
+# a run whose item rows retention pruned (bot.pilot.states.resume_refusal says why)
+_PRUNED_NO_RESUME = ("Its item rows were pruned (retention): it can no longer be resumed; "
+                     "submit the manifest again for a new attempt.")
+
+
 def _volume_decision(run: Run) -> Message:
     """A volume run has no decision: the pilot's approval launched it, once."""
     text = (f"Nothing to decide: this is the full run that the approval of pilot "
             f"{run.parent_run} launched.")
-    if run.outcome == "failed" or run.status == S.STOPPED:
+    if run.items_pruned_at:
+        text += f" {_PRUNED_NO_RESUME}"
+    elif run.outcome == "failed" or run.status == S.STOPPED:
         text += f" `preflight resume {run.id}` runs the items its ledger lacks."
     return Message(run.id, "decision", (Heading("Volume run"), Text(text)),
                    summary=f"{run.name}: volume run {_state_word(run)}")

@@ -35,7 +35,7 @@ from bot.pilot.plan import Plan
 COLUMNS = ("id", "name", "attempt", "kind", "status", "parent_run", "outcome", "stage_reached",
            "spec_path", "run_dir", "node", "submitter", "channel", "thread_ts", "created_at",
            "started_at", "finished_at", "last_seq", "events_offset", "last_event_at", "pid",
-           "exit_code", "base_dir", "project_dir", "resume_seq")
+           "exit_code", "base_dir", "project_dir", "resume_seq", "items_pruned_at")
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,8 @@ class RunRecord:
     last_seq: int = 0
     events_offset: int = 0
     resume_seq: int = 0
+    # when retention pruned its item rows, expected ids and progress (bot/store/retention.py)
+    items_pruned_at: str | None = None
 
     @property
     def node_kind(self) -> str:

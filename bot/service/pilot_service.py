@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from bot.service.proven import ProvenForecast
 from bot.service.publisher import Publisher
 from bot.service.records import Records
 from bot.service.report_files import ReportFiles
+from bot.service.retention import PruneResult, StoreUsage, prune_store, store_usage
 from bot.service.run_checks import refuse_evidence_place
 from bot.service.run_dirs import create_run, new_run_dir
 from bot.service.starter import LeaseGuard, Starter
@@ -166,6 +167,22 @@ class PilotService:
     def item_output(self, run_id: str, item_id: str) -> ItemOutput:
         """Input ``item_id``'s outcome and its output, found by its id."""
         return item_output(self.store, self.records.find_record(run_id), item_id)
+
+    def store_usage(self, *, older_than_days: float | None = None,
+                    now: datetime | None = None) -> StoreUsage:
+        """What the state database holds, per table and per run, and what the retention
+        (``older_than_days``, else the settings') would prune now."""
+        days = self.settings.retention_days if older_than_days is None else older_than_days
+        return store_usage(self.store, days, now or datetime.now(timezone.utc))
+
+    def prune_store(self, *, older_than_days: float | None = None,
+                    now: datetime | None = None, dry_run: bool = False,
+                    vacuum: bool = False) -> PruneResult:
+        """Prune the runs ended for good longer than the retention ago (bot/store/retention.py);
+        the settings' ``retention_days`` unless given; 0 prunes nothing."""
+        days = self.settings.retention_days if older_than_days is None else older_than_days
+        return prune_store(self.store, days, now or datetime.now(timezone.utc),
+                           dry_run=dry_run, vacuum=vacuum)
 
     def write_report(self, run_id: str, *, strict: bool = False) -> ReportFiles | None:
         """(Re)write the run's report.html and picture (``Publisher.write_report``)."""

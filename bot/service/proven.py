@@ -49,7 +49,7 @@ def corpus_listed(store: Store, run_id: str) -> list[str] | None:
     if rows is None:
         return None
     ids = sorted(item_id(name) for name, _size, _sha in rows)
-    store.update_run(run_id, expected_ids=ids)
+    store.set_expected_ids(run_id, ids)
     return ids
 
 
