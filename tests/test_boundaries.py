@@ -97,7 +97,7 @@ KIND_HOMES = ("bot/nodes/", "bot/manifest/nodes.py")
 def kind_literals(path: Path, kinds: set[str]) -> list[tuple[int, str]]:
     """Where a module names a node kind by its literal: compared with something named
     ``kind`` (``node.kind == "ssh"``, ``kind in ("local", ...)``, ``run.node_kind != ...``),
-    or as the default of ``.get("kind", "local")``."""
+    as the default of ``.get("kind", "local")``, or in a ``Literal[...]`` type."""
     found: list[tuple[int, str]] = []
 
     def literals(node: ast.AST) -> list[str]:
@@ -114,17 +114,19 @@ def kind_literals(path: Path, kinds: set[str]) -> list[tuple[int, str]]:
                 and node.func.attr == "get" and len(node.args) == 2 \
                 and isinstance(node.args[0], ast.Constant) and node.args[0].value == "kind":
             found += [(node.lineno, f"defaults a kind to {k!r}") for k in literals(node.args[1])]
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("Literal"):
+            found += [(node.lineno, f"types a value as {k!r}") for k in literals(node.slice)]
     return found
 
 
 def test_the_kind_literal_finder_finds_them(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text('a = node.kind == "ssh"\nb = n.get("kind", "local")\n'
-                      'c = run.node_kind in ("local",)\nd = {"ssh": 1}\ne = k == "local"\n',
-                      encoding="utf-8")
+                      'c = run.node_kind in ("local",)\nd = {"ssh": 1}\ne = k == "local"\n'
+                      'f: Literal["local", "x"] = "x"\n', encoding="utf-8")
     assert kind_literals(sample, {"local", "ssh"}) == [
         (1, "compares a kind with 'ssh'"), (2, "defaults a kind to 'local'"),
-        (3, "compares a kind with 'local'")]
+        (3, "compares a kind with 'local'"), (6, "types a value as 'local'")]
 
 
 def test_only_the_node_adapters_and_models_name_a_kind() -> None:
