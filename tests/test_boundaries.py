@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -148,6 +149,24 @@ def test_the_dispatch_reads_no_manifest_but_its_plan() -> None:
            if m.split(".")[0] == "yaml" and _importer(p).startswith(("bot/dispatch/", "bot/nodes/"))
            and _importer(p) != "bot/dispatch/plan.py"]
     assert bad == []
+
+
+# Where the service still touches a run's spec.json (issue 33 wants none: the service holds
+# what it decided as values). A ratchet: a new reader is an error; these say why they read.
+SPEC_TOUCHERS = {
+    "bot/service/pilot_service.py": "its one writer, at submission",
+    "bot/service/handles.py": "the handle names the file for the dispatch",
+    "bot/service/run_checks.py": "a start checks the file's paths against the run's record",
+    "bot/service/report_files.py": "the evidence home the bot resolved, read from the spec",
+    "bot/service/proven.py": "the approved time limit, before a widened one is decided",
+}
+
+
+def test_the_service_touches_spec_json_only_where_listed() -> None:
+    touches = re.compile(r'\bspec_path\b|"spec\.json"')
+    found = {_importer(p) for p in modules("bot/service")
+             if touches.search(p.read_text(encoding="utf-8"))}
+    assert found <= set(SPEC_TOUCHERS), sorted(found - set(SPEC_TOUCHERS))
 
 
 def test_only_settings_reads_the_environment() -> None:
