@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -305,7 +306,9 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
     if not rows:
         console.print("no runs yet: `preflight run MANIFEST` starts one")
         return
-    for line in runs_lines(rows, console.width):
+    # the width now (COLUMNS first), not the one the console read when it was made
+    width = shutil.get_terminal_size((console.width, 24)).columns
+    for line in runs_lines(rows, width):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
