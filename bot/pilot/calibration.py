@@ -42,6 +42,7 @@ class Calibration:
     ray_start_s: float | None = None       # Ray up on the node
     workers_ready_s: float | None = None   # Ray up and every worker's handler loaded
     ray_stop_s: float | None = None        # the workers and Ray stopped, at the end
+    timed_wall_s: float | None = None      # the timed batches' wall time, through one driver
     output_files: int = 0
     output_bytes: int = 0
     recorded: int = 0
@@ -86,6 +87,7 @@ def calibration_of(stages: list[dict[str, Any]]) -> Calibration | None:
         ray_start_s=_float(facts.get("ray_start_s")),
         workers_ready_s=_float(facts.get("workers_ready_s")),
         ray_stop_s=_float(facts.get("ray_stop_s")),
+        timed_wall_s=_float(facts.get("timed_wall_s")),
         output_files=_int(facts.get("output_files")),
         output_bytes=_int(facts.get("output_bytes")),
         recorded=_int(facts.get("record_items")), refused=_int(facts.get("refused")),
