@@ -1,8 +1,9 @@
-"""Scheduled jobs (APScheduler 3.11): the run watch, lease reminders, evidence reminders.
+"""Scheduled jobs (APScheduler 3.11): the run watch, lease reminders, evidence reminders and
+the state database's retention.
 
 The jobs are the service's (``PilotService.watch_runs``, ``check_leases``,
-``remind_evidence``, in ``bot.service.watch``; their messages in ``bot.messages.alerts``):
-this module only keeps them on a clock.
+``remind_evidence``, in ``bot.service.watch``; their messages in ``bot.messages.alerts``;
+``prune_store``, bot/service/retention.py): this module only keeps them on a clock.
 
 How the jobs are kept, and why:
 
@@ -29,7 +30,7 @@ import fcntl
 import logging
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO
 
@@ -49,12 +50,16 @@ class JobSpec:
     id: str
     func: str
     seconds: int
+    # A daily job's first run, this long after each start: registering it again at a start
+    # moves its next run, and a bot restarted more often than daily would never reach it.
+    first_after_s: int | None = None
 
 
 JOBS = (
     JobSpec("preflight-watch", "bot.schedule:watch_job", 30),
     JobSpec("preflight-leases", "bot.schedule:leases_job", 300),
     JobSpec("preflight-evidence", "bot.schedule:evidence_job", 60),
+    JobSpec("preflight-retention", "bot.schedule:retention_job", 86400, first_after_s=300),
 )
 
 _service: PilotService | None = None
@@ -89,25 +94,39 @@ def evidence_job() -> None:
     remind_evidence(_installed(), utcnow())
 
 
+def retention_job() -> None:
+    prune_store(_installed(), utcnow())
+
+
 # -- the jobs, as the service runs them ---------------------------------------------
 def watch_runs(service: PilotService, now: datetime) -> list[Message]:
-    """One watch pass (``PilotService.watch_runs``)."""
-    return service.watch_runs(now)
+    """One watch pass (``Watch.watch_runs``, the service's watch)."""
+    return service.watch.watch_runs(now)
 
 
 def check_leases(service: PilotService, now: datetime) -> list[Message]:
-    """The lease reminders and ends (``PilotService.check_leases``)."""
-    return service.check_leases(now)
+    """The lease reminders and ends (``Watch.check_leases``)."""
+    return service.watch.check_leases(now)
 
 
 def remind_evidence(service: PilotService, now: datetime) -> list[Message]:
-    """The evidence reminders (``PilotService.remind_evidence``)."""
-    return service.remind_evidence(now)
+    """The evidence reminders (``Watch.remind_evidence``)."""
+    return service.watch.remind_evidence(now)
+
+
+def prune_store(service: PilotService, now: datetime) -> int:
+    """The daily retention pass (``PilotService.prune_store``, PREFLIGHT_RETENTION_DAYS;
+    0 prunes nothing); how many runs it pruned."""
+    result = service.prune_store(now=now)
+    if result.runs:
+        log.info("retention: pruned the item rows of %d run(s) ended over %g days ago",
+                 len(result.runs), result.older_than_days)
+    return len(result.runs)
 
 
 # -- the scheduler -------------------------------------------------------------------
 class BotScheduler:
-    """A BackgroundScheduler on the SQLite job store, with the three jobs registered."""
+    """A BackgroundScheduler on the SQLite job store, with the four jobs registered."""
 
     def __init__(self, settings: Settings, service: PilotService, *,
                  jobs: tuple[JobSpec, ...] = JOBS) -> None:
@@ -127,9 +146,11 @@ class BotScheduler:
         try:
             self.scheduler.start(paused=paused)
             for job in self.jobs if register else ():
+                first = {} if job.first_after_s is None else {
+                    "next_run_time": utcnow() + timedelta(seconds=job.first_after_s)}
                 self.scheduler.add_job(job.func, "interval", seconds=job.seconds, id=job.id,
                                        replace_existing=True, coalesce=True,
-                                       misfire_grace_time=None, max_instances=1)
+                                       misfire_grace_time=None, max_instances=1, **first)
         except Exception:
             self._release_lock()
             raise

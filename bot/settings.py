@@ -53,6 +53,9 @@ class Settings:
     # runs up to a ceiling of its fixed part plus its bytes at this floor rate (bytes/s).
     transfer_stall_s: float = 120.0
     transfer_floor_bytes_per_s: int = 1 << 20
+    # How long an ended run keeps its item rows, expected ids and progress in the state
+    # database (days; 0: for ever). bot/store/retention.py says what is pruned and why.
+    retention_days: float = 30.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *,
@@ -93,6 +96,7 @@ class Settings:
             runner_env=tuple(sorted((k, v) for k, v in env.items() if not k.startswith("SLACK_"))),
             http_host=env.get("PREFLIGHT_HTTP_HOST") or "127.0.0.1",
             http_max_body=_bytes(env, "PREFLIGHT_HTTP_MAX_BODY", 1024 * 1024),
+            retention_days=_days(env, "PREFLIGHT_RETENTION_DAYS", 30.0),
         )
 
     def with_(self, **changes: object) -> Settings:
@@ -134,6 +138,21 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
 def _bytes(env: Mapping[str, str], name: str, default: int) -> int:
     """A positive whole number of bytes; an unusable value is one clear error."""
     return _positive(env, name, default, int, "whole number of bytes")
+
+
+def _days(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number of days, 0 or more (0: for ever); an unusable value is one clear error."""
+    raw = env.get(name)
+    unit = "number of days, 0 (keep for ever) or more"
+    if raw is not None and raw.strip() in ("0", "0.0"):
+        return 0.0
+    days = _positive(env, name, default, float, unit)
+    if days > 36500:  # inf, or more than a timedelta can hold
+        from bot.errors import PreflightError
+
+        raise PreflightError(f"{name}={raw!r}: expected a {unit} (at most 36500; 0 keeps "
+                             "for ever)")
+    return days
 
 
 def _positive(env: Mapping[str, str], name: str, default: _N, parse: Callable[[str], _N],

@@ -34,6 +34,9 @@ _ITEM_KEYS = frozenset(ITEM_FIELDS[2:-1])
 PROGRESS = "progress"
 BALANCE = "balance"
 EVIDENCE = "evidence"
+# a long evidence copy says where it is, at most once a minute (`at`): the bot's stall
+# watch sees the run move; readers that do not know it ignore it
+EVIDENCE_PROGRESS = "evidence.progress"
 RUN_FINISHED = "run.finished"
 # The volume's engine (runner.volume): what happened to its workers and batches.
 VOLUME_WORKERS = "volume.workers"          # the workers started: worker, node, cards

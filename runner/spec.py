@@ -211,7 +211,8 @@ class VolumeSpec:
     times the slowest batch, ``pilot_batch_s`` before any batch finished, at least 60 s).
     ``pilot_batch_s``: the pilot's measured seconds for one batch of the volume's size.
     ``in_flight``: batches each worker holds at once (run one after another on it, so its
-    cards do not idle during the round trip to the driver). ``time_limit_s``: the pilot
+    cards do not idle during the round trip to the driver). ``prefetch``: batches each
+    worker reads the input files of while it runs one (0: none). ``time_limit_s``: the pilot
     stage's timeout in the volume run (the driver's whole run; 0: the stage's default).
     ``cards``: the healthy cards this node offers (local Ray only; None: all it sees).
     ``nodes``: the card proof of each node of a several-node volume, written by the
@@ -228,6 +229,7 @@ class VolumeSpec:
     cards: Optional[List[int]] = None
     pilot_batch_s: float = 0.0
     in_flight: int = 2
+    prefetch: int = 1  # batches each worker reads ahead (runner/readahead.py); 0: off
     time_limit_s: float = 0.0
     nodes: Optional[List[Dict[str, Any]]] = None
     outputs_on_nodes: bool = False  # handlers' files stay on their nodes, listed on the head

@@ -20,6 +20,7 @@ from bot.cli import manifest as cli_manifest
 from bot.cli import outputs as cli_outputs
 from bot.cli import remote as cli_remote
 from bot.cli import report as cli_report
+from bot.cli import store as cli_store
 from bot.cli.common import build_service, console, err_console
 from bot.cli.common import fail as _fail
 from bot.console.notifier import ConsoleNotifier
@@ -295,7 +296,8 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
     if as_json:
         from bot.pilot.track_record import score_of
 
-        keys = ("id", "name", "attempt", "kind", "status", "outcome", "stage_reached", "created_at")
+        keys = ("id", "name", "attempt", "kind", "status", "outcome", "stage_reached", "created_at",
+                "items_pruned_at")
         typer.echo(json.dumps([{**{k: getattr(r, k) for k in keys}, **_score(score_of(r))}
                                for r in rows], indent=2))
         return
@@ -369,7 +371,8 @@ def diff(run_a: str = typer.Argument(..., help="the earlier run"),
         console.print(f"[yellow]{warning}[/yellow]", highlight=False)
 
 
-for _group in (cli_manifest, cli_evidence, cli_remote, cli_report, cli_outputs, slack_serve):
+for _group in (cli_manifest, cli_evidence, cli_remote, cli_report, cli_outputs, cli_store,
+               slack_serve):
     _group.register(app)
 
 

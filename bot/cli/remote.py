@@ -108,7 +108,8 @@ def lease_set(
 
 
 def watch(once: bool = typer.Option(False, help="run each job once now and exit")) -> None:
-    """Run the scheduled jobs (run watch, lease and evidence reminders) in the foreground."""
+    """Run the scheduled jobs (run watch, lease and evidence reminders, the state database's
+    retention) in the foreground."""
     from bot import schedule
     from bot.console.notifier import ConsoleNotifier
 
@@ -121,9 +122,13 @@ def watch(once: bool = typer.Option(False, help="run each job once now and exit"
     try:
         if once:
             now = schedule.utcnow()
-            sent = (service.watch_runs(now) + service.check_leases(now)
-                    + service.remind_evidence(now))
+            sent = (service.watch.watch_runs(now) + service.watch.check_leases(now)
+                    + service.watch.remind_evidence(now))
             console.print(f"{len(sent)} alert(s) or reminder(s) sent")
+            pruned = schedule.prune_store(service, now)
+            if pruned:
+                console.print(f"retention: pruned the item rows of {pruned} run(s) "
+                              "(`preflight store` shows what the state database holds)")
             return
         _watch_forever(settings, service)
     except PreflightError as exc:

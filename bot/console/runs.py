@@ -20,7 +20,7 @@ def runs_lines(rows: Sequence[RunRecord], width: int = 80) -> list[str]:
     cells = [(r.id.split("-", 1)[0], _pilot(r),
               "refused (lease)" if lease_refused(r) else STATUS_WORDS.get(r.status, r.status),
               r.outcome or "",
-              r.stage_reached or "", _forecast(r), _error(r)) for r in rows]
+              r.stage_reached or "", _forecast(r), _note(r)) for r in rows]
     head = ("run", "pilot", "status", "outcome", "stage", "forecast", "first error")
     fixed_cells = len(head) - 1
     widths = [max(len(c[i]) for c in [head, *cells]) for i in range(fixed_cells)]
@@ -45,6 +45,12 @@ def _forecast(run: RunRecord) -> str:
 def _pilot(run: RunRecord) -> str:
     attempt = f"{'v' if run.kind == 'volume' else 'a'}{run.attempt}"
     return _cut(run.name, PILOT_MAX - len(attempt) - 1) + " " + attempt
+
+
+def _note(run: RunRecord) -> str:
+    """The first error, after when retention pruned the run's item rows."""
+    pruned = f"[item rows pruned {run.items_pruned_at[:10]}] " if run.items_pruned_at else ""
+    return (pruned + _error(run)).strip()
 
 
 def _error(run: RunRecord) -> str:

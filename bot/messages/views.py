@@ -214,6 +214,11 @@ def balance_message(run: Run, csv_path: str | None = None) -> Message | None:
                       _short(s.get("input_head"), 80)) for s in sample)
         blocks.append(Text("Sample review — check these results against their inputs:"))
         blocks.append(Table(("id", "result", "input begins"), rows[:MAX_TABLE_ROWS], len(rows)))
+    if run.items_pruned_at:
+        blocks.append(Text(
+            f"Item rows pruned from the state database on {run.items_pruned_at[:10]} "
+            f"(retention); the full balance, one row per input: "
+            f"{csv_path or run.run_dir / 'balance.csv'}"))
     if csv_path and int(bal.get("items_total") or len(items)) > MAX_TABLE_ROWS:
         blocks.append(Attachment(csv_path, "balance.csv"))
     return Message(run.id, "balance", tuple(blocks),
@@ -279,9 +284,11 @@ def decision_message(run: Run, decisions: list[dict[str, Any]]) -> Message:
         stop = run.stop or {}
         who = (f" by {stop.get('by')} at {stop.get('at')}: {stop.get('reason')}"
                if stop.get("by") else "")
+        then = (_PRUNED_NO_RESUME if run.items_pruned_at else
+                f"Nothing to decide yet: `preflight resume {run.id}` continues it from its "
+                "ledger.")
         return Message(run.id, "decision", (Heading("Decision"), Text(
-            f"The run was stopped{who}. Nothing to decide yet: `preflight resume {run.id}` "
-            "continues it from its ledger.")), summary=f"{run.name}: stopped")
+            f"The run was stopped{who}. {then}")), summary=f"{run.name}: stopped")
     accepted = [d for d in decisions if d.get("accepted")]
     if accepted:
         d = accepted[-1]
@@ -340,11 +347,18 @@ def _refused(decisions: list[dict[str, Any]], shown: int = 10) -> tuple[Any, ...
             Table(("decision", "by", "when", "refused because"), rows, len(refused)))
 
 
+# a run whose item rows retention pruned (bot.pilot.states.resume_refusal says why)
+_PRUNED_NO_RESUME = ("Its item rows were pruned (retention): it can no longer be resumed; "
+                     "submit the manifest again for a new attempt.")
+
+
 def _volume_decision(run: Run) -> Message:
     """A volume run has no decision: the pilot's approval launched it, once."""
     text = (f"Nothing to decide: this is the full run that the approval of pilot "
             f"{run.parent_run} launched.")
-    if run.outcome == "failed" or run.status == S.STOPPED:
+    if run.items_pruned_at:
+        text += f" {_PRUNED_NO_RESUME}"
+    elif run.outcome == "failed" or run.status == S.STOPPED:
         text += f" `preflight resume {run.id}` runs the items its ledger lacks."
     return Message(run.id, "decision", (Heading("Volume run"), Text(text)),
                    summary=f"{run.name}: volume run {_state_word(run)}")

@@ -176,6 +176,7 @@ def _volume(loaded: LoadedManifest, plan: Plan,
                       gpus=_gpus(loaded.manifest, plan),
                       batch_timeout_s=limits.batch_timeout_s,
                       pilot_batch_s=limits.pilot_batch_s, in_flight=limits.in_flight,
+                      prefetch=volume.prefetch,
                       time_limit_s=limits.time_limit_s, limit_adapts=limits.adapts,
                       lease_ends_at=limits.lease_ends_at,
                       outputs_on_nodes=volume.outputs_on_nodes)

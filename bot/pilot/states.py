@@ -60,7 +60,13 @@ def resume_refusal(run: RunRecord) -> str | None:
     """Why ``preflight resume`` must not start ``run`` again, or None. A run whose runner
     finished and passed has done its work: a resume would run every stage again as a new
     attempt, change its stage times, its throughput and its forecast's score, and prove
-    nothing new. A run stopped, failed or whose runner died mid-way still resumes."""
+    nothing new. A run stopped, failed or whose runner died mid-way still resumes, unless
+    retention pruned its item rows: its balance re-check counts every attempt's items."""
+    if run.items_pruned_at:
+        return (f"run {run.id}: its item rows were pruned from the state database on "
+                f"{run.items_pruned_at[:10]} (retention, PREFLIGHT_RETENTION_DAYS), and a "
+                "resume's balance re-check needs every attempt's items; its results are in "
+                f"{run.run_dir} (balance.csv); submit the manifest again for a new attempt")
     if run.outcome != "passed" or run.status not in (S.AWAITING_DECISION, S.FINISHED):
         return None
     if run.kind == "volume":

@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from bot.manifest.model import is_remote_node, node_identity
+from bot.manifest.nodes import is_remote_node, node_identity
 from bot.pilot.calibration import calibration_of
 from bot.pilot.cards import healthy_cards as run_healthy_cards
 from bot.pilot.clock import read_time

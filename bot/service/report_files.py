@@ -273,7 +273,15 @@ def _read_text_nofollow(path: Path) -> str:
 
 
 def write_report(store: Store, run_id: str) -> ReportFiles:
-    """Write (or rewrite) the run's report.html and summary picture; update the evidence."""
+    """Write (or rewrite) the run's report.html and summary picture; update the evidence.
+    Refused for a run whose item rows retention pruned: the report written at its end
+    stays, rather than one without its items."""
+    pruned = store.run_record(run_id).items_pruned_at
+    if pruned:
+        raise PreflightError(
+            f"run {run_id}: its item rows were pruned from the state database on "
+            f"{pruned[:10]} (retention): a report written now would lack them; the one "
+            f"written when it ended is {store.run_record(run_id).run_dir / REPORT}")
     data = gather(store, run_id)
     run = data.run
     run_dir = run.run_dir

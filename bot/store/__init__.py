@@ -16,10 +16,14 @@ from pathlib import Path
 import sqlite_utils
 
 from bot.errors import StoreError
+from bot.store.decisions import DecisionsMixin
 from bot.store.dispatch import DispatchMixin, migrate_dispatch
+from bot.store.expected import ExpectedIdsMixin, migrate_expected_ids
 from bot.store.leases import LeasesMixin, migrate_leases
+from bot.store.progress import migrate_progress
 from bot.store.record import Run, RunRecord
 from bot.store.refusals import RefusalsMixin, migrate_refusals
+from bot.store.retention import RetentionMixin, migrate_retention
 from bot.store.runs import RunsMixin, migrate_runs
 from bot.store.slack import SlackMixin, migrate_slack
 from bot.store.watch import WatchMixin, migrate_watch
@@ -27,7 +31,8 @@ from bot.store.watch import WatchMixin, migrate_watch
 __all__ = ["Run", "RunRecord", "Store"]
 
 
-class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin, DispatchMixin):
+class Store(RunsMixin, DecisionsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin,
+            DispatchMixin, ExpectedIdsMixin, RetentionMixin):
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         try:
@@ -39,6 +44,9 @@ class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin, Dispa
         self._run_keys: dict[str, int] = {}
         with self.transaction() as db:
             migrate_runs(db)
+            migrate_expected_ids(db)  # after run_keys (migrate_runs)
+            migrate_progress(db)
+            migrate_retention(db)
             migrate_slack(db)
             migrate_leases(db)
             migrate_refusals(db)

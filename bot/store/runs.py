@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import sqlite_utils
@@ -20,6 +20,7 @@ from bot.pilot.forecast import ItemOutcome
 from bot.pilot.record import RUN_COLUMNS
 from bot.pilot.states import RunStatus, allowed_sources
 from bot.store.base import StoreBase
+from bot.store.expected import run_key, write_ids
 from bot.store.items import (
     INSERT_ITEM,
     SELECT_ITEMS,
@@ -30,11 +31,19 @@ from bot.store.items import (
     item_row,
     migrate_items,
 )
+from bot.store.progress import (
+    UPSERT,
+    current_attempt,
+    latest_progress_seq,
+    progress_events,
+    progress_rows,
+)
 from bot.store.record import COLUMNS, Run, RunRecord
 from runner.events import (
     AFTER_FAILURE_STAGES,
     ITEM_BATCH,
     ITEM_DONE,
+    PROGRESS,
     STAGE_EVENT_TYPES,
     Event,
     batch_items,
@@ -43,7 +52,7 @@ from runner.events import (
 
 JSON_COLUMNS = frozenset({
     "first_error", "verdict", "balance", "evidence", "environment", "plan", "manifest_json",
-    "node", "facts", "error", "data", "changes", "expected_ids", "expected_refusals",
+    "node", "facts", "error", "data", "changes", "expected_refusals",
     "categories", "success", "approvers", "forecast", "stop",
 })
 
@@ -63,7 +72,7 @@ def migrate_runs(db: sqlite_utils.Database) -> None:
         submitter TEXT, channel TEXT, thread_ts TEXT, created_at TEXT NOT NULL,
         started_at TEXT, finished_at TEXT, last_seq INTEGER NOT NULL DEFAULT 0,
         events_offset INTEGER NOT NULL DEFAULT 0, last_event_at TEXT, pid INTEGER,
-        expected_ids TEXT, expected_refusals TEXT, categories TEXT, success TEXT,
+        expected_refusals TEXT, categories TEXT, success TEXT,
         approvers TEXT, two_person INTEGER NOT NULL DEFAULT 0, exit_code INTEGER,
         base_dir TEXT, project_dir TEXT, resume_seq INTEGER NOT NULL DEFAULT 0,
         UNIQUE (name, attempt, kind))""")
@@ -115,8 +124,11 @@ class RunsMixin(StoreBase):
 
     # -- runs ---------------------------------------------------------------------
     def create_run(self, record: dict[str, Any]) -> None:
-        """Insert a new run; a second volume run of one pilot raises VolumeExists."""
+        """Insert a new run; a second volume run of one pilot raises VolumeExists. Its
+        ``expected_ids`` (any iterable) go to their own table (bot/store/expected.py), in
+        the same transaction."""
         record = {"created_at": utc_now(), "status": str(RunStatus.PLANNED), **record}
+        ids = record.pop("expected_ids", None)
         with self.transaction() as db:
             try:
                 db.table("runs").insert(_encode(record))
@@ -125,6 +137,8 @@ class RunsMixin(StoreBase):
                 if record.get("kind") == "volume" and existing is not None:
                     raise VolumeExists(str(record["parent_run"]), existing) from exc
                 raise
+            if ids is not None:
+                write_ids(db, run_key(db, str(record["id"])), ids)
 
     def volume_of(self, pilot_id: str) -> str | None:
         """The id of the volume run a pilot's approval launched, if any."""
@@ -183,14 +197,6 @@ class RunsMixin(StoreBase):
         return [Run.from_row(decode_row(r)) for r in self.db.query(
             f"SELECT {RUN_SELECT} FROM runs WHERE status = ? ORDER BY id",
             [str(RunStatus.RUNNING)])]
-
-    def expected_ids(self, run_id: str) -> list[str] | None:
-        """The input ids the run expects (a 20,000-item list for a large volume run)."""
-        rows = list(self.db.query("SELECT expected_ids FROM runs WHERE id = ?", [run_id]))
-        if not rows:
-            raise RunNotFound(run_id)
-        ids = decode_row(rows[0])["expected_ids"]
-        return None if ids is None else [str(i) for i in ids]
 
     def find_run(self, prefix: str) -> dict[str, Any]:
         """A run by what a person types: its id or a unique id prefix, ``latest`` (the
@@ -256,6 +262,9 @@ class RunsMixin(StoreBase):
         """Change a run's fields; its status changes only through ``transition``."""
         if "status" in fields:
             raise StoreError(f"run {run_id}: a status changes through transition() only")
+        if "expected_ids" in fields:
+            raise StoreError(f"run {run_id}: its expected ids change through "
+                             "set_expected_ids() only (a table of their own)")
         with self.transaction() as db:
             db.table("runs").update(run_id, _encode(fields))
 
@@ -298,6 +307,7 @@ class RunsMixin(StoreBase):
                     "SELECT seq FROM events WHERE run = ? AND seq BETWEEN ? AND ? UNION "
                     "SELECT seq FROM items WHERE run_key = ? AND seq BETWEEN ? AND ?",
                     [run_id, *span, key, *span])}
+                seen_progress = latest_progress_seq(db, run_id)
                 rows: list[tuple[Any, ...]] = []
                 for event in events:
                     if id(event) in batches:
@@ -306,16 +316,20 @@ class RunsMixin(StoreBase):
                             known.update(row[1] for row in new)
                             rows.extend(new)
                             fresh.append(event)
-                    elif event.seq not in known:
+                    elif event.seq not in known and not (
+                            event.type == PROGRESS and event.seq <= seen_progress):
                         known.add(event.seq)
                         fresh.append(event)
                         if event.type == ITEM_DONE:
                             rows.append(item_row(key, event))
+                attempt = current_attempt(db, run_id)  # before this chunk's run.started
                 db.conn.executemany(
                     "INSERT INTO events (run, seq, type, ts, stage, data) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
                     [(run_id, e.seq, e.type, e.ts, e.stage, json.dumps(e.data, sort_keys=True))
-                     for e in fresh if e.type not in (ITEM_DONE, ITEM_BATCH)])
+                     for e in fresh if e.type not in (ITEM_DONE, ITEM_BATCH, PROGRESS)])
+                if any(e.type == PROGRESS for e in fresh):  # the latest kept (progress.py)
+                    db.conn.executemany(UPSERT, progress_rows(run_id, attempt, fresh))
                 for event in fresh:
                     if event.type in STAGE_EVENT_TYPES and event.stage:
                         _apply_stage(db, run_id, event)
@@ -329,14 +343,29 @@ class RunsMixin(StoreBase):
         return fresh
 
     def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
-        """Every event recorded after ``after_seq``, item events included, in seq order."""
+        """Every event recorded after ``after_seq``, item events included, in seq order; of
+        the progress events, each attempt's latest (bot/store/progress.py)."""
         return self._with_items(run_id, after_seq, self._events(
-            "SELECT * FROM events WHERE run = ? AND seq > ?", [run_id, after_seq]))
+            "SELECT * FROM events WHERE run = ? AND seq > ?", [run_id, after_seq])
+            + progress_events(self.db, run_id, after_seq))
 
     def events_of_type(self, run_id: str, etype: str, *, after_seq: int = 0) -> list[Event]:
+        if etype == PROGRESS:
+            return progress_events(self.db, run_id, after_seq)
         found = self._events("SELECT * FROM events WHERE run = ? AND type = ? AND seq > ? "
                              "ORDER BY seq", [run_id, etype, after_seq])
         return self._with_items(run_id, after_seq, found) if etype == ITEM_DONE else found
+
+    def event_count(self, run_id: str) -> int:
+        """How many of the run's events were recorded, each progress event folded into its
+        attempt's latest counted too: the run's ``last_seq`` when none was lost."""
+        key = self._run_key(run_id)
+        row = self.db.execute(
+            "SELECT (SELECT COUNT(*) FROM (SELECT seq FROM events WHERE run = ? UNION "
+            "SELECT seq FROM items WHERE run_key = ?)) + "
+            "(SELECT COALESCE(SUM(folded), 0) FROM progress WHERE run = ?)",
+            [run_id, key, run_id]).fetchone()
+        return int(row[0])
 
     def _with_items(self, run_id: str, after_seq: int, found: list[Event]) -> list[Event]:
         """``found`` (rows of ``events``) with the item events of ``items``, in seq order; an
@@ -391,6 +420,20 @@ class RunsMixin(StoreBase):
         return [{"id": iid, "status": status, "category": category, "reason": reason,
                  "seq": seq} for iid, status, category, reason, seq in rows]
 
+    def iter_items(self, run_id: str, page: int = 20_000) -> Iterator[dict[str, Any]]:
+        """``items`` a page at a time (by seq): a million-item run is never held whole."""
+        key, after = self._run_key(run_id), -1
+        while True:
+            rows = self.db.execute(
+                "SELECT item_id, status, category, reason, seq FROM items WHERE run_key = ? "
+                "AND seq > ? ORDER BY seq LIMIT ?", [key, after, page]).fetchall()
+            for iid, status, category, reason, seq in rows:
+                yield {"id": iid, "status": status, "category": category, "reason": reason,
+                       "seq": seq}
+            if len(rows) < page:
+                return
+            after = rows[-1][4]
+
     def item_output(self, run_id: str, item_id: str) -> tuple[str, str | None] | None:
         """(status, output reference) of the first recorded outcome of input ``item_id``,
         or None when none is recorded (``preflight outputs RUN ID``)."""
@@ -406,51 +449,6 @@ class RunsMixin(StoreBase):
         output = extra.get("output") if isinstance(extra, dict) else None
         return str(row[0]), output if isinstance(output, str) else None
 
-    # -- decisions ----------------------------------------------------------------
-    def record_decision(self, record: dict[str, Any]) -> dict[str, Any]:
-        record = {"at": utc_now(), **record}
-        with self.transaction() as db:
-            _insert_decision(db, record)
-        return record
-
-    def decide_run(self, run_id: str, record: dict[str, Any]) -> dict[str, Any] | None:
-        """Record an accepted decision and move the run to ``decided``, atomically.
-
-        Returns None (and records nothing) when the run is no longer awaiting a decision.
-        """
-        record = {"at": utc_now(), **record, "run": run_id, "accepted": 1}
-        moved = self._move_status_then(run_id, RunStatus.AWAITING_DECISION, RunStatus.DECIDED,
-                                       lambda db: _insert_decision(db, record))
-        return record if moved else None
-
-    def reopen_decision(self, run_id: str, decision_id: int, refusal: str) -> bool:
-        """Undo an accepted decision whose consequence could not be created (the volume of
-        an approval): the decision is kept as refused, with why, and the run awaits its
-        decision again, atomically. False when the run is no longer ``decided``."""
-        return self._move_status_then(
-            run_id, RunStatus.DECIDED, RunStatus.AWAITING_DECISION,
-            lambda db: db.execute(
-                "UPDATE decisions SET accepted = 0, refusal = ? WHERE id = ? AND run = ?",
-                [refusal, decision_id, run_id]))
-
-    def _move_status_then(self, run_id: str, from_status: RunStatus, to_status: RunStatus,
-                          then: Callable[[sqlite_utils.Database], object]) -> bool:
-        """In one transaction: move the run from ``from_status`` to ``to_status`` and, only
-        when it moved, do ``then`` in the same transaction. False (and nothing done) when
-        the run was not in ``from_status``."""
-        with self.transaction() as db:
-            cur = db.execute("UPDATE runs SET status = ? WHERE id = ? AND status = ?",
-                             [str(to_status), run_id, str(from_status)])
-            if cur.rowcount != 1:
-                return False
-            then(db)
-        return True
-
-    def decisions(self, run_id: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
-        if run_id is None:
-            return list(self.db.query("SELECT * FROM decisions ORDER BY id DESC LIMIT ?", [limit]))
-        return list(self.db.query("SELECT * FROM decisions WHERE run = ? ORDER BY id", [run_id]))
-
     # -- where a transport put each message (Slack ts, ...) ------------------------
     def set_message_ref(self, run_id: str, key: str, transport: str, ref: str,
                         channel: str | None = None) -> None:
@@ -464,13 +462,6 @@ class RunsMixin(StoreBase):
             "SELECT * FROM message_refs WHERE run = ? AND key = ? AND transport = ?",
             [run_id, key, transport]))
         return rows[0] if rows else None
-
-
-def _insert_decision(db: sqlite_utils.Database, record: dict[str, Any]) -> None:
-    """Insert a decision and set its new ``id`` on ``record``."""
-    table = db.table("decisions")
-    table.insert(record)
-    record["id"] = table.last_pk
 
 
 def _apply_stage(db: sqlite_utils.Database, run_id: str, event: Event) -> None:

@@ -222,7 +222,7 @@ def test_through_the_service_the_heads_listing_gives_the_volume_its_ids_and_coun
             "not listed: counted from volume.inputs.expected_count 40; the corpus is only on "
             f"the nodes (volume.inputs.on_nodes {folder})")
         run = service.store.get_run(volume)
-        assert run["expected_ids"] == listed  # from the head's listing, not the bot host
+        assert service.store.expected_ids(volume) == listed  # the head's listing, not ours
         spec = json.loads(Path(run["spec_path"]).read_text(encoding="utf-8"))
         assert spec["inputs"]["dir"] == str(folder)  # the runner lists it on the node
         fc = run["forecast"]

@@ -19,6 +19,8 @@ from bot.settings import Settings
 from bot.store import Store
 from tests.bot.fakes import ScriptedDispatcher, pilot_script, write_manifest
 
+JOB_IDS = ["preflight-evidence", "preflight-leases", "preflight-retention", "preflight-watch"]
+
 IDS = ["doc-01", "doc-02", "doc-03", "doc-04"]
 NODE = "gpu-1.example.net"
 START = "2026-03-01T08:00:00+00:00"
@@ -152,7 +154,7 @@ def test_jobs_persist_with_fixed_ids_and_one_scheduler_per_job_store(tmp_path: P
     first.start(paused=True)
     try:
         jobs = {j.id: j for j in first.scheduler.get_jobs()}
-        assert sorted(jobs) == ["preflight-evidence", "preflight-leases", "preflight-watch"]
+        assert sorted(jobs) == JOB_IDS
         assert all(j.coalesce and j.misfire_grace_time is None for j in jobs.values())
         assert jobs["preflight-watch"].func_ref == "bot.schedule:watch_job"
         assert all(not j.args and not j.kwargs for j in jobs.values())
@@ -164,7 +166,7 @@ def test_jobs_persist_with_fixed_ids_and_one_scheduler_per_job_store(tmp_path: P
     again = BotScheduler(service.settings, service)
     again.start(paused=True)  # registering again replaces, never duplicates
     try:
-        assert again.job_ids() == ["preflight-evidence", "preflight-leases", "preflight-watch"]
+        assert again.job_ids() == JOB_IDS
     finally:
         again.shutdown()
     assert service.settings.jobs_db_path.exists()

@@ -91,7 +91,7 @@ def test_a_slack_submission_is_parsed_once_and_its_inputs_listed_once(tmp_path: 
     assert text.parses == 1
     assert listed.count(folder) == 1
     run = service.store.get_run(sub.run_id)
-    assert run["expected_ids"] == IDS and run["channel"] == "C0CHAN"
+    assert service.store.expected_ids(sub.run_id) == IDS and run["channel"] == "C0CHAN"
     record = checked(sub.run_dir)
     assert record["dir"] == folder
     assert record["files"] == {f"{i}.txt": os.path.join(folder, f"{i}.txt") for i in IDS}
@@ -108,7 +108,7 @@ def test_a_terminal_submission_is_parsed_once_and_its_inputs_listed_once(
         sub = service.submit(loaded, submitter="bob")
     assert text.parses == 1
     assert listed.count(folder) == 1
-    assert service.store.get_run(sub.run_id)["expected_ids"] == IDS
+    assert service.store.expected_ids(sub.run_id) == IDS
     assert sorted(checked(sub.run_dir)["files"]) == [f"{i}.txt" for i in IDS]
 
 

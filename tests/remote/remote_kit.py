@@ -25,6 +25,7 @@ from bot.service.leases import lease_guard_for, set_state
 from bot.settings import Settings
 from bot.store import Store
 from runner.events import Event, read_events
+from tests.events_check import assert_recorded_whole
 from tests.remote.sshd_server import Sshd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,9 +177,7 @@ def remote_events(run_dir: Path) -> list[dict[str, Any]]:
 
 def assert_exactly_once(bot: Bot, run_id: str, remote_run: Path) -> None:
     """The bot recorded each event the node wrote once, in seq order, and each item once."""
-    recorded = [e.seq for e in bot.store.events(run_id)]
-    written = remote_events(remote_run)
-    assert recorded == [e["seq"] for e in written] == list(range(1, len(written) + 1))
+    assert_recorded_whole(bot.store, run_id, read_events(str(remote_run / "events.jsonl"))[0])
     ids = [i["id"] for i in bot.store.items(run_id)]
     assert len(ids) == len(set(ids))
 

@@ -12,6 +12,7 @@ import pytest
 from bot.dispatch.base import RunHandle
 from bot.dispatch.upload import locate, node_section
 from bot.errors import DispatchError, LeaseError
+from tests.events_check import kept
 from tests.remote.remote_kit import (
     Bot,
     make_bot,
@@ -58,7 +59,7 @@ def _restarted_bot_finds_the_run_without_the_node_section(bot: Bot, run: dict[st
     assert (node.host, node.port, layout["run_dir"]) == ("127.0.0.1", run["node"]["port"],
                                                          str(remote_run))
     events, offset = bot.dispatcher.read_events(handle, 0)
-    assert [e.seq for e in events] == [e.seq for e in bot.store.events(run["id"])]
+    assert [e.seq for e in kept(events)] == [e.seq for e in bot.store.events(run["id"])]
     assert offset == (remote_run / "events.jsonl").stat().st_size == run["events_offset"]
     assert bot.dispatcher.exit_code(handle) == 0 and not bot.dispatcher.is_alive(handle)
     # the node lost the run directory: a clear error, not a traceback

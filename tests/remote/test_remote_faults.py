@@ -23,6 +23,8 @@ from tests.remote.remote_kit import (
 )
 from tests.remote.sshd_server import Sshd
 
+JOB_IDS = ["preflight-evidence", "preflight-leases", "preflight-retention", "preflight-watch"]
+
 
 def test_connection_killed_mid_run_runner_continues_and_bot_reconnects(tmp_path: Path,
                                                                        sshd: Sshd) -> None:
@@ -58,7 +60,7 @@ def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
         first.service.start(run_id)
         pump_until(first, run_id, items_done(3))
         seen = first.store.get_run(run_id)
-        assert scheduler.job_ids() == ["preflight-evidence", "preflight-leases", "preflight-watch"]
+        assert scheduler.job_ids() == JOB_IDS
     finally:
         scheduler.shutdown()
         first.close()  # the "bot process" ends: connections closed, nothing stops the runner
@@ -67,7 +69,7 @@ def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
     restored = BotScheduler(second.settings, second.service)
     restored.start(paused=True, register=False)  # nothing added: only what the store kept
     try:
-        assert restored.job_ids() == ["preflight-evidence", "preflight-leases", "preflight-watch"]
+        assert restored.job_ids() == JOB_IDS
         run = second.store.get_run(run_id)
         assert (run["last_seq"], run["events_offset"]) == (seen["last_seq"], seen["events_offset"])
         handle = second.service._handle(second.store.run_record(run_id))
