@@ -188,13 +188,17 @@ def _recording(cal: Calibration, count: int) -> tuple[float, float, float, str]:
 def _pace(cal: Calibration, batches: float) -> tuple[float, str]:
     """The volume's batches at the pace the calibration's came back through one driver
     (handed out, collected, recorded; every worker busy): a floor a tiny handler meets."""
-    m = len(cal.batches)
-    if not cal.timed_wall_s or m < 1:
+    if cal.pace is not None:  # through the volume's own Driver (a fast handler)
+        m, wall = cal.pace
+        how = (f"{m} of the sample's batches through the volume's own driver (2 in flight "
+               f"a worker, its writer thread) in {secs(wall)}")
+    elif cal.timed_wall_s and cal.batches:
+        m, wall = len(cal.batches), cal.timed_wall_s
+        how = f"the calibration's {m} batches came back through one driver in {secs(wall)}"
+    else:
         return 0.0, ""
-    per = cal.timed_wall_s / m
-    return batches * per, (f"{batches:,.1f} batches × {per * 1000:.3g} ms (the calibration's "
-                           f"{m} batches came back through one driver in "
-                           f"{secs(cal.timed_wall_s)} of wall time, "
+    per = wall / m
+    return batches * per, (f"{batches:,.1f} batches × {per * 1000:.3g} ms ({how}, "
                            f"{plural(cal.workers, 'worker')} busy): the processing is never "
                            "faster than the driver hands out and collects")
 
