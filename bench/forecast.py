@@ -7,7 +7,7 @@ its work stage's actual time (Ray's start included) beside the forecast's middle
 
 - ``warmup``: the first call of each worker sleeps 2 s (a model load), then 4 ms per item;
 - ``fixed``: 150 ms per batch (a launch, a transfer) + 2 ms per item;
-- ``driver``: no work at all and a JSON output per item: the driver's recording bounds it;
+- ``driver``: no work at all and a JSON output per item, 30,000 of them: the driver bounds it;
 - ``size``: 1 ms per KB of input, inputs from 1 to 40 KB.
 
 The handlers wait (sleeps: the CPU stays free, as while a device computes), except the
@@ -76,7 +76,7 @@ def handle(items, ctx):
 ''',
 }
 # the volume's size by handler (the driver-bound one needs many items to be bound)
-VOLUME = {"warmup": 2_000, "fixed": 2_000, "driver": 6_000, "size": 1_000}
+VOLUME = {"warmup": 2_000, "fixed": 2_000, "driver": 30_000, "size": 1_000}
 MANIFEST = '''apiVersion: preflight/v1
 name: bench-forecast-{kind}
 purpose: inference

@@ -42,6 +42,8 @@ class Calibration:
     ray_start_s: float | None = None       # Ray up on the node
     workers_ready_s: float | None = None   # Ray up and every worker's handler loaded
     ray_stop_s: float | None = None        # the workers and Ray stopped, at the end
+    timed_wall_s: float | None = None      # the timed batches' wall time, through one driver
+    pace: tuple[int, float] | None = None  # (batches, wall s) through the volume's Driver
     output_files: int = 0
     output_bytes: int = 0
     recorded: int = 0
@@ -86,6 +88,7 @@ def calibration_of(stages: list[dict[str, Any]]) -> Calibration | None:
         ray_start_s=_float(facts.get("ray_start_s")),
         workers_ready_s=_float(facts.get("workers_ready_s")),
         ray_stop_s=_float(facts.get("ray_stop_s")),
+        timed_wall_s=_float(facts.get("timed_wall_s")), pace=_pace(facts.get("pace")),
         output_files=_int(facts.get("output_files")),
         output_bytes=_int(facts.get("output_bytes")),
         recorded=_int(facts.get("record_items")), refused=_int(facts.get("refused")),
@@ -124,6 +127,13 @@ def _calls(value: Any) -> tuple[Measured, ...]:
         if items > 0 and seconds is not None:
             out.append(Measured(items, _int(entry.get("bytes")), seconds))
     return tuple(out)
+
+
+def _pace(value: Any) -> tuple[int, float] | None:
+    if not isinstance(value, dict):
+        return None
+    batches, wall = _int(value.get("batches")), _float(value.get("wall_s"))
+    return (batches, wall) if batches and wall else None
 
 
 def _float(value: Any) -> float | None:

@@ -16,9 +16,11 @@ warm-up call timed apart, and recorded the results as the driver does. So:
   the total is ``batches × sd × √(1 ÷ measured + 1 ÷ batches) ÷ workers`` (the calibration's
   mean over that many batches, plus the volume's own variation), times Student's t at 95 %
   for (batches measured − 1) degrees of freedom: a 90 % range;
-- **the driver's recording** (one process writes the ledger, the events and any JSON
-  output): ``items × recording seconds per item`` measured on the node; the processing is
-  never faster than that (the larger of the two, low, middle and high alike);
+- **the driver** (one process hands out and collects every batch, and its writer records
+  the ledger and the events): ``items × recording seconds per item`` measured on the node,
+  and ``batches × the calibration's wall time per batch`` (its pace through one driver,
+  the workers busy); the processing is never faster than the slower of the two (the larger
+  of it and the workers', low, middle and high alike);
 - **rework**: batches that failed in the calibration are split until the failing input is
   alone: about two batch times each, ``failure rate × batches × 2 × t ÷ workers``.
 
@@ -44,6 +46,7 @@ from bot.pilot.forecast_stats import (
 
 MIN_BATCHES = 3            # calibrated batches the model needs (the runner runs at least 5)
 MIN_R2 = 0.5
+DRIVER_BOUND = 1.25       # the driver's floor this × the workers' time: "driver-bound"
 REWORK_BATCHES = 2.0       # a failed batch costs about this many batch times (its splits)
 
 
@@ -129,10 +132,16 @@ def processing(cal: Calibration, count: int, workers: int, mean_size: float | No
     phases.append(Phase("warmup", "Warm-up (per worker, at once)", secs(warm), warm_formula))
     rec_low, rec_mid, rec_high, rec_formula = _recording(cal, count)
     phases.append(Phase("recording", "Driver's recording", duration(rec_mid), rec_formula))
+    pace, pace_formula = _pace(cal, batches)
+    if pace_formula:
+        phases.append(Phase("pace", "Driver's pace", duration(pace), pace_formula))
+    # the driver's floor: the slower of its recording and its hand-out and collection
+    if pace > rec_mid:
+        rec_low, rec_mid, rec_high = pace, pace, pace * (rec_high / rec_mid if rec_mid else 1)
     bound = rec_mid > compute
-    if bound:
-        notes.append(f"the driver's recording ({duration(rec_mid)} for {count:,} items, "
-                     f"measured on the pilot's node) is slower than the workers "
+    if rec_mid > DRIVER_BOUND * compute:  # the pace holds the workers' time too: clearly
+        notes.append(f"the driver ({duration(rec_mid)} for {count:,} items: its recording "
+                     "and its pace, measured on the pilot's node) is slower than the workers "
                      f"({duration(compute)}): more workers would not make the volume faster")
     rework, rework_formula = _rework(cal, batches, t, workers)
     if rework_formula:
@@ -174,6 +183,24 @@ def _recording(cal: Calibration, count: int) -> tuple[float, float, float, str]:
                             f"calibration's {items:,} results recorded into a scratch ledger "
                             f"and events file on the pilot's node in {secs(seconds)}); the "
                             "processing is never faster than the driver records")
+
+
+def _pace(cal: Calibration, batches: float) -> tuple[float, str]:
+    """The volume's batches at the pace the calibration's came back through one driver
+    (handed out, collected, recorded; every worker busy): a floor a tiny handler meets."""
+    if cal.pace is not None:  # through the volume's own Driver (a fast handler)
+        m, wall = cal.pace
+        how = (f"{m} of the sample's batches through the volume's own driver (2 in flight "
+               f"a worker, its writer thread) in {secs(wall)}")
+    elif cal.timed_wall_s and cal.batches:
+        m, wall = len(cal.batches), cal.timed_wall_s
+        how = f"the calibration's {m} batches came back through one driver in {secs(wall)}"
+    else:
+        return 0.0, ""
+    per = wall / m
+    return batches * per, (f"{batches:,.1f} batches × {per * 1000:.3g} ms ({how}, "
+                           f"{plural(cal.workers, 'worker')} busy): the processing is never "
+                           "faster than the driver hands out and collects")
 
 
 def _rework(cal: Calibration, batches: float, t: float, workers: int) -> tuple[float, str]:

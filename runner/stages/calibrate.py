@@ -32,6 +32,8 @@ from runner.stage import StageContext, StageFailure, StageSkipped
 
 CALIBRATION_DIR = "calibration"
 CPU_WORKERS_MAX = 4        # as runner/volume.py: a local Ray's CPU workers
+PACE_PROBE_S = 0.05        # batches faster than this (wall, through one driver): the driver
+PACE_BATCHES = 60          # may bound the volume: this many go through the volume's Driver
 WAIT_S = 600.0             # a worker's warm-up or batch answers within this
 
 
@@ -77,6 +79,7 @@ def calibrate(ctx: StageContext) -> Dict[str, Any]:
         run.facts["workers_ready_s"] = round(time.perf_counter() - began, 3)
         run.warm_up(ray, actors)
         run.timed_batches(ray, actors)
+        run.driver_pace(ray, actors)
     finally:
         stopping = time.perf_counter()
         volume_ray.stop(ray, actors, ctx.run_dir)
@@ -225,6 +228,44 @@ class _Calibration:
             self._keep(batch, answer, seconds)
             hand(worker)
         self.facts["timed_wall_s"] = round(time.monotonic() - began, 3)
+
+    def driver_pace(self, ray: Any, actors: List[Any]) -> None:
+        """Batches this fast may leave the volume bound by its driver: ``PACE_BATCHES`` of
+        the sample's go through the volume's own ``Driver`` (its hand-out, in flight, writer
+        thread) into scratch files of their own, timed: the driver's pace."""
+        wall, timed = self.facts.get("timed_wall_s") or 0.0, len(self.facts["batches"])
+        if not timed or wall / timed > PACE_PROBE_S or not actors:
+            return
+        import dataclasses
+
+        from runner.events import EventWriter
+        from runner.ledger import Ledger
+        from runner.stage import StageContext as Ctx
+        from runner.stages.pilot import Recorder
+        from runner.volume import Driver, Worker
+        from runner.volume_queue import Batch
+
+        self.next = 0
+        batches = [Batch(k, list(self.take(again=True, whole=True) or []))
+                   for k in range(PACE_BATCHES)]
+        items = list({i.id: i for b in batches for i in b.items}.values())
+        spec = dataclasses.replace(self.ctx.spec, calibration=None, volume=None,
+                                   inputs=dataclasses.replace(self.ctx.spec.inputs,
+                                                              dir=self.cal.dir))
+        writer = EventWriter(os.path.join(self.dir, "pace-events.jsonl"), spec.run_id)
+        ledger = Ledger.open(os.path.join(self.dir, "pace-ledger.sqlite"), new_attempt=True)
+        try:
+            scratch = Ctx(spec=spec, run_dir=self.dir, emit=writer.emit)
+            driver = Driver(scratch, Recorder(scratch, ledger, items, set()), ray,
+                            [Worker(k, a) for k, a in enumerate(actors)], batches, 0.0,
+                            in_flight=2, prefetch=VolumeSpec().prefetch)
+            began = time.perf_counter()
+            driver.run()
+            self.facts["pace"] = {"batches": len(batches), "in_flight": 2,
+                                  "wall_s": round(time.perf_counter() - began, 6)}
+        finally:
+            ledger.close()
+            writer.close()
 
     def _failed(self, answer: Dict[str, Any]) -> None:
         """A call that raised or ran past its clock: counted, its first errors kept."""

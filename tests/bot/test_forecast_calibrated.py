@@ -200,3 +200,23 @@ def test_the_pilot_thread_shows_the_calibration_its_ids_time_and_cost(tmp_path: 
 
     lines = {b.stage: b.state for b in thread["status"].blocks if isinstance(b, StageLine)}
     assert lines["calibrate"] == "passed" and lines["balance"] == "passed"
+
+
+def test_a_tiny_handler_is_held_to_the_pace_its_batches_came_back_through_one_driver() -> None:
+    tiny = cal(batches=tuple(Measured(16, 16_000, 0.0015) for _ in range(30)),
+               warmup=(), timed_wall_s=0.075)                    # 2.5 ms a batch, all told
+    fc = forecast(inputs(calibration=tiny))
+    n = fc.numbers
+    assert n["compute_s"] < 1.0                                  # the workers' own time
+    assert n["proc_mid_s"] == pytest.approx(10_000 / 16 * 0.0025, rel=1e-3)
+    assert "never faster than the driver hands out and collects" in \
+        fc.figure("pace").formula
+    assert any("more workers would not make the volume faster" in note for note in fc.notes)
+
+
+def test_the_volume_drivers_own_pace_comes_before_the_calibrations_loop() -> None:
+    tiny = cal(batches=tuple(Measured(16, 16_000, 0.0015) for _ in range(30)),
+               warmup=(), timed_wall_s=0.075, pace=(60, 0.24))     # 4 ms a batch
+    fc = forecast(inputs(calibration=tiny))
+    assert fc.numbers["proc_mid_s"] == pytest.approx(10_000 / 16 * 0.004, rel=1e-3)
+    assert "through the volume's own driver" in fc.figure("pace").formula

@@ -58,6 +58,8 @@ def test_calibration_times_a_sample_at_the_volume_batch_size_apart_from_the_run(
     sample = facts["sample_ids"] + facts["warmup_ids"]
     assert len(sample) == len(set(sample)) and set(sample) <= {f"v{k:03d}" for k in range(60)}
     assert facts["record_items"] == len(sample) and facts["record_s"] >= 0
+    # batches this fast: 60 more through the volume's own Driver, timed (its pace)
+    assert facts["pace"]["batches"] == 60 and facts["pace"]["wall_s"] > 0
     # the run's ledger and events hold the pilot's items only, never the sample's
     ids = {e.data["id"] for e in events if e.type == "item.done"}
     assert ids == {"a1", "a2", "a3"}
