@@ -4,9 +4,9 @@ Makes a run directory with N small JSON outputs (and the files a run has), then 
 its evidence twice with ``runner.evidence.copy_evidence``: once file by file (the copy
 every run made before issue 35: an fsync per file, each read back), once in shards (the
 default above 1,000 outputs: tar shards of 10,000, 4 written at a time, one fsync each,
-read back shard by shard). Both copies must verify. Prints the wall time and ms/output of
-each and the ratio; the last line is the verdict (target: shards at least 10x faster at
-100,000 outputs).
+read back shard by shard). Both copies must verify. Prints the wall time and ms/output
+of each (and of `preflight verify` on the sharded copy, every member) and the ratio; the
+last line is the verdict (target: shards at least 10x faster at 100,000 outputs).
 Usage: .venv/bin/python bench/evidence.py [N]; PREFLIGHT_BENCH_SMOKE=1: 2,000 outputs (a
 smoke run that checks the bench runs to its verdict line, not the target).
 """
@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from runner.evidence import copy_evidence  # noqa: E402
+from runner.evidence import copy_evidence, verify_evidence  # noqa: E402
 
 TARGET = 10.0
 SMOKE = os.environ.get("PREFLIGHT_BENCH_SMOKE") == "1"
@@ -69,9 +69,16 @@ def main() -> None:
         t0 = time.perf_counter()
         run = make_run(root, n)
         print(f"{n:,} outputs made in {time.perf_counter() - t0:.1f} s ({root})")
-        shards = timed_copy(run, os.path.join(root, "sharded"), n, plain=False)
+        sharded = os.path.join(root, "sharded")
+        shards = timed_copy(run, sharded, n, plain=False)
         print(f"shards:   {shards:8.2f} s  {1000 * shards / n:.3f} ms/output "
               "(copy and read-back)")
+        t0 = time.perf_counter()
+        if not verify_evidence(sharded).ok:
+            raise SystemExit("preflight verify refuses the sharded copy")
+        seconds = time.perf_counter() - t0
+        print(f"verify:   {seconds:8.2f} s  {1000 * seconds / n:.3f} ms/output "
+              "(preflight verify of the sharded copy: every member against the index)")
         plain = timed_copy(run, os.path.join(root, "per-file"), n, plain=True)
         print(f"per-file: {plain:8.2f} s  {1000 * plain / n:.3f} ms/output "
               "(copy and read-back)")

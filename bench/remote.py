@@ -60,7 +60,7 @@ def main() -> int:
     from bot.dispatch.upload import RUNNER_PACKAGE
     from bot.manifest.load import load_manifest
     from bot.messages.model import NullNotifier
-    from bot.nodes import make_dispatchers
+    from bot.nodes.registry import make_dispatchers
     from bot.service import PilotService
     from bot.settings import Settings
     from bot.store import Store

@@ -61,8 +61,10 @@ class Ctx:
 class It:
     def __init__(self, path):
         self.path, self.id = path, os.path.basename(path)[:-4]
-paths, out, batch = json.loads(sys.stdin.read()), sys.argv[3], int(sys.argv[4])
+paths, out, batch = json.loads(sys.stdin.readline()), sys.argv[3], int(sys.argv[4])
 items = [It(p) for p in paths]
+print("ready", flush=True)
+sys.stdin.readline()  # every loop starts at once
 t0 = time.time()
 for start in range(0, len(items), batch):
     for res in handle(items[start:start + batch], Ctx):
@@ -96,16 +98,25 @@ def plain(spec: RunSpec, root: Path, workers: int) -> float:
     params = json.dumps({"fixed_s": FIXED_S, "per_item_s": PER_ITEM_S})
     procs = []
     for k in range(workers):
-        share = [it.path for it in items[k::workers]]
         proc = subprocess.Popen([sys.executable, str(script), str(root), params, str(out),
                                  str(BATCH)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 text=True)
-        procs.append((proc, json.dumps(share)))
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps([it.path for it in items[k::workers]]) + "\n")
+        proc.stdin.flush()
+        procs.append(proc)
+    for proc in procs:  # each loaded, its share read: then all go at once
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
     spans = []
-    for proc, share in procs:
-        stdout, _ = proc.communicate(share)
-        assert proc.returncode == 0
-        spans.append(json.loads(stdout.strip().splitlines()[-1]))
+    for proc in procs:
+        assert proc.stdout is not None
+        last = proc.stdout.read().strip().splitlines()[-1]
+        assert proc.wait() == 0
+        spans.append(json.loads(last))
     assert len(os.listdir(out)) == len(items)
     return len(items) / (max(e for _s, e in spans) - min(s for s, _e in spans))
 
@@ -134,9 +145,8 @@ def on_ray(ray: Any, spec: RunSpec, run_dir: Path, workers: int) -> dict[str, fl
     ledger.close()
     for w in actors:
         ray.kill(w.actor)
-    writer = getattr(driver, "writer", None)
     return {"rate": len(items) / seconds, "seconds": seconds, "actors_s": started,
-            "busy_s": float(getattr(writer, "busy_s", float("nan")))}
+            "busy_s": float(getattr(driver, "recording_s", float("nan")))}
 
 
 def main() -> int:

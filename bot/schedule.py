@@ -100,18 +100,18 @@ def retention_job() -> None:
 
 # -- the jobs, as the service runs them ---------------------------------------------
 def watch_runs(service: PilotService, now: datetime) -> list[Message]:
-    """One watch pass (``PilotService.watch_runs``)."""
-    return service.watch_runs(now)
+    """One watch pass (``Watch.watch_runs``, the service's watch)."""
+    return service.watch.watch_runs(now)
 
 
 def check_leases(service: PilotService, now: datetime) -> list[Message]:
-    """The lease reminders and ends (``PilotService.check_leases``)."""
-    return service.check_leases(now)
+    """The lease reminders and ends (``Watch.check_leases``)."""
+    return service.watch.check_leases(now)
 
 
 def remind_evidence(service: PilotService, now: datetime) -> list[Message]:
-    """The evidence reminders (``PilotService.remind_evidence``)."""
-    return service.remind_evidence(now)
+    """The evidence reminders (``Watch.remind_evidence``)."""
+    return service.watch.remind_evidence(now)
 
 
 def prune_store(service: PilotService, now: datetime) -> int:

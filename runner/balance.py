@@ -12,11 +12,14 @@ Standard library only.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 ACCEPTED = "accepted"
 REFUSED = "refused"
+# An id's first result: a result dict, or compute_balance's (status, category, reason)
+Outcome = Union[Mapping[str, Any], Tuple[Any, Any, Any]]
 
 PROBLEM_KINDS = (
     "invented",            # an id that is not among the inputs
@@ -101,15 +104,18 @@ class Tally:
         self.by_category = {c: 0 for c in self.allowed}
         self.rows: List[Dict[str, Any]] = []
 
-    def judge(self, iid: str, res: Optional[Dict[str, Any]]) -> None:
+    def judge(self, iid: str, res: Optional[Outcome]) -> None:
+        """``res``: the id's first result (a dict, or ``compute_balance``'s compact
+        (status, category, reason)), None when it never came."""
         self.expected += 1
         if res is None:
             self.problems.append(Problem("missing", iid, "never returned (silent disappearance)"))
             return
-        status = res.get("status")
+        if not isinstance(res, tuple):
+            res = (res.get("status"), res.get("category"), res.get("reason"))
+        status, cat, reason = res
         if status == ACCEPTED:
             self.accepted += 1
-            cat = res.get("category")
             if cat in self.by_category:
                 self.by_category[cat] += 1
             else:
@@ -120,17 +126,19 @@ class Tally:
                                              "listed in expected_refusals but was accepted"))
         elif status == REFUSED:
             self.refused += 1
-            if not _text(res.get("reason")):
+            if not _text(reason):
                 self.problems.append(Problem("no_reason", iid, "refused without a reason"))
             if iid not in self.refusals:
-                detail = f"refused but not an expected refusal: {res.get('reason')}"
+                detail = f"refused but not an expected refusal: {reason}"
                 self.warnings.append(Problem("unexpected_refusal", iid, detail))
         else:
             self.problems.append(Problem("bad_status", iid,
                                          f"status {status!r} is neither accepted nor refused"))
             return
         if self.keep_rows:
-            self.rows.append(_row(iid, res))
+            self.rows.append({"id": iid, "status": status,
+                              "category": cat if status == ACCEPTED else None,
+                              "reason": reason if status == REFUSED else None})
 
     def finish(self, expected_count: Optional[int] = None) -> Balance:
         total = self.expected if expected_count is None else int(expected_count)
@@ -159,7 +167,9 @@ def compute_balance(
     """
     expected = list(dict.fromkeys(expected_ids))
     expected_set = set(expected)
-    first: Dict[str, Dict[str, Any]] = {}
+    # each id's first result kept as (status, category, reason), its strings shared: a
+    # million results held as dicts took the bot past 1.5 GB (bench/million.py)
+    first: Dict[str, Outcome] = {}
     problems: List[Problem] = []
     for result in results:
         _check_one(result, expected_set, first, problems)
@@ -170,7 +180,7 @@ def compute_balance(
     return tally.finish(expected_count)
 
 
-def _check_one(result: Any, expected: Set[str], first: Dict[str, Dict[str, Any]],
+def _check_one(result: Any, expected: Set[str], first: Dict[str, Outcome],
                problems: List[Problem]) -> None:
     if not isinstance(result, dict):
         problems.append(Problem("bad_id", None, f"result is not an object: {result!r:.80}"))
@@ -190,7 +200,10 @@ def _check_one(result: Any, expected: Set[str], first: Dict[str, Dict[str, Any]]
         problems.append(Problem("bad_status", iid,
                                 f"status {status!r} is neither accepted nor refused"))
         return
-    first[iid] = result
+    category, reason = result.get("category"), result.get("reason")
+    first[iid] = (sys.intern(status),
+                  sys.intern(category) if isinstance(category, str) else category,
+                  reason)
 
 
 def _check_counts(found: int, expected_count: Optional[int], accepted: int,
@@ -206,16 +219,6 @@ def _check_counts(found: int, expected_count: Optional[int], accepted: int,
 
 def _text(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
-
-
-def _row(iid: str, res: Dict[str, Any]) -> Dict[str, Any]:
-    status = res.get("status")
-    return {
-        "id": iid,
-        "status": status,
-        "category": res.get("category") if status == ACCEPTED else None,
-        "reason": res.get("reason") if status == REFUSED else None,
-    }
 
 
 def problems_text(problems: Iterable[Dict[str, Any]]) -> str:

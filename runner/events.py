@@ -34,6 +34,9 @@ _ITEM_KEYS = frozenset(ITEM_FIELDS[2:-1])
 PROGRESS = "progress"
 BALANCE = "balance"
 EVIDENCE = "evidence"
+# a long evidence copy says where it is, at most once a minute (`at`): the bot's stall
+# watch sees the run move; readers that do not know it ignore it
+EVIDENCE_PROGRESS = "evidence.progress"
 RUN_FINISHED = "run.finished"
 # The volume's engine (runner.volume): what happened to its workers and batches.
 VOLUME_WORKERS = "volume.workers"          # the workers started: worker, node, cards
@@ -48,6 +51,7 @@ VOLUME_LATE = "volume.late_result"         # a re-queued batch's first result ca
 DISPATCH_NODE = "dispatch.node"
 VOLUME_SPLIT = "volume.split"              # a failed batch split, or its one input refused
 VOLUME_WORKER_STARTED = "volume.worker_started"  # a worker started in place of one stopped
+VOLUME_LIMIT = "volume.limit"              # the time limit widened from the measured rate
 
 STAGES: Tuple[str, ...] = (
     "prepare",
@@ -61,8 +65,11 @@ STAGES: Tuple[str, ...] = (
     "memory",
     "pilot",
     "balance",
+    "calibrate",
     "evidence",
 )
+# Stages only some runs have (runner/stage.py, ``StageDef.needs``): no line until they start.
+OPTIONAL_STAGES: Tuple[str, ...] = ("calibrate",)
 
 STAGE_EVENT_TYPES = (STAGE_STARTED, STAGE_PASSED, STAGE_FAILED, STAGE_SKIPPED)
 # Stages that run even after a failure (the evidence of a failed run is copied too): they

@@ -15,13 +15,11 @@ library only at import time.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import os
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, BinaryIO, Iterator, List, Optional, Tuple
+from typing import IO, Any, Iterator, List, Optional, Tuple
 
 from runner.evidence_shards import INDEX as INDEX  # re-exported: the report reads the index
 from runner.evidence_shards import (
@@ -31,19 +29,20 @@ from runner.evidence_shards import (
     Beat,
     Output,
     no_beat,
+    open_regular,
     pack_outputs,
     read_regular,
     scan_outputs,
 )
+from runner.evidence_show import show_output as show_output
 from runner.evidence_store import SUMS as SUMS
 from runner.evidence_store import EvidenceError as EvidenceError
 from runner.evidence_store import is_url as is_url
 from runner.evidence_store import join_dest as join_dest
 from runner.evidence_store import open_store
-from runner.evidence_verify import REQUIRED, digest_of, parse_sums
+from runner.evidence_verify import REQUIRED
 from runner.evidence_verify import VerifyReport as VerifyReport
 from runner.evidence_verify import verify_evidence as verify_evidence
-from runner.shard_index import find_output, read_output
 from runner.shard_index import parse_index_line as parse_index_line
 
 TREES = ("event-lists",)  # the full lists events name (events.py); outputs/ apart
@@ -92,12 +91,49 @@ def collect(run_dir: str) -> Tuple[List[Tuple[str, str]], List[str]]:
     return files, missing
 
 
-def _read_local(path: str) -> Optional[bytes]:
+def _put_file(store: Any, rel: str, path: str, sums: List[str], report: EvidenceReport,
+              beat: Beat) -> Optional[str]:
+    """Stream one of the run's own files into the copy (a MiB at a time, hashed on the
+    way: events.jsonl of a million items is never held whole); ``events.jsonl`` up to its
+    last complete line as of now (the stage itself still appends to it). The problem, when
+    it cannot be read."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except (FileNotFoundError, IsADirectoryError):
-        return None
+        fd, st = open_regular(path)
+    except FileNotFoundError:
+        return f"{rel}: vanished from the run directory during the copy"
+    except OSError as exc:
+        return f"{rel}: cannot be read ({exc})"
+    with os.fdopen(fd, "rb") as fh:
+        size = _last_line_end(fh, st.st_size) if rel == "events.jsonl" else st.st_size
+        h, left = hashlib.sha256(), size
+        with store.create(rel) as out:
+            while left:
+                chunk = fh.read(min(1 << 20, left))
+                if not chunk:
+                    break  # it shrank: what there was is copied, and hashed as copied
+                out.write(chunk)
+                h.update(chunk)
+                left -= len(chunk)
+                beat(rel)
+    sums.append(f"{h.hexdigest()}  {rel}\n")
+    report.bytes += size - left
+    report.files += 1
+    return None
+
+
+def _last_line_end(fh: IO[bytes], size: int) -> int:
+    """Where the last complete line of the first ``size`` bytes ends (0 without one)."""
+    end = size
+    while end > 0:
+        start = max(0, end - (64 << 10))
+        fh.seek(start)
+        cut = fh.read(end - start).rfind(b"\n")
+        if cut >= 0:
+            fh.seek(0)
+            return start + cut + 1
+        end = start
+    fh.seek(0)
+    return 0
 
 
 def file_sha256(path: str) -> str:
@@ -145,13 +181,9 @@ def copy_evidence(run_dir: str, dest: str, beat: Beat = no_beat,
             pass
         for rel, path in files:
             beat(rel)
-            data = _read_local(path)
-            if data is None:
-                report.problems.append(f"{rel}: vanished from the run directory during the copy")
-                continue
-            if rel == "events.jsonl":
-                data = data[: data.rfind(b"\n") + 1]  # complete lines only, as of now
-            _put(store, rel, data, sums, report)
+            problem = _put_file(store, rel, path, sums, report, beat)
+            if problem is not None:
+                report.problems.append(problem)
         if sharded:
             packed = pack_outputs(store, chain(head, outputs), beat, workers, shard_files)
             sums.extend(packed.sums)
@@ -173,6 +205,7 @@ def copy_evidence(run_dir: str, dest: str, beat: Beat = no_beat,
         for rel in store.listing():
             if rel not in keep:
                 store.remove(rel)  # left over from an earlier copy of this same run
+        store.prune()
         store.write(SUMS, "".join(sums).encode("utf-8"))
     except OSError as exc:
         raise EvidenceError(f"results.copy_to {dest}: cannot write: {exc}") from exc
@@ -191,62 +224,3 @@ def _put(store: Any, rel: str, data: bytes, sums: List[str], report: EvidenceRep
     sums.append(f"{hashlib.sha256(data).hexdigest()}  {rel}\n")
     report.bytes += len(data)
     report.files += 1  # the files listed in SHA256SUMS, as `preflight verify` counts
-
-
-def show_output(copy: str, item: str, out: BinaryIO) -> str:
-    """Write one output of an evidence copy (a folder or a URL) to ``out``, once its bytes
-    match the copy's checksum: ``item`` is an output's path (``outputs/...``) or an input
-    id, looked up in the copy's balance.csv. Returns the output's path and where it lies;
-    raises ``EvidenceError`` naming what is missing or does not match."""
-    store = open_store(copy)
-    rel = item if item.startswith("outputs/") else _output_of(store, copy, item)
-    entry = find_output(store, rel)
-    if entry is not None:
-        shard, size, digest, offset = entry
-        problem = read_output(store, shard, size, digest, offset, out)
-        where = f"{rel} (member of {shard})"
-    else:
-        problem = _show_plain(store, rel, out)
-        where = rel
-    if problem is not None:
-        raise EvidenceError(f"{copy}: {problem}")
-    return where
-
-
-def _output_of(store: Any, copy: str, item: str) -> str:
-    """The output balance.csv names for input ``item`` (read row by row)."""
-    raw = store.open("balance.csv")
-    if raw is None:
-        raise EvidenceError(f"{copy}: no balance.csv to find input {item!r} in (name the "
-                            "output as outputs/...)")
-    with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as text:
-        for row in csv.DictReader(text):
-            if row.get("id") != item:
-                continue
-            out = row.get("output") or ""
-            if not out or os.path.isabs(out):
-                raise EvidenceError(f"{copy}: input {item!r} has no output in the copy "
-                                    f"(status {row.get('status')}, reason "
-                                    f"{row.get('reason') or '-'}, output {out or '-'})")
-            return out
-    raise EvidenceError(f"{copy}: no input {item!r} in balance.csv (an output is named "
-                        "outputs/...)")
-
-
-def _show_plain(store: Any, rel: str, out: BinaryIO) -> Optional[str]:
-    """A plain output's bytes to ``out`` once its SHA256SUMS line matches (two reads)."""
-    listed, _ = parse_sums(store.read(SUMS) or b"")
-    if rel not in listed:
-        return f"{rel}: not in the copy (neither in {SUMS} nor in {INDEX})"
-    found = digest_of(store, rel)
-    if found is None:
-        return f"{rel}: missing"
-    if found[0] != listed[rel]:
-        return f"{rel}: checksum mismatch (content changed)"
-    fh = store.open(rel)
-    with fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            out.write(chunk)
-    return None
-
-

@@ -88,29 +88,37 @@ def scan_outputs(run_dir: str, refused: List[str], tree: str = "outputs",
     is not a regular file or a folder, an odd name or a file over ``MAX_MEMBER_BYTES`` is
     appended to ``refused`` (named) and never opened; hidden files (temporary files of an
     interrupted write) are left out."""
+    try:
+        top = os.lstat(os.path.join(run_dir, tree))
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(top.st_mode):
+        refused.append(f"{tree}: {file_kind(top.st_mode)}: refused, not copied")
+        return
     stack = [tree]
     while stack:
         rel_dir = stack.pop()
         beat(f"listing {rel_dir}/")
+        folder = os.path.join(run_dir, *rel_dir.split("/"))
         try:
-            with os.scandir(os.path.join(run_dir, *rel_dir.split("/"))) as found:
-                entries = sorted(found, key=lambda e: e.name)
-        except FileNotFoundError:
+            names = sorted(os.listdir(folder))  # names only: a million in one folder is
+        except FileNotFoundError:               # ~80 MB, as DirEntry objects ~400
             continue
         subdirs = []
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}"
-            odd = name_problem(entry.name)
+        for name in names:
+            rel = f"{rel_dir}/{name}"
+            odd = name_problem(name)
             if odd is not None:
                 refused.append(f"{rel!r}: {odd}: refused, not copied")
                 continue
+            path = os.path.join(folder, name)
             try:
-                st = entry.stat(follow_symlinks=False)
+                st = os.lstat(path)
             except OSError:
                 continue  # vanished meanwhile
             if stat.S_ISDIR(st.st_mode):
                 subdirs.append(rel)
-            elif entry.name.startswith("."):
+            elif name.startswith("."):
                 continue
             elif not stat.S_ISREG(st.st_mode):
                 refused.append(f"{rel}: {file_kind(st.st_mode)}: refused, not copied")
@@ -118,7 +126,7 @@ def scan_outputs(run_dir: str, refused: List[str], tree: str = "outputs",
                 refused.append(f"{rel}: {st.st_size} bytes, over the {MAX_MEMBER_BYTES} "
                                "bytes one output may have: refused, not copied")
             else:
-                yield Output(rel, entry.path, st.st_size)
+                yield Output(rel, path, st.st_size)
         stack.extend(reversed(subdirs))
 
 

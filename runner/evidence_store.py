@@ -74,6 +74,15 @@ class LocalStore:
     def remove(self, rel: str) -> None:
         os.remove(os.path.join(self.root, *rel.split("/")))
 
+    def prune(self) -> None:
+        """Remove the folders an earlier copy left empty (its plain outputs/, say)."""
+        for base, _dirs, _names in os.walk(self.root, topdown=False):
+            try:
+                if base != self.root and not os.listdir(base):  # its empty folders gone
+                    os.rmdir(base)
+            except OSError:
+                pass
+
 
 class RemoteStore:
     def __init__(self, url: str) -> None:
@@ -136,6 +145,9 @@ class RemoteStore:
 
     def remove(self, rel: str) -> None:
         self.fs.rm_file(posixpath.join(self.root, rel))
+
+    def prune(self) -> None:
+        """Nothing to do: an object store has no empty folders to leave."""
 
 
 def open_store(dest: str) -> Any:

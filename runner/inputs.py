@@ -11,8 +11,8 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
-from dataclasses import dataclass
-from typing import Any, Dict, List
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
 
 from runner.errors import RunnerError
 from runner.spec import RunSpec
@@ -24,9 +24,21 @@ class InputsError(RunnerError, ValueError):
 
 @dataclass(frozen=True)
 class Item:
+    """One input. ``read()`` gives its bytes: from memory when a volume's worker read them
+    ahead while the batch before ran (``runner/readahead.py``), else from ``path``. A
+    handler that opens ``path`` itself finds the file read ahead in the page cache."""
+
     id: str
     path: str
     size: int
+    data: Optional[bytes] = field(default=None, repr=False, compare=False)
+
+    def read(self) -> bytes:
+        """The input file's bytes."""
+        if self.data is not None:
+            return self.data
+        with open(self.path, "rb") as fh:
+            return fh.read()
 
 
 def item_id(name: str) -> str:

@@ -39,7 +39,14 @@ from runner import events as ev
 from runner.cards import tolerate_card_verdict
 from runner.files import write_json_atomic
 from runner.spec import RunSpec
-from runner.stage import STAGE_TABLE, StageContext, StageDef, stage_target, stage_timeout
+from runner.stage import (
+    STAGE_TABLE,
+    StageContext,
+    StageDef,
+    stage_applies,
+    stage_target,
+    stage_timeout,
+)
 from runner.watchdog import Worker, resolve_stage, run_stage_here, timed_out_result
 
 PASSED, FAILED, SOFT_SKIP, BLOCKED = "passed", "failed", "skipped", "blocked"
@@ -172,6 +179,8 @@ class Ladder:
     # -------------------------------------------------------------- one stage
 
     def _run_one(self, stage: StageDef) -> None:
+        if not stage_applies(stage, self.spec):
+            return  # no part of this run (a pilot without a volume has no calibration)
         reason = None if stage.after_failure else self._blocked_reason(stage)
         if reason is None:
             exists, module = resolve_stage(stage_target(stage, self.spec))

@@ -91,7 +91,7 @@ class ShardWriter:
             return results
         out: List[Any] = []
         lines: List[bytes] = []
-        name = f"{self.prefix}-{self.seq + 1:06d}{SHARD_SUFFIX}"
+        name = self._next_name()
         rel = f"{OUTPUTS}/{SHARDS}/{name}"
         for res in results:
             if not isinstance(res, dict) or not isinstance(res.get("id"), str) \
@@ -113,6 +113,15 @@ class ShardWriter:
         if lines:
             self._write(name, lines)
         return out
+
+    def _next_name(self) -> str:
+        """The next shard's name; one already there (a run directory written by another
+        attempt under the same number) is never replaced: the number moves past it."""
+        while True:
+            name = f"{self.prefix}-{self.seq + 1:06d}{SHARD_SUFFIX}"
+            if not os.path.lexists(os.path.join(self.folder, name)):
+                return name
+            self.seq += 1
 
     def _write(self, name: str, lines: List[bytes]) -> None:
         path = os.path.join(self.folder, name)
@@ -202,7 +211,10 @@ def summary(run_dir: str) -> Dict[str, Any]:
             rel = os.path.relpath(path, run_dir).replace(os.sep, "/")
             if is_temp_name(name) or name.startswith(".") or os.path.islink(path):
                 continue
-            size = os.lstat(path).st_size
+            try:
+                size = os.lstat(path).st_size
+            except OSError:  # gone meanwhile
+                continue
             if rel.startswith(f"{OUTPUTS}/{SHARDS}/") and name.endswith(SHARD_SUFFIX):
                 found["shards"] += 1
                 found["shard_bytes"] += size

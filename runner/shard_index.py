@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import IO, Any, Deque, Dict, Iterable, Iterator, List, Optional, Protocol, Set, Tuple
 
 from runner.evidence_shards import (
     BLOCK,
@@ -329,8 +329,14 @@ def find_output(store: Any, path: str) -> Optional[Tuple[str, int, str, int]]:
     return None
 
 
+class Sink(Protocol):
+    """Where checked bytes go (a binary file, standard output, a line picker)."""
+
+    def write(self, data: bytes, /) -> Any: ...
+
+
 def read_output(store: Any, shard: str, size: int, digest: str, offset: int,
-                out: IO[bytes]) -> Optional[str]:
+                out: Sink) -> Optional[str]:
     """Copy one member's bytes (``offset``, ``size`` from the index) to ``out`` once its
     SHA-256 matches the index (read twice: nothing unchecked is written); the problem,
     naming the shard, when it does not, else None."""

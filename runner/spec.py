@@ -211,7 +211,8 @@ class VolumeSpec:
     times the slowest batch, ``pilot_batch_s`` before any batch finished, at least 60 s).
     ``pilot_batch_s``: the pilot's measured seconds for one batch of the volume's size.
     ``in_flight``: batches each worker holds at once (run one after another on it, so its
-    cards do not idle during the round trip to the driver). ``time_limit_s``: the pilot
+    cards do not idle during the round trip to the driver). ``prefetch``: batches each
+    worker reads the input files of while it runs one (0: none). ``time_limit_s``: the pilot
     stage's timeout in the volume run (the driver's whole run; 0: the stage's default).
     ``cards``: the healthy cards this node offers (local Ray only; None: all it sees).
     ``nodes``: the card proof of each node of a several-node volume, written by the
@@ -228,12 +229,42 @@ class VolumeSpec:
     cards: Optional[List[int]] = None
     pilot_batch_s: float = 0.0
     in_flight: int = 2
+    prefetch: int = 1  # batches each worker reads ahead (runner/readahead.py); 0: off
     time_limit_s: float = 0.0
     nodes: Optional[List[Dict[str, Any]]] = None
     outputs_on_nodes: bool = False  # handlers' files stay on their nodes, listed on the head
     # the head's card proof of this dispatch (``dir``, ``run``, ``finished_at``): its
     # passed card stages are taken, not run again (runner/proven.py)
     head_proof: Optional[Dict[str, Any]] = None
+    # ``time_limit_s`` came from the forecast (not the manifest): the driver widens it from
+    # the rate it measures, never past ``lease_ends_at`` (epoch seconds; 0: unknown)
+    # (runner/volume_limit.py)
+    limit_adapts: bool = False
+    lease_ends_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    """The volume's calibration, run by a pilot's ``calibrate`` stage after its items
+    (present only in the spec of a pilot with a volume, ``volume.calibrate`` not false).
+
+    A random sample (``seed``) of the volume's inputs (``dir`` and ``pattern`` as the node
+    sees them) runs on a local Ray of the pilot's node, as the volume's workers run it:
+    each worker loads the handler, makes one warm-up call (timed apart), then at least
+    ``batches`` batches of ``batch_size`` are timed, more while under ``min_s`` seconds, at
+    most ``batches_max``. Its results are recorded in a scratch ledger under
+    ``calibration/`` of the run directory (the driver's recording rate), never in the run's:
+    the volume runs those inputs again."""
+
+    dir: str = ""
+    pattern: str = "*"
+    batch_size: int = 1
+    batches: int = 5
+    batches_max: int = 30
+    min_s: float = 10.0
+    seed: int = 0
+    cards_per_worker: int = 1
+    gpus: bool = False
 
 
 @dataclass(frozen=True)
@@ -254,6 +285,7 @@ class RunSpec:
     preparation: str = "pytorch"
     blender: BlenderSpec = field(default_factory=BlenderSpec)
     volume: Optional[VolumeSpec] = None
+    calibration: Optional[CalibrationSpec] = None
     version: int = SPEC_VERSION
 
     def to_dict(self) -> Dict[str, Any]:
@@ -285,6 +317,8 @@ class RunSpec:
                 blender=_sub(BlenderSpec, raw, "blender"),
                 volume=_sub(VolumeSpec, raw, "volume") if raw.get("volume") is not None
                 else None,
+                calibration=_sub(CalibrationSpec, raw, "calibration")
+                if raw.get("calibration") is not None else None,
                 version=_opt(raw, "version", SPEC_VERSION),
             )
         except TypeError as exc:

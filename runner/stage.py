@@ -113,6 +113,14 @@ class StageDef:
     # useful kind); it then works with what the run produced.
     after_failure: bool = False
     idle: bool = False  # timeout_s is the longest it may go without progress
+    # The spec's section this stage needs (``calibration``): without it the stage is no part
+    # of the run (no event at all), not a skipped one.
+    needs: str = ""
+
+
+def stage_applies(stage: StageDef, spec: Any) -> bool:
+    """Whether ``stage`` is part of a run of ``spec`` (its ``needs`` section is present)."""
+    return not stage.needs or getattr(spec, stage.needs, None) is not None
 
 
 STAGE_TABLE: Tuple[StageDef, ...] = (
@@ -130,6 +138,8 @@ STAGE_TABLE: Tuple[StageDef, ...] = (
     StageDef("pilot", "runner.stages.pilot:pilot",
              ("environment", "compute", "extensions", "memory"), True, 3600),
     StageDef("balance", "runner.stages.balance:balance", ("pilot",), False, 600),
+    StageDef("calibrate", "runner.stages.calibrate:calibrate", ("balance",), True, 900,
+             needs="calibration"),
     # judged by progress: a million outputs take as long as they take while they move
     StageDef("evidence", "runner.stages.evidence:evidence", ("balance",), False, 300,
              after_failure=True, idle=True),
@@ -176,5 +186,5 @@ def stage_timeout(stage: StageDef, spec: RunSpec) -> float:
 
 __all__ = [
     "Facts", "Emit", "StageFailure", "StageSkipped", "StageContext", "StageDef",
-    "STAGE_TABLE", "STAGES_BY_NAME", "stage_timeout", "stage_target",
+    "STAGE_TABLE", "STAGES_BY_NAME", "stage_timeout", "stage_target", "stage_applies",
 ]

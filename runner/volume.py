@@ -114,6 +114,7 @@ class Driver:
     def __init__(self, ctx: StageContext, recorder: ItemRecorder, ray: Any, workers: List[Worker],
                  batches: List[Batch], timeout_s: float, *, pilot_batch_s: float = 0.0,
                  item_timeout_s: float = 0.0, pilot_item_s: float = 0.0, in_flight: int = 1,
+                 prefetch: int = 0,
                  spawn: Optional[Callable[[int], Any]] = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         from runner.volume_ray import lost_errors
@@ -129,12 +130,14 @@ class Driver:
         self.item_timeout_s = float(item_timeout_s or 0)
         self.pilot_item_s = float(pilot_item_s or 0)
         self.in_flight = max(1, int(in_flight or 1))
+        self.prefetch = max(0, int(prefetch or 0))  # batches each worker reads ahead
         self.spawn = spawn
         self.starting: Dict[Any, Tuple[Worker, float, str]] = {}  # ref -> (new, since, why)
         self.replacements_left = max(REPLACE_MIN, len(workers)) if spawn is not None else 0
         self.next_key = max((w.key for w in workers), default=-1) + 1
         self.slowest = self.pilot_batch_s  # the slowest batch so far: a running maximum
         self.writer: Optional[RecordWriter] = None
+        self.recording_s = 0.0  # the recording thread's busy seconds over the pass
         self.last_per_card = -PER_WORKER_EVERY_S
         self.per_card_workers: List[str] = []
         self.lost_types = lost_errors(ray)
@@ -150,6 +153,9 @@ class Driver:
         self.lost_nodes: Set[str] = set()
         self.isolated: Dict[str, str] = {}
         self.inputs_root = os.path.abspath(ctx.spec.inputs.dir)
+        from runner.volume_limit import AdaptiveLimit
+
+        self.limit = AdaptiveLimit.from_spec(ctx.spec.volume, clock=clock)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> Dict[str, Any]:
@@ -160,8 +166,12 @@ class Driver:
             self._pass()
         except BaseException:
             self.writer.close()  # what came back is kept for the resume
+            self.writer = None
             raise
-        self._check_writer(self.writer.close())
+        error = self.writer.close()
+        self.recording_s, self.writer = self.writer.busy_s, None
+        self._check_writer(error)
+        self._progress(force=True)  # every result recorded: the final count
         return self.facts()
 
     def _pass(self) -> None:
@@ -183,7 +193,6 @@ class Driver:
             self._check_nodes()
             self._progress()
         self._check_nodes(force=True)  # a node whose workers were lost before it looked dead
-        self._progress(force=True)
         for worker, _since, _why in self.starting.values():  # started for nothing
             self._kill(worker)
 
@@ -210,6 +219,8 @@ class Driver:
         self._later(job)
 
     def _check_writer(self, error: Optional[BaseException] = None) -> None:
+        """The recording's first error, if any, as the stage's failure (what was recorded
+        before it is kept)."""
         error = error or (self.writer.error if self.writer is not None else None)
         if error is not None:
             raise StageFailure("pilot", f"the results could not be recorded: "
@@ -238,10 +249,21 @@ class Driver:
                 line = self.lines.setdefault(w.key, [])
                 if not w.usable or len(line) >= depth:
                     continue
-                batch = self.queue.take()
-                ref = w.actor.run.remote(batch.payload(self.inputs_root))
+                batch = self.queue.take(w.key, steal=not line)
+                if batch is None:
+                    continue
+                ref = self._send(w, batch)
                 self.out[ref] = Outstanding(batch, w, self.clock())
                 line.append(ref)
+
+    def _send(self, w: Worker, batch: Batch) -> Any:
+        """``run`` on worker ``w``; with read ahead, the batches it runs next go with it
+        (``runner/readahead.py``: their files are read while this one computes)."""
+        payload = batch.payload(self.inputs_root)
+        if not self.prefetch:
+            return w.actor.run.remote(payload)
+        ahead = self.queue.reserve(w.key, self.prefetch)
+        return w.actor.run.remote(payload, [b.payload(self.inputs_root) for b in ahead])
 
     def _forget(self, ref: Any) -> Optional[Outstanding]:
         """Take ``ref`` off the books; the worker's next batch starts its clock now."""
@@ -274,7 +296,8 @@ class Driver:
                 self._later(lambda: keep(self.ctx.run_dir, ids, str(reply["error"]),
                                          reply.get("where"), str(reply["traceback"]),
                                          batch=o.batch.n, worker=label))
-            self._failed(o, TIMEOUT if cause == TIMEOUT else RAISED, str(reply["error"]))
+            self._failed(o, TIMEOUT if cause == TIMEOUT else RAISED, str(reply["error"]),
+                         kept=self._keep_partial(o, reply), suspect=reply.get("suspect"))
             return
         if isinstance(reply.get("seconds"), (int, float)):
             self.slowest = max(self.slowest, float(reply["seconds"]))
@@ -282,20 +305,38 @@ class Driver:
                      reply.get("seconds"))
 
     # ------------------------------------------------------------------ failures
-    def _failed(self, o: Outstanding, cause: str, detail: str) -> None:
+    def _keep_partial(self, o: Outstanding, reply: Dict[str, Any]) -> Set[str]:
+        """The results a failed call yielded before it failed (a generator handler,
+        ``runner/handler_call.py``; their outputs already in a shard on the worker's
+        node), recorded like any batch's: the ids of the batch not run again."""
+        results = reply.get("results")
+        if not isinstance(results, list) or not results:
+            return set()
+        ids = {it.id for it in o.batch.items}
+        asked = [r["id"] for r in results if isinstance(r, dict) and r.get("id") in ids]
+        self._record(o.worker, asked, results)
+        # recorded by the writer's thread: a well-formed result counts as kept now (one
+        # the audit refuses is a ledger anomaly, as in a batch that did not fail)
+        return {r["id"] for r in results if isinstance(r, dict) and r.get("id") in ids
+                and r.get("status") in ("accepted", "refused")}
+
+    def _failed(self, o: Outstanding, cause: str, detail: str, *,
+                kept: Optional[Set[str]] = None, suspect: Any = None) -> None:
         """A batch that failed because of what it holds: split, or its input refused."""
         batch = o.batch
         reason = refusal_reason(cause, detail, item_timeout_s=self.item_timeout_s,
                                 batch_timeout_s=self.timeout())
-        split = self.queue.failed(batch, cause, reason)
+        split = self.queue.failed(batch, cause, reason, kept=kept or (),
+                                  suspect=suspect if isinstance(suspect, str) else None)
         for iid, why in split.refused:
             self.isolated[iid] = why
             self._record(o.worker, [iid], [{"id": iid, "status": "refused", "reason": why}])
         if split.parts or split.refused:
+            hint = {"kept": len(kept or ()), "suspect": suspect} if kept or suspect else {}
             self._emit(ev.VOLUME_SPLIT, batch=batch.n, items=len(batch.items), cause=cause,
                           worker=o.worker.label, reason=detail[:300], parts=list(split.parts),
-                          refused=[{"id": i, "reason": r} for i, r in split.refused])
-        else:
+                          refused=[{"id": i, "reason": r} for i, r in split.refused], **hint)
+        elif split.retried:
             self._note_requeue(batch, f"worker {o.worker.label} died while running it "
                                       "alone; it is tried once more")
         if len(self.isolated) > self.isolated_max:
@@ -349,7 +390,9 @@ class Driver:
         self._release(o.worker, reason)
 
     def _release(self, w: Worker, reason: str) -> None:
-        """Every batch still on worker ``w`` back to the queue, in their order."""
+        """Every batch still on worker ``w`` back to the queue, in their order (those
+        reserved for it to read ahead behind them)."""
+        self.queue.release(w.key)
         line = self.lines.get(w.key, [])
         for ref in reversed(list(line)):
             o = self.out.pop(ref, None)
@@ -528,6 +571,9 @@ class Driver:
                    held=len(held), held_s=round(held[0][0], 1) if held else None,
                    held_limit_s=round(held[0][1], 1) if held else None,
                    workers=len(usable), running_s=round(elapsed, 3), **per_card)
+        widened = self.limit.check(done - self.start_done, self.total - done, self.total)
+        if widened is not None:  # the watchdog moves the stage's deadline with it
+            self._emit(ev.VOLUME_LIMIT, **widened)
 
     def facts(self) -> Dict[str, Any]:
         return {"engine": "ray", "workers": len(self.workers) - self.replaced,
@@ -536,10 +582,12 @@ class Driver:
                 "workers_excluded": sum(1 for w in self.workers if w.excluded),
                 "nodes_lost": len(self.lost_nodes), "batches_requeued": self.requeued,
                 "batches_split": self.queue.splits, "in_flight": self.in_flight,
+                "prefetch": self.prefetch,
                 "batch_timeout_s": round(self.timeout(), 3),
                 "refused_alone": len(self.isolated),
                 "refused_alone_ids": sorted(self.isolated)[:20],
                 "re_executed": self.re_executed,
+                "recording_s": round(self.recording_s, 3),
                 "items_per_s": round((len(self.recorder.recorded) - self.start_done)
                                      / max(self.clock() - self.t0, 1e-6), 2)}
 
@@ -595,7 +643,8 @@ def run_volume(ctx: StageContext, remaining: List[Item],
                             pilot_batch_s=float(vspec.pilot_batch_s or 0),
                             item_timeout_s=item_timeout(ctx.spec),
                             pilot_item_s=pilot_item_s(ctx.spec),
-                            in_flight=int(vspec.in_flight or 1), spawn=spawn).run())
+                            in_flight=int(vspec.in_flight or 1),
+                            prefetch=int(vspec.prefetch), spawn=spawn).run())
         if vspec.address:  # several nodes: their handlers' files come to the head
             facts["node_outputs"] = collect_node_outputs(
                 ctx, ray, workers, keep_on_nodes=bool(vspec.outputs_on_nodes))

@@ -57,7 +57,8 @@ def start(ray: Any, vspec: Any, run_dir: str, cpu_workers: int) -> Dict[str, Any
         gpus = len(vspec.cards) if vspec.gpus and vspec.cards is not None else None
         if vspec.gpus and vspec.cards is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(c) for c in vspec.cards)
-        ray.init(num_cpus=max(1, cpu_workers), num_gpus=gpus if vspec.gpus else 0,
+        # address "local": a Ray of our own, never another one found running on the node
+        ray.init(address="local", num_cpus=max(1, cpu_workers), num_gpus=gpus if vspec.gpus else 0,
                  include_dashboard=False, **quiet)
     session = _session_dir(ray)
     if session and not vspec.address:
@@ -212,6 +213,9 @@ class _Worker:
         self.inputs_root = ""
         self.project_dir: Optional[str] = None
         self.clock: Any = None
+        from runner.readahead import ReadAhead
+
+        self.readahead = ReadAhead()
         self.node_run_dir = os.environ.get(NODE_RUN_DIR_ENV) or None
         if self.node_run_dir is None:  # one machine: the driver's paths are this node's
             for entry in reversed(sys_path):
@@ -269,18 +273,21 @@ class _Worker:
 
         return read_chunk(self.node_run_dir, rel, offset, size)
 
-    def run(self, batch: List[List[Any]]) -> Dict[str, Any]:
-        from runner.inputs import Item
-
-        items = [Item(str(i), os.path.join(self.inputs_root, str(p)), int(s))
-                 for i, p, s in batch]
+    def run(self, batch: List[List[Any]],
+            ahead: Optional[List[List[List[Any]]]] = None) -> Dict[str, Any]:
+        """``batch`` under the item clock; ``ahead``: the batches this worker runs next
+        (``volume.prefetch``), whose files are read while the handler computes."""
+        items = self.readahead.items(batch, self.inputs_root)  # runner/readahead.py
+        self.readahead.start(ahead, self.inputs_root)
+        from runner.handler_call import BatchCall
         from runner.itemtimeout import ItemTimedOut
         from runner.outputs import OutputsError
 
         t0 = time.perf_counter()
+        call = BatchCall(self.handler, items, self.ctx)  # keeps what a failure leaves
         try:
             with self.clock:  # task.item_timeout_s per item, as in the pilot
-                results = self.clock.call(self.handler, len(items), items, self.ctx)
+                results = self.clock.call(call, len(items))
             # the batch's outputs durable in one shard on this node before the driver hears
             results = self.shards.write(results)
             return {"results": results, "seconds": time.perf_counter() - t0}
@@ -289,14 +296,28 @@ class _Worker:
         except ItemTimedOut:
             return {"error": f"no result within task.item_timeout_s = "
                              f"{self.clock.per_item_s:g} s per item", "cause": "timeout",
-                    "seconds": time.perf_counter() - t0}
+                    "seconds": time.perf_counter() - t0, **self._partial(call)}
         except Exception as exc:  # its place kept: runner/handler_errors.py
             from runner.handler_errors import formatted, where
 
             at = where(exc, self.project_dir)
             return {"error": f"task.handler raised {type(exc).__name__}: {exc}"
                              + (f" (at {at})" if at else ""), "cause": "raised",
-                    "where": at, "traceback": formatted(exc)}
+                    "where": at, "traceback": formatted(exc), **self._partial(call)}
+
+    def _partial(self, call: Any) -> Dict[str, Any]:
+        """What a failed call leaves (``runner/handler_call.py``), the outputs of the
+        results it yielded made durable in a shard first, as a batch's are; a shard that
+        cannot be written leaves those inputs to run again."""
+        from runner.outputs import OutputsError
+
+        left: Dict[str, Any] = call.partial()
+        if "results" in left:
+            try:
+                left["results"] = self.shards.write(left["results"])
+            except OutputsError:
+                del left["results"]
+        return left
 
 
 def node_paths(spec: Dict[str, Any], run_dir: str) -> Tuple[Dict[str, Any], str]:

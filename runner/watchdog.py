@@ -115,7 +115,8 @@ class Worker:
         self.start()
         if not self._send({"op": "run", "stage": name, "facts": facts}):
             return self._died(name)
-        deadline = time.monotonic() + timeout
+        began = time.monotonic()
+        deadline = began + timeout
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -128,6 +129,9 @@ class Worker:
                 return self._died(name)
             if message.get("kind") == "event":
                 emit(message["type"], **message.get("data", {}))
+                widened = _widened(message, timeout)
+                if widened is not None:  # the volume's driver widened its time limit
+                    timeout, deadline = widened, began + widened
             elif message.get("kind") == "result":
                 return message
 
@@ -192,6 +196,17 @@ class Worker:
             self._reader.join(timeout=5)
             self._reader = None
         self.proc = None
+
+
+def _widened(message: Result, timeout: float) -> Optional[float]:
+    """The stage's new time limit when ``message`` is a ``volume.limit`` event that widens
+    it (runner/volume_limit.py); never a shorter one."""
+    if message.get("type") != "volume.limit":
+        return None
+    value = (message.get("data") or {}).get("limit_s")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > timeout:
+        return float(value)
+    return None
 
 
 def timed_out_result(name: str, timeout: float, in_process: bool = False,

@@ -90,8 +90,8 @@ def test_node_programs_import_only_the_standard_library() -> None:
 
 
 # The node kinds are named by their adapters (bot/nodes/) and the manifest's node models
-# (bot/manifest/model.py) only; everything else asks the typed node (is_remote, label, ...).
-KIND_HOMES = ("bot/nodes/", "bot/manifest/model.py")
+# (bot/manifest/nodes.py) only; everything else asks the typed node (is_remote, label, ...).
+KIND_HOMES = ("bot/nodes/", "bot/manifest/nodes.py")
 
 
 def kind_literals(path: Path, kinds: set[str]) -> list[tuple[int, str]]:
@@ -128,13 +128,23 @@ def test_the_kind_literal_finder_finds_them(tmp_path: Path) -> None:
 
 
 def test_only_the_node_adapters_and_models_name_a_kind() -> None:
-    from bot.manifest.model import NODE_MODELS
+    from bot.manifest.nodes import NODE_MODELS
     from bot.nodes.registry import KINDS
 
     assert set(KINDS) == set(NODE_MODELS), "every kind the manifest takes has an adapter"
     bad = [f"{where(path, line)} {what}" for path in modules("bot")
            if not _importer(path).startswith(KIND_HOMES)
            for line, what in kind_literals(path, set(KINDS))]
+    assert bad == []
+
+
+def test_the_dispatch_reads_no_manifest_but_its_plan() -> None:
+    """A start is handed its launch plan (bot/dispatch/plan.py), taken once from the run's
+    checked manifest: no other module of the dispatch or the node kinds parses YAML (the
+    run directory's manifest.yaml read back as a raw dict)."""
+    bad = [f"{where(p, n)} imports {m}" for p, m, n in _bot_imports()
+           if m.split(".")[0] == "yaml" and _importer(p).startswith(("bot/dispatch/", "bot/nodes/"))
+           and _importer(p) != "bot/dispatch/plan.py"]
     assert bad == []
 
 

@@ -294,15 +294,27 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
         service.reap(active.id)  # record what runners wrote since; close runs that died
     rows = service.recent_runs(limit)
     if as_json:
+        from bot.pilot.track_record import score_of
+
         keys = ("id", "name", "attempt", "kind", "status", "outcome", "stage_reached", "created_at",
                 "items_pruned_at")
-        typer.echo(json.dumps([{k: getattr(r, k) for k in keys} for r in rows], indent=2))
+        typer.echo(json.dumps([{**{k: getattr(r, k) for k in keys}, **_score(score_of(r))}
+                               for r in rows], indent=2))
         return
     if not rows:
         console.print("no runs yet: `preflight run MANIFEST` starts one")
         return
     for line in runs_lines(rows, console.width):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _score(score: Any) -> dict[str, Any]:
+    """A volume's forecast score for `preflight runs --json` (nothing for other runs)."""
+    if score is None:
+        return {}
+    return {"forecast_error_pct": score.error_pct, "forecast_within_range": score.within,
+            "forecast_scored": "partial" if score.partial else "whole",
+            "forecast_calibrated": score.calibrated}
 
 
 @app.command()

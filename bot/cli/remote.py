@@ -122,8 +122,8 @@ def watch(once: bool = typer.Option(False, help="run each job once now and exit"
     try:
         if once:
             now = schedule.utcnow()
-            sent = (service.watch_runs(now) + service.check_leases(now)
-                    + service.remind_evidence(now))
+            sent = (service.watch.watch_runs(now) + service.watch.check_leases(now)
+                    + service.watch.remind_evidence(now))
             console.print(f"{len(sent)} alert(s) or reminder(s) sent")
             pruned = schedule.prune_store(service, now)
             if pruned:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from bot.messages.views import lease_refused
 from bot.pilot.record import Run, RunRecord
+from bot.pilot.track_record import record_line, score_of
 
 STATUS_WORDS = {"awaiting_decision": "to decide", "dispatching": "starting",
                 "dispatch_failed": "no start"}
@@ -19,15 +20,26 @@ def runs_lines(rows: Sequence[RunRecord], width: int = 80) -> list[str]:
     cells = [(r.id.split("-", 1)[0], _pilot(r),
               "refused (lease)" if lease_refused(r) else STATUS_WORDS.get(r.status, r.status),
               r.outcome or "",
-              r.stage_reached or "", _note(r)) for r in rows]
-    head = ("run", "pilot", "status", "outcome", "stage", "first error")
-    widths = [max(len(c[i]) for c in [head, *cells]) for i in range(5)]
+              r.stage_reached or "", _forecast(r), _note(r)) for r in rows]
+    head = ("run", "pilot", "status", "outcome", "stage", "forecast", "first error")
+    fixed_cells = len(head) - 1
+    widths = [max(len(c[i]) for c in [head, *cells]) for i in range(fixed_cells)]
     out = []
     for cell in [head, *cells]:
-        fixed = "  ".join(cell[i].ljust(widths[i]) for i in range(5))
+        fixed = "  ".join(cell[i].ljust(widths[i]) for i in range(fixed_cells))
         room = max(0, width - len(fixed) - 2)
-        out.append((fixed + "  " + _cut(cell[5], room)).rstrip() if room else fixed.rstrip())
+        out.append((fixed + "  " + _cut(cell[-1], room)).rstrip() if room else fixed.rstrip())
+    summary = record_line(rows)
+    if summary:  # how far to trust the next forecast
+        out.append(summary)
     return out
+
+
+def _forecast(run: RunRecord) -> str:
+    """A volume's forecast scored against its actual: error against the middle, in or out
+    of the range (* scored on the items its attempts recorded)."""
+    score = score_of(run)
+    return score.cell() if score is not None else ""
 
 
 def _pilot(run: RunRecord) -> str:

@@ -13,17 +13,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from bot.dispatch.plan import LaunchPlan, read_plan
 from bot.errors import DispatchError
 from runner.events import Event, EventFormatError
 
 LOG_TAIL_BYTES = 64 * 1024  # of the runner's output kept to describe a runner that died
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the service decided on hearing a step of a start, handed back to the dispatch
+    as the step's answer (never written into a file the dispatch writes too): the volume
+    driver's time limit, widened to the forecast on the proven nodes once every node is
+    proven (``bot/service/proven.py``)."""
+
+    time_limit_s: float | None = None
+
+
 # How a start reports its steps (``runner.events.DISPATCH_NODE``'s fields: node, index,
-# phase, ...). It may raise ``bot.errors.DispatchStopped``: the run was stopped meanwhile.
-Progress = Callable[[dict[str, Any]], None]
+# phase, ...), and hears the service's decision on a step (None: nothing decided). It may
+# raise ``bot.errors.DispatchStopped``: the run was stopped meanwhile.
+Progress = Callable[[dict[str, Any]], "Decision | None"]
 
 
-def no_progress(step: dict[str, Any]) -> None:
+def no_progress(step: dict[str, Any]) -> Decision | None:
     """The report of a start nobody follows."""
+    return None
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,9 @@ class RunHandle:
     pid: int | None = None
     resume: bool = False
     node: dict[str, Any] | None = None  # the manifest's node section, when the caller has it
+    # what a start needs of the run's manifest, taken once by the service (bot/dispatch/
+    # plan.py); None: read from the run directory by ``plan_of`` (a test, a tool)
+    plan: LaunchPlan | None = field(default=None, compare=False, repr=False)
     # Where ``start`` reports each step of a several-node volume's dispatch (uploaded,
     # proved, Ray up per node); the service records and shows them, and stops the dispatch
     # by raising DispatchStopped from it.
@@ -80,6 +98,11 @@ class Dispatcher(Protocol):
         """Release what the dispatcher holds open (connections, an event loop); a later
         call opens them again."""
 
+
+
+def plan_of(handle: RunHandle) -> LaunchPlan:
+    """The handle's launch plan, else the one its run directory's manifest gives."""
+    return handle.plan if handle.plan is not None else read_plan(handle.run_dir)
 
 
 def json_object(text: str) -> dict[str, Any] | None:

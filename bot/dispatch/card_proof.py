@@ -100,7 +100,7 @@ class NodeProof:
 
 
 def prove_nodes(runs: Runs, nodes: Sequence[SSHNode], copies: Sequence[NodeCopy],
-                gpus: bool, report: Callable[[dict[str, Any]], None] | None = None,
+                gpus: bool, report: Callable[[dict[str, Any]], object] | None = None,
                 share: int | None = None) -> list[NodeProof]:
     """Every node's proof, run at the same time; the first refusal (by node order) wins.
     ``report`` hears of each node proven as its proof comes in (``phase: proved``);

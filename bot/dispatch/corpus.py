@@ -26,9 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bot.dispatch.base import first_difference, json_object
+from bot.dispatch.base import RunHandle, first_difference, json_object, plan_of
 from bot.dispatch.inputs_check import CheckedInputs, checked_files
 from bot.dispatch.node_names import node_name
 from bot.dispatch.node_output import NODE_OUTPUT_CAP
@@ -38,32 +36,16 @@ from bot.node_programs.corpus_listing import Row, listing_digest
 from runner.inputs import item_id
 
 
-def corpus_on_nodes(run_dir: Path, spec: dict[str, Any]) -> str | None:
-    """``volume.inputs.on_nodes`` of a volume run's manifest (None: the corpus is sent)."""
-    value = _volume_inputs(run_dir, spec).get("on_nodes")
-    return str(value) if value else None
+def corpus_on_nodes(handle: RunHandle, spec: dict[str, Any]) -> str | None:
+    """``volume.inputs.on_nodes`` of a volume run (its launch plan's; None: the corpus is
+    sent, or the run is no volume)."""
+    return plan_of(handle).on_nodes if spec.get("volume") else None
 
 
-def corpus_node_only(run_dir: Path, spec: dict[str, Any]) -> bool:
+def corpus_node_only(handle: RunHandle, spec: dict[str, Any]) -> bool:
     """The corpus is only on the nodes: ``on_nodes`` without ``volume.inputs.dir`` (the
     bot has no copy; the head node's listing is the reference, ``LISTING_FILE``)."""
-    inputs = _volume_inputs(run_dir, spec)
-    return bool(inputs.get("on_nodes")) and not inputs.get("dir")
-
-
-def _volume_inputs(run_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
-    if not spec.get("volume"):
-        return {}
-    try:
-        data = yaml.safe_load((run_dir / "manifest.yaml").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise DispatchError(f"{run_dir / 'manifest.yaml'}: cannot read volume.inputs: "
-                            f"{exc}") from exc
-    volume = data.get("volume") if isinstance(data, dict) else None
-    inputs = volume.get("inputs") if isinstance(volume, dict) else None
-    return inputs if isinstance(inputs, dict) else {}
+    return bool(spec.get("volume")) and plan_of(handle).node_only
 
 
 # The head node's listing of a corpus only the nodes hold, written at each dispatch

@@ -44,8 +44,8 @@ def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> list[Row] | No
     """The head's listing of a corpus only the nodes hold, checked and written to the run
     directory (None: the run's corpus is not such a one)."""
     spec = load_spec(handle.spec_path)
-    on_nodes = corpus_on_nodes(handle.run_dir, spec)
-    if not on_nodes or not corpus_node_only(handle.run_dir, spec):
+    on_nodes = corpus_on_nodes(handle, spec)
+    if not on_nodes or not corpus_node_only(handle, spec):
         return None
     inputs = spec.get("inputs") or {}
     pattern = str(inputs.get("pattern") or "*")

@@ -1,7 +1,7 @@
 """What the SSH dispatcher sends to a node and runs there (no network here).
 
 - ``SSHNode``: the manifest's node section for ``node.kind: ssh``. ``node_section`` takes it
-  from the handle (the service passes it), else from the run directory's ``manifest.yaml``;
+  from the handle (the service passes it), else from its launch plan (``plan_of``);
   ``locate`` adds the run's layout on the node that ``start`` kept in ``remote.json``, so a
   restarted bot finds its runs again.
 - ``UploadPlan``: where each local file goes on the node (the ``runner`` package, the
@@ -24,10 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-
 import runner
-from bot.dispatch.base import RunHandle, json_object
+from bot.dispatch.base import RunHandle, plan_of
 from bot.dispatch.corpus import (
     corpus_command,
     corpus_node_only,
@@ -37,8 +35,7 @@ from bot.dispatch.corpus import (
     reference_rows,
 )
 from bot.dispatch.inputs_check import CheckedInputs, checked_files, recheck_inputs
-from bot.dispatch.node_names import node_relpath
-from bot.errors import DispatchError, NodeUnreachable
+from bot.errors import DispatchError
 from bot.node_programs import NODE_RAY, launcher_command
 from bot.node_programs.corpus_listing import Row
 from bot.nodes.ssh import KIND as SSH_KIND
@@ -138,15 +135,13 @@ def mirror(path: Path, offset: int, data: bytes) -> None:
 
 
 def node_section(handle: RunHandle) -> dict[str, Any]:
-    """The manifest's node section: the handle's, else the run directory's ``manifest.yaml``."""
+    """The manifest's node section: the handle's, else its launch plan's (``plan_of``)."""
     if handle.node is not None:
         return _ssh_only(handle.node, f"run {handle.run_id}")
-    path = handle.run_dir / "manifest.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise DispatchError(f"{path}: cannot read the node section: {exc}") from exc
-    return _ssh_only(data.get("node") if isinstance(data, dict) else None, str(path))
+    where = str(handle.run_dir / "manifest.yaml") if handle.plan is None \
+        else f"run {handle.run_id}"
+    node = plan_of(handle).node
+    return _ssh_only(node.model_dump(mode="json") if node is not None else None, where)
 
 
 def locate(handle: RunHandle) -> tuple[SSHNode, dict[str, Any]]:
@@ -173,97 +168,6 @@ def _ssh_only(node: Any, where: str) -> dict[str, Any]:
     if not isinstance(node, dict) or node.get("kind") != SSH_KIND:
         raise DispatchError(f"{where}: node.kind is not {SSH_KIND}; use the local dispatcher")
     return node
-
-
-def lock_holder(reply: str, node: str, workdir: str, python: str, run_id: str = "") -> None:
-    """Checks the first line the launcher printed: the lock is ours, or who holds it. Held
-    by this very run: the launcher of a dispatch whose connection dropped, about to see its
-    stdin close and let go; ``NodeUnreachable`` makes the dispatch try again."""
-    answer = json_object(reply) or {}
-    if answer.get("locked"):
-        return
-    held = answer.get("held")
-    if not isinstance(held, dict):
-        raise DispatchError(f"{node}: node.python {python!r} did not answer the launcher "
-                            f"(got {reply.strip()[:200]!r}); is it Python >= 3.9 on a POSIX "
-                            "system and does the login print nothing on stdout?")
-    if run_id and held.get("run") == run_id:
-        raise NodeUnreachable(f"{node}: the workdir lock is still held by this run's earlier "
-                              "launcher (its connection dropped); trying again")
-    raise DispatchError(
-        f"{node}: workdir {workdir} is in use by run {held.get('run')} (pid {held.get('pid')} "
-        f"alive on the node since {held.get('since')}, run directory {held.get('run_dir')}): "
-        "a dispatch now would overwrite or delete files under a working runner. Wait for "
-        "that run to end (or stop it), or give this manifest another node.workdir")
-
-
-def launched_pid(out: str, node: str) -> int:
-    """The pid the launcher printed last (its runner's supervisor, a session leader)."""
-    try:
-        return int(out.strip().splitlines()[-1])
-    except (ValueError, IndexError) as exc:
-        raise DispatchError(f"{node}: the launcher printed no pid: {out!r}") from exc
-
-
-MAX_NODE_FILES = 2_000_000  # files a node's hash answer may name, all roots together
-
-
-class HashAnswer:
-    """The launcher's answer to ``hash_request``, line by line (``launcher.print_hashes``:
-    ``{"root", "files"}`` lines, then ``{"end": <files>}``): type-checked, each relative
-    path's parts checked by ``node_relpath`` (the upload removes what the node lists and
-    the bot does not have), only the ``roots`` asked kept, at most ``max_files`` files;
-    a DispatchError naming the node otherwise."""
-
-    def __init__(self, node: str, python: str, roots: list[str] | None = None,
-                 max_files: int = MAX_NODE_FILES) -> None:
-        self.node, self.python, self.roots, self.max_files = node, python, roots, max_files
-        self.hashes: dict[str, dict[str, str]] = {}
-        self.files = 0
-        self.ended = False
-
-    def feed(self, line: str) -> bool:
-        """One line of the answer; True once its end line came (and the count agrees)."""
-        answer = json_object(line)
-        if answer is None:
-            raise DispatchError(f"{self.node}: node.python {self.python!r} did not print the "
-                                f"file hashes (got {line.strip()[:200]!r}); is it Python >= "
-                                "3.9 and does the login print nothing on stdout?")
-        if "end" in answer:
-            if answer["end"] != self.files:
-                raise DispatchError(f"{self.node}: the file hashes end with {answer['end']!r} "
-                                    f"file(s), {self.files} were listed: the node's answer is "
-                                    "refused")
-            self.ended = True
-            return True
-        root, files = answer.get("root"), answer.get("files")
-        if not isinstance(root, str) or not isinstance(files, dict) \
-                or not all(isinstance(v, str) for v in files.values()):
-            raise DispatchError(f"{self.node}: the file hashes under {str(root)[:200]!r} are "
-                                "not a mapping of relative paths to SHA-256 digests: the "
-                                "node's answer is refused")
-        self.files += len(files)
-        if self.files > self.max_files:
-            raise DispatchError(f"{self.node}: the node lists more than {self.max_files:,} "
-                                "files under the upload's folders: the node's answer is "
-                                "refused (project.exclude leaves a folder out)")
-        if self.roots is not None and root not in self.roots:
-            return False
-        checked = self.hashes.setdefault(root, {})
-        checked.update({node_relpath(rel, self.node, root): digest
-                        for rel, digest in files.items()})
-        return False
-
-
-def parse_hashes(out: str, node: str, python: str,
-                 roots: list[str] | None = None) -> dict[str, dict[str, str]]:
-    """The whole hash answer as text (its lines), checked by ``HashAnswer``."""
-    answer = HashAnswer(node, python, roots)
-    for line in out.splitlines() or [""]:
-        if answer.feed(line):
-            return answer.hashes
-    raise DispatchError(f"{node}: the file hashes ended before their end line: the node's "
-                        "answer is refused")
 
 
 def write_layout(path: Path, layout: dict[str, Any]) -> None:
@@ -306,13 +210,13 @@ class UploadPlan:
         # folder or a file was swapped meanwhile); outside the project, exactly those go.
         # A corpus only the nodes hold has no copy here: nothing of it is read on this host.
         self.run_dir = handle.run_dir
-        self.node_only = corpus_node_only(handle.run_dir, spec)
+        self.node_only = corpus_node_only(handle, spec)
         self.head: str | None = None  # where the reference listing was made (node_only)
         self.inputs = CheckedInputs(Path(str(spec["inputs"]["dir"])), {}) if self.node_only \
             else recheck_inputs(handle.run_dir, spec)
         inputs = self.inputs.dir
         # A corpus already on the node (volume.inputs.on_nodes) is checked there, never sent
-        self.on_nodes = corpus_on_nodes(handle.run_dir, spec)
+        self.on_nodes = corpus_on_nodes(handle, spec)
         if self.on_nodes:
             self.skip.add(inputs)
         elif not _under(inputs, self.local_project):

@@ -20,9 +20,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
-from bot.dispatch.base import RunHandle
+from bot.dispatch.base import Decision, RunHandle, plan_of
 from bot.dispatch.card_proof import NodeCopy, NodeProof, head_proof, prove_nodes
 from bot.dispatch.ray_cluster import RayCluster, RayNode, RayPorts, start_cluster, stop_cluster
 from bot.dispatch.upload import SSHNode, load_spec
@@ -84,18 +82,13 @@ def volume_nodes(handle: RunHandle) -> list[SSHNode]:
     spec = load_spec(handle.spec_path)
     if not spec.get("volume"):
         return []
-    path = handle.run_dir / "manifest.yaml"
-    try:
-        manifest = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise DispatchError(f"{path}: cannot read volume.nodes: {exc}") from exc
-    volume = manifest.get("volume") if isinstance(manifest, dict) else None
-    nodes = volume.get("nodes") if isinstance(volume, dict) else None
-    if not isinstance(nodes, list) or len(nodes) < 2:
+    nodes = plan_of(handle).volume_nodes
+    if len(nodes) < 2:
         return []
-    if not all(isinstance(n, dict) and n.get("kind") == SSH_KIND for n in nodes):
-        raise DispatchError(f"{path}: volume.nodes: several nodes must all be kind {SSH_KIND}")
-    return [SSHNode.from_dict(n) for n in nodes]
+    if not all(n.kind == SSH_KIND for n in nodes):
+        raise DispatchError(f"run {handle.run_id}: volume.nodes: several nodes must all be "
+                            f"kind {SSH_KIND}")
+    return [SSHNode.from_dict(n.model_dump(mode="json")) for n in nodes]
 
 
 def end_earlier_cluster(runs: Runs, handle: RunHandle) -> None:
@@ -121,17 +114,26 @@ def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCop
     end_earlier_cluster(runs, handle)
     spec = load_spec(handle.spec_path)
     gpus = bool(spec["volume"].get("gpus"))
-    proofs = prove_nodes(runs, nodes, copies, gpus, handle.progress,
-                         share=node_cards(spec, len(nodes)))
-    # read again: hearing the proofs, the service may have widened the driver's time limit
-    # to the forecast on the proven nodes (bot/service/proven.py)
-    spec = load_spec(handle.spec_path)
+    decisions: list[Decision] = []
+
+    def hear(step: dict[str, Any]) -> None:
+        answer = handle.progress(step)
+        if answer is not None:
+            decisions.append(answer)
+
+    proofs = prove_nodes(runs, nodes, copies, gpus, hear, share=node_cards(spec, len(nodes)))
+    # hearing the proofs, the service may have widened the driver's time limit to the
+    # forecast on the proven nodes (bot/service/proven.py): its answer, not a file edit
+    limits = [d.time_limit_s for d in decisions if d.time_limit_s is not None]
+    if limits:
+        spec["volume"] = {**spec["volume"], "time_limit_s": limits[-1]}
     pairs = apart([(n, _placed(ray_node(i, n, handle.run_id, gpus), proof, copy))
                    for i, (n, proof, copy) in enumerate(zip(nodes, proofs, copies))])
     _write(handle.run_dir / CLUSTER_FILE,
            {"nodes": [{"ssh": asdict(s), "ray": asdict(r)} for s, r in pairs]})
-    cluster = start_cluster(_shell(runs, pairs), [r for _, r in pairs], lambda i, ray: (
-        handle.progress({"node": ray.where, "index": i, "phase": "ray_up"})))
+    cluster = start_cluster(_shell(runs, pairs), [r for _, r in pairs],
+                            lambda i, ray: hear({"node": ray.where, "index": i,
+                                                 "phase": "ray_up"}))
     spec["volume"] = {**spec["volume"], "address": cluster.address,
                       "nodes": [p.to_dict() for p in proofs],
                       "head_proof": head_proof(copies[0], handle.run_id, proofs[0])}

@@ -31,7 +31,6 @@ from bot.manifest.model import (
     Inputs,
     Lease,
     Manifest,
-    NodeSpec,
     Project,
     Results,
     Success,
@@ -39,6 +38,7 @@ from bot.manifest.model import (
     Volume,
     VolumeInputs,
 )
+from bot.manifest.nodes import NODE_MODELS, NodeSpec
 from bot.manifest.rules import (
     InputFile,
     InputListing,
@@ -213,6 +213,9 @@ def _validate(data: dict[str, Any], report: Report) -> tuple[Manifest | None, Pa
 def _report_error(error: Any, report: Report) -> None:
     loc = tuple(error["loc"])
     kind = error["type"]
+    shown = (error.get("ctx") or {}).get("class_name")
+    if kind == "model_type" and shown in {m.__name__ for m in NODE_MODELS.values()}:
+        error = {**error, "msg": str(error["msg"]).replace(shown, "Node")}  # not one kind's
     if kind == "node_kind":  # the node union's tag: said of the section's own ``kind``
         given = error.get("input")
         loc, error = (*loc, "kind"), {**error, "input": given.get("kind")

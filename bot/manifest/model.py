@@ -10,23 +10,19 @@ from __future__ import annotations
 import re
 import shlex
 from decimal import Decimal
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     AwareDatetime,
-    BaseModel,
     ConfigDict,
-    Discriminator,
     Field,
-    Strict,
-    Tag,
-    TypeAdapter,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
+from bot.manifest.nodes import LocalNode, Node
+from bot.manifest.types import Int, NonEmpty, Number, Section
 from runner.events import STAGES
 from runner.frames import FramesError, parse_frames
 
@@ -37,11 +33,6 @@ _VERSION_SPEC = re.compile(r"^\s*(==|!=|>=|<=|>|<|~=)\s*\d+(\.\d+){0,2}(\.\*)?\s
 
 Name = Annotated[str, Field(pattern=SLUG, description="lower-case slug: [a-z0-9][a-z0-9._-]{0,62}")]
 EntryPoint = Annotated[str, Field(pattern=ENTRY_POINT, description='"module:function"')]
-NonEmpty = Annotated[str, Field(min_length=1)]
-# Strict: a YAML `yes`/`true` or a quoted "3" is not silently taken for a count of 1 or 3
-# (pydantic's lax mode would turn `lots: yes` into one lot); an int is still a valid Number.
-Int = Annotated[int, Strict()]
-Number = Annotated[float, Strict()]
 MAX_LOT_PRICE_USD = Decimal("1000000")
 
 
@@ -72,10 +63,6 @@ PythonVersion = Annotated[str, _version_spec('">=3.10" or ">=3.9,<3.13"')]
 BlenderVersion = Annotated[str, _version_spec('">=3.6" or "==4.1.*"')]
 
 
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class Hardware(Section):
     gpu: NonEmpty = Field(description="catalog model, case-insensitive (H100, B200, MI300X, "
                           "cpu; H100x8 and the like: a lot is one 8-card node)")
@@ -87,136 +74,6 @@ class Hardware(Section):
         description="price of ONE lot for one day in USD (a B200 lot covers its two cards)")
     memory_estimate_gib: Number | None = Field(
         default=None, gt=0, description="the team's estimate of the peak memory per card")
-
-
-class NodeSpec(Section):
-    """What every node kind reads from a ``node`` section (the fields are shared, so a
-    field another kind ignores gets a rule's warning, not a parse error); each kind is a
-    subclass that fixes ``kind`` and says what it is (``is_remote``, its words). The
-    manifest takes ``Node``, the union of the kinds, told apart by ``kind`` (``local`` when
-    absent). This module and ``bot/nodes/`` are the only code that names a kind
-    (``tests/test_boundaries.py``): everything else asks the typed node."""
-
-    kind: str
-    host: NonEmpty | None = None
-    port: Int = Field(default=22, ge=1, le=65535)
-    user: NonEmpty | None = None
-    workdir: NonEmpty | None = None
-    python: NonEmpty | None = Field(
-        default=None, description="the node's interpreter, the one the project runs with "
-        "(ssh: python3 when unset; local: Preflight's own interpreter when unset, said in "
-        "the plan)")
-    host_key_fingerprint: str | None = Field(
-        default=None, pattern=r"^SHA256:[A-Za-z0-9+/]{43}=?$",
-        description='pinned host key, "SHA256:..." as printed by ssh-keygen -lf')
-    stall_after_s: Int = Field(default=600, ge=1,
-                               description="alert after this many seconds without an event")
-    ray_port: Int | None = Field(
-        default=None, ge=1024, le=60000,
-        description="a several-node volume: the first of this node's Ray ports (its GCS on "
-                    "the head, then 6 more), its workers' ports moved as far from 11000 "
-                    "(null: 6380 and 11000, and a node on the same host as an earlier one "
-                    "100 higher)")
-
-    # another machine, reached over the network (a lease, a host, a workdir); else the bot
-    # host itself
-    is_remote: ClassVar[bool] = False
-
-    @property
-    def identity(self) -> str:
-        """What makes two nodes the same machine: ``local``, or ``ssh://host:port``."""
-        return node_identity(self.model_dump())
-
-    @property
-    def words(self) -> str:
-        """The node in a plan's words: ``this machine``, or ``user@host[:port]``."""
-        if not self.is_remote:
-            return "this machine"
-        port = f":{self.port}" if self.port != 22 else ""
-        return f"{self.user + '@' if self.user else ''}{self.host}{port}"
-
-    @property
-    def label(self) -> str:
-        """``local (the bot host itself)`` or ``ssh user@host:port``."""
-        if not self.is_remote:
-            return f"{self.kind} (the bot host itself)"
-        user = f"{self.user}@" if self.user else ""
-        return f"{self.kind} {user}{self.host}:{self.port}"
-
-    @property
-    def host_label(self) -> str:
-        """The machine alone: ``the bot host``, or the node's host."""
-        return str(self.host) if self.is_remote else "the bot host"
-
-
-class LocalNode(NodeSpec):
-    """The runner on the bot host itself."""
-
-    kind: Literal["local"] = "local"
-
-
-class SSHNodeSpec(NodeSpec):
-    """A rented node reached over SSH (``host`` required by the rules, ``workdir`` advised)."""
-
-    kind: Literal["ssh"]
-    is_remote: ClassVar[bool] = True
-
-
-NODE_MODELS: dict[str, type[NodeSpec]] = {"local": LocalNode, "ssh": SSHNodeSpec}
-DEFAULT_NODE_KIND = "local"  # a node section that names no kind
-
-
-def _node_tag(value: Any) -> str | None:
-    """The union's tag of a node section: ``node[<kind>]`` (``local`` when it names none).
-    The brackets make pydantic's error paths skip it as a union tag (``source.format_loc``),
-    so an error reads ``node.port``, not ``node.ssh.port``."""
-    if isinstance(value, NodeSpec):
-        return f"node[{value.kind}]"
-    kind = value.get("kind", DEFAULT_NODE_KIND) if isinstance(value, dict) else DEFAULT_NODE_KIND
-    return f"node[{kind}]" if isinstance(kind, str) and kind in NODE_MODELS else None
-
-
-Node = Annotated[Annotated[LocalNode, Tag("node[local]")]
-                 | Annotated[SSHNodeSpec, Tag("node[ssh]")],
-                 Discriminator(_node_tag, custom_error_type="node_kind",
-                               custom_error_message="Input should be "
-                               + " or ".join(repr(k) for k in NODE_MODELS))]
-NODE_ADAPTER: TypeAdapter[LocalNode | SSHNodeSpec] = TypeAdapter(Node)
-
-
-def node_model(node: Any) -> type[NodeSpec] | None:
-    """The model of a node section's kind (``local`` when it names none), read without
-    validating the rest: for screens of a manifest not yet checked (the policy's); None
-    for a kind that is not one."""
-    kind = node.get("kind", DEFAULT_NODE_KIND) if isinstance(node, dict) else None
-    return NODE_MODELS.get(kind) if isinstance(kind, str) else None
-
-
-def is_remote_node(node: Any) -> bool:
-    """Whether a node section (not validated) names another machine than the bot host."""
-    model = node_model(node)
-    return model is not None and model.is_remote
-
-
-def node_identity(node: Any) -> str:
-    """What makes two node sections (not validated: a spec's copy) the same machine:
-    ``local``, or ``ssh://host:port`` (the host in lower case)."""
-    node = node if isinstance(node, dict) else {}
-    kind = str(node.get("kind") or DEFAULT_NODE_KIND)
-    if not is_remote_node({**node, "kind": kind}):
-        return kind
-    return f"{kind}://{str(node.get('host') or '').strip().lower()}:{node.get('port') or 22}"
-
-
-def node_spec(node: Any) -> NodeSpec | None:
-    """A stored node section (a run record's) as its typed node; None when there is none or
-    it no longer validates (a record from before a field was renamed)."""
-    if node is None:
-        return None
-    try:
-        return NODE_ADAPTER.validate_python(node)
-    except ValidationError:
-        return None
 
 
 class Project(Section):
@@ -391,6 +248,16 @@ class Volume(Section):
     in_flight: Int = Field(default=2, ge=1, le=16,
                            description="batches each worker holds at once (run one after "
                                        "another, so its cards do not wait for the driver)")
+    prefetch: Int = Field(default=1, ge=0, le=4,
+                          description="batches each worker reads the input files of while "
+                                      "its handler computes (item.read() from memory, the "
+                                      "page cache warm for open(item.path)); 0: off")
+    calibrate: bool = Field(
+        default=True,
+        description="after a passing pilot, its node runs at least 5 batches of the "
+                    "volume's batch size on a random sample of the volume's inputs (one "
+                    "warm-up call per worker timed apart) and the forecast rests on them; "
+                    "false: no calibration, the forecast rests on the pilot alone")
 
 
 class BlenderLicense(Section):

@@ -22,7 +22,6 @@ from bot.manifest.model import (
     Diagnostics,
     Hardware,
     Inputs,
-    NodeSpec,
     Project,
     Results,
     Success,
@@ -30,6 +29,7 @@ from bot.manifest.model import (
     Volume,
     VolumeInputs,
 )
+from bot.manifest.nodes import NodeSpec
 from bot.manifest.results_rules import LOC, evidence_place_problem
 from bot.manifest.secrets import find_secrets
 from bot.manifest.source import FieldPath, SourceMap, format_loc

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from bot.manifest.catalog import GpuModel
-from bot.manifest.model import Hardware, NodeSpec, Volume
+from bot.manifest.model import Hardware, Volume
+from bot.manifest.nodes import NodeSpec
 from runner.spec import node_share
 
 

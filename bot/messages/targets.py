@@ -7,7 +7,7 @@ anything is launched. Neutral: transports render the pairs (views' Fields, a Sla
 
 from __future__ import annotations
 
-from bot.manifest.model import NodeSpec
+from bot.manifest.nodes import NodeSpec
 from bot.pilot.plan import format_usd
 from bot.pilot.record import Run
 

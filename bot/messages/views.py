@@ -26,7 +26,7 @@ from bot.pilot.balance_check import NODE_LISTED, node_listed
 from bot.pilot.plan import describe_lots, describe_price, format_usd, plural
 from bot.pilot.record import Run, RunRecord
 from bot.pilot.states import ENDED, S
-from runner.events import STAGES
+from runner.events import OPTIONAL_STAGES, STAGES
 
 MAX_TABLE_ROWS = 40
 
@@ -96,6 +96,9 @@ def status_message(run: Run, stages: list[dict[str, Any]],
     lines: list[Any] = [Heading(f"{title} — {run.name} ({_state_word(run)})")]
     for name in STAGES:
         row = by_name.get(name)
+        if row is None and name in OPTIONAL_STAGES and not (
+                run.status == S.RUNNING and _calibrates(run)):
+            continue  # no part of this run (or of the runner that ran it)
         if row is None:
             lines.append(StageLine(name, "pending"))
             continue
@@ -108,6 +111,15 @@ def status_message(run: Run, stages: list[dict[str, Any]],
         lines.append(Actions((Button("stop", "Stop the run", run.id, "danger"),)))
     return Message(run.id, "status", tuple(lines),
                    summary=f"{run.name}: {_state_word(run)}")
+
+
+def _calibrates(run: Run) -> bool:
+    """Whether this run has a ``calibrate`` stage: a pilot with a volume, a handler, and
+    ``volume.calibrate`` not false (bot/pilot/specbuild.py's rule)."""
+    m = run.manifest
+    return (run.kind == "pilot" and m is not None and m.volume is not None
+            and m.volume.calibrate and bool(m.task.handler) and not m.task.command
+            and m.task.kind != "train" and m.preparation != "blender")
 
 
 def _stage_line(row: dict[str, Any]) -> StageLine:

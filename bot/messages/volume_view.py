@@ -15,6 +15,7 @@ from bot.pilot.record import Run
 from runner.events import (
     VOLUME_CARD_EXCLUDED,
     VOLUME_LATE,
+    VOLUME_LIMIT,
     VOLUME_NODE_LOST,
     VOLUME_REQUEUED,
     VOLUME_SPLIT,
@@ -26,7 +27,8 @@ from runner.events import (
 )
 
 NOTE_TYPES = (VOLUME_WORKERS, VOLUME_WORKER_LOST, VOLUME_NODE_LOST, VOLUME_REQUEUED,
-              VOLUME_CARD_EXCLUDED, VOLUME_LATE, VOLUME_SPLIT, VOLUME_WORKER_STARTED)
+              VOLUME_CARD_EXCLUDED, VOLUME_LATE, VOLUME_SPLIT, VOLUME_WORKER_STARTED,
+              VOLUME_LIMIT)
 NOTES_SHOWN = 12
 
 
@@ -111,11 +113,26 @@ def note(event: Event) -> Text | None:
                     f"excluded by its {d.get('stage')} stage: {d.get('reason')}", "warn")
     if event.type == VOLUME_CARD_EXCLUDED:
         return Text(f"worker {d.get('worker')} excluded: {d.get('reason')}", "warn")
+    if event.type == VOLUME_LIMIT:
+        return Text(limit_line(d), "warn")
     if event.type == VOLUME_LATE:
         return Text(f"late result of batch {d.get('batch')}: {d.get('recorded')} recorded, "
                     f"{d.get('re_executed')} already recorded (counted as re-executed, "
                     "never twice)", "muted")
     return None
+
+
+def limit_line(d: dict[str, Any]) -> str:
+    """The thread's line when the driver widened the volume's time limit."""
+    def dur(key: str) -> str:
+        value = d.get(key)
+        return _duration(float(value)) if isinstance(value, (int, float)) else "?"
+    rate = d.get("items_per_s")
+    pace_text = f"{rate:.3g} items/s" if isinstance(rate, (int, float)) else "a slower pace"
+    cut = " (cut to the lease's end)" if d.get("lease_cut") else ""
+    return (f"the items run slower than forecast ({pace_text}, about {dur('projected_s')} "
+            f"for the work stage): its time limit widened from {dur('was_s')} to "
+            f"{dur('limit_s')}{cut}, within the lease")
 
 
 def volume_message(run: Run, events: list[Event]) -> Message | None:

@@ -15,6 +15,8 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+from bot.pilot import forecast_model
+from bot.pilot.calibration import Calibration
 from bot.pilot.forecast_stats import (
     ASSUMED_CV,
     MIN_SAMPLES,
@@ -42,6 +44,8 @@ MEMORY_TIGHT = 0.9         # peak over this fraction of the card's memory: say s
 CENT = Decimal("0.01")
 SKEW_TAIL = 1.0            # skewness above this is a heavy tail: the high end widens
 RAY_START_S = 4.6          # a local Ray and its workers, per attempt (measured, embedded default)
+RAY_LOW, RAY_HIGH = 0.5, 2.0  # Ray's start, measured once: two starts on a loaded machine
+#                              differed 2× (4.9 and 10.9 s), so the range takes it × these
 RAY_START_AT_ONCE = 8      # nodes that start Ray together (bot/dispatch/ray_cluster.py's bound)
 UPLOAD_BYTES_PER_S = 50e6  # an SSH node's upload of the inputs, when not measured
 HASH_BYTES_PER_S = 500e6  # a node reading and hashing its copy of the corpus (on_nodes)
@@ -98,6 +102,13 @@ class ForecastInputs:
     pilot_threads: int | None = None
     pilot_threads_why: str | None = None
     torch_threads: int | None = None
+    # The volume's calibration on the pilot's node (bot/pilot/calibration.py); None: none
+    # ran; ``calibrate``: the manifest's volume.calibrate
+    calibration: Calibration | None = None
+    calibrate: bool = True
+    # The pilot's evidence stage: (seconds, files, bytes) and the pilot's items
+    evidence: tuple[float, int, int] | None = None
+    pilot_items: int = 0
 
 
 @dataclass(frozen=True)
@@ -148,19 +159,33 @@ def forecast(inp: ForecastInputs) -> Forecast:
         notes.append(f"the volume's {inp.volume_count:,} inputs are the manifest's "
                      "volume.inputs.expected_count, not a listing: their sizes are unknown "
                      "until the nodes list them")
-    spread = _per_item(inp, figures, notes, numbers)
+    calibrated = forecast_model.usable(inp.calibration)
+    spread = _per_item(inp, figures, notes, numbers) \
+        if len(inp.samples) >= MIN_SAMPLES else None
     workers, cards_used, formula = volume_workers(inp)
     figures.append(Figure("workers", "Workers", str(workers), formula))
     numbers.update(workers=workers, cards_used=cards_used)
     if workers < 1:
         return Forecast(possible=False, reason=formula + ": no worker can run")
-    proc = _processing(inp, spread, workers, figures, notes, numbers)
+    if calibrated and inp.calibration is not None:
+        proc = _calibrated(inp, inp.calibration, workers, figures, notes, numbers)
+    else:
+        assert spread is not None  # _refusal saw to it
+        _uncalibrated(inp, notes, numbers)
+        proc = _processing(inp, spread, workers, figures, notes, numbers)
     setup = _setup(inp, figures, numbers)
-    low_s, mid_s, high_s = (setup + p for p in proc)
+    after = _after(inp, figures, numbers)
+    # Ray's start is measured once: the range takes it from RAY_LOW to RAY_HIGH times that
+    ray = float(numbers["setup_ray_s"])
+    low_s = setup - ray + RAY_LOW * ray + proc[0] + after
+    mid_s = setup + proc[1] + after
+    high_s = setup - ray + RAY_HIGH * ray + proc[2] + after
     figures.append(Figure("wall", "Wall time of the volume",
                           f"{duration(low_s)} – {duration(high_s)}",
-                          f"setup {duration(setup)} + processing {duration(proc[0])} – "
-                          f"{duration(proc[2])} = {duration(low_s)} – {duration(high_s)} "
+                          f"setup {duration(setup)} (its Ray start × {RAY_LOW:g} – "
+                          f"{RAY_HIGH:g}: measured once) + processing {duration(proc[0])} – "
+                          f"{duration(proc[2])} + evidence {duration(after)} = "
+                          f"{duration(low_s)} – {duration(high_s)} "
                           f"(middle {duration(mid_s)})"))
     numbers.update(low_s=round(low_s, 3), mid_s=round(mid_s, 3), high_s=round(high_s, 3))
     fits = _lease(inp, low_s, high_s, figures, notes, numbers)
@@ -177,6 +202,8 @@ def _refusal(inp: ForecastInputs) -> str | None:
     if inp.command and not inp.samples:
         return ("the command reported no per-item time (\"elapsed_s\" in its results): "
                 "no forecast rather than a guess")
+    if inp.volume_count >= 1 and forecast_model.usable(inp.calibration):
+        return None  # the calibration times the volume's own batches
     if not inp.samples:
         return "the pilot recorded no per-item time: no forecast rather than a guess"
     if len(inp.samples) < MIN_SAMPLES:
@@ -327,10 +354,10 @@ def _setup(inp: ForecastInputs, figures: list[Figure], numbers: dict[str, Any]) 
                       f"the pilot's card stages, measured: {secs(proof)}, on every node at once"))
     # the head first, then the other nodes RAY_START_AT_ONCE at a time
     waves = 1 + -(-(nodes - 1) // RAY_START_AT_ONCE) if nodes > 1 else 1
-    ray = RAY_START_S * waves
-    parts.append(("setup_ray", "Setup: Ray start", ray,
-                  f"{RAY_START_S:g} s per attempt (a local Ray and its workers, measured on "
-                  "the embedded default)" + (
+    per_start, where = ray_start(inp)
+    ray = per_start * waves
+    parts.append(("setup_ray", "Setup: Ray start and stop", ray,
+                  f"{per_start:.3g} s per attempt ({where})" + (
                       f" × {waves}: the head, then the {plural(nodes - 1, 'other node')} "
                       f"{RAY_START_AT_ONCE} at a time" if nodes > 1 else "")))
     total = 0.0
@@ -340,7 +367,107 @@ def _setup(inp: ForecastInputs, figures: list[Figure], numbers: dict[str, Any]) 
         total += seconds
     figures.append(Figure("setup", "Setup", secs(total) if total < 60 else duration(total),
                           " + ".join(secs(p[2]) for p in parts) + f" = {secs(total)}"))
-    numbers.update(setup_s=round(total, 3), ray_start_s=RAY_START_S)
+    numbers.update(setup_s=round(total, 3), ray_start_s=round(per_start, 3),
+                   ray_start_low_s=round(RAY_LOW * per_start, 3),
+                   ray_start_high_s=round(RAY_HIGH * per_start, 3))
+    return total
+
+
+def ray_start(inp: ForecastInputs) -> tuple[float, str]:
+    """Seconds Ray and the workers (their handler loaded) take to start, and where that
+    figure comes from: the calibration measured it on the pilot's node; else the
+    embedded default's constant."""
+    cal = inp.calibration
+    if cal is not None and cal.skipped is None and cal.workers_ready_s is not None:
+        stop = cal.ray_stop_s or 0.0
+        return cal.workers_ready_s + stop, (
+            f"Ray imported and started with {plural(cal.workers, 'worker')}, each with the "
+            f"handler loaded, {secs(cal.workers_ready_s)}, + its stop at the end "
+            f"{secs(stop)}: measured on the pilot's node by the calibration")
+    return RAY_START_S, "a local Ray and its workers, measured on the embedded default"
+
+
+def _calibrated(inp: ForecastInputs, cal: Calibration, workers: int, figures: list[Figure],
+                notes: list[str], numbers: dict[str, Any]) -> tuple[float, float, float]:
+    """The processing from the calibration (bot/pilot/forecast_model.py), its phases."""
+    mean_size = inp.volume_bytes / inp.volume_count if inp.volume_bytes else None
+    proc = forecast_model.processing(cal, inp.volume_count, workers, mean_size)
+    cost = card_cost(cal.seconds or 0.0, max(1, cal.workers * max(1, inp.cards_per_worker))
+                     if inp.gpus else inp.rented_cards, inp.lot_price_usd_per_day,
+                     inp.cards_per_lot)
+    figures.append(Figure(
+        "calibration", "Calibration (the volume's own inputs)",
+        f"{plural(len(cal.batches), 'batch', 'batches')} of {cal.batch_size}, "
+        f"{duration(cal.seconds or 0)}, {cost} USD",
+        f"{plural(cal.sample_total, 'input')} drawn at random from the volume's "
+        f"{cal.listed:,}, on {plural(cal.workers, 'worker')} of the pilot's node; "
+        f"sample: {cal.ids_line()}; warm-up inputs apart: {len(cal.warmup_ids)}; "
+        "recorded apart, not counted in the volume (it runs them again)"))
+    for phase in proc.phases:
+        figures.append(Figure(phase.key, phase.label, phase.value, phase.formula))
+    figures.append(Figure("processing", "Processing time",
+                          f"{duration(proc.low)} – {duration(proc.high)}",
+                          f"warm-up + the larger of the items on the workers and the "
+                          f"driver's recording + rework: middle {duration(proc.mid)}"))
+    notes.extend(proc.notes)
+    if cal.errors:
+        notes.append(f"{plural(cal.failed_batches, 'calibration call')} failed on the "
+                     f"volume's inputs (first: {cal.errors[0]}): the volume splits such "
+                     "batches until the failing input is refused alone")
+    numbers.update(proc.numbers)
+    if "p90_s" not in numbers:  # the volume's item timeout reads it: the warm-up included
+        calls = sorted(b.seconds for b in cal.batches)
+        slowest = max([quantile(calls, 0.9), *(w.seconds for w in cal.warmup)])
+        numbers["p90_s"] = round(slowest / cal.batch_size, 6)
+    numbers.update(calibrated=True, calibration_s=cal.seconds, calibration_cost_usd=str(cost),
+                   calibration_batches=len(cal.batches), calibration_ids=cal.sample_total,
+                   proc_low_s=round(proc.low, 3), proc_mid_s=round(proc.mid, 3),
+                   proc_high_s=round(proc.high, 3))
+    return proc.low, proc.mid, proc.high
+
+
+def _uncalibrated(inp: ForecastInputs, notes: list[str], numbers: dict[str, Any]) -> None:
+    """Say why the forecast rests on the pilot alone."""
+    cal = inp.calibration
+    if not inp.calibrate:
+        why = "volume.calibrate is false"
+    elif cal is None:
+        why = ("no calibration was recorded (a task.command, a render or a training pilot "
+               "has none)")
+    elif cal.skipped is not None:
+        why = f"the calibration {cal.skipped}"
+    else:
+        why = (f"the calibration timed only {plural(len(cal.batches), 'batch', 'batches')} "
+               f"(at least {forecast_model.MIN_BATCHES} needed)")
+    notes.append(f"this forecast rests on the pilot alone ({why}): its items ran at the "
+                 "pilot's batch size, their first batch carries the warm-up")
+    numbers.update(calibrated=False, calibration_why=why)
+
+
+def _after(inp: ForecastInputs, figures: list[Figure], numbers: dict[str, Any]) -> float:
+    """The volume's evidence copy, from the pilot's own: its seconds scaled by what grows
+    faster, its files or its bytes (per-file and per-byte rates of the pilot's copy)."""
+    if inp.evidence is None or inp.pilot_items < 1:
+        return 0.0
+    seconds, files, size = inp.evidence
+    cal = inp.calibration
+    if cal is not None and cal.skipped is None and cal.recorded:
+        files_v = files + inp.volume_count * cal.output_files / cal.recorded
+        bytes_v = size + inp.volume_count * cal.output_bytes / cal.recorded
+        basis = f"the calibration's {cal.output_files:,} output files for {cal.recorded:,} items"
+    else:
+        files_v = files * inp.volume_count / inp.pilot_items
+        bytes_v = size * inp.volume_count / inp.pilot_items
+        basis = f"the pilot's {inp.pilot_items:,} items"
+    per_file = seconds / files if files else 0.0
+    per_byte = seconds / size if size else 0.0
+    total = max(files_v * per_file, bytes_v * per_byte)
+    figures.append(Figure("evidence", "Evidence copy", secs(total),
+                          f"the larger of {files_v:,.0f} files × {per_file * 1000:.3g} ms and "
+                          f"{bytes_v:,.0f} B × {per_byte * 1e6:.3g} s/MB (the pilot's copy: "
+                          f"{files:,} files, {size:,} B in {secs(seconds)}; the volume's "
+                          f"scaled from {basis})"))
+    numbers["evidence_s"] = round(total, 3)
     return total
 
 

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bot.errors import LeaseError
-from bot.manifest.model import node_model
+from bot.manifest.nodes import node_model
 from bot.pilot.clock import read_time
 from bot.pilot.record import Run
 from bot.pilot.states import S

@@ -20,13 +20,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from bot.errors import StoreError
-from bot.manifest.model import DEFAULT_NODE_KIND, Manifest, is_remote_node
+from bot.manifest.model import Manifest
+from bot.manifest.nodes import DEFAULT_NODE_KIND, is_remote_node
 from bot.pilot.plan import Plan
 
 # The columns a RunRecord is read from (Store.run_record selects only these).
@@ -192,16 +194,28 @@ class Run(RunRecord):
                                  ) from exc
         if row.get("manifest_json") is not None:
             manifest = _checked(run, "manifest_json", row["manifest_json"], dict, dict)
-            try:
-                values["manifest"] = Manifest.model_validate_json(  # stored by field name
-                    json.dumps(manifest), by_name=True)
-            except ValidationError as exc:
-                values["manifest_problem"] = (
-                    f"run {run}: its stored manifest no longer validates "
-                    f"({exc.error_count()} problem(s), first: "
-                    f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}: "
-                    f"{exc.errors()[0]['msg']}); shown without the manifest's details")
+            checked, problem = stored_manifest(json.dumps(manifest, sort_keys=True))
+            if checked is not None:
+                values["manifest"] = checked
+            else:
+                values["manifest_problem"] = f"run {run}: its stored manifest {problem}"
         return cls(**values)
+
+
+@lru_cache(maxsize=64)
+def stored_manifest(text: str) -> tuple[Manifest | None, str | None]:
+    """A stored manifest (its JSON, by field name) validated by today's ``Manifest``, once
+    per text in this process: a journey reads its run many times (the follower, the
+    thread's messages, the decision, the volume), and each read would validate the same
+    manifest again. The model is frozen and shared by the runs that read it. (None, why)
+    when it no longer validates; ``stored_manifest.cache_info().misses`` counts the
+    validations (a test holds a journey to one)."""
+    try:
+        return Manifest.model_validate_json(text, by_name=True), None
+    except ValidationError as exc:
+        return None, (f"no longer validates ({exc.error_count()} problem(s), first: "
+                      f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}: "
+                      f"{exc.errors()[0]['msg']}); shown without the manifest's details")
 
 
 def _checked(run: str, column: str, value: Any, stored: type, make: Any) -> Any:

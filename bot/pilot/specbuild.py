@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from bot.pilot.volume_nodes import node_count
 from runner.frames import CATEGORY
 from runner.spec import (
     BlenderSpec,
+    CalibrationSpec,
     DiagnosticsSpec,
     HardwareSpec,
     InputsSpec,
@@ -69,6 +71,7 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
         preparation=m.preparation,
         blender=_blender(m.blender),
         volume=_volume(loaded, plan, limits),
+        calibration=_calibration(loaded, plan, run_id) if kind == "pilot" else None,
     )
 
 
@@ -173,8 +176,27 @@ def _volume(loaded: LoadedManifest, plan: Plan,
                       gpus=_gpus(loaded.manifest, plan),
                       batch_timeout_s=limits.batch_timeout_s,
                       pilot_batch_s=limits.pilot_batch_s, in_flight=limits.in_flight,
-                      time_limit_s=limits.time_limit_s,
+                      prefetch=volume.prefetch,
+                      time_limit_s=limits.time_limit_s, limit_adapts=limits.adapts,
+                      lease_ends_at=limits.lease_ends_at,
                       outputs_on_nodes=volume.outputs_on_nodes)
+
+
+def _calibration(loaded: LoadedManifest, plan: Plan, run_id: str) -> CalibrationSpec | None:
+    """The volume's calibration on the pilot's node (runner/stages/calibrate.py): a pilot
+    with a volume, a ``task.handler`` (a command, a render and a training pilot are timed
+    by the pilot alone) and ``volume.calibrate`` not false. The sample's seed is the run's
+    id, so a run's sample can be drawn again."""
+    m = loaded.manifest
+    volume = m.volume
+    if volume is None or not volume.calibrate or m.task.command or m.task.kind == "train" \
+            or m.preparation == "blender" or not m.task.handler:
+        return None
+    return CalibrationSpec(dir=_inputs_dir(loaded.project_dir, volume.inputs),
+                           pattern=volume.inputs.pattern,
+                           batch_size=volume.batch_size or m.task.batch_size,
+                           seed=zlib.crc32(run_id.encode("utf-8")),
+                           cards_per_worker=volume.cards_per_worker, gpus=_gpus(m, plan))
 
 
 def _volume_corpus_apart(m: Manifest, project_dir: Path) -> list[str]:

@@ -51,6 +51,10 @@ class VolumeLimits:
     item_timeout_s: float = ITEM_DEFAULT_S  # each item's on the workers (0: off)
     item_why: str = "the default"
     batch_size: int = 1
+    # the limit came from the forecast (not volume.time_limit_s): the driver widens it from
+    # the rate it measures, within the lease (runner/volume_limit.py); the lease's end
+    adapts: bool = False
+    lease_ends_at: float = 0.0
 
     def first_batch_timeout_s(self) -> float:
         """The batch timeout before any batch of the volume finished (the runner's rule):
@@ -74,7 +78,10 @@ class VolumeLimits:
                  f"{secs(self.item_clock_s())} (one item the timeout, each other "
                  f"{ITEM_MARGIN} × the pilot's p90), its items then run alone" if
                  self.item_timeout_s > 0 else "")
-        return (("Volume time limit", duration(self.time_limit_s), self.time_why),
+        limit_why = self.time_why + ("; widened while the volume runs when its items run "
+                                     "slower than forecast, within the lease" if self.adapts
+                                     else "")
+        return (("Volume time limit", duration(self.time_limit_s), limit_why),
                 ("Item timeout", item, self.item_why + clock),
                 ("Batch timeout", duration(self.first_batch_timeout_s()), self.batch_why))
 
@@ -138,7 +145,10 @@ def volume_limits(manifest: dict[str, Any], plan: dict[str, Any],
     return VolumeLimits(time_limit_s=limit, time_why=why, pilot_batch_s=round(pilot_batch, 6),
                         batch_timeout_s=batch_timeout, batch_why=batch_why,
                         in_flight=int(volume.get("in_flight") or 2), notes=tuple(notes),
-                        item_timeout_s=item, item_why=item_why, batch_size=size)
+                        item_timeout_s=item, item_why=item_why, batch_size=size,
+                        adapts=why != "volume.time_limit_s" and not why.startswith(
+                            "volume.time_limit_s,"),
+                        lease_ends_at=ends.timestamp() if ends is not None else 0.0)
 
 
 def _item_timeout(manifest: dict[str, Any], per_item: float) -> tuple[float, str]:

@@ -6,7 +6,8 @@ Its lease is checked by the dispatch guard like a pilot's; the other nodes' leas
 
 from __future__ import annotations
 
-from bot.manifest.model import Manifest, NodeSpec
+from bot.manifest.model import Manifest
+from bot.manifest.nodes import NodeSpec
 
 
 def volume_node(manifest: Manifest) -> NodeSpec:

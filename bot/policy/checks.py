@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.manifest.model import node_model
+from bot.manifest.nodes import node_model
 from bot.manifest.source import SourceMap, format_loc
 from bot.pilot.leases import lease_key
 from bot.pilot.plan import Plan

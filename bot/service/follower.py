@@ -8,10 +8,11 @@ recorded item events, results fetched once, verdict, forecast, report).
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
@@ -360,16 +361,17 @@ class Follower:
         """Apply the balance rules again to the item events the bot itself recorded."""
         from runner.balance import compute_balance
 
-        items = self.store.items(run.id)
+        shown = ShownRows()  # the items are streamed: a million are never held at once
         ours = compute_balance(self.store.iter_expected_ids(run.id),
-                               list(run.expected_refusals), list(run.categories), items,
+                               list(run.expected_refusals), list(run.categories),
+                               shown.seen(self.store.iter_items(run.id)),
                                keep_rows=False).to_dict()
         # The run's row keeps the rows a message shows, not one per item: it is read back
         # at every look at the run (100,000 rows would be decoded each time); every row is
         # in the items table and in the run's balance.csv.
-        merged = {**balance, "items_total": len(items),
+        merged = {**balance, "items_total": shown.count,
                   "items": [{k: i[k] for k in ("id", "status", "category", "reason")}
-                            for i in rows_shown(items)]}
+                            for i in shown.rows()]}
         disagreements = [k for k in ("accepted", "refused", "total")
                          if ours.get(k) != balance.get(k)]
         # The runner sees more than the events show (ids a handler invented or returned
@@ -394,6 +396,51 @@ class Follower:
         """Events of a type written by the current runner (after the last resume)."""
         after = self.store.run_record(run_id).resume_seq
         return self.store.events_of_type(run_id, etype, after_seq=after)
+
+
+class ShownRows:
+    """``rows_shown`` of a stream of items, in one pass and bounded memory: every refusal
+    up to ``MAX_TABLE_ROWS``, the smallest accepted ids (a heap of that size), the count."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.refused: list[dict[str, Any]] = []
+        self.accepted: list[tuple[_Desc, int, dict[str, Any]]] = []  # a max-heap by id
+
+    def seen(self, items: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for item in items:
+            self.count += 1
+            if item.get("status") == "refused":
+                if len(self.refused) < MAX_TABLE_ROWS:
+                    self.refused.append(item)
+            else:
+                self._keep(item)
+            yield item
+
+    def _keep(self, item: dict[str, Any]) -> None:
+        iid = str(item.get("id"))
+        entry = (_Desc(iid), self.count, item)
+        if len(self.accepted) < MAX_TABLE_ROWS:
+            heapq.heappush(self.accepted, entry)
+        elif iid < self.accepted[0][0].text:
+            heapq.heapreplace(self.accepted, entry)
+
+    def rows(self) -> list[dict[str, Any]]:
+        room = MAX_TABLE_ROWS - len(self.refused)
+        accepted = sorted((e[2] for e in self.accepted), key=lambda i: str(i.get("id")))[:room]
+        return sorted(self.refused + accepted, key=lambda i: str(i.get("id")))
+
+
+class _Desc:
+    """An id ordered backwards, so ``heapq``'s smallest is the largest id kept."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.text > other.text
 
 
 def rows_shown(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

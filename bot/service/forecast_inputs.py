@@ -16,7 +16,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from bot.manifest.model import is_remote_node, node_identity
+from bot.manifest.nodes import is_remote_node, node_identity
+from bot.pilot.calibration import calibration_of
 from bot.pilot.cards import healthy_cards as run_healthy_cards
 from bot.pilot.clock import read_time
 from bot.pilot.forecast import ForecastInputs, ItemOutcome, Sample, Setup, forecast, plural
@@ -77,8 +78,22 @@ def forecast_for(run: Run, stages: list[dict[str, Any]],
         peak_memory_gib=_peak_memory(stages),
         **_pilot_threads(stages), torch_threads=task.torch_threads,
         card_memory_gib=plan.memory_per_card_gib if plan else None,
-        lease_starts_at=manifest.lease.starts_at)
+        lease_starts_at=manifest.lease.starts_at,
+        calibration=calibration_of(stages), calibrate=manifest.volume.calibrate,
+        evidence=_evidence(stages), pilot_items=len({item.id for item in items}))
     return forecast(inputs).to_dict()
+
+
+def _evidence(stages: list[dict[str, Any]]) -> tuple[float, int, int] | None:
+    """The pilot's evidence copy: (seconds, files, bytes), when its stage measured them."""
+    row = next((s for s in stages if s.get("stage") == "evidence"), None)
+    if row is None or row.get("state") != "passed":
+        return None
+    facts, seconds = row.get("facts") or {}, stage_seconds(row)
+    files, size = facts.get("files"), facts.get("bytes")
+    if seconds is None or not isinstance(files, int) or not isinstance(size, int):
+        return None
+    return seconds, max(0, files), max(0, size)
 
 
 def samples(items: list[ItemOutcome], batch_size: int = 1) -> list[Sample]:
@@ -257,7 +272,11 @@ def check_volume(volume_run: RunRecord, stages: list[dict[str, Any]],
     per_start = float(pilot_forecast.get("ray_start_s") or 0.0)
     share = 1.0 if done is None or not count else min(1.0, done / count)
     if "proc_mid_s" in pilot_forecast:
-        low, mid, high = (per_start * len(spans) + share * float(pilot_forecast[f"proc_{k}_s"])
+        # Ray's start per attempt: its own range when the forecast gives one (measured once)
+        starts = {k: float(pilot_forecast.get(f"ray_start_{k}_s") or per_start)
+                  for k in ("low", "high")}
+        starts["mid"] = per_start
+        low, mid, high = (starts[k] * len(spans) + share * float(pilot_forecast[f"proc_{k}_s"])
                           for k in ("low", "mid", "high"))
     else:  # a forecast stored before the middle and the setup were figures of their own
         low, high = float(pilot_forecast["low_s"]), float(pilot_forecast["high_s"])
@@ -276,7 +295,8 @@ def check_volume(volume_run: RunRecord, stages: list[dict[str, Any]],
     ray = ray_start_seconds(events or [])
     if ray:
         formula += (f"; Ray and its workers took {' + '.join(f'{r:.3g} s' for r in ray)} "
-                    f"to start (forecast {per_start:g} s each)")
+                    f"to start (forecast {per_start:g} s each"
+                    + (", its stop included)" if pilot_forecast.get("calibrated") else ")"))
     return {"actual_s": round(actual, 3), "attempts": len(spans),
             "ray_start_measured_s": [round(r, 3) for r in ray],
             "workers_forecast": pilot_forecast.get("workers"),
@@ -287,6 +307,7 @@ def check_volume(volume_run: RunRecord, stages: list[dict[str, Any]],
             "forecast_high_s": round(high, 3),
             "error_pct": None if error is None else round(error, 1),
             "within_range": low <= actual <= high, "formula": formula,
+            "calibrated": bool(pilot_forecast.get("calibrated")),
             # the wall time shown before approval (setup included), told beside, not scored
             **{f"wall_{k}_s": pilot_forecast[f"{k}_s"] for k in ("low", "high")
                if isinstance(pilot_forecast.get(f"{k}_s"), (int, float))},

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bot.dispatch.base import Dispatcher, RunHandle
+from bot.dispatch.plan import LaunchPlan
 from bot.errors import DispatchError
-from bot.store import RunRecord
+from bot.store import Run, RunRecord
 
 
 def dispatcher_for(dispatchers: Mapping[str, Dispatcher], run: RunRecord) -> Dispatcher:
@@ -25,6 +26,15 @@ def handle_for(run: RunRecord, *, resume: bool = False) -> RunHandle:
     return RunHandle(run_id=run.id, run_dir=run.run_dir, spec_path=Path(str(run.spec_path)),
                      project_dir=Path(str(run.project_dir)), pid=run.pid, resume=resume,
                      node=run.node)
+
+
+def launch_plan(run: Run) -> LaunchPlan | None:
+    """What a start hands the dispatch of the run's manifest, taken from the manifest the
+    store checked once (``Run.manifest``); None for a run whose stored manifest no longer
+    validates (the dispatch then reads its run directory's)."""
+    if run.manifest is None:
+        return None
+    return LaunchPlan.of(run.node, run.manifest.to_data().get("volume"))
 
 
 def base_dir_of(run: RunRecord) -> Path:

@@ -3,8 +3,9 @@
 It knows no Slack and no SQL: it is given a store, dispatchers (by node kind) and a
 notifier, and every transport (console, Slack) calls it. It is built by composition: it
 holds its ``Records`` (what transports read), a ``Publisher`` (the notifier, the message
-locks, posting), a ``Follower`` (pump, finish, reap) and the scheduled ``Watch``, and hands
-their public methods on.
+locks, posting), a ``Follower`` (pump, finish, reap), a ``Starter`` (``starter.py``), a
+``Decider`` (``decisions.py``) and the scheduled ``Watch``, and hands their public methods
+on; a new run's directory is ``run_dirs.py``'s.
 Every event is recorded in the store before any message is published, and the follower's
 position is stored with it, so a restarted bot continues from the last consumed ``seq``
 without losing or repeating posts.
@@ -13,7 +14,6 @@ without losing or repeating posts.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -26,49 +26,40 @@ from bot.dispatch.inputs_check import record_listing
 from bot.errors import (
     DecisionRefused,
     DispatchError,
-    DispatchStopped,
-    LeaseError,
-    ManifestError,
-    PolicyRefused,
-    PreflightError,
 )
 from bot.manifest.load import LoadedManifest, load_manifest, parse_manifest
 from bot.manifest.model import Inputs, VolumeInputs
 from bot.manifest.project_check import git_commit
 from bot.messages import views
-from bot.messages.dispatch_view import dispatch_message
-from bot.messages.forecast_view import proven_message
 from bot.messages.model import Message, Notifier
-from bot.pilot.clock import new_run_id, now_utc
+from bot.pilot.clock import now_utc
 from bot.pilot.plan import make_plan
-from bot.pilot.specbuild import build_spec, runs_dir_for
-from bot.pilot.states import RESUMABLE, S, resume_refusal
+from bot.pilot.specbuild import build_spec
+from bot.pilot.states import S, resume_refusal
 from bot.pilot.volume_nodes import volume_node
 from bot.policy import Policy, default_policy
 from bot.policy.guard import Directory, PolicyGuard
 from bot.policy.model import Origin
+from bot.service.decisions import Decider
 from bot.service.end_lock import end_lock
-from bot.service.follower import DISPATCH_GRACE_S, DispatchHeartbeat, Follower
+from bot.service.follower import DISPATCH_GRACE_S, Follower
 from bot.service.handles import base_dir_of, dispatcher_for, handle_for
 from bot.service.outputs import ItemOutput, OutputsPlace, item_output, outputs_place
-from bot.service.proven import ProvenForecast, corpus_listed
+from bot.service.proven import ProvenForecast
 from bot.service.publisher import Publisher
 from bot.service.records import Records
 from bot.service.report_files import ReportFiles
 from bot.service.retention import PruneResult, StoreUsage, prune_store, store_usage
-from bot.service.run_checks import check_spec_paths, refuse_evidence_place
+from bot.service.run_checks import refuse_evidence_place
+from bot.service.run_dirs import create_run, new_run_dir
+from bot.service.starter import LeaseGuard, Starter
 from bot.service.watch import Watch
 from bot.settings import Settings
 from bot.store import Run, RunRecord, Store
-from runner.errors import RunnerError
-from runner.events import DISPATCH_NODE, Event
+from runner.events import Event
 
 log = logging.getLogger(__name__)
 
-LeaseGuard = Callable[[Run], None]
-# What an answer of a node of the wrong shape raises where no check caught it: the start
-# is recorded as failed with it, never left `dispatching` (issue 32).
-MALFORMED = (ValueError, TypeError, KeyError, AttributeError, IndexError)
 # The manifest and project checks that stop a pilot before it is planned (ProjectCheckError).
 Precheck = Callable[[LoadedManifest], object]
 
@@ -89,20 +80,42 @@ class PilotService:
         policy's roles that name a group."""
         self.settings = settings
         self.store = store
-        self.guard = PolicyGuard(policy or default_policy(settings.home, settings.policy_path,
-                                                          settings.approvers), store,
-                                 directory=directory)
+        self._guard = PolicyGuard(policy or default_policy(settings.home, settings.policy_path,
+                                                           settings.approvers), store,
+                                  directory=directory)
         self._dispatchers = dict(dispatchers)
-        self.lease_guard = lease_guard
         self.precheck = precheck
         self._lock = threading.Lock()  # one new run directory at a time
-        self.records = Records(store, self.guard)
+        self.records = Records(store, self._guard)
         self.publisher = Publisher(store, notifier, progress_interval=progress_interval)
         self.follower = Follower(settings, store, self._dispatchers, self.publisher)
-        self.proven = ProvenForecast(store)  # the volume's forecast on its proven nodes
+        self.starter = Starter(store, self._dispatchers, self.publisher,
+                               ProvenForecast(store), lease_guard=lease_guard)
         self.watch = Watch(store, self.follower, self.publisher, self.stop)
+        self.decider = Decider(store, self._guard, self.publisher,
+                               lease_guard=lease_guard,
+                               refresh_forecast=self.follower.refresh_forecast,
+                               launch_volume=self._launch_volume)
 
     # -- the parts it holds ----------------------------------------------------------
+    @property
+    def guard(self) -> PolicyGuard:
+        """The policy's guard (shared with the records and the decider)."""
+        return self._guard
+
+    @guard.setter
+    def guard(self, guard: PolicyGuard) -> None:
+        self._guard = self.records.guard = self.decider.guard = guard
+
+    @property
+    def lease_guard(self) -> LeaseGuard | None:
+        """What a start, and an approval for its volume's nodes, asks of a node's lease."""
+        return self.starter.lease_guard
+
+    @lease_guard.setter
+    def lease_guard(self, guard: LeaseGuard | None) -> None:
+        self.starter.lease_guard = self.decider.lease_guard = guard
+
     @property
     def dispatchers(self) -> dict[str, Dispatcher]:
         """The dispatchers by node kind (one mapping, shared with the follower)."""
@@ -154,29 +167,14 @@ class PilotService:
     def find(self, run_id: str) -> dict[str, Any]:
         return self.records.find(run_id)
 
-    def find_in(self, run_id: str, channel: str) -> dict[str, Any]:
-        return self.records.find_in(run_id, channel)
-
     def runs(self, limit: int = 50, *, channel: str | None = None) -> list[dict[str, Any]]:
         return self.records.runs(limit, channel=channel)
-
-    def runs_for(self, user: str, limit: int = 50) -> list[dict[str, Any]]:
-        return self.records.runs_for(user, limit)
 
     def decisions_for(self, user: str, limit: int = 20) -> list[dict[str, Any]]:
         return self.records.decisions_for(user, limit)
 
-    def active_runs(self) -> list[dict[str, Any]]:
-        return self.records.active_runs()
-
     def show(self, run_id: str, *, channel: str | None = None) -> dict[str, Any]:
         return self.records.show(run_id, channel=channel)
-
-    def healthy_cards(self, run_id: str) -> list[int] | None:
-        return self.records.healthy_cards(run_id)
-
-    def decisions(self, run_id: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
-        return self.records.decisions(run_id, limit=limit)
 
     def run_for_thread(self, channel: str, thread_ts: str) -> str | None:
         return self.records.run_for_thread(channel, thread_ts)
@@ -241,33 +239,10 @@ class PilotService:
         """Read, record, then publish whatever the runner appended since last time."""
         return self.follower.pump(run_id)
 
-    def catch_up(self, run_ids: list[str]) -> list[str]:
-        """A restarted bot: record and finish what ran while nobody followed."""
-        return self.follower.catch_up(run_ids)
-
     def reap(self, run_id: str, *, now: datetime | None = None) -> bool:
         """Close a run whose runner ended, or whose start was interrupted, while nobody
         followed it; True if closed (``Follower.reap``)."""
         return self.follower.reap(run_id, now=now)
-
-    def refresh_forecast(self, run_id: str) -> dict[str, Any] | None:
-        """The pilot's forecast again, from now (``Follower.refresh_forecast``)."""
-        return self.follower.refresh_forecast(run_id)
-
-    # -- the scheduled watch (Watch) ---------------------------------------------------
-    def watch_runs(self, now: datetime) -> list[Message]:
-        """One watch pass: pump each active run, alert a stall once, announce a return once."""
-        return self.watch.watch_runs(now)
-
-    def check_leases(self, now: datetime) -> list[Message]:
-        """Post the 24 h / 2 h lease reminders once each, and end leases at expiry (their
-        runs stopped)."""
-        return self.watch.check_leases(now)
-
-    def remind_evidence(self, now: datetime) -> list[Message]:
-        """One reminder per pilot whose balance is 30 min old and whose evidence is
-        unverified."""
-        return self.watch.remind_evidence(now)
 
     # -- submit -------------------------------------------------------------------
     def submit_text(self, text: str, *, source: str, base_dir: Path, submitter: str,
@@ -312,7 +287,8 @@ class PilotService:
         plan = make_plan(loaded)
         ids = expected_inputs(loaded, inputs)
         with self._lock:
-            attempt, run_id, run_dir = self._new_run_dir(loaded, kind)
+            attempt, run_id, run_dir = new_run_dir(self.store, loaded, kind,
+                                                   self.settings.runs_dir)
             spec = build_spec(loaded, plan, run_id, inputs=inputs, kind=kind,
                               forecast=forecast)
             spec = replace(spec, project=replace(  # what exactly ran: its git commit
@@ -323,7 +299,7 @@ class PilotService:
             record_listing(run_dir, spec.inputs.dir,  # held to it at dispatch
                            [f.location for f in loaded.listing(inputs).files])
             manifest_json = m.model_dump(mode="json")
-            self._create_run(run_dir, {
+            create_run(self.store, run_dir, {
                 "id": run_id, "name": m.name, "attempt": attempt, "kind": kind,
                 "parent_run": parent, "plan": plan.to_dict(),
                 "changes": previous_changes(self.store.previous_attempt(m.name, run_id),
@@ -346,126 +322,10 @@ class PilotService:
             self._publish(views.plan_message(self.store.run(run_id)))
         return Submission(run_id, run_dir, loaded)
 
-    def _new_run_dir(self, loaded: LoadedManifest, kind: str) -> tuple[int, str, Path]:
-        """The next attempt's number, run id and its own new directory (never reused)."""
-        name = loaded.manifest.name
-        attempt = self.store.next_attempt(name, kind)
-        run_id = new_run_id(name, attempt, kind)
-        run_dir = runs_dir_for(loaded, self.settings.runs_dir) / run_id
-        try:
-            run_dir.parent.mkdir(parents=True, exist_ok=True)
-            run_dir.mkdir(exist_ok=False)
-        except FileExistsError as exc:
-            raise DispatchError(f"run directory {run_dir} already exists: "
-                                "refusing to reuse it") from exc
-        except OSError as exc:
-            raise DispatchError(f"cannot create run directory {run_dir}: {exc}") from exc
-        return attempt, run_id, run_dir
-
-    def _create_run(self, run_dir: Path, record: dict[str, Any]) -> None:
-        try:
-            self.store.create_run(record)
-        except PreflightError:
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing recorded: leave no trace
-            raise
-
-    # -- dispatch -----------------------------------------------------------------
+    # -- dispatch (Starter) ---------------------------------------------------------
     def start(self, run_id: str, *, resume: bool = False) -> None:
-        run = self.store.run(run_id)
-        if self.lease_guard is not None:
-            try:
-                self.lease_guard(run)
-            except LeaseError as exc:
-                self._lease_refused(run, exc)
-                raise
-        dispatcher = self._dispatcher(run)
-        handle = replace(self._handle(run, resume=resume), progress=self._dispatch_step(run_id))
-        # "dispatching" until the runner's pid is known: the watch and `preflight runs` only
-        # look at "running" runs, so nobody takes a runner being started for a dead one.
-        from_states = RESUMABLE if resume else {S.PLANNED}
-        # A resumed run is judged on what the new runner reports: the earlier attempt's
-        # run.finished, balance and first error no longer count (its events stay recorded).
-        fresh = {"resume_seq": run.last_seq, "first_error": None, "outcome": None,
-                 "verdict": None, "stop": None} if resume else {"first_error": None}
-        if not self.store.transition(run_id, from_states, S.DISPATCHING,
-                                     started_at=now_utc(), finished_at=None, **fresh):
-            current = self.store.run_record(run_id).status
-            if current == S.DISPATCHING:  # another start or resume won the race
-                raise DispatchError(f"run {run_id} is being started by another start or "
-                                    "resume: it is not started twice; follow it, or "
-                                    f"`preflight stop {run_id}` once it runs")
-            raise DispatchError(f"run {run_id} is {current}: it cannot be started again; "
-                                "submit the manifest again for a new attempt")
-        heartbeat = DispatchHeartbeat(self.store, run_id)  # the watch's sign of life
-        try:
-            check_spec_paths(run)  # its paths, against its record (a resume above all)
-            pid = dispatcher.start(handle)
-        except DispatchStopped:
-            raise  # recorded `stopped` by the stop; what had started is stopped
-        except (PreflightError, *MALFORMED) as exc:  # a node's odd answer too: recorded
-            if self.store.transition(run_id, (S.DISPATCHING,), S.DISPATCH_FAILED,
-                                     first_error={"stage": "dispatch",
-                                                  "type": type(exc).__name__,
-                                                  "message": str(exc)}):
-                self.publisher.publish_outcome(run_id)
-            raise
-        finally:
-            heartbeat.stop()
-        if not self.store.transition(run_id, (S.DISPATCHING,), S.RUNNING, pid=pid):
-            # Stopped (or settled by the watch) while it started: nobody would follow the
-            # runner just launched, so it is stopped too.
-            self._stop_quietly(run_id, replace(handle, pid=pid))
-            raise DispatchStopped(f"run {run_id} is {self.store.run_record(run_id).status}: "
-                                  "it was stopped while it was being started; the runner "
-                                  "it launched is stopped")
-        self.publisher.publish_status(run_id)
-
-    def _lease_refused(self, run: Run, exc: LeaseError) -> None:
-        """A run its node's lease keeps from starting stays ``planned`` (`preflight resume`
-        starts it once provisioned), with the refusal as its first error: it shows as
-        "refused (lease)" with why, not as a run planned and forgotten."""
-        if run.status != S.PLANNED:
-            return
-        self.store.update_run(run.id, first_error={
-            "stage": "lease", "type": "LeaseError", "message": str(exc),
-            "hint": f"`preflight resume {run.id}` starts it once the lease is provisioned"})
-        self.publisher.publish_status(run.id)
-
-    def _dispatch_step(self, run_id: str) -> Callable[[dict[str, Any]], None]:
-        """The dispatch's report of a step: recorded (a sign of life), shown in the thread,
-        and the place a stop ends a start (DispatchStopped)."""
-        def step(data: dict[str, Any]) -> None:
-            self.store.record_dispatch_event(run_id, DISPATCH_NODE, data)
-            if data.get("phase") == "proved":  # the forecast again, on the proven nodes
-                self._node_proved(run_id)
-            elif data.get("phase") == "listed":  # a corpus only the nodes hold: its ids
-                corpus_listed(self.store, run_id)
-            run = self.store.run(run_id)
-            message = dispatch_message(run, self.store.dispatch_events(
-                run_id, since=run.started_at))
-            if message is not None:
-                self._publish(message)
-            if run.status != S.DISPATCHING:
-                raise DispatchStopped(f"run {run_id} was stopped while it was being started; "
-                                      "what was started on its nodes is stopped")
-        return step
-
-    def _node_proved(self, run_id: str) -> None:
-        """Once every node is proven: the forecast on their healthy cards, stored, and told
-        in the thread when it differs (never a reason to fail the start)."""
-        try:
-            new = self.proven.node_proved(run_id)
-            message = proven_message(self.store.run(run_id)) if new else None
-            if message is not None:
-                self._publish(message)
-        except Exception:
-            log.exception("run %s: the forecast on its proven nodes failed", run_id)
-
-    def _stop_quietly(self, run_id: str, handle: Any) -> None:
-        try:
-            self._dispatcher(self.store.run_record(run_id)).stop(handle)
-        except PreflightError as exc:
-            log.warning("run %s: could not stop what its start left: %s", run_id, exc)
+        """Start (or resume) the run's runner on its node (``Starter.start``)."""
+        self.starter.start(run_id, resume=resume)
 
     def fetch(self, run_id: str) -> dict[str, Any]:
         """Bring an ended run's results back again, and judge it again on them while it
@@ -519,7 +379,7 @@ class PilotService:
             # Being started: the start ends at its next step (DispatchStopped) and stops
             # what it started; what is already up (Ray on the nodes) is stopped here too,
             # also when the bot that started it is gone.
-            self._stop_quietly(run.id, self._handle(self.store.run_record(run.id)))
+            self.starter.stop_quietly(run.id, self._handle(self.store.run_record(run.id)))
             self.publisher.publish_outcome(run.id)
             return self.store.get_run(run.id)
         if not self.store.transition(run.id, (S.RUNNING,), S.RUNNING, stop=stop):
@@ -538,126 +398,18 @@ class PilotService:
         (stop, approve, fix-env, revise) this run from ``channel``."""
         self.guard.run_action(action, self.store.run(run_id), user, "slack", channel)
 
-    # -- decide -------------------------------------------------------------------
+    # -- decide (Decider) -----------------------------------------------------------
     def decide(self, run_id: str, decision: str, reason: str, by: str, *,
                override: bool = False, source: str = "cli",
                channel: str | None = None) -> dict[str, Any]:
-        from bot.pilot.decisions import check_decision, override_needs
-
-        run = self._with_decision(self.store.find(run_id))
-        # From Slack: the run's own channel, and for fix-env/revise a role (PolicyRefused).
-        self.guard.run_action(decision, run, by, "slack" if source == "slack" else "cli",
-                              channel)
-        if decision == "approve":  # the lease gate judges the finish from now, not from then
-            run = replace(run, forecast=self.refresh_forecast(run.id))
-        reason = (reason or "").strip()
-        origin: Origin = "slack" if source == "slack" else "cli"
-        refusal, is_override = check_decision(run, decision, reason, by, override=override,
-                                              groups=self.guard.identity(by, origin).groups)
-        base = {"run": run.id, "decision": decision, "reason": reason or "(none)", "by": by,
-                "override": int(is_override), "source": source,
-                "override_of": "; ".join(override_needs(run)) if is_override else None}
-        policy = self.guard.approval(run, by, origin) if decision == "approve" and \
-            refusal is None else []
-        if policy:
-            self.store.record_decision({**base, "accepted": 0, "refusal": str(policy[0])})
-            raise PolicyRefused("approve", policy)
-        if refusal is None and decision == "approve":
-            refusal = self._volume_refusal(run)
-        if refusal is not None:
-            self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
-            self.write_report(run.id)  # the report lists refused attempts too
-            raise DecisionRefused(refusal)
-        return self._accept_decision(run.id, base)
-
-    def _accept_decision(self, run_id: str, base: dict[str, Any]) -> dict[str, Any]:
-        """Record an allowed decision (unless another won the race), publish it, and launch
-        the volume of an approval."""
-        from bot.pilot.decisions import already_decided, not_decidable
-
-        # Under the run's lock: the outcome (with the buttons) is always published before the
-        # decision replaces it, even when a click races the follower that finished the run.
-        with self.publisher.run_lock(run_id):
-            record = self.store.decide_run(run_id, base)
-            if record is None:  # another decision won the race
-                current = self._with_decision(self.store.run(run_id))
-                refusal = not_decidable(current) or already_decided(current)
-                self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
-                raise DecisionRefused(refusal)
-            self._publish(views.decision_message(self.store.run(run_id),
-                                                 self.store.decisions(run_id)))
-        self.write_report(run_id)
-        if base["decision"] == "approve":
-            record["volume_run"] = self._launch_or_reopen(run_id, record)
-            if record["volume_run"]:  # the decision message names the volume it launched
-                self._publish(views.decision_message(
-                    self.store.run(run_id).joined(volume_run=record["volume_run"]),
-                    self.store.decisions(run_id)))
-        return record
+        """Record a decision on a pilot (``Decider.decide``): approve launches its volume."""
+        return self.decider.decide(run_id, decision, reason, by, override=override,
+                                     source=source, channel=channel)
 
     def decision_refusal(self, run_id: str, *,
                          who: Callable[[str], str] = str) -> str | None:
-        """Why a decision cannot be taken on this run now (None: it can); ``who`` renders
-        the author of an earlier decision."""
-        from bot.pilot.decisions import not_decidable
-
-        return not_decidable(self._with_decision(self.store.find(run_id)), who=who)
-
-    def _with_decision(self, run: Run) -> Run:
-        """The run with its accepted decision and the volume run it launched, if any."""
-        accepted = [d for d in self.store.decisions(run.id) if d.get("accepted")]
-        return run.joined(decision=accepted[-1] if accepted else None,
-                          volume_run=self.store.volume_of(run.id))
-
-    def _volume_refusal(self, run: Run) -> str | None:
-        """Why the volume an approval would launch cannot be created or started (its inputs
-        folder, count, ids; its nodes' leases), checked before the approval is recorded;
-        None when it can."""
-        from bot.pilot.prechecks import volume_problems
-
-        try:
-            loaded = load_manifest(run.manifest_text or "", source=f"run {run.id}",
-                                   base_dir=base_dir_of(run))
-        except ManifestError as exc:  # the project's files changed since the pilot
-            return self._cannot_launch([str(p) for p in exc.problems])
-        problems = [str(p) for p in volume_problems(loaded)]
-        if not problems and self.lease_guard is not None and loaded.manifest.volume:
-            try:  # the volume's nodes, as its dispatch will check them
-                self.lease_guard(replace(run, kind="volume", node=volume_node(
-                    loaded.manifest).model_dump(mode="json")))
-            except LeaseError as exc:
-                problems = [str(exc)]
-        return self._cannot_launch(problems) if problems else None
-
-    @staticmethod
-    def _cannot_launch(problems: list[str]) -> str:
-        return ("the volume cannot be launched: " + "; ".join(problems) + ". Fix it (the "
-                "folder, the lease, or the manifest in a new attempt) and approve again")
-
-    def _launch_or_reopen(self, run_id: str, record: dict[str, Any]) -> str | None:
-        """Launch the volume of an approval. When its run cannot even be created, the
-        approval is undone (kept as refused, with why) and the pilot awaits its decision
-        again; once the volume's run exists, a failed start is that run's to resume."""
-        try:
-            return self._launch_volume(run_id)
-        except Exception as exc:
-            if not isinstance(exc, (PreflightError, RunnerError, OSError)):
-                log.exception("launching the volume of %s failed", run_id)
-            volume = self.store.volume_of(run_id)
-            if volume is not None:
-                raise DispatchError(
-                    f"the approval of {run_id} is recorded and its volume run {volume} was "
-                    f"created, but it did not start: {exc}. `preflight resume {volume}` "
-                    "tries again") from exc
-            why = f"the volume run was not created: {type(exc).__name__}: {exc}"
-            self.store.reopen_decision(run_id, int(record["id"]), why)
-            self._publish(views.decision_message(self.store.run(run_id),
-                                                 self.store.decisions(run_id)))
-            self.write_report(run_id)
-            raise DecisionRefused(
-                f"the approval of {run_id} is not recorded: {why}. The pilot awaits its "
-                f"decision again: `preflight decide {run_id} approve --reason \"…\"` once "
-                "fixed") from exc
+        """Why a decision cannot be taken on this run now (None: it can)."""
+        return self.decider.decision_refusal(run_id, who=who)
 
     def _launch_volume(self, run_id: str) -> str | None:
         run = self.store.run(run_id)

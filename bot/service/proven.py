@@ -13,9 +13,10 @@ healthy cards of 32; forecast now …, was …"). A corpus only the nodes hold
 that dispatch (``corpus_listed`` stores its ids as the ones the balance expects).
 
 The time limit: the driver gets ``volume.time_limit_s`` in its spec, sent to the head when
-it is launched, after every proof (``bot/dispatch/volume_cluster.py`` reads the spec again
-after the proofs). A limit derived from the forecast (the manifest sets none) is widened to
-the new forecast's (``bot.pilot.volume_limits``: 2 × high + 30 min, cut to the lease's end)
+it is launched, after every proof (the widened limit is the answer to the last ``proved``
+step, a ``Decision`` the dispatch writes into the head's spec; nothing here edits a
+file). A limit derived from the forecast (the manifest sets none) is widened to the new
+forecast's (``bot.pilot.volume_limits``: 2 × high + 30 min, cut to the lease's end)
 when that is longer; it is never narrowed below the limit the approver saw. A limit the
 manifest sets is kept. After the volume, the check (``check_volume``) scores the actual
 time against this forecast: the cards really used.
@@ -36,7 +37,6 @@ from bot.pilot.plan import Plan
 from bot.pilot.volume_limits import volume_limits
 from bot.service.forecast_inputs import forecast_for
 from bot.store import Run, Store
-from runner.files import write_text_atomic
 from runner.inputs import item_id
 
 PROVED = "proved"
@@ -134,8 +134,9 @@ class ProvenForecast:
 
     def _time_limit(self, run: Run, plan: Plan | None,
                     new: dict[str, Any]) -> dict[str, Any]:
-        """The driver's time limit on the new forecast: kept, or widened in the spec the
-        head is about to get (never narrowed below what the approver saw)."""
+        """The driver's time limit on the new forecast: kept, or widened (never narrowed
+        below what the approver saw); a widened one is the start's to put in the spec the
+        head is about to get (the ``proved`` step's answer, ``Decision``)."""
         path = Path(str(run.spec_path))
         try:
             spec = json.loads(path.read_text(encoding="utf-8"))
@@ -155,8 +156,6 @@ class ProvenForecast:
         if limits is None or limits.time_limit_s <= was:
             return {"s": was, "was_s": was, "how": "kept",
                     "why": "the approved limit covers the new forecast"}
-        spec["volume"] = {**spec["volume"], "time_limit_s": limits.time_limit_s}
-        write_text_atomic(path, json.dumps(spec, indent=2, sort_keys=True))
         return {"s": limits.time_limit_s, "was_s": was, "how": "widened",
                 "why": limits.time_why}
 

@@ -38,7 +38,7 @@ class Followers:
         """Follow again every run the store says is running (a restarted bot). Runs that
         finished while no bot followed are finished first, in the order they finished."""
         ids = [run.id for run in self.service.running()]
-        done = set(self.service.catch_up(ids))
+        done = set(self.service.follower.catch_up(ids))
         for run_id in ids:
             if run_id not in done:
                 self.follow(run_id)

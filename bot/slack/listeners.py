@@ -270,7 +270,7 @@ def _on_button(h: Handlers) -> Callable[..., None]:
             return
         if not h.may_act(run_id, decision, user=user, channel=channel, thread_ts=thread_ts):
             return
-        forecast = h.service.refresh_forecast(run_id) if decision == "approve" else None
+        forecast = h.service.follower.refresh_forecast(run_id) if decision == "approve" else None
         spend = spend_lines(h.service.record(run_id)) if decision == "approve" else None
         client.views_open(trigger_id=body["trigger_id"],
                           view=decide_modal(run_id, decision, channel, thread_ts, forecast,

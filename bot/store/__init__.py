@@ -16,6 +16,7 @@ from pathlib import Path
 import sqlite_utils
 
 from bot.errors import StoreError
+from bot.store.decisions import DecisionsMixin
 from bot.store.dispatch import DispatchMixin, migrate_dispatch
 from bot.store.expected import ExpectedIdsMixin, migrate_expected_ids
 from bot.store.leases import LeasesMixin, migrate_leases
@@ -30,8 +31,8 @@ from bot.store.watch import WatchMixin, migrate_watch
 __all__ = ["Run", "RunRecord", "Store"]
 
 
-class Store(RunsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin, DispatchMixin,
-            ExpectedIdsMixin, RetentionMixin):
+class Store(RunsMixin, DecisionsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin,
+            DispatchMixin, ExpectedIdsMixin, RetentionMixin):
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         try:

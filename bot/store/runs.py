@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import sqlite_utils
@@ -420,6 +420,20 @@ class RunsMixin(StoreBase):
         return [{"id": iid, "status": status, "category": category, "reason": reason,
                  "seq": seq} for iid, status, category, reason, seq in rows]
 
+    def iter_items(self, run_id: str, page: int = 20_000) -> Iterator[dict[str, Any]]:
+        """``items`` a page at a time (by seq): a million-item run is never held whole."""
+        key, after = self._run_key(run_id), -1
+        while True:
+            rows = self.db.execute(
+                "SELECT item_id, status, category, reason, seq FROM items WHERE run_key = ? "
+                "AND seq > ? ORDER BY seq LIMIT ?", [key, after, page]).fetchall()
+            for iid, status, category, reason, seq in rows:
+                yield {"id": iid, "status": status, "category": category, "reason": reason,
+                       "seq": seq}
+            if len(rows) < page:
+                return
+            after = rows[-1][4]
+
     def item_output(self, run_id: str, item_id: str) -> tuple[str, str | None] | None:
         """(status, output reference) of the first recorded outcome of input ``item_id``,
         or None when none is recorded (``preflight outputs RUN ID``)."""
@@ -435,51 +449,6 @@ class RunsMixin(StoreBase):
         output = extra.get("output") if isinstance(extra, dict) else None
         return str(row[0]), output if isinstance(output, str) else None
 
-    # -- decisions ----------------------------------------------------------------
-    def record_decision(self, record: dict[str, Any]) -> dict[str, Any]:
-        record = {"at": utc_now(), **record}
-        with self.transaction() as db:
-            _insert_decision(db, record)
-        return record
-
-    def decide_run(self, run_id: str, record: dict[str, Any]) -> dict[str, Any] | None:
-        """Record an accepted decision and move the run to ``decided``, atomically.
-
-        Returns None (and records nothing) when the run is no longer awaiting a decision.
-        """
-        record = {"at": utc_now(), **record, "run": run_id, "accepted": 1}
-        moved = self._move_status_then(run_id, RunStatus.AWAITING_DECISION, RunStatus.DECIDED,
-                                       lambda db: _insert_decision(db, record))
-        return record if moved else None
-
-    def reopen_decision(self, run_id: str, decision_id: int, refusal: str) -> bool:
-        """Undo an accepted decision whose consequence could not be created (the volume of
-        an approval): the decision is kept as refused, with why, and the run awaits its
-        decision again, atomically. False when the run is no longer ``decided``."""
-        return self._move_status_then(
-            run_id, RunStatus.DECIDED, RunStatus.AWAITING_DECISION,
-            lambda db: db.execute(
-                "UPDATE decisions SET accepted = 0, refusal = ? WHERE id = ? AND run = ?",
-                [refusal, decision_id, run_id]))
-
-    def _move_status_then(self, run_id: str, from_status: RunStatus, to_status: RunStatus,
-                          then: Callable[[sqlite_utils.Database], object]) -> bool:
-        """In one transaction: move the run from ``from_status`` to ``to_status`` and, only
-        when it moved, do ``then`` in the same transaction. False (and nothing done) when
-        the run was not in ``from_status``."""
-        with self.transaction() as db:
-            cur = db.execute("UPDATE runs SET status = ? WHERE id = ? AND status = ?",
-                             [str(to_status), run_id, str(from_status)])
-            if cur.rowcount != 1:
-                return False
-            then(db)
-        return True
-
-    def decisions(self, run_id: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
-        if run_id is None:
-            return list(self.db.query("SELECT * FROM decisions ORDER BY id DESC LIMIT ?", [limit]))
-        return list(self.db.query("SELECT * FROM decisions WHERE run = ? ORDER BY id", [run_id]))
-
     # -- where a transport put each message (Slack ts, ...) ------------------------
     def set_message_ref(self, run_id: str, key: str, transport: str, ref: str,
                         channel: str | None = None) -> None:
@@ -493,13 +462,6 @@ class RunsMixin(StoreBase):
             "SELECT * FROM message_refs WHERE run = ? AND key = ? AND transport = ?",
             [run_id, key, transport]))
         return rows[0] if rows else None
-
-
-def _insert_decision(db: sqlite_utils.Database, record: dict[str, Any]) -> None:
-    """Insert a decision and set its new ``id`` on ``record``."""
-    table = db.table("decisions")
-    table.insert(record)
-    record["id"] = table.last_pk
 
 
 def _apply_stage(db: sqlite_utils.Database, run_id: str, event: Event) -> None:

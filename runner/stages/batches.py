@@ -1,7 +1,9 @@
 """An in-process handler over the pilot's batches, under the per-item clock.
 
-A batch gets ``task.item_timeout_s`` per item (runner/itemtimeout.py). A batch past its
-time is run again item by item; an item past the timeout alone is refused with a reason
+A batch gets ``task.item_timeout_s`` per item (runner/itemtimeout.py). A generator
+handler's results are taken as they are yielded (runner/handler_call.py): those yielded
+before a failure are recorded. A batch past its time is run again item by item (those
+without a result); an item past the timeout alone is refused with a reason
 naming the timeout, so the rest of its batch is recorded and the balance stays exact.
 ``in_flight`` names the batch a killed pilot was in. Standard library only.
 """
@@ -9,8 +11,9 @@ naming the timeout, so the rest of its batch is recorded and the balance stays e
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Set
 
+from runner.handler_call import BatchCall
 from runner.inputs import InputsError, Item, list_inputs
 from runner.itemtimeout import ItemClock, ItemTimedOut
 from runner.ledger import Ledger, LedgerError, ledger_path
@@ -42,16 +45,20 @@ class Batches:
 
     def batch(self, batch: List[Item]) -> None:
         began = time.perf_counter()
+        call = BatchCall(self.handler, batch, self.wctx)  # a generator's yields are kept
         try:
-            results = self.clock.call(self.handler, len(batch), batch, self.wctx)
+            results = self.clock.call(call, len(batch))
         except ItemTimedOut:
-            if len(batch) == 1:
+            kept = self._keep(batch, call)
+            if len(batch) == 1 and not kept:
                 self._refuse(batch[0])
             else:  # which item hung? each one again, alone, under its own time
                 for item in batch:
-                    self.batch([item])
+                    if item.id not in kept:
+                        self.batch([item])
             return
         except Exception as exc:
+            self._keep(batch, call)
             ids = ", ".join(it.id for it in batch[:5]) + (" ..." if len(batch) > 5 else "")
             raise StageFailure(
                 "pilot", f"task.handler raised {type(exc).__name__}: {exc} (batch: {ids})",
@@ -59,6 +66,15 @@ class Batches:
                 facts={"recorded": self.recorded}) from exc
         self.recorded += self.recorder.record([it.id for it in batch], results,
                                               elapsed_s=time.perf_counter() - began)
+
+    def _keep(self, batch: List[Item], call: BatchCall) -> Set[str]:
+        """Record what a generator handler yielded before it failed; the ids recorded."""
+        ids = {it.id for it in batch}
+        asked = [r["id"] for r in call.results if isinstance(r, dict) and r.get("id") in ids]
+        if not asked:
+            return set()
+        self.recorded += self.recorder.record(asked, list(call.results))
+        return {iid for iid in asked if iid in self.recorder.recorded}
 
     def _refuse(self, item: Item) -> None:
         reason = (f"timeout: no result within task.item_timeout_s = "

@@ -28,7 +28,37 @@ def _write_provenance(ctx: StageContext) -> None:
                       json.dumps(provenance(ctx.spec), indent=2, sort_keys=True) + "\n")
 
 
-def evidence(ctx: StageContext) -> Dict[str, Any]:
+PROGRESS_EVERY_S = 60.0
+
+
+class _Pulse:
+    """The copy's beats handed to the stage's judge; once a minute also an
+    ``evidence.progress`` event (beats come from several threads)."""
+
+    def __init__(self, ctx: StageContext, every_s: float) -> None:
+        import threading
+        import time
+
+        self.ctx, self.every_s, self.clock = ctx, every_s, time.monotonic
+        self.last, self.lock = self.clock(), threading.Lock()
+
+    def __call__(self, where: str) -> None:
+        from runner.events import EVIDENCE_PROGRESS
+
+        self.ctx.beat(where)
+        if self.clock() - self.last < self.every_s:
+            return
+        with self.lock:
+            if self.clock() - self.last < self.every_s:
+                return
+            self.last = self.clock()
+        try:
+            self.ctx.emit(EVIDENCE_PROGRESS, at=where)
+        except RuntimeError:  # the stage was abandoned after its timeout
+            pass
+
+
+def evidence(ctx: StageContext, progress_every_s: float = PROGRESS_EVERY_S) -> Dict[str, Any]:
     """Copy the evidence to results.copy_to/<run_id>/, then read it back and verify."""
     from runner.evidence import EvidenceError, copy_evidence, join_dest
 
@@ -38,7 +68,7 @@ def evidence(ctx: StageContext) -> Dict[str, Any]:
     target = join_dest(dest, ctx.spec.run_id)
     try:
         _write_provenance(ctx)
-        report = copy_evidence(ctx.run_dir, target, ctx.beat)
+        report = copy_evidence(ctx.run_dir, target, _Pulse(ctx, progress_every_s))
     except (EvidenceError, OSError) as exc:
         raise StageFailure("evidence", str(exc),
                            hint="check results.copy_to is writable from this node") from exc

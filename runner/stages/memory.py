@@ -19,6 +19,7 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional
 
+from runner.handler_call import call_handler
 from runner.stage import StageContext, StageFailure, StageSkipped
 
 GIB = 1024 ** 3
@@ -59,7 +60,7 @@ def memory(ctx: StageContext) -> Dict[str, Any]:
 
 def _call(handler: Any, batch: List[Any], wctx: Any, facts: Dict[str, Any]) -> None:
     try:
-        results = handler(batch, wctx)
+        results = call_handler(handler, batch, wctx)  # a generator's work is run too
     except Exception as exc:  # noqa: BLE001 - a crash of the user's workload is this stage's
         raise StageFailure("memory", f"the workload failed on its largest batch "
                            f"({', '.join(facts['batch_ids'])}): {type(exc).__name__}: {exc}",

@@ -7,19 +7,20 @@ similarity. No download, no randomness: the same text gives the same answer on a
 machine. Runs on CUDA when the context's device says so, on CPU otherwise.
 
 Inputs that are unreadable, empty, not UTF-8, binary, or that match no category at all
-are refused with a reason; accepted documents get one JSON output each in
-``outputs/<id>.json``, written atomically before the runner records the item as done.
+are refused with a reason; accepted documents get one JSON output each, returned for the
+runner to write before it records the item as done: ``outputs/<id>.json`` in a pilot, a
+line of the batch's shard on a volume's worker (runner/outputs.py: one fsync per batch,
+not one per document).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import zlib
 from typing import Any, Dict, List, Sequence
 
 from runner.inputs import Item
-from runner.workloads import WorkloadContext, write_output
+from runner.workloads import WorkloadContext
 
 DIM = 4096
 WORD = re.compile(r"[a-z]+")
@@ -82,11 +83,11 @@ def handle(items: List[Item], ctx: WorkloadContext) -> List[Dict[str, Any]]:
         by_id = {it.id: (it, t, sims[i]) for i, (it, t) in enumerate(zip(readable, texts))}
         for res in results:
             if res["id"] in by_id:
-                res.update(_decide(ctx, categories, *by_id[res["id"]]))
+                res.update(_decide(categories, *by_id[res["id"]]))
     return results
 
 
-def _decide(ctx: WorkloadContext, categories: List[str], item: Item, text: str,
+def _decide(categories: List[str], item: Item, text: str,
             sims: Any) -> Dict[str, Any]:
     scores = {c: round(float(s), 6) for c, s in zip(categories, sims.tolist())}
     best = max(categories, key=lambda c: (scores[c], -categories.index(c)))
@@ -95,9 +96,7 @@ def _decide(ctx: WorkloadContext, categories: List[str], item: Item, text: str,
                 "reason": "no recognisable content: no word of any category's vocabulary"}
     record = {"id": item.id, "category": best, "scores": scores, "chars": len(text),
               "words": len(WORD.findall(text.lower()))}
-    path = write_output(ctx.outputs_dir, item.id,
-                        json.dumps(record, sort_keys=True, indent=1).encode("utf-8"))
-    return {"status": "accepted", "category": best, "output": path}
+    return {"status": "accepted", "category": best, "output": record}
 
 
 def read_text(path: str) -> tuple[str, str]:

@@ -49,12 +49,19 @@ class ProvingDispatcher(ScriptedDispatcher):
 
     def start(self, handle: Any) -> int | None:
         if json.loads(Path(handle.spec_path).read_text(encoding="utf-8")).get("volume"):
+            # the service hands the start its plan, taken from the checked manifest
+            assert handle.plan is not None
+            assert [n.host for n in handle.plan.volume_nodes] == list(HOSTS)
             self.volumes.add(handle.run_id)
-            for i, host in enumerate(HOSTS):
-                handle.progress({"node": f"{host}:22", "index": i, "phase": "proved",
-                                 "cards": PROVEN[i], "excluded": 4 - len(PROVEN[i])})
+            answers = [handle.progress({"node": f"{host}:22", "index": i, "phase": "proved",
+                                        "cards": PROVEN[i], "excluded": 4 - len(PROVEN[i])})
+                       for i, host in enumerate(HOSTS)]
+            # the service answers the last proof with its decision; it edits no file
             spec = json.loads(Path(handle.spec_path).read_text(encoding="utf-8"))
-            self.launched_limit.append(float(spec["volume"]["time_limit_s"]))
+            decided = [a.time_limit_s for a in answers if a is not None]
+            assert answers[:-1] == [None] * (len(HOSTS) - 1)
+            self.launched_limit.append(float(decided[-1] if decided
+                                             else spec["volume"]["time_limit_s"]))
         return super().start(handle)
 
 

@@ -70,3 +70,26 @@ def test_a_runner_found_dead_is_cleaned_up_by_the_follower(tmp_path: Path) -> No
     run = service.follow(run_id, timeout=30)
     assert run["outcome"] == "failed"  # died: no run.finished
     assert dispatcher.released == [run_id]
+
+
+def test_a_start_interrupted_before_its_runner_is_cleaned_up_when_settled(
+        tmp_path: Path) -> None:
+    """A bot that died mid-start may have left a volume's Ray up: the watch that settles
+    the run as dispatch_failed cleans up what the start brought up (issue 33)."""
+    from datetime import datetime, timedelta, timezone
+
+    from bot.manifest.load import load_manifest_file
+    from bot.pilot.clock import now_utc
+    from tests.bot.fakes import write_manifest
+
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
+    dispatcher = CleanedUp()
+    service = PilotService(settings, Store(settings.db_path), {"local": dispatcher},
+                           RecordingNotifier())
+    crashed = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
+    service.store.transition(crashed.run_id, ("planned",), "dispatching", started_at=now_utc())
+    assert service.reap(crashed.run_id, now=datetime.now(timezone.utc)) is False
+    assert dispatcher.released == []  # within the grace: maybe still being started
+    service.reap(crashed.run_id, now=datetime.now(timezone.utc) + timedelta(seconds=300))
+    assert service.store.get_run(crashed.run_id)["status"] == "dispatch_failed"
+    assert dispatcher.released == [crashed.run_id]

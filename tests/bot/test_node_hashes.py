@@ -20,12 +20,12 @@ import pytest
 
 from bot.dispatch.corpus import corpus_command
 from bot.dispatch.node_output import read_lines
-from bot.dispatch.upload import HashAnswer, parse_hashes
 from bot.errors import DispatchError
 from bot.node_programs import NODE_CORPUS_SCRIPT
 from bot.node_programs import hashcache as node_hashcache
 from bot.node_programs.hashcache import HashCache, file_sha256
 from bot.node_programs.launcher import HASH_LINE_FILES, hashes, print_hashes
+from bot.nodes.ssh.answers import HashAnswer, parse_hashes
 
 WHERE = "node 127.0.0.1:22"
 OLD = 1_600_000_000  # a modification time far from "now": remembered

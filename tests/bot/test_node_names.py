@@ -13,8 +13,8 @@ import pytest
 from bot.dispatch.corpus import check_listing, node_rows
 from bot.dispatch.host_tree import HostDir
 from bot.dispatch.node_names import NodeNameRefused, listed_names, node_name, node_relpath
-from bot.dispatch.upload import parse_hashes
 from bot.errors import DispatchError
+from bot.nodes.ssh.answers import parse_hashes
 
 WHERE = "gpu@node-1:22"
 BAD = ["", ".", "..", "../../victim.txt", "a/b", "/etc", "nul\0byte", None, 7, b"bytes"]

@@ -22,6 +22,7 @@ def test_the_volume_run_carries_its_engine_settings_and_first_node(tmp_path: Pat
     spec = json.loads(Path(run["spec_path"]).read_text())
     assert spec["volume"]["batch_size"] == 3 and spec["volume"]["cards_per_worker"] == 1
     assert spec["volume"]["address"] is None  # the driver starts its own Ray on the node
+    assert spec["volume"]["prefetch"] == 1  # read ahead on by default (issue 34)
     pilot_spec = json.loads(Path(service.store.get_run(pilot)["spec_path"]).read_text())
     assert pilot_spec["volume"] is None  # a pilot runs in-process
 

@@ -64,16 +64,16 @@ def test_a_volume_past_the_lease_in_the_terminal(tmp_path: Path) -> None:
     volume_text = volume_report.read_text(encoding="utf-8")
     assert "Forecast against the actual" in volume_text and "The pilot's forecast" in volume_text
     assert preflight(root, "report", "no-such-run").returncode == 2
-    # `preflight outputs`: where the volume's outputs lie, and one input's by its id (the
-    # example handler writes a file per document itself: a file's path, not a shard's line)
+    # `preflight outputs`: where the volume's outputs lie (the example handler returns its
+    # outputs: its workers wrote them in a shard per batch), and one input's by its id
     place = preflight(root, "outputs", volume_id)
     assert place.returncode == 0, place.stderr
     assert f"outputs of run {volume_id}: {volume['run_dir']}/outputs" in place.stdout
-    assert "files:  11 (" in place.stdout and "shards: 0 (0 B)" in place.stdout
+    assert "files:  0 (0 B)" in place.stdout and "shards: 0" not in place.stdout
     one = preflight(root, "outputs", volume_id, "doc-04")
     assert one.returncode == 0, one.stderr
-    assert one.stdout.strip() == f"{volume['run_dir']}/outputs/doc-04.json"
-    assert "doc-04: accepted; output outputs/doc-04.json" in one.stderr
+    assert json.loads(one.stdout)["category"] == "research"
+    assert "doc-04: accepted; output outputs/shards/a1-w" in one.stderr
     refused = preflight(root, "outputs", volume_id, "doc-07")
     assert refused.returncode == 0 and "no output: it was refused" in refused.stderr
     assert preflight(root, "outputs", volume_id, "doc-99").returncode == 2

@@ -105,6 +105,19 @@ def test_runs_and_show(demo: tuple[Path, subprocess.CompletedProcess[str]]) -> N
     assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr
 
 
+def test_evidence_show_prints_one_output_of_the_run(
+        demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    root, _ = demo
+    (run_dir,) = run_dirs(root)
+    with open(run_dir / "balance.csv", newline="") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["status"] == "accepted" and r["output"])
+    shown = preflight(root, "evidence", "show", "latest", row["id"])
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == (run_dir / row["output"]).read_text()
+    assert f"{row['output']} from " in shown.stderr
+    assert preflight(root, "evidence", "show", "no-such-run", "x").returncode == 2
+
+
 def test_second_run_gets_its_own_directory(tmp_path: Path) -> None:
     root = project(tmp_path)
     first = preflight(root, "run", "manifests/pilote.yaml")

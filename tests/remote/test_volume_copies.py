@@ -27,7 +27,8 @@ from bot.dispatch.base import RunHandle
 from bot.dispatch.inputs_check import record_inputs
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError, NodeUnreachable
-from bot.nodes.ssh.dispatcher import SSHDispatcher, _release
+from bot.nodes.ssh.dispatcher import SSHDispatcher
+from bot.nodes.ssh.node import release_launcher
 from bot.nodes.ssh.transfer import TransferLimits
 from tests.processes import live_processes
 from tests.remote.sshd_server import FAKE_RUNNER, Sshd
@@ -93,7 +94,7 @@ def prepare(d: SSHDispatcher, handle: RunHandle, nodes: list[dict[str, Any]]) ->
                        120)
     finally:
         for _node, launcher in held:
-            d._call(_release(launcher), 30)
+            d._call(release_launcher(launcher), 30)
         d.close()
 
 

@@ -334,3 +334,82 @@ def test_a_forged_shard_with_a_link_member_is_named(tmp_path: Path) -> None:
                            "not a regular file")
     assert "outputs/doc-00001.json: in outputs.index.tsv but not in " \
            "shards/outputs-000000.tar" in problems
+
+
+def test_a_plain_copy_made_again_in_shards_leaves_no_plain_outputs(tmp_path: Path) -> None:
+    run = make_run(tmp_path, 12, nested=True)
+    dest = tmp_path / "dest"
+    assert copy_evidence(str(run), str(dest)).verified
+    assert (dest / "outputs" / "d0").is_dir()
+    again = copy_evidence(str(run), str(dest), plain_max=5)
+    assert again.verified and again.shards == 1
+    assert not (dest / "outputs").exists()  # its files and emptied folders removed
+
+
+def test_the_evidence_stage_packs_a_large_run_and_says_so(tmp_path: Path) -> None:
+    from runner.spec import RunSpec
+    from runner.stage import StageContext
+    from runner.stages.evidence import evidence
+
+    run = make_run(tmp_path, 1_200)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    spec = RunSpec.from_dict({"run_id": "r", "name": "p", "inputs": {"dir": str(inputs)},
+                              "results": {"copy_to": str(tmp_path / "ev")}})
+    beats: list[str] = []
+    events: list[tuple[str, dict[str, object]]] = []
+    ctx = StageContext(spec=spec, run_dir=str(run), beat=beats.append,
+                       emit=lambda etype, **data: events.append((etype, data)))
+    facts = evidence(ctx, progress_every_s=0)
+    assert facts["verified"] and facts["shards"] == 1 and facts["files"] == 1_207
+    assert {e[0] for e in events} == {"evidence.progress", "evidence"}
+    assert events[-1][0] == "evidence" and events[-1][1]["shards"] == 1
+    assert any(e[1]["at"].startswith("shards/outputs-000000.tar (outputs/doc-") for e in events)
+    assert len(beats) > 1_200  # every member moved is a sign of progress
+    assert (tmp_path / "ev" / "r" / "shards" / "outputs-000000.tar").is_file()
+
+
+def test_an_outputs_folder_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    run = make_run(tmp_path, 0)
+    os.rmdir(run / "outputs")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.json").write_text("{}")
+    os.symlink(elsewhere, run / "outputs")
+    report = copy_evidence(str(run), str(tmp_path / "dest"))
+    assert report.problems == ["outputs: a symbolic link: refused, not copied"]
+    assert not (tmp_path / "dest" / "outputs").exists()
+
+
+def test_one_line_of_a_volume_jsonl_output_is_shown_by_id(tmp_path: Path) -> None:
+    """A volume's outputs are JSONL files (outputs/shards/<name>.jsonl, one line per
+    input, balance.csv naming `<file>#<line>`): the id's own line is printed, from a
+    plain copy and from a shard."""
+    run = make_run(tmp_path, 0)
+    lines = [json.dumps({"id": f"v-{n}", "output": {"n": n}}) + "\n" for n in range(40)]
+    (run / "outputs" / "shards").mkdir()
+    (run / "outputs" / "shards" / "a1-w0-000001.jsonl").write_text("".join(lines))
+    (run / "balance.csv").write_text("id,status,category,reason,output\n" + "".join(
+        f"v-{n},accepted,x,,outputs/shards/a1-w0-000001.jsonl#{n + 1}\n" for n in range(40)))
+    for plain_max, dest in ((1000, tmp_path / "plain"), (0, tmp_path / "sharded")):
+        assert copy_evidence(str(run), str(dest), plain_max=plain_max).verified
+        out = io.BytesIO()
+        where = show_output(str(dest), "v-17", out)
+        assert json.loads(out.getvalue()) == {"n": 17}
+        assert where.startswith("outputs/shards/a1-w0-000001.jsonl line 18")
+    (run / "balance.csv").write_text("id,status,category,reason,output\n"
+                                     "v-3,accepted,x,,outputs/shards/a1-w0-000001.jsonl#5\n")
+    dest = tmp_path / "wrong"
+    copy_evidence(str(run), str(dest))
+    with pytest.raises(EvidenceError, match="line 5 holds the output of 'v-4', not of 'v-3'"):
+        show_output(str(dest), "v-3", io.BytesIO())
+
+
+def test_a_long_events_file_is_copied_to_its_last_complete_line(tmp_path: Path) -> None:
+    run = make_run(tmp_path, 3)
+    lines = "".join(json.dumps({"seq": n, "pad": "x" * 200}) + "\n" for n in range(2_000))
+    torn = '{"seq": 2000, "pad": "' + "y" * 150_000  # longer than one backward read
+    (run / "events.jsonl").write_text(lines + torn)
+    dest = tmp_path / "dest"
+    assert copy_evidence(str(run), str(dest)).verified
+    assert (dest / "events.jsonl").read_text() == lines

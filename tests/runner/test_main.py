@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runner.events import STAGES
+from runner.events import OPTIONAL_STAGES, STAGES
 from tests.runner.test_stages_kit import (
     events_of,
     finished,
@@ -15,6 +15,8 @@ from tests.runner.test_stages_kit import (
     write_spec,
 )
 
+RUN_STAGES = [s for s in STAGES if s not in OPTIONAL_STAGES]
+
 
 def test_full_ladder_passes_then_the_directory_is_never_reused(tmp_path: Path) -> None:
     spec = write_spec(tmp_path)
@@ -23,7 +25,7 @@ def test_full_ladder_passes_then_the_directory_is_never_reused(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     events = events_of(run_dir)
     status = status_of(events)
-    assert list(status) == list(STAGES)
+    assert list(status) == RUN_STAGES
     assert status["extensions"] == "skipped"
     assert outcomes(events)["extensions"].data["reason"] == "none listed"
     assert outcomes(events)["extensions"].data["blocking"] is False
@@ -31,7 +33,7 @@ def test_full_ladder_passes_then_the_directory_is_never_reused(tmp_path: Path) -
     assert passed >= {"prepare", "interpreter", "environment", "torch", "device", "compute",
                       "memory", "pilot", "balance"}
     started = [e.data["stage"] for e in events if e.type == "stage.started"]
-    assert started == [s for s in STAGES]  # soft-skipped stages start too (they ran)
+    assert started == RUN_STAGES  # soft-skipped stages start too (they ran)
     end = finished(events)
     assert end == {"status": "passed", "stage_reached": "evidence", "first_error": None}
     assert events[0].data["spec"]["name"] == "tiny" and events[0].data["resume"] is False
@@ -40,7 +42,7 @@ def test_full_ladder_passes_then_the_directory_is_never_reused(tmp_path: Path) -
     item_ids = sorted(e.data["id"] for e in events if e.type == "item.done")
     assert item_ids == ["a1", "a2", "a3"]
     env = json.loads((run_dir / "environment.json").read_text())
-    assert set(env["stages"]) == set(STAGES)
+    assert set(env["stages"]) == set(RUN_STAGES)
     assert env["stages"]["torch"]["facts"]["build"] == "cpu"
     assert env["stages"]["compute"]["facts"]["fp32_tflops"] > 0
     assert env["stages"]["memory"]["facts"]["batch_ids"] == ["a2", "a1"]

@@ -31,6 +31,11 @@ def test_a_batch_s_outputs_go_to_one_shard_and_each_is_found_by_its_id(tmp_path:
     assert sorted(os.listdir(shard.parent)) == ["a1-w0-000001.jsonl", "a1-w0-000002.jsonl"]
     found = summary(str(tmp_path))
     assert (found["shards"], found["files"]) == (2, 0)
+    again = ShardWriter(str(tmp_path), "a1-w0")  # the same names: never replaced
+    assert again.write([{"id": "d7", "status": "accepted", "output": 7}])[0]["output"] == 7
+    third = again.write([{"id": "d7", "status": "accepted", "output": {"v": 7}}])
+    assert third[0]["output"] == "outputs/shards/a1-w0-000003.jsonl#1"
+    assert read_output(str(tmp_path), "outputs/shards/a1-w0-000001.jsonl#1", "d0") == {"k": 0}
 
 
 def test_a_bad_output_refuses_its_input_and_the_rest_of_the_batch_is_kept(

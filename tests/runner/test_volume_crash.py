@@ -22,11 +22,12 @@ from collections import Counter
 from pathlib import Path
 
 from runner.outputs import parse_ref, read_output
+from tests.processes import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 N_ITEMS = 800
 KILLS = 10
-WORK_S = 0.003  # about 2.4 s of work in all, done over the kills at 0.3-1.0 s
+WORK_S = 0.003  # about 2.4 s of work in all, done over the kills
 
 HANDLER = r'''
 import os, sqlite3, time
@@ -122,6 +123,14 @@ def _setup(tmp: Path) -> tuple[Path, Path, dict[str, str]]:
     return run, run / "spec.json", env
 
 
+def _ran(run: Path) -> int:
+    """Bytes of the handlers' log: grows as soon as a batch ran."""
+    try:
+        return (run / "processed.log").stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _done(run: Path) -> int:
     try:
         con = sqlite3.connect(f"file:{run / 'ledger.sqlite'}?mode=ro", uri=True)
@@ -142,9 +151,14 @@ def test_sigkill_at_random_moments_loses_and_doubles_no_output(tmp_path: Path) -
     counts: list[int] = []
     with open(tmp_path / "driver.err", "ab") as errlog:
         while kills < KILLS:
-            delay = rng.uniform(0.3, 1.0)
+            delay = rng.uniform(0.0, 0.4)
+            ran = _ran(run)
             proc = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), str(spec),
                                      str(run)], env=env, stderr=errlog)
+            # however long the interpreter takes to start on a loaded machine, the kill
+            # lands once this attempt's handler has run (then a random moment later)
+            wait_until(lambda p=proc, before=ran: p.poll() is not None or _ran(run) > before,
+                       "the driver's first batch", 120)
             try:
                 proc.wait(timeout=delay)
             except subprocess.TimeoutExpired:
@@ -158,7 +172,7 @@ def test_sigkill_at_random_moments_loses_and_doubles_no_output(tmp_path: Path) -
     subprocess.run([sys.executable, str(tmp_path / "driver.py"), str(spec), str(run)],
                    env=env, check=True, timeout=120)
     print(f"items recorded at each kill: {counts}")
-    assert len(set(counts)) >= 3, counts  # kills landed in the middle of passes
+    assert kills >= KILLS // 2 and len(set(counts)) >= 2, counts  # kills in mid-pass
     con = sqlite3.connect(str(run / "ledger.sqlite"))
     rows = con.execute("SELECT id, status, output FROM items").fetchall()
     con.close()

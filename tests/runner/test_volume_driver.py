@@ -46,8 +46,10 @@ class FakeActor:
         actor = self
 
         class Run:
-            def remote(self, payload: list[list[Any]]) -> Ref:
+            def remote(self, payload: list[list[Any]],
+                       ahead: list[list[list[Any]]] | None = None) -> Ref:
                 ray_.calls.append((actor.key, [p[0] for p in payload]))
+                ray_.aheads.append((actor.key, [[p[0] for p in b] for b in ahead or []]))
                 ref = Ref(actor, payload)
                 actor.line.append(ref)
                 return ref
@@ -87,6 +89,7 @@ class FakeRay:
         self.dead_nodes: set[str] = set()
         self.partitioned: set[str] = set()
         self.calls: list[tuple[int, list[str]]] = []
+        self.aheads: list[tuple[int, list[list[str]]]] = []  # what each call said comes next
         self.killed: list[int] = []
         self.now = 0.0
         self.actors = [FakeActor(self, k, f"node{k}") for k in range(workers)]
@@ -247,7 +250,7 @@ def test_a_raising_input_is_refused_with_its_exception_and_the_volume_goes_on(
     assert rows["i013"].reason == "task.handler raised ValueError: bad input i013"
     assert Counter(r.status for r in rows.values()) == {"accepted": 39, "refused": 1}
     assert facts["workers_excluded"] == 0 and facts["workers_lost"] == 0
-    assert facts["batches_split"] == 3  # 8 -> 4 -> 2 -> 1
+    assert facts["batches_split"] == 2  # 8 -> quarters of 2 -> 1 (issue 34)
 
 
 def test_an_input_past_item_timeout_on_its_worker_is_refused_naming_the_timeout(
@@ -270,7 +273,10 @@ def test_an_input_that_kills_its_worker_is_refused_after_two_deaths_alone(
     rows = _every_id_once(ledger, 15)
     assert rows["i004"].status == "refused"
     assert (rows["i004"].reason or "").startswith("its worker died 2 times while running it")
-    assert facts["nodes_lost"] == 0 and facts["workers_started_again"] >= 3
+    # three deaths: its batch of 5 (split in quarters, issue 34; halves took four), then
+    # twice alone; the third worker started in place was not needed any more
+    assert facts["workers_lost"] == 3 and facts["nodes_lost"] == 0
+    assert facts["workers_started_again"] >= 2
     assert not [e for e, _ in events if e == "volume.node_lost"]
 
 
@@ -557,6 +563,25 @@ def test_the_progress_admits_a_batch_held_far_longer_than_a_batch_takes(
     assert held[-1]["held_limit_s"] == MIN_TIMEOUT_S
 
 
+def test_with_read_ahead_each_call_names_the_batch_its_worker_runs_next(
+        tmp_path: Path) -> None:
+    """``volume.prefetch``: each call carries the batches reserved for its worker, and the
+    worker's next call is exactly that one; a worker lost with its node gives its reserved
+    batch back, and every id is recorded once (issue 34, point 5)."""
+    ray = FakeRay(3, dies={2})
+    driver, ledger, _ = _driver(tmp_path, ray, 60, in_flight=2, prefetch=1)
+    facts = driver.run()
+    _every_id_once(ledger, 60)
+    assert facts["prefetch"] == 1 and facts["workers_lost"] == 1
+    for key in (0, 1):
+        runs = [ids for k, ids in ray.calls if k == key]
+        said = [ahead for k, ahead in ray.aheads if k == key]
+        assert len(runs) > 3
+        for n in range(len(runs) - 1):
+            assert said[n] in ([runs[n + 1]], [])  # the next one, unless it went elsewhere
+    assert sum(len(ahead) == 1 for k, ahead in ray.aheads if k in (0, 1)) > 4
+
+
 class SlowDisk:
     """The pilot stage's Recorder behind a disk that answers when ``open`` is set, and
     fails with ``fail`` after ``ok`` batches when given."""
@@ -593,6 +618,7 @@ def test_the_driver_hands_out_every_batch_while_the_disk_is_slow(tmp_path: Path)
     disk.open.set()
     runner_.join(30)
     assert passed and ledger.count() == 40 and passed[0]["re_executed"] == 0
+    assert passed[0]["recording_s"] > 0  # the pass's facts say how long it recorded
 
 
 def test_a_ledger_that_fails_fails_the_pass_naming_it_and_keeps_what_was_recorded(
@@ -619,6 +645,7 @@ def test_the_per_worker_rates_ride_on_a_progress_event_every_30_s_or_when_worker
     progress = [d for e, d in events if e == "progress"]
     rates = [d for d in progress if "per_card" in d]
     assert len(progress) > 3 * len(rates) and rates[-1] is progress[-1]
+    assert progress[-1]["done"] == 800  # the last one once every result is recorded
     for before, now in zip(rates, rates[1:-1]):
         assert now["running_s"] - before["running_s"] >= 30 or \
             sorted(now["per_card"]) != sorted(before["per_card"])

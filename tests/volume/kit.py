@@ -44,6 +44,11 @@ def handle(items, ctx):
                   "a") as fh:
             fh.write("".join(it.id + "\\n" for it in items))
     return out
+
+
+def handle_stream(items, ctx):
+    for it in items:                                 # a generator: one result at a time
+        yield from handle([it], ctx)
 '''
 
 

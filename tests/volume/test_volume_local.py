@@ -7,6 +7,7 @@ ends before it starts a fresh Ray. Afterwards no process of either Ray session i
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -106,11 +107,14 @@ def test_stopping_a_volume_ends_the_driver_its_actors_and_its_ray(tmp_path: Path
 def test_a_hung_input_and_a_raising_input_are_refused_and_every_other_id_recorded(
         tmp_path: Path) -> None:
     """task.item_timeout_s on the Ray workers: the hung input is interrupted there (no
-    worker excluded), both bad inputs are isolated by splitting and refused with their
-    reason, the volume passes with every id once."""
+    worker excluded), both bad inputs are isolated and refused with their reason, the
+    volume passes with every id once. The handler is a generator: what it yielded before
+    each failure is kept, the input it failed on tried alone, and no other input of
+    theirs runs twice (issue 34, point 4)."""
     spec, ids = make_volume(tmp_path, 40, workers=2, batch_size=5)
     raw = json.loads(spec.read_text())
-    raw["task"].update(item_timeout_s=1, batch_size=20)  # the memory stage's trial: 0-19
+    raw["task"].update(item_timeout_s=1, batch_size=20,  # the memory stage's trial: 0-19
+                       handler="volwork:handle_stream")
     raw["task"]["params"].update(hang_id="item-00031", raise_id="item-00026")
     spec.write_text(json.dumps(raw))
     run_dir = tmp_path / "run"
@@ -139,6 +143,13 @@ def test_a_hung_input_and_a_raising_input_are_refused_and_every_other_id_recorde
     facts = [e for e in events(run_dir) if e.type == "stage.passed"
              and e.data["stage"] == "pilot"][-1].data["facts"]
     assert facts["workers_excluded"] == 0 and facts["refused_alone"] == 2
+    splits = [e.data for e in events(run_dir) if e.type == "volume.split" and e.data["parts"]]
+    assert sorted((s["suspect"], s["kept"]) for s in splits) == [("item-00026", 1),
+                                                                  ("item-00031", 1)]
+    runs = collections.Counter(line for log in (tmp_path / "logs").iterdir()
+                               for line in log.read_text().split())
+    assert {i: runs[i] for i in ids[20:] if runs[i] != 1} == {"item-00026": 0,
+                                                              "item-00031": 0}
     worker = [e.data["workers"] for e in events(run_dir) if e.type == "volume.workers"][-1][0]
     assert worker["item_timeout"] == "on"
     wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)

@@ -2,7 +2,9 @@
 
 ``dispatcher.py`` (the Dispatcher protocol over the sessions), ``session.py`` (connections,
 host keys, answered vs unreachable), ``transfer.py`` (a copy's stall limit and ceiling),
-``archive.py`` (the upload's one tar stream), ``fetch.py`` (the run's results brought back).
+``answers.py`` (what a launcher answers, checked), ``archive.py`` (the upload's one tar
+stream), ``node.py`` (the launcher's protocol on one node), ``fetch.py`` (the run's
+results brought back).
 This module imports nothing, so the SSH-only parts of ``bot/dispatch/`` can name the kind.
 """
 

@@ -18,39 +18,31 @@
 
 The service calls these methods synchronously; the SSH work runs on a private event loop
 thread. Call ``close`` when done. What is sent and run on the node, and the local files,
-are ``bot/dispatch/upload.py``'s; the sessions themselves are ``ssh_session.py``'s.
+are ``bot/dispatch/upload.py``'s; the launcher's protocol on one node ``node.py``'s, the
+sessions themselves ``session.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import posixpath
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-import asyncssh
-
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.corpus import check_listing, listing_cap
 from bot.dispatch.corpus_head import list_on_head
-from bot.dispatch.node_output import NODE_OUTPUT_CAP, read_capped, read_lines, too_large
 from bot.dispatch.ray_cluster import RayCluster
 from bot.dispatch.upload import (
     RUNNER_PACKAGE,
-    HashAnswer,
     SSHNode,
     UploadPlan,
     conn_key,
-    launched_pid,
     load_spec,
     locate,
-    lock_holder,
     mirror,
     node_section,
     write_layout,
@@ -65,12 +57,10 @@ from bot.dispatch.volume_cluster import (
 )
 from bot.errors import DispatchError, NodeUnreachable
 from bot.node_programs import probe_command, stop_command
-from bot.node_programs.launcher import stat_fields
 from bot.node_programs.ray_hold import HOLD_ENV
-from bot.nodes.ssh.archive import Entry, write_archive
 from bot.nodes.ssh.fetch import FetchLimits, fetch_results
-from bot.nodes.ssh.session import SSHSessions
-from bot.nodes.ssh.transfer import TransferLimits, TransferWatch, current_meter, use_meter
+from bot.nodes.ssh.node import SSHNodes, release_launcher
+from bot.nodes.ssh.transfer import TransferLimits, TransferWatch, use_meter
 from runner.events import READ_WINDOW_MAX, Event, EventFormatError, parse_chunk, read_complete
 
 log = logging.getLogger(__name__)
@@ -86,8 +76,9 @@ PREPARE_FIXED_S = 900.0  # per PREPARE_AT_ONCE nodes
 FETCH_FIXED_S = 900.0
 
 
-class SSHDispatcher(SSHSessions):
-    """The Dispatcher protocol over the sessions of ``SSHSessions``."""
+class SSHDispatcher(SSHNodes):
+    """The Dispatcher protocol over what ``SSHNodes`` does on a node, itself over the
+    sessions of ``SSHSessions``."""
 
     def __init__(self, *, known_hosts: Path | str | None = None,
                  client_keys: Sequence[Path | str] | None = None,
@@ -252,7 +243,7 @@ class SSHDispatcher(SSHSessions):
                 raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
         except BaseException:
             for _node, launcher in held:
-                self._call(_release(launcher), 30)
+                self._call(release_launcher(launcher), 30)
             raise
         for (node, launcher), ray in zip(held, cluster.nodes[1:]):
             try:
@@ -327,10 +318,10 @@ class SSHDispatcher(SSHSessions):
             sent, _files = await self._send(node, plan, handle, launcher, hashes,
                                             proof_files(plan), report)
         except BaseException:
-            await _release(launcher)
+            await release_launcher(launcher)
             raise
         if not hold:
-            await _release(launcher)
+            await release_launcher(launcher)
         return plan, launcher if hold else None, sent
 
     async def _send(self, node: SSHNode, plan: UploadPlan, handle: RunHandle, launcher: Any,
@@ -376,7 +367,7 @@ class SSHDispatcher(SSHSessions):
             # Before the launch: a bot that dies from here on still finds the run directory.
             write_layout(handle.run_dir / "remote.json", layout)
         except BaseException:
-            await _release(launcher)
+            await release_launcher(launcher)
             raise
         try:
             pid = await self._launch(node, launcher, env)
@@ -386,122 +377,6 @@ class SSHDispatcher(SSHSessions):
             return None
         write_layout(handle.run_dir / "remote.json", {**layout, "pid": pid})
         return pid
-
-    async def _lock(self, node: SSHNode, plan: UploadPlan,
-                    command: str | None = None) -> tuple[Any, dict[str, dict[str, str]]]:
-        """Start the node's launcher: it holds the workdir's lock until told to launch; and
-        the node's hashes of the files under the plan's roots, read by the launcher under
-        that lock. One SSH session for both (each costs the node's login shell start-up),
-        the connection's SFTP channel started meanwhile for the upload."""
-        async def work(conn: Any) -> tuple[Any, str]:
-            proc = await conn.create_process(
-                command or plan.launch_command(node.python, plan.resume), encoding=None)
-            # read by the launcher once it holds the lock
-            proc.stdin.write(plan.hash_request().encode())
-            reply = await _line(proc, "before the launcher answered")
-            return proc, reply
-
-        launcher, reply = await self.guarded(node, work)
-        try:
-            lock_holder(reply, node.where, plan.workdir, node.python, plan.run_id)
-            hashes = await self.guarded(node, lambda _conn: _hashes(launcher, node, plan))
-        except BaseException:
-            await _release(launcher)
-            raise
-        return launcher, hashes
-
-    async def _launch(self, node: SSHNode, launcher: Any, env: dict[str, str]) -> int:
-        async def work(conn: Any) -> str:
-            launcher.stdin.write((f"launch {json.dumps(env)}\n" if env else "launch\n").encode())
-            raw = await read_capped(launcher.stdout, NODE_OUTPUT_CAP)
-            if raw is None:
-                launcher.close()
-                raise too_large(node.where, "the launcher", "output", NODE_OUTPUT_CAP)
-            out = raw.decode("utf-8", errors="replace")
-            if not out.strip():
-                await _cut_off(launcher, "before the launcher printed the runner's pid")
-            return out
-
-        return launched_pid(await self.guarded(node, work), node.where)
-
-    async def _workdir(self, node: SSHNode) -> str:
-        workdir = node.workdir
-        if workdir.startswith("/"):
-            return workdir.rstrip("/") or "/"
-        home = (await self._exec(node, "pwd")).strip()
-        return posixpath.join(home, workdir[2:] if workdir.startswith("~/") else workdir)
-
-    async def _stream(self, node: SSHNode, launcher: Any, send: list[tuple[Path, str]],
-                      data: dict[str, bytes], workdir: str = "",
-                      report: Callable[[int, int], None] | None = None) -> None:
-        """Sends the files as one tar stream on the launcher's standard input (``tar``,
-        ``bot/nodes/ssh/archive.py``): ``send`` (local path, remote path), then ``data``
-        (remote path -> bytes), every remote path under ``workdir``; then ``sync``: an
-        error names the files the node could not write or the member it refused.
-        ``report(bytes done, bytes in all)`` hears of the progress (from the writer's
-        thread); the task's transfer meter, if any, hears of every chunk the channel
-        took (a stall is judged by it, ``watched``)."""
-        entries: list[Entry] = [*send, *((raw, dst) for dst, raw in data.items())]
-        base = workdir or _common_workdir([dst for _src, dst in entries])
-        loop = asyncio.get_running_loop()
-        meter = current_meter()
-        stop = threading.Event()  # the stream was given up: the writer's thread ends too
-
-        async def push(chunk: bytes) -> None:
-            launcher.stdin.write(chunk)
-            await launcher.stdin.drain()
-
-        def send_chunk(chunk: bytes) -> None:
-            sent = asyncio.run_coroutine_threadsafe(push(chunk), loop)
-            while True:
-                try:
-                    sent.result(1.0)
-                    break
-                except TimeoutError:
-                    if sent.done():
-                        raise
-                    if stop.is_set():
-                        sent.cancel()
-                        raise DispatchError(f"{node.where}: the upload was given up") from None
-            if meter is not None:
-                meter.moved(len(chunk))
-
-        def progress(done: int, total: int) -> None:
-            if meter is not None and done == 0 and not meter.active:
-                meter.start(total)  # write_archive's first report: the bytes to move
-            if report is not None:
-                report(done, total)
-
-        async def work(conn: Any) -> str:
-            launcher.stdin.write(b"tar\n")
-            try:
-                await asyncio.to_thread(write_archive, entries, base, send_chunk, progress)
-            finally:
-                stop.set()
-                if meter is not None:
-                    meter.end()  # the node's answer that follows is no transfer
-            launcher.stdin.write(b"sync\n")
-            return await _line(launcher, "before the launcher confirmed the upload")
-
-        reply = await self.guarded(node, work)
-        try:
-            failed = json.loads(reply)["failed"]
-        except (ValueError, KeyError, TypeError):
-            failed = [f"the launcher answered {reply.strip()[:200]!r}"]
-        if not isinstance(failed, list):
-            failed = [f"the launcher answered {reply.strip()[:200]!r}"]
-        if failed:
-            raise DispatchError(f"{node.where}: the upload failed: "
-                                f"{'; '.join(str(f)[:300] for f in failed[:5])}")
-
-    async def _remove(self, node: SSHNode, stale: list[str]) -> None:
-        """Files the project no longer has, removed from the node's copy (over SFTP)."""
-        async def work(conn: Any) -> None:
-            sftp = await self.sftp_of(conn)
-            for i in range(0, len(stale), 16):
-                await asyncio.gather(*(sftp.remove(path) for path in stale[i:i + 16]))
-
-        await self.guarded(node, work)
 
     # -- state and results -------------------------------------------------------------
     def _probe(self, handle: RunHandle) -> str:
@@ -518,86 +393,3 @@ class SSHDispatcher(SSHSessions):
             return state or "unknown"
         except NodeUnreachable:
             return "unknown"
-
-    async def _probe_files(self, node: SSHNode, pid: Any, run_dir: str) -> str | None:
-        """``done`` (exit_code written), ``starting`` (no pid anywhere yet), ``alive`` (its
-        /proc entry, not a zombie) or ``dead``; None when the node has no /proc."""
-        async def work(conn: Any) -> str | None:
-            sftp = await self.sftp_of(conn)
-            if await sftp.exists(f"{run_dir}/exit_code"):
-                return "done"
-            known = pid if isinstance(pid, int) and pid > 1 else None
-            if known is None:
-                raw = (await _small_file(sftp, f"{run_dir}/runner.pid") or b"").strip()
-                if not raw:
-                    return "starting"
-                if not raw.isdigit():
-                    return "dead"
-                known = int(raw)
-            stat = await _small_file(sftp, f"/proc/{known}/stat")
-            if stat is None:
-                return "dead" if await sftp.exists("/proc/self/stat") else None
-            return "dead" if stat_fields(stat)[:1] == ["Z"] else "alive"
-
-        return await self.guarded(node, work)
-
-
-async def _small_file(sftp: Any, path: str) -> bytes | None:
-    """The first 4 KiB of a node's file (a pid file, a /proc entry); None if it is absent."""
-    try:
-        async with sftp.open(path, "rb") as fh:
-            return bytes(await fh.read(4096))
-    except asyncssh.SFTPNoSuchFile:
-        return None
-
-
-async def _line(proc: Any, when: str) -> str:
-    """One line of a remote process's binary output ('' once it ended, told apart from a
-    drop by ``_cut_off``)."""
-    line = bytes(await proc.stdout.readline())
-    if not line:
-        await _cut_off(proc, when)
-    return line.decode("utf-8", errors="replace")
-
-
-def _common_workdir(paths: list[str]) -> str:
-    """The folder every remote path lies under (a caller that names no workdir)."""
-    return posixpath.commonpath([posixpath.dirname(p) for p in paths]) if paths else "/"
-
-
-async def _hashes(launcher: Any, node: SSHNode, plan: UploadPlan) -> dict[str, dict[str, str]]:
-    """The launcher's hash answer, line by line (each line capped, the files counted)."""
-    answer = HashAnswer(node.where, node.python, plan.roots())
-    try:
-        after = await read_lines(launcher.stdout, answer.feed)
-    except EOFError:
-        await _cut_off(launcher, "before the launcher printed the file hashes")
-        raise DispatchError(f"{node.where}: the launcher ended before the end of its file "
-                            "hashes") from None
-    if after is None:
-        raise too_large(node.where, "the launcher", "output (one line of its file hashes)",
-                        NODE_OUTPUT_CAP)
-    if after.strip():
-        raise DispatchError(f"{node.where}: the launcher printed {after[:200]!r} after its "
-                            "file hashes: the node's answer is refused")
-    return answer.hashes
-
-
-async def _cut_off(proc: Any, when: str) -> None:
-    """A remote process whose output ended early: a drop if it ended with no exit status."""
-    try:
-        await asyncio.wait_for(proc.wait(), 10)
-    except asyncio.TimeoutError as exc:
-        raise ConnectionResetError(f"no answer {when}") from exc
-    if proc.exit_status is None:
-        raise ConnectionResetError(f"the connection dropped {when}")
-
-
-async def _release(launcher: Any) -> None:
-    """Close the launcher's stdin: unless it launched, it drops the lock and exits."""
-    try:
-        launcher.stdin.write_eof()
-        await asyncio.wait_for(launcher.wait(), 10)
-    except (OSError, asyncssh.Error, asyncio.TimeoutError):
-        launcher.close()
-
