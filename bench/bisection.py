@@ -18,7 +18,7 @@ nothing of its bad input in quarters):
 Every id is checked once in the ledger, each bad one refused with the handler's error.
 The verdict is the generator handler's executions per input, target <= 1.2.
 Usage: .venv/bin/python bench/bisection.py [INPUTS] [BATCH]; PREFLIGHT_BENCH_SMOKE=1:
-2,000 inputs.
+1,000 inputs.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def simulate(shape: str, inputs: int, batch: int, keep: bool, root: Path) -> Dic
 
 
 def main() -> int:
-    inputs = int(sys.argv[1]) if len(sys.argv) > 1 else (2_000 if SMOKE else 20_000)
+    inputs = int(sys.argv[1]) if len(sys.argv) > 1 else (1_000 if SMOKE else 20_000)
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 64
     print(f"inputs: {inputs}, bad: {BAD_SHARE:.0%}, batch {batch}, {WORKERS} workers "
           "(fake Ray; the driver, queue, ledger and the worker's handler call real)")

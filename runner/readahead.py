@@ -75,6 +75,8 @@ class ReadAhead:
 
     def _read(self, paths: List[str], stop: threading.Event) -> None:
         for path in paths:  # first the kernel reads them all, at once, into its cache
+            if stop.is_set():
+                return
             try:
                 _hint(path)
             except OSError:

@@ -25,9 +25,12 @@ def repo() -> Path:
 
 
 
-# Test files that start a local Ray, or look for Ray's processes on the whole machine
-# (tests/volume/kit.py's our_actor_pids): under `make test`'s two pytest-xdist workers
-# (--dist loadfile) they are one unit of work, so two of them never run at the same time.
+# Test files that start a Ray: under `make test`'s two pytest-xdist workers (--dist
+# loadfile) they are two units of work, two lanes: tests/volume/ and the rest, so at most
+# two Rays run at once (a pilot's calibration may add one: any pilot with a volume). What
+# the tests look for on the whole machine is their own run's: its process groups and temp
+# dirs, its actors by the marker in their environment (tests/volume/kit.py's
+# our_actor_pids), its own home for Ray's token file.
 # Every other file is a unit of its own: its tests stay on one worker, with its fixtures.
 # (xdist's own --dist loadgroup renames test ids in a way pytest 9 no longer sees.)
 # tests/test_bench.py is split per bench: only a bench whose text names Ray or a volume
@@ -50,6 +53,8 @@ def _bench_starts_ray(nodeid: str) -> bool:
 
 def _scope(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
+    if path.startswith("tests/volume/"):
+        return "ray-volume"  # a lane of its own beside "ray": its checks see only its Ray
     if path == BENCH_TEST:
         return "ray" if _bench_starts_ray(nodeid) else nodeid
     return "ray" if path.startswith(RAY_FILES) else path

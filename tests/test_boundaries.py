@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -97,7 +98,7 @@ KIND_HOMES = ("bot/nodes/", "bot/manifest/nodes.py")
 def kind_literals(path: Path, kinds: set[str]) -> list[tuple[int, str]]:
     """Where a module names a node kind by its literal: compared with something named
     ``kind`` (``node.kind == "ssh"``, ``kind in ("local", ...)``, ``run.node_kind != ...``),
-    or as the default of ``.get("kind", "local")``."""
+    as the default of ``.get("kind", "local")``, or in a ``Literal[...]`` type."""
     found: list[tuple[int, str]] = []
 
     def literals(node: ast.AST) -> list[str]:
@@ -114,17 +115,19 @@ def kind_literals(path: Path, kinds: set[str]) -> list[tuple[int, str]]:
                 and node.func.attr == "get" and len(node.args) == 2 \
                 and isinstance(node.args[0], ast.Constant) and node.args[0].value == "kind":
             found += [(node.lineno, f"defaults a kind to {k!r}") for k in literals(node.args[1])]
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("Literal"):
+            found += [(node.lineno, f"types a value as {k!r}") for k in literals(node.slice)]
     return found
 
 
 def test_the_kind_literal_finder_finds_them(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text('a = node.kind == "ssh"\nb = n.get("kind", "local")\n'
-                      'c = run.node_kind in ("local",)\nd = {"ssh": 1}\ne = k == "local"\n',
-                      encoding="utf-8")
+                      'c = run.node_kind in ("local",)\nd = {"ssh": 1}\ne = k == "local"\n'
+                      'f: Literal["local", "x"] = "x"\n', encoding="utf-8")
     assert kind_literals(sample, {"local", "ssh"}) == [
         (1, "compares a kind with 'ssh'"), (2, "defaults a kind to 'local'"),
-        (3, "compares a kind with 'local'")]
+        (3, "compares a kind with 'local'"), (6, "types a value as 'local'")]
 
 
 def test_only_the_node_adapters_and_models_name_a_kind() -> None:
@@ -146,6 +149,24 @@ def test_the_dispatch_reads_no_manifest_but_its_plan() -> None:
            if m.split(".")[0] == "yaml" and _importer(p).startswith(("bot/dispatch/", "bot/nodes/"))
            and _importer(p) != "bot/dispatch/plan.py"]
     assert bad == []
+
+
+# Where the service still touches a run's spec.json (issue 33 wants none: the service holds
+# what it decided as values). A ratchet: a new reader is an error; these say why they read.
+SPEC_TOUCHERS = {
+    "bot/service/pilot_service.py": "its one writer, at submission",
+    "bot/service/handles.py": "the handle names the file for the dispatch",
+    "bot/service/run_checks.py": "a start checks the file's paths against the run's record",
+    "bot/service/report_files.py": "the evidence home the bot resolved, read from the spec",
+    "bot/service/proven.py": "the approved time limit, before a widened one is decided",
+}
+
+
+def test_the_service_touches_spec_json_only_where_listed() -> None:
+    touches = re.compile(r'\bspec_path\b|"spec\.json"')
+    found = {_importer(p) for p in modules("bot/service")
+             if touches.search(p.read_text(encoding="utf-8"))}
+    assert found <= set(SPEC_TOUCHERS), sorted(found - set(SPEC_TOUCHERS))
 
 
 def test_only_settings_reads_the_environment() -> None:

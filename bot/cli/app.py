@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -109,7 +110,8 @@ def run(
     finally:
         notifier.close_live()
     try:
-        _after_run(service, service.record(str(final["id"])), decide, reason, user, override)
+        _after_run(service, service.records.record(str(final["id"])), decide, reason, user,
+                   override)
     finally:
         notifier.close_live()  # what the decision published (off a terminal: held till now)
         service.close()
@@ -240,7 +242,7 @@ def _follow_command(run_id: str, *, resume: bool) -> None:
     notifier = ConsoleNotifier(console)
     service = build_service(settings, notifier)
     try:
-        found = service.find_record(run_id)
+        found = service.records.find_record(run_id)
         if resume:
             service.resume(found.id)
         else:
@@ -290,9 +292,9 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
     from bot.console.runs import runs_lines
 
     service = build_service(Settings.from_env(), NullNotifier())
-    for active in service.running():
+    for active in service.records.running():
         service.reap(active.id)  # record what runners wrote since; close runs that died
-    rows = service.recent_runs(limit)
+    rows = service.records.records(limit)
     if as_json:
         from bot.pilot.track_record import score_of
 
@@ -304,7 +306,9 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
     if not rows:
         console.print("no runs yet: `preflight run MANIFEST` starts one")
         return
-    for line in runs_lines(rows, console.width):
+    # the width now (COLUMNS first), not the one the console read when it was made
+    width = shutil.get_terminal_size((console.width, 24)).columns
+    for line in runs_lines(rows, width):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -346,7 +350,7 @@ def diff(run_a: str = typer.Argument(..., help="the earlier run"),
 
     service = build_service(Settings.from_env(), NullNotifier())
     try:
-        a, b = service.find_record(run_a), service.find_record(run_b)
+        a, b = service.records.find_record(run_a), service.records.find_record(run_b)
     except PreflightError as exc:
         raise _fail(str(exc), 2) from exc
     manifest = diff_manifests(a.manifest_json, b.manifest_json)

@@ -48,7 +48,7 @@ def _copy_of_run(run_id: str) -> str:
 
     service = build_service(Settings.from_env(), NullNotifier())
     try:
-        run = service.find_record(run_id)
+        run = service.records.find_record(run_id)
     except PreflightError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc

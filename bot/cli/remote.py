@@ -44,7 +44,7 @@ def lease_list() -> None:
     """The current lease of every node."""
     try:
         with _service() as service:
-            rows = service.leases()
+            rows = service.records.leases()
     except PreflightError as exc:
         raise fail_on(exc) from exc
     # the node is what a user types back (`lease set NODE ...`): never cut; the rest folds
@@ -69,10 +69,10 @@ def lease_show(node: str = typer.Argument(..., help=NODE_HELP)) -> None:
     try:
         node = lease_rules.normalize_node(node)
         with _service() as service:
-            lease = service.lease_of(node)
+            lease = service.records.lease_of(node)
             if lease is None:
                 raise PreflightError(f"no lease recorded for {node}")
-            changes = service.lease_changes(int(lease["id"]))
+            changes = service.records.lease_changes(int(lease["id"]))
     except PreflightError as exc:
         raise fail_on(exc) from exc
     end = lease_rules.lease_end(lease)
@@ -99,7 +99,7 @@ def lease_set(
     """Record a lease state change (one step at a time; `ended` from any state)."""
     try:
         with _service() as service:
-            lease = service.change_lease(node, state, by, origin="cli", note=note,
+            lease = service.records.change_lease(node, state, by, origin="cli", note=note,
                                          starts_at=starts_at, days=days)
     except PreflightError as exc:
         raise fail_on(exc) from exc

@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         """Write the run's self-contained report.html (run directory and evidence copy)."""
         service = build_service(Settings.from_env(), NullNotifier())
         try:
-            run = service.find_record(run_id)
+            run = service.records.find_record(run_id)
             files = service.write_report(run.id, strict=True)
         except RunNotFound as exc:
             raise fail(str(exc), 2) from exc

@@ -3,7 +3,7 @@ reads back, never a node's.
 
 They say which node to reach and what it was sent (``remote.json``, ``spec.json``,
 ``manifest.yaml``), what the dispatch holds the inputs to (``inputs.checked.json``), the
-head node's listing of a corpus only the nodes hold (``corpus.listed.json``), which nodes
+head node's listing of a corpus only the nodes hold (``corpus.listed.jsonl``), which nodes
 run the volume's Ray (``ray_cluster.json``), the verification of the fetched evidence and
 the report. A fetch never replaces one with the node's copy (``bot/nodes/ssh/fetch.py``
 leaves these names out of what it brings back), and the evidence copy, which the fetch
@@ -18,7 +18,7 @@ from __future__ import annotations
 # bot/service/report_files.py (REPORT, PICTURE), bot/service/end_lock.py (the lock the bot
 # holds while it stops a run and fetches its results)
 BOT_RECORDS = frozenset({
-    "spec.json", "manifest.yaml", "remote.json", "inputs.checked.json", "corpus.listed.json",
+    "spec.json", "manifest.yaml", "remote.json", "inputs.checked.json", "corpus.listed.jsonl",
     "ray_cluster.json", "evidence-fetch.json", "report.html", "report-summary.png",
     ".end.lock",
 })

@@ -19,10 +19,13 @@ listing must equal the head's.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shlex
 import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,34 +52,80 @@ def corpus_node_only(handle: RunHandle, spec: dict[str, Any]) -> bool:
 
 
 # The head node's listing of a corpus only the nodes hold, written at each dispatch
-# (bot/dispatch/corpus_head.py): the rows every other node must equal, and the ids.
-LISTING_FILE = "corpus.listed.json"
+# (bot/dispatch/corpus_head.py): the rows every other node must equal, and the ids. JSON
+# Lines: a header (node, on_nodes, pattern, digest, count, bytes), then one row a line, so
+# a million rows are written and read a line at a time, never held as one document.
+LISTING_FILE = "corpus.listed.jsonl"
+
+
+def write_listing(run_dir: Path, header: dict[str, Any], rows: Iterable[Row]) -> None:
+    """``LISTING_FILE``, whole or not at all (a temporary name, fsync, rename)."""
+    final = run_dir / LISTING_FILE
+    tmp = final.with_name(f".{LISTING_FILE}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(header) + "\n")
+            for row in rows:
+                fh.write(json.dumps(list(row)) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def listing_header(run_dir: Path) -> dict[str, Any]:
+    """The header of the head's listing (its first line): node, digest, count..."""
+    path = run_dir / LISTING_FILE
+    try:
+        with open(path, encoding="utf-8") as fh:
+            header = json.loads(fh.readline())
+    except (OSError, ValueError) as exc:
+        raise DispatchError(f"{path}: the head node's listing of volume.inputs.on_nodes "
+                            f"cannot be read: {exc}") from exc
+    if not isinstance(header, dict) or not isinstance(header.get("digest"), str):
+        raise DispatchError(f"{path}: the head node's listing has no header")
+    return header
+
+
+def iter_head_rows(run_dir: Path) -> Iterator[Row]:
+    """The rows of the head's listing (``LISTING_FILE``) this dispatch wrote, a line at a
+    time."""
+    path = run_dir / LISTING_FILE
+    try:
+        with open(path, encoding="utf-8") as fh:
+            fh.readline()
+            for line in fh:
+                name, size, sha = json.loads(line)
+                yield str(name), int(size), str(sha)
+    except (OSError, ValueError, TypeError) as exc:
+        raise DispatchError(f"{path}: the head node's listing of volume.inputs.on_nodes "
+                            f"cannot be read: {exc}") from exc
 
 
 def head_rows(run_dir: Path) -> list[Row]:
-    """The rows of the head's listing (``LISTING_FILE``) this dispatch wrote."""
-    try:
-        return [(str(n), int(size), str(sha)) for n, size, sha in _listing(run_dir)["rows"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise DispatchError(f"{run_dir / LISTING_FILE}: the head node's listing of "
-                            f"volume.inputs.on_nodes cannot be read: {exc}") from exc
+    """Every row of the head's listing (the first difference of a node's copy needs them)."""
+    return list(iter_head_rows(run_dir))
 
 
 def head_node(run_dir: Path) -> str:
     """Where the head's listing was made (``user@host:port``)."""
-    return str(_listing(run_dir).get("node") or "volume.nodes[0]")
+    return str(listing_header(run_dir).get("node") or "volume.nodes[0]")
 
 
-def _listing(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / LISTING_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DispatchError(f"{path}: the head node's listing of volume.inputs.on_nodes "
-                            f"cannot be read: {exc}") from exc
-    if not isinstance(data, dict):
-        raise DispatchError(f"{path}: the head node's listing is not a JSON object")
-    return data
+@dataclass(frozen=True)
+class Reference:
+    """What a node's listing must equal: its digest and count, the rows only when needed
+    (a node whose copy differs is told its first differing input)."""
+
+    digest: str
+    count: int
+    rows: Callable[[], list[Row]]
+
+    @classmethod
+    def of(cls, rows: list[Row]) -> Reference:
+        """The reference of rows already in memory (the bot's own copy)."""
+        return cls(listing_digest(rows), len(rows), lambda: rows)
 
 
 def expected_rows(files: dict[str, tuple[Path, str]]) -> list[Row]:
@@ -123,65 +172,91 @@ def listing_cap(inputs: int) -> int:
     return NODE_OUTPUT_CAP + 1024 * max(0, inputs)
 
 
+def node_row(row: Any, where: str, folder: str) -> Row:
+    """One row of a node's listing, type-checked: ``[name, size, sha256]`` with a plain
+    name (``node_name``), a non-negative integer size and a digest (a string, compared
+    only); a DispatchError naming the node otherwise."""
+    if not (isinstance(row, list) and len(row) == 3 and isinstance(row[1], int)
+            and not isinstance(row[1], bool) and row[1] >= 0 and isinstance(row[2], str)
+            and len(row[2]) <= 128):
+        raise DispatchError(f"{where}: the listing of {folder} holds {str(row)[:200]!r}, "
+                            "not [name, size, sha256]: the node's answer is refused")
+    return node_name(row[0], where, folder), row[1], row[2]
+
+
 def node_rows(files: Any, where: str, folder: str) -> list[Row]:
-    """A node's listing rows, type-checked: each ``[name, size, sha256]`` with a plain name
-    (``node_name``), a non-negative integer size and a digest (a string, compared only);
-    a DispatchError naming the node otherwise."""
-    rows: list[Row] = []
-    for row in files if isinstance(files, list) else [files] if files else []:
-        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[1], int)
-                and not isinstance(row[1], bool) and row[1] >= 0 and isinstance(row[2], str)
-                and len(row[2]) <= 128):
-            raise DispatchError(f"{where}: the listing of {folder} holds {str(row)[:200]!r}, "
-                                "not [name, size, sha256]: the node's answer is refused")
-        rows.append((node_name(row[0], where, folder), row[1], row[2]))
-    return rows
+    """Rows of a node's listing given as one list (``node_row`` each)."""
+    return [node_row(row, where, folder)
+            for row in (files if isinstance(files, list) else [files] if files else [])]
 
 
-def corpus_command(python: str, on_nodes: str, pattern: str, rows: list[Row],
+def listing_answer(out: str, where: str, folder: str) -> tuple[dict[str, Any] | None,
+                                                               Iterator[Row]]:
+    """A node's listing as it prints it (``corpus_listing.main``): its header line (count
+    and digest, or error; None: not a listing) and its rows, one a line, checked as they
+    are read."""
+    lines = io.StringIO(out)
+    header = json_object(lines.readline())
+
+    def rows() -> Iterator[Row]:
+        for number, line in enumerate(lines, start=2):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise DispatchError(f"{where}: line {number} of the listing of {folder} is "
+                                    f"not JSON ({line.strip()[:200]!r}): the node's answer "
+                                    "is refused") from None
+            yield node_row(row, where, folder)
+
+    return header, rows()
+
+
+def corpus_command(python: str, on_nodes: str, pattern: str, digest: str,
                    workdir: str = "") -> str:
-    """The node's listing of ``on_nodes``: prints its digest (and its rows if it differs);
+    """The node's listing of ``on_nodes``: prints its digest (and its rows if it is not
+    ``digest``, the reference's);
     with ``workdir``, the node remembers the digests there (``corpus-<tag>.json``, read
     again only for files whose stat changed)."""
     tag = hashlib.sha256(f"{on_nodes}\0{pattern}".encode()).hexdigest()[:16]
     cache = f"{workdir.rstrip('/')}/cache/corpus-{tag}.json" if workdir else ""
     return " ".join(shlex.quote(a) for a in (python, "-c", NODE_CORPUS_SCRIPT, on_nodes,
-                                             pattern, listing_digest(rows), cache))
+                                             pattern, digest, cache))
 
 
-def check_listing(where: str, on_nodes: str, rows: list[Row], reply: str, *,
+def check_listing(where: str, on_nodes: str, reference: Reference, reply: str, *,
                   head: str | None = None) -> None:
-    """The node's answer against ``rows`` (the bot's copy, or the head node's listing of a
-    corpus only the nodes hold, listed on ``head``); a DispatchError naming the node and
-    the first input (by id) that differs."""
-    reference = f"the head node {head}'s listing" if head else "the bot's volume.inputs.dir"
+    """The node's answer against ``reference`` (the bot's copy, or the head node's listing
+    of a corpus only the nodes hold, listed on ``head``); a DispatchError naming the node
+    and the first input (by id) that differs."""
+    against = f"the head node {head}'s listing" if head else "the bot's volume.inputs.dir"
     refuse = (f"{where}: its copy of the corpus at volume.inputs.on_nodes {on_nodes} differs "
-              f"from {reference}")
+              f"from {against}")
     again = ("; the volume is not started on a corpus other than the one checked: make the "
              "node's copy equal (or drop on_nodes to have it sent)" if head is None else
              "; the volume is not started on nodes whose corpora differ: make every node's "
              "copy equal to the head's (volume.nodes[0])")
-    answer = json_object(reply)
+    answer, their_rows = listing_answer(reply, where, on_nodes)
     if answer is None:
         raise DispatchError(f"{where}: the listing of volume.inputs.on_nodes {on_nodes} "
                             f"printed {reply.strip()[:200]!r}")
     if answer.get("error"):
         raise DispatchError(f"{where}: volume.inputs.on_nodes {on_nodes} cannot be listed "
                             f"on the node ({answer['error']}){again}")
-    if answer.get("digest") == listing_digest(rows):
+    if answer.get("digest") == reference.digest:
         return
-    theirs = {n: (size, sha) for n, size, sha in node_rows(answer.get("files"), where,
-                                                          on_nodes)}
-    ours = {name: (size, sha) for name, size, sha in rows}
+    theirs = {n: (size, sha) for n, size, sha in their_rows}
+    ours = {name: (size, sha) for name, size, sha in reference.rows()}
     first = first_difference(ours, theirs, key=lambda n: (item_id(n), n))
     if first is not None:
         name, how = first
         if how == "missing":
             why = f"{name} is missing on the node"
         elif how == "extra":
-            why = f"{name} is on the node, not in " + (reference if head else "the bot's copy")
+            why = f"{name} is on the node, not in " + (against if head else "the bot's copy")
         else:
             why = f"{name}: its {'size' if theirs[name][0] != ours[name][0] else 'SHA-256'} differs"
         raise DispatchError(f"{refuse}: first differing input {item_id(name)!r} ({why}){again}")
     raise DispatchError(f"{refuse}: its listing's digest differs ({answer.get('count')} "
-                        f"file(s) there, {len(rows)} here){again}")
+                        f"file(s) there, {reference.count} here){again}")

@@ -5,30 +5,29 @@ The bot has no copy to compare the nodes with. So the head (``volume.nodes[0]``,
 volume's one node) lists ``on_nodes`` with the runner's rule and checksums every file
 (``corpus_listing.py``, its interpreter); its listing must hold ``volume.inputs.expected_count``
 inputs with distinct ids, the expected refusals among them, or the dispatch is refused
-naming the field. The listing is written to the run directory (``LISTING_FILE``): its rows
+naming the field. The listing is written to the run directory (``LISTING_FILE``, a header then
+one row a line): its rows
 are what every node's own listing must equal (``UploadPlan.corpus_check``), and its ids are
 the ones the balance expects (the service stores them on hearing the ``listed`` step).
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any, Protocol
 
-from bot.dispatch.base import RunHandle, json_object
+from bot.dispatch.base import RunHandle
 from bot.dispatch.corpus import (
-    LISTING_FILE,
     corpus_command,
     corpus_node_only,
     corpus_on_nodes,
+    listing_answer,
     listing_cap,
-    node_rows,
+    write_listing,
 )
 from bot.dispatch.upload import SSHNode, load_spec
 from bot.errors import DispatchError
 from bot.node_programs.corpus_listing import Row, listing_digest
-from runner.files import write_text_atomic
 from runner.inputs import item_id
 
 LIST_TIMEOUT_S = 3600.0  # a node reads and hashes its whole corpus (a terabyte at 500 MB/s)
@@ -40,9 +39,9 @@ class Runs(Protocol):
         ...
 
 
-def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> list[Row] | None:
+def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> int | None:
     """The head's listing of a corpus only the nodes hold, checked and written to the run
-    directory (None: the run's corpus is not such a one)."""
+    directory; how many inputs it holds (None: the run's corpus is not such a one)."""
     spec = load_spec(handle.spec_path)
     on_nodes = corpus_on_nodes(handle, spec)
     if not on_nodes or not corpus_node_only(handle, spec):
@@ -52,28 +51,29 @@ def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> list[Row] | No
     name = f"volume.nodes[0] ({head.where})"
     try:
         # an empty listing's digest: the node prints its rows unless its folder is empty
-        code, out, err = runs.run(head, corpus_command(head.python, on_nodes, pattern, [],
-                                                      head.workdir),
+        code, out, err = runs.run(head, corpus_command(head.python, on_nodes, pattern,
+                                                      listing_digest([]), head.workdir),
                                   timeout=LIST_TIMEOUT_S,
                                   cap=listing_cap(int(inputs.get("expected_count") or 0)))
     except DispatchError as exc:
         raise type(exc)(f"{name}: volume.inputs.on_nodes {on_nodes} could not be listed: "
                         f"{exc}; nothing was started") from exc
-    answer = json_object(out.strip().splitlines()[-1] if out.strip() else "")
+    answer, listed = listing_answer(out, name, on_nodes)
     if code != 0 or answer is None:
         raise DispatchError(f"{name}: the listing of volume.inputs.on_nodes {on_nodes} did "
                             f"not answer (exit {code}): {(err or out).strip()[-300:]!r}")
     if answer.get("error"):
         raise DispatchError(f"{name}: volume.inputs.on_nodes {on_nodes} cannot be listed on "
                             f"the head node ({answer['error']}); nothing was started")
-    rows = node_rows(answer.get("files"), name, on_nodes)
+    rows = list(listed)
+    del out  # the node's text: a million rows are about 100 MB
     _check(name, on_nodes, pattern, rows, inputs)
-    write_text_atomic(handle.run_dir / LISTING_FILE, json.dumps(
-        {"node": head.where, "on_nodes": on_nodes, "pattern": pattern,
-         "digest": listing_digest(rows), "rows": rows}))
+    write_listing(handle.run_dir, {"node": head.where, "on_nodes": on_nodes,
+                                   "pattern": pattern, "digest": listing_digest(rows),
+                                   "count": len(rows)}, rows)
     handle.progress({"node": head.where, "index": 0, "phase": "listed", "count": len(rows),
                      "bytes": sum(r[1] for r in rows)})
-    return rows
+    return len(rows)
 
 
 def _check(name: str, on_nodes: str, pattern: str, rows: list[Row],

@@ -27,17 +27,17 @@ from typing import Any, Optional
 import runner
 from bot.dispatch.base import RunHandle, plan_of
 from bot.dispatch.corpus import (
+    Reference,
     corpus_command,
     corpus_node_only,
     corpus_on_nodes,
-    head_node,
     head_rows,
+    listing_header,
     reference_rows,
 )
 from bot.dispatch.inputs_check import CheckedInputs, checked_files, recheck_inputs
 from bot.errors import DispatchError
 from bot.node_programs import NODE_RAY, launcher_command
-from bot.node_programs.corpus_listing import Row
 from bot.nodes.ssh import KIND as SSH_KIND
 from runner.evidence import file_sha256
 from runner.files import write_json_atomic
@@ -327,15 +327,23 @@ class UploadPlan:
         return launcher_command(python, self.lock, self.run_id, run_dir,
                                 self.remote_project, self.remote_pkg_root, *argv)
 
-    def corpus_check(self, python: str) -> tuple[str, list[Row]]:
-        """The command listing the node's copy of the corpus (``on_nodes``) and the rows
-        it must equal (the bot's checked copy; for a corpus only the nodes hold, the head
-        node's listing of this dispatch, ``corpus_head.py``)."""
+    def corpus_check(self, python: str) -> tuple[str, Reference]:
+        """The command listing the node's copy of the corpus (``on_nodes``) and what it
+        must equal (the bot's checked copy; for a corpus only the nodes hold, the head
+        node's listing of this dispatch, ``corpus_head.py``, whose rows are read only for
+        a node whose copy differs)."""
         assert self.on_nodes
-        rows = head_rows(self.run_dir) if self.node_only else reference_rows(self.inputs)
-        self.head = head_node(self.run_dir) if self.node_only else None
+        if self.node_only:
+            header = listing_header(self.run_dir)
+            self.head = str(header.get("node") or "volume.nodes[0]")
+            run_dir = self.run_dir
+            reference = Reference(str(header["digest"]), int(header.get("count") or 0),
+                                  lambda: head_rows(run_dir))
+        else:
+            reference = Reference.of(reference_rows(self.inputs))
         pattern = str((self.spec.get("inputs") or {}).get("pattern") or "*")
-        return corpus_command(python, self.on_nodes, pattern, rows, self.workdir), rows
+        return corpus_command(python, self.on_nodes, pattern, reference.digest,
+                              self.workdir), reference
 
     def layout(self, node: SSHNode, sent: dict[str, int]) -> dict[str, Any]:
         """``remote.json`` before the launch (no pid yet: a restarted bot still finds it)."""

@@ -9,8 +9,8 @@ or a resume reads only the files that changed.
 The listing is the runner's (``runner.inputs.list_dir``): regular files directly in
 ``DIR`` whose name matches ``PATTERN``, hidden files left out, sorted by name. Each row is
 ``name``, size and SHA-256 (several files hashed at once); the listing's digest is the
-SHA-256 of its rows as ``name<TAB>size<TAB>sha256<LF>``. It prints one JSON line:
-``count`` and ``digest``, and the rows themselves only when the digest is not ``DIGEST``
+SHA-256 of its rows as ``name<TAB>size<TAB>sha256<LF>``. It prints a JSON line: ``count``
+and ``digest``, then the rows themselves, one a line, only when the digest is not ``DIGEST``
 (what the bot expects), so a copy that agrees costs one short line whatever its size, and
 one that differs tells the bot its first differing input. A folder that cannot be listed
 prints ``error``.
@@ -79,10 +79,12 @@ def main(argv: List[str]) -> int:
     if cache is not None:
         cache.save()
     digest = listing_digest(rows)
-    answer = {"count": len(rows), "digest": digest}
+    out = sys.stdout
+    out.write(json.dumps({"count": len(rows), "digest": digest}) + "\n")
     if digest != expected:
-        answer["files"] = rows
-    print(json.dumps(answer))
+        for row in rows:  # one a line: a million rows are never one line
+            out.write(json.dumps(list(row)) + "\n")
+    out.flush()
     return 0
 
 

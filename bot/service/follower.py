@@ -8,11 +8,10 @@ recorded item events, results fetched once, verdict, forecast, report).
 
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
@@ -24,7 +23,6 @@ from bot.errors import (
     NodeUnreachable,
     PreflightError,
 )
-from bot.messages.views import MAX_TABLE_ROWS
 from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
 from bot.messages.volume_view import progress_of
 from bot.pilot.balance_check import checked_balance
@@ -39,6 +37,7 @@ from bot.service.forecast_inputs import ATTEMPT_EVENTS, check_volume, forecast_f
 from bot.service.handles import dispatcher_for, handle_for
 from bot.service.publisher import Publisher
 from bot.service.report_files import settle_evidence
+from bot.service.shown_rows import ShownRows
 from bot.settings import Settings
 from bot.store import Run, RunRecord, Store
 from runner.events import (
@@ -56,33 +55,6 @@ BACKLOG = 2000  # a follower that read this many events at once reads on without
 # A start silent this long was interrupted: no step and no heartbeat (the bot that started
 # it stopped). A start that keeps giving signs of life is never cut short, however long.
 DISPATCH_GRACE_S = 120
-DISPATCH_BEAT_S = 30  # the heartbeat of a start in progress (well within the grace)
-
-
-class DispatchHeartbeat:
-    """While a start runs, note every ``every`` seconds that its bot is still at it
-    (``Store.dispatch_beat``): the watch judges a dispatch by its last sign of life."""
-
-    def __init__(self, store: Any, run_id: str, every: float = DISPATCH_BEAT_S) -> None:
-        self._store, self._run_id, self._every = store, run_id, every
-        self._done = threading.Event()
-        store.dispatch_beat(run_id)
-        self._thread = threading.Thread(target=self._beat, name=f"dispatch-beat-{run_id}",
-                                        daemon=True)
-        self._thread.start()
-
-    def _beat(self) -> None:
-        while not self._done.wait(self._every):
-            try:
-                self._store.dispatch_beat(self._run_id)
-            except PreflightError as exc:  # a busy database: the next beat tries again
-                log.warning("run %s: dispatch heartbeat not recorded: %s", self._run_id, exc)
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join(timeout=5)
-
-
 class Follower:
     """Follows, watches and finishes runs; what it learns is recorded, then published."""
 
@@ -396,62 +368,6 @@ class Follower:
         """Events of a type written by the current runner (after the last resume)."""
         after = self.store.run_record(run_id).resume_seq
         return self.store.events_of_type(run_id, etype, after_seq=after)
-
-
-class ShownRows:
-    """``rows_shown`` of a stream of items, in one pass and bounded memory: every refusal
-    up to ``MAX_TABLE_ROWS``, the smallest accepted ids (a heap of that size), the count."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.refused: list[dict[str, Any]] = []
-        self.accepted: list[tuple[_Desc, int, dict[str, Any]]] = []  # a max-heap by id
-
-    def seen(self, items: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for item in items:
-            self.count += 1
-            if item.get("status") == "refused":
-                if len(self.refused) < MAX_TABLE_ROWS:
-                    self.refused.append(item)
-            else:
-                self._keep(item)
-            yield item
-
-    def _keep(self, item: dict[str, Any]) -> None:
-        iid = str(item.get("id"))
-        entry = (_Desc(iid), self.count, item)
-        if len(self.accepted) < MAX_TABLE_ROWS:
-            heapq.heappush(self.accepted, entry)
-        elif iid < self.accepted[0][0].text:
-            heapq.heapreplace(self.accepted, entry)
-
-    def rows(self) -> list[dict[str, Any]]:
-        room = MAX_TABLE_ROWS - len(self.refused)
-        accepted = sorted((e[2] for e in self.accepted), key=lambda i: str(i.get("id")))[:room]
-        return sorted(self.refused + accepted, key=lambda i: str(i.get("id")))
-
-
-class _Desc:
-    """An id ordered backwards, so ``heapq``'s smallest is the largest id kept."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __lt__(self, other: _Desc) -> bool:
-        return self.text > other.text
-
-
-def rows_shown(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ``MAX_TABLE_ROWS`` rows a balance message shows: every refusal first (they are
-    what a reader looks for), then the first ids, all in id order. In recording order a
-    volume's box began wherever its fastest worker's first batch did (doc-00051)."""
-    refused = [i for i in items if i.get("status") == "refused"][:MAX_TABLE_ROWS]
-    room = MAX_TABLE_ROWS - len(refused)
-    accepted = sorted((i for i in items if i.get("status") != "refused"),
-                      key=lambda i: str(i.get("id")))[:room]
-    return sorted(refused + accepted, key=lambda i: str(i.get("id")))
 
 
 class _Contact:

@@ -55,7 +55,7 @@ from bot.service.run_dirs import create_run, new_run_dir
 from bot.service.starter import LeaseGuard, Starter
 from bot.service.watch import Watch
 from bot.settings import Settings
-from bot.store import Run, RunRecord, Store
+from bot.store import RunRecord, Store
 from runner.events import Event
 
 log = logging.getLogger(__name__)
@@ -140,27 +140,9 @@ class PilotService:
         self.publisher.publish(message)
 
     # -- reading (Records) -------------------------------------------------------------
-    # The façade over ``self.records`` (bot/service/records.py): transports call these on
-    # the service, and each hands the call on unchanged to the ``Records`` method that
-    # says what it returns (only ``recent_runs`` is ``Records.records`` under another name).
-    def record(self, run_id: str) -> Run:
-        return self.records.record(run_id)
-
-    def find_record(self, run_id: str, *, channel: str | None = None) -> Run:
-        return self.records.find_record(run_id, channel=channel)
-
-    def recent_runs(self, limit: int = 50, *, channel: str | None = None) -> list[Run]:
-        return self.records.records(limit, channel=channel)
-
-    def records_for(self, user: str, limit: int = 50) -> list[Run]:
-        return self.records.records_for(user, limit)
-
-    def running(self) -> list[Run]:
-        return self.records.running()
-
-    def stages(self, run_id: str) -> list[dict[str, Any]]:
-        return self.records.stages(run_id)
-
+    # Transports read the typed records and the leases on ``service.records``
+    # (bot/service/records.py); these four stored rows (dicts) stay here for the scripts,
+    # ``--json`` and the tests that read a run as the database holds it.
     def run(self, run_id: str) -> dict[str, Any]:
         return self.records.run(run_id)
 
@@ -170,32 +152,8 @@ class PilotService:
     def runs(self, limit: int = 50, *, channel: str | None = None) -> list[dict[str, Any]]:
         return self.records.runs(limit, channel=channel)
 
-    def decisions_for(self, user: str, limit: int = 20) -> list[dict[str, Any]]:
-        return self.records.decisions_for(user, limit)
-
     def show(self, run_id: str, *, channel: str | None = None) -> dict[str, Any]:
         return self.records.show(run_id, channel=channel)
-
-    def run_for_thread(self, channel: str, thread_ts: str) -> str | None:
-        return self.records.run_for_thread(channel, thread_ts)
-
-    def claim_event(self, event_id: str) -> bool:
-        return self.records.claim_event(event_id)
-
-    def leases(self, *, include_ended: bool = True) -> list[dict[str, Any]]:
-        return self.records.leases(include_ended=include_ended)
-
-    def lease_of(self, node: str) -> dict[str, Any] | None:
-        return self.records.lease_of(node)
-
-    def lease_changes(self, lease_id: int) -> list[dict[str, Any]]:
-        return self.records.lease_changes(lease_id)
-
-    def change_lease(self, node: str, state: str, user: str, *, origin: Origin,
-                     note: str | None = None, starts_at: str | None = None,
-                     days: int | None = None) -> dict[str, Any]:
-        return self.records.change_lease(node, state, user, origin=origin, note=note,
-                                          starts_at=starts_at, days=days)
 
     # -- publishing (Publisher) and following (Follower) ---------------------------------
     def thread_messages(self, run_id: str) -> list[Message]:

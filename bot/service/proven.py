@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.corpus import LISTING_FILE, head_node, head_rows
+from bot.dispatch.corpus import LISTING_FILE, head_node, iter_head_rows
 from bot.errors import DispatchError
 from bot.pilot.forecast import duration, plural, proven_cards
 from bot.pilot.plan import Plan
@@ -45,18 +45,12 @@ PROVED = "proved"
 def corpus_listed(store: Store, run_id: str) -> list[str] | None:
     """A corpus only the nodes hold, listed on the head node (``bot/dispatch/corpus_head``):
     its ids become the ones the volume run's balance expects (stored); None: no listing."""
-    rows = _listing_rows(store.run_record(run_id).run_dir)
-    if rows is None:
-        return None
-    ids = sorted(item_id(name) for name, _size, _sha in rows)
-    store.set_expected_ids(run_id, ids)
-    return ids
-
-
-def _listing_rows(run_dir: Path) -> list[tuple[str, int, str]] | None:
+    run_dir = store.run_record(run_id).run_dir
     if not (run_dir / LISTING_FILE).exists():
         return None
-    return head_rows(run_dir)
+    ids = sorted(item_id(name) for name, _size, _sha in iter_head_rows(run_dir))
+    store.set_expected_ids(run_id, ids)
+    return ids
 
 
 def node_cards(steps: list[dict[str, Any]], nodes: int) -> tuple[int | None, ...] | None:
@@ -163,11 +157,13 @@ class ProvenForecast:
 def _listed(run_dir: Path) -> tuple[int, int | None, int | None, str] | None:
     """(count, bytes, largest, where) of a corpus only the nodes hold, as the head node
     listed it at this dispatch (None: the bot's own copy was listed, or none)."""
-    rows = _listing_rows(run_dir)
-    if rows is None:
+    if not (run_dir / LISTING_FILE).exists():
         return None
-    sizes = [size for _name, size, _sha in rows]
-    return (len(rows), sum(sizes), max(sizes, default=None),
+    count, total, largest = 0, 0, None
+    for _name, size, _sha in iter_head_rows(run_dir):  # a line at a time
+        count, total = count + 1, total + size
+        largest = size if largest is None or size > largest else largest
+    return (count, total, largest,
             f"on the head node {head_node(run_dir)} at the volume's dispatch")
 
 

@@ -7,6 +7,7 @@ stopped meanwhile. ``PilotService`` holds one (``Starter``)."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -17,7 +18,6 @@ from bot.messages.dispatch_view import dispatch_message
 from bot.messages.forecast_view import proven_message
 from bot.pilot.clock import now_utc
 from bot.pilot.states import RESUMABLE, S
-from bot.service.follower import DispatchHeartbeat
 from bot.service.handles import dispatcher_for, handle_for, launch_plan
 from bot.service.proven import ProvenForecast, corpus_listed
 from bot.service.publisher import Publisher
@@ -26,6 +26,33 @@ from bot.store import Run, Store
 from runner.events import DISPATCH_NODE
 
 log = logging.getLogger(__name__)
+
+DISPATCH_BEAT_S = 30  # the heartbeat of a start in progress (within follower.DISPATCH_GRACE_S)
+
+
+class DispatchHeartbeat:
+    """While a start runs, note every ``every`` seconds that its bot is still at it
+    (``Store.dispatch_beat``): the watch judges a dispatch by its last sign of life."""
+
+    def __init__(self, store: Any, run_id: str, every: float = DISPATCH_BEAT_S) -> None:
+        self._store, self._run_id, self._every = store, run_id, every
+        self._done = threading.Event()
+        store.dispatch_beat(run_id)
+        self._thread = threading.Thread(target=self._beat, name=f"dispatch-beat-{run_id}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._done.wait(self._every):
+            try:
+                self._store.dispatch_beat(self._run_id)
+            except PreflightError as exc:  # a busy database: the next beat tries again
+                log.warning("run %s: dispatch heartbeat not recorded: %s", self._run_id, exc)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
 
 # What an answer of a node of the wrong shape raises where no check caught it: the start
 # is recorded as failed with it, never left `dispatching` (issue 32).

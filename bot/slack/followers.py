@@ -37,7 +37,7 @@ class Followers:
     def resume_active(self) -> list[str]:
         """Follow again every run the store says is running (a restarted bot). Runs that
         finished while no bot followed are finished first, in the order they finished."""
-        ids = [run.id for run in self.service.running()]
+        ids = [run.id for run in self.service.records.running()]
         done = set(self.service.follower.catch_up(ids))
         for run_id in ids:
             if run_id not in done:

@@ -52,7 +52,7 @@ def first_delivery(h: Handlers, body: dict[str, Any]) -> bool:
     the acknowledgement path, and the unique key makes concurrent deliveries harmless.
     """
     event_id = body.get("event_id")
-    return not isinstance(event_id, str) or h.service.claim_event(event_id)
+    return not isinstance(event_id, str) or h.service.records.claim_event(event_id)
 
 
 def _on_mention(h: Handlers) -> Callable[..., None]:
@@ -80,7 +80,7 @@ def _mention(h: Handlers, event: dict[str, Any], channel: str, user: str, thread
     text = str(event.get("text") or "")
     decision = parse_decision(text)
     if decision is not None:
-        run_id = h.service.run_for_thread(channel, thread) if in_thread else None
+        run_id = h.service.records.run_for_thread(channel, thread) if in_thread else None
         if run_id is None:
             h.ephemeral(channel, user, thread, "Type decisions in the thread of the pilot "
                         "they are about (or use its buttons).")
@@ -130,7 +130,7 @@ def _on_command(h: Handlers) -> Callable[..., None]:
         elif verb == "stop":
             _stop(h, ack, args, channel, user)
         elif verb == "runs":
-            ack(text="Recent runs", blocks=runs_blocks(h.service.recent_runs(20,
+            ack(text="Recent runs", blocks=runs_blocks(h.service.records.records(20,
                                                                              channel=channel)))
         elif verb == "lease":
             ack(text=_lease(h, args, user, channel))
@@ -174,14 +174,14 @@ def _lease(h: Handlers, args: list[str], user: str, channel: str) -> str:
 
     try:
         if not args:
-            rows = h.service.leases(include_ended=False)
+            rows = h.service.records.leases(include_ended=False)
             return "\n".join(f"• `{escape(str(r['node']))}`: {r['state']}" for r in rows) \
                 or "No open lease. " + LEASE_USAGE
         if len(args) == 1:
-            lease = h.service.lease_of(args[0])
+            lease = h.service.records.lease_of(args[0])
             return (f"`{escape(args[0])}` has no lease. " + LEASE_USAGE) if lease is None \
                 else f"`{escape(args[0])}`: {lease['state']}"
-        lease = h.service.change_lease(args[0], args[1], user, origin="slack",
+        lease = h.service.records.change_lease(args[0], args[1], user, origin="slack",
                                        note=" ".join(args[2:]) or None)
         return f"Lease of `{escape(args[0])}` is now *{lease['state']}* (recorded, by <@{user}>)."
     except PolicyRefused as exc:
@@ -199,7 +199,7 @@ def _stop(h: Handlers, ack: Ack, args: list[str], channel: str, user: str) -> No
         ack(text="Usage: `/preflight stop RUN reason…` (the reason is recorded)")
         return
     try:
-        run_id = h.service.find_record(args[0]).id
+        run_id = h.service.records.find_record(args[0]).id
     except PreflightError as exc:
         ack(text=escape(str(exc)))
         return
@@ -214,10 +214,10 @@ def _status(h: Handlers, ack: Ack, args: list[str], channel: str) -> None:
     """A run of this channel (a run of another channel is not shown: not found here)."""
     try:
         if args:
-            run = h.service.find_record(args[0], channel=channel)
-            ack(text="Run status", blocks=status_blocks(run, h.service.stages(run.id)))
+            run = h.service.records.find_record(args[0], channel=channel)
+            ack(text="Run status", blocks=status_blocks(run, h.service.records.stages(run.id)))
             return
-        runs = h.service.recent_runs(10, channel=channel)
+        runs = h.service.records.records(10, channel=channel)
         ack(text="Recent runs", blocks=runs_blocks(runs))
     except PreflightError as exc:
         ack(text=escape(str(exc)))
@@ -271,7 +271,7 @@ def _on_button(h: Handlers) -> Callable[..., None]:
         if not h.may_act(run_id, decision, user=user, channel=channel, thread_ts=thread_ts):
             return
         forecast = h.service.follower.refresh_forecast(run_id) if decision == "approve" else None
-        spend = spend_lines(h.service.record(run_id)) if decision == "approve" else None
+        spend = spend_lines(h.service.records.record(run_id)) if decision == "approve" else None
         client.views_open(trigger_id=body["trigger_id"],
                           view=decide_modal(run_id, decision, channel, thread_ts, forecast,
                                             spend))

@@ -18,6 +18,7 @@ import sqlite_utils
 from bot.errors import StoreError
 from bot.store.decisions import DecisionsMixin
 from bot.store.dispatch import DispatchMixin, migrate_dispatch
+from bot.store.events import EventsMixin
 from bot.store.expected import ExpectedIdsMixin, migrate_expected_ids
 from bot.store.leases import LeasesMixin, migrate_leases
 from bot.store.progress import migrate_progress
@@ -31,8 +32,8 @@ from bot.store.watch import WatchMixin, migrate_watch
 __all__ = ["Run", "RunRecord", "Store"]
 
 
-class Store(RunsMixin, DecisionsMixin, SlackMixin, LeasesMixin, RefusalsMixin, WatchMixin,
-            DispatchMixin, ExpectedIdsMixin, RetentionMixin):
+class Store(RunsMixin, EventsMixin, DecisionsMixin, SlackMixin, LeasesMixin, RefusalsMixin,
+            WatchMixin, DispatchMixin, ExpectedIdsMixin, RetentionMixin):
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         try:

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.corpus import LISTING_FILE, check_listing, corpus_command, head_rows
+from bot.dispatch.corpus import LISTING_FILE, Reference, check_listing, corpus_command, head_rows
 from bot.dispatch.corpus_head import list_on_head
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
+from bot.node_programs.corpus_listing import listing_digest
 from tests.bot.manifest_helpers import dump, load, locs, make_project, merged
 from tests.bot.runs import run_of
 
@@ -129,23 +130,26 @@ HEAD = SSHNode(host="gpu-1.example.net", workdir="/w", port=2222, user="gpu",
 def test_the_head_lists_the_corpus_and_every_other_node_is_held_to_it(tmp_path: Path) -> None:
     folder = corpus(tmp_path)
     handle, steps = handle_for(tmp_path, folder)
-    rows = list_on_head(LocalRuns(), handle, HEAD)
-    assert rows is not None and [r[0] for r in rows] == ["doc-1.txt", "doc-2.txt", "doc-3.txt"]
-    assert head_rows(handle.run_dir) == rows
-    stored = json.loads((handle.run_dir / LISTING_FILE).read_text())
+    assert list_on_head(LocalRuns(), handle, HEAD) == 3
+    rows = head_rows(handle.run_dir)
+    assert [r[0] for r in rows] == ["doc-1.txt", "doc-2.txt", "doc-3.txt"]
+    # the listing kept as JSON Lines: a header, then one row a line
+    header, *lines = (handle.run_dir / LISTING_FILE).read_text().splitlines()
+    stored = json.loads(header)
+    assert stored["count"] == 3 and [tuple(json.loads(line)) for line in lines] == rows
     assert stored["node"] == "gpu@gpu-1.example.net:2222" and stored["on_nodes"] == str(folder)
     assert steps == [{"node": "gpu@gpu-1.example.net:2222", "index": 0, "phase": "listed",
                       "count": 3, "bytes": sum(r[1] for r in rows)}]
     # another node with the same corpus agrees; one whose copy differs is refused, naming
     # the head's listing and the first input that differs
-    command = corpus_command(sys.executable, str(folder), "doc-*.txt", rows)
+    command = corpus_command(sys.executable, str(folder), "doc-*.txt", listing_digest(rows))
     out = subprocess.run(command, shell=True, capture_output=True, text=True).stdout
-    check_listing("gpu@gpu-2.example.net:2222", str(folder), rows, out,
+    check_listing("gpu@gpu-2.example.net:2222", str(folder), Reference.of(rows), out,
                   head=stored["node"])
     (folder / "doc-2.txt").write_text("another text", encoding="utf-8")
     out = subprocess.run(command, shell=True, capture_output=True, text=True).stdout
     with pytest.raises(DispatchError) as refused:
-        check_listing("gpu@gpu-2.example.net:2222", str(folder), rows, out,
+        check_listing("gpu@gpu-2.example.net:2222", str(folder), Reference.of(rows), out,
                       head=stored["node"])
     assert "differs from the head node gpu@gpu-1.example.net:2222's listing: first " \
            "differing input 'doc-2' (doc-2.txt: its size differs)" in str(refused.value)

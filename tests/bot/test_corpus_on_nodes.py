@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bot.dispatch.corpus import NODE_CORPUS_SCRIPT, check_listing, expected_rows
+from bot.dispatch.corpus import NODE_CORPUS_SCRIPT, Reference, check_listing, expected_rows
 from bot.errors import DispatchError
 from bot.manifest.source import parse_text
 from bot.node_programs.corpus_listing import listing_digest
@@ -95,13 +95,14 @@ def test_the_nodes_listing_is_the_runners_and_agrees_with_the_bots_rows(
     rows = expected_rows(files)
     out = subprocess.run([sys.executable, "-c", NODE_CORPUS_SCRIPT, str(corpus), "doc-*.txt",
                           listing_digest(rows)], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == {"count": 3, "digest": listing_digest(rows)}
-    check_listing("gpu-1:22", "/data/corpus", rows, out.stdout)  # agrees: nothing raised
+    assert out.stdout.splitlines() == [json.dumps({"count": 3, "digest": listing_digest(rows)})]
+    # agrees: nothing raised
+    check_listing("gpu-1:22", "/data/corpus", Reference.of(rows), out.stdout)
     (corpus / "doc-2.txt").write_text("changed")
     out = subprocess.run([sys.executable, "-c", NODE_CORPUS_SCRIPT, str(corpus), "doc-*.txt",
                           listing_digest(rows)], capture_output=True, text=True, check=True)
     with pytest.raises(DispatchError) as refused:
-        check_listing("gpu-1:22", "/data/corpus", rows, out.stdout)
+        check_listing("gpu-1:22", "/data/corpus", Reference.of(rows), out.stdout)
     assert str(refused.value).startswith(
         "gpu-1:22: its copy of the corpus at volume.inputs.on_nodes /data/corpus differs from "
         "the bot's volume.inputs.dir: first differing input 'doc-2' (doc-2.txt: its size "
@@ -117,16 +118,17 @@ def test_the_nodes_listing_is_the_runners_and_agrees_with_the_bots_rows(
 ])
 def test_the_first_differing_input_is_named(theirs: list[list[Any]], why: str) -> None:
     rows = [("a.txt", 1, "x"), ("b.txt", 1, "y"), ("c.txt", 1, "z")]
-    reply = json.dumps({"count": len(theirs), "digest": "other", "files": theirs})
+    reply = "\n".join([json.dumps({"count": len(theirs), "digest": "other"}),
+                       *map(json.dumps, theirs)])  # the header, then one row a line
     with pytest.raises(DispatchError, match="first differing input " + why.replace("(", r"\(")
                        .replace(")", r"\)")):
-        check_listing("gpu-2:22", "/data/corpus", rows, reply)
+        check_listing("gpu-2:22", "/data/corpus", Reference.of(rows), reply)
 
 
 def test_a_node_without_the_folder_is_refused_saying_so() -> None:
     with pytest.raises(DispatchError, match="gpu-2:22: volume.inputs.on_nodes /data/corpus "
                                             "cannot be listed on the node"):
-        check_listing("gpu-2:22", "/data/corpus", [],
+        check_listing("gpu-2:22", "/data/corpus", Reference.of([]),
                       json.dumps({"error": "/data/corpus: No such file or directory"}))
 
 

@@ -148,7 +148,7 @@ def test_stop_while_dispatching_ends_the_start_and_what_it_started(tmp_path: Pat
 def test_a_start_with_no_steps_is_kept_alive_by_its_heartbeat(tmp_path: Path) -> None:
     """A single long step (one big upload) reports nothing for minutes: the starting bot's
     heartbeat is its sign of life."""
-    from bot.service.follower import DispatchHeartbeat
+    from bot.service.starter import DispatchHeartbeat
 
     service, dispatcher, _, run_id = make(tmp_path)
     service.store.transition(run_id, ("planned",), "dispatching", started_at=(

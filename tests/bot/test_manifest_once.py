@@ -26,7 +26,7 @@ def test_approval_to_the_volumes_balance_validates_the_stored_manifest_once(
     reads = stored_manifest.cache_info()
     assert reads.misses == 1, reads  # the pilot's and its volume's are the same manifest
     assert reads.hits >= 10, reads  # read many times: each read shared that one check
-    assert service.record(run_id).manifest is service.record(volume_id).manifest
+    assert service.records.record(run_id).manifest is service.records.record(volume_id).manifest
 
 
 def test_a_stored_manifest_that_no_longer_validates_says_why() -> None:

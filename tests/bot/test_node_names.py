@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.dispatch.corpus import check_listing, node_rows
+from bot.dispatch.corpus import Reference, check_listing, node_rows
 from bot.dispatch.host_tree import HostDir
 from bot.dispatch.node_names import NodeNameRefused, listed_names, node_name, node_relpath
 from bot.errors import DispatchError
@@ -61,9 +61,9 @@ def test_a_corpus_listing_s_rows_are_typed_and_their_names_plain() -> None:
                  [["a.txt", 3]], ["a.txt"], {"a": 1}, [["a.txt", True, "f"]]):
         with pytest.raises(DispatchError, match=WHERE):
             node_rows(rows, WHERE, "/data")
-    reply = json.dumps({"count": 1, "digest": "other", "files": [["../x", 1, "f"]]})
+    reply = json.dumps({"count": 1, "digest": "other"}) + "\n" + json.dumps(["../x", 1, "f"])
     with pytest.raises(NodeNameRefused):
-        check_listing(WHERE, "/data", [("x", 1, "f")], reply)
+        check_listing(WHERE, "/data", Reference.of([("x", 1, "f")]), reply)
 
 
 def test_writes_below_a_host_dir_never_leave_it(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ def test_an_input_s_output_is_found_by_its_id_in_its_shard(tmp_path: Path) -> No
     service, _ = make(tmp_path, lambda run: _script_with_outputs(refs))
     run_id = submit(service, tmp_path)
     service.follow(run_id, timeout=30)
-    run_dir = service.record(run_id).run_dir
+    run_dir = service.records.record(run_id).run_dir
     written = ShardWriter(str(run_dir), "a1-w0").write(
         [{"id": i, "status": "accepted", "output": {"text": i.upper()}} for i in IDS[:2]])
     assert [r["output"] for r in written] == [refs["doc-01"], refs["doc-02"]]

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 
 from bot.messages.views import MAX_TABLE_ROWS
-from bot.service.follower import ShownRows, rows_shown
+from bot.service.shown_rows import ShownRows, rows_shown
 from bot.store import Store
 from runner.balance import compute_balance
 from tests.bot.test_store import ev, new_run

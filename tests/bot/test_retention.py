@@ -201,3 +201,14 @@ def test_rows_go_in_chunks_and_a_prune_cut_short_is_finished_by_the_next(
     [again] = service.prune_store(now=NOW).pruned
     assert (again.run, again.items, again.at) == (RECENT, ITEMS, "2026-12-01T00:00:00+00:00")
     assert store.prunable(30, NOW) == []
+
+
+def test_watch_once_runs_the_retention_too(service: PilotService,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_HOME", str(service.settings.home))
+    monkeypatch.setenv("COLUMNS", "200")
+    done = CliRunner().invoke(app, ["watch", "--once"])
+    assert done.exit_code == 0, done.output
+    assert "retention: pruned the item rows of 1 run(s)" in done.output
+    assert _rows(service.store, OLD) == (0, 0, 0)
+    assert _rows(service.store, RECENT) == (ITEMS, ITEMS, 1)

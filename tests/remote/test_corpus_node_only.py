@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bot.dispatch.base import RunHandle
-from bot.dispatch.corpus import LISTING_FILE
+from bot.dispatch.corpus import head_rows, listing_header
 from bot.dispatch.corpus_head import list_on_head
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
@@ -50,11 +50,11 @@ def test_the_head_lists_it_over_ssh_and_every_node_is_held_to_that(
     steps: list[dict[str, Any]] = []
     handle = node_only_run(tmp_path, nodes, shared, steps)
     d = dispatcher([sshd, sshd2], tmp_path / "known_hosts")
-    rows = list_on_head(d, handle, SSHNode.from_dict(nodes[0]))
-    assert rows is not None and len(rows) == COUNT and {r[1] for r in rows} == {SIZE}
+    assert list_on_head(d, handle, SSHNode.from_dict(nodes[0])) == COUNT
+    rows = head_rows(handle.run_dir)
+    assert len(rows) == COUNT and {r[1] for r in rows} == {SIZE}
     assert steps[0]["phase"] == "listed" and steps[0]["count"] == COUNT
-    assert json.loads((handle.run_dir / LISTING_FILE).read_text())["node"] == \
-        f"{sshd.user}@127.0.0.1:{sshd.port}"
+    assert listing_header(handle.run_dir)["node"] == f"{sshd.user}@127.0.0.1:{sshd.port}"
     copies = prepare(d, handle, nodes)
     assert not [p for p in d.streamed if "item-" in p]  # not one input uploaded
     for i, copy in enumerate(copies):

@@ -83,13 +83,23 @@ def set_params(spec_path: Path, **params: Any) -> None:
     spec_path.write_text(json.dumps(spec))
 
 
+# Set in the environment of a runner a test starts: a local Ray's processes inherit it
+# from the driver, so a test tells its own actors from another test's (our_actor_pids).
+RUN_MARKER = "PREFLIGHT_TEST_RUN"
+
+
+def run_marker(run_dir: Path) -> str:
+    return f"{RUN_MARKER}={run_dir}"
+
+
 def start_runner(spec: Path, run_dir: Path, *args: str,
                  env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     with open(run_dir.parent / f"{run_dir.name}.log", "a") as log:  # the child keeps a copy
         return subprocess.Popen([sys.executable, "-m", "runner", str(spec), "--run-dir",
                                  str(run_dir), *args], stdout=subprocess.DEVNULL, stderr=log,
-                                text=True, env=env or runner_env(), cwd=REPO,
-                                start_new_session=True)
+                                text=True, env={**(env or runner_env()),
+                                                RUN_MARKER: str(run_dir)},
+                                cwd=REPO, start_new_session=True)
 
 
 def events(run_dir: Path) -> list[Event]:
@@ -131,6 +141,20 @@ def cluster_env() -> dict[str, str]:
             "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-def our_actor_pids() -> list[int]:
-    """Processes of our volume's actors (Ray names an actor's process ray::_Worker)."""
-    return [p.pid for p in live_processes() if p.cmdline.startswith(b"ray::_Worker")]
+def our_actor_pids(marker: str) -> list[int]:
+    """Processes of our volume's actors (Ray names an actor's process ray::_Worker) whose
+    environment holds ``marker`` (``KEY=VALUE``: ``run_marker`` of a local volume's run,
+    the cluster's token for a cluster's actors): another test's Ray, a pilot's calibration
+    running beside this test, is not ours."""
+    wanted = marker.encode()
+    out = []
+    for p in live_processes():
+        if not p.cmdline.startswith(b"ray::_Worker"):
+            continue
+        try:
+            with open(f"/proc/{p.pid}/environ", "rb") as fh:
+                if wanted in fh.read().split(b"\0"):
+                    out.append(p.pid)
+        except OSError:  # ended while we looked
+            continue
+    return out

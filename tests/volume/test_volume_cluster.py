@@ -60,6 +60,11 @@ def cluster() -> Iterator[tuple[Any, dict[str, str]]]:
                 os.environ[k] = v
 
 
+def _token(env: dict[str, str]) -> str:
+    """The cluster's actors inherit its raylets' environment: its token marks them."""
+    return f"RAY_AUTH_TOKEN={env['RAY_AUTH_TOKEN']}"
+
+
 def _three_nodes(c: Any) -> None:
     """Top the module's cluster up to three nodes (a test that removed one runs last, so
     this adds nothing when the module runs in order)."""
@@ -119,7 +124,7 @@ def test_killed_driver_resumes_exactly_the_missing_ids_and_a_late_worker_is_repl
     # the late worker was stopped: its card went to the worker started in its place
     assert started["cards"] == excluded[0]["cards"]
     assert not [e for e in events(run_dir) if e.type == "volume.late_result"]
-    wait_until(lambda: not our_actor_pids(), "the dead driver's actors to end", 60)
+    wait_until(lambda: not our_actor_pids(_token(env)), "the dead driver's actors to end", 60)
 
     set_params(spec, tag="resume", delay_s=0)  # what ran, not how fast, is checked now
     resumed = start_runner(spec, run_dir, "--resume", env=runner_env(**env))
@@ -136,7 +141,7 @@ def test_killed_driver_resumes_exactly_the_missing_ids_and_a_late_worker_is_repl
     assert balance["accepted"] == COUNT - len([i for i in ids if int(i[5:]) % 97 == 0])
     facts = _pilot_facts(run_dir)
     assert facts["remaining"] == COUNT - len(at_kill) and facts["re_executed_total"] == 0
-    wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)
+    wait_until(lambda: not our_actor_pids(_token(env)), "the run's actors to end", 60)
 
 
 def test_a_node_lost_mid_run_has_its_batches_requeued(cluster: Any, tmp_path: Path) -> None:
@@ -175,4 +180,4 @@ def test_a_node_lost_mid_run_has_its_batches_requeued(cluster: Any, tmp_path: Pa
     # a GPU worker reserves no CPU: torch gets its node's cores shared by the node's workers
     assert {(w["torch_threads"], w["torch_threads_why"]) for w in workers} == {
         (owned_cores(1)[0], f"the cores the worker owns: {owned_cores(1)[1]}")}
-    wait_until(lambda: not our_actor_pids(), "the run's actors to end", 60)
+    wait_until(lambda: not our_actor_pids(_token(env)), "the run's actors to end", 60)

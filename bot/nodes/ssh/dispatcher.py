@@ -338,9 +338,9 @@ class SSHDispatcher(SSHNodes):
         if changes.remove:
             await self._remove(node, changes.remove)
         if plan.on_nodes:  # the corpus is the node's own: it must equal the bot's copy
-            command, rows = await asyncio.to_thread(plan.corpus_check, node.python)
-            reply = await self._exec(node, command, cap=listing_cap(len(rows)))
-            check_listing(node.where, plan.on_nodes, rows, reply, head=plan.head)
+            command, reference = await asyncio.to_thread(plan.corpus_check, node.python)
+            reply = await self._exec(node, command, cap=listing_cap(reference.count))
+            check_listing(node.where, plan.on_nodes, reference, reply, head=plan.head)
         return {**changes.sent, "run": sum(len(d) for d in run_files.values())}, \
             [dst for _, dst in changes.send]
 

@@ -1,0 +1,67 @@
+"""The rows a balance message shows (``MAX_TABLE_ROWS``): every refusal first, then the
+first ids, in id order; of a whole list (``rows_shown``) or of a stream of items in one pass
+and bounded memory (``ShownRows``, the recheck of a large volume)."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from bot.messages.views import MAX_TABLE_ROWS
+
+
+class ShownRows:
+    """``rows_shown`` of a stream of items, in one pass and bounded memory: every refusal
+    up to ``MAX_TABLE_ROWS``, the smallest accepted ids (a heap of that size), the count."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.refused: list[dict[str, Any]] = []
+        self.accepted: list[tuple[_Desc, int, dict[str, Any]]] = []  # a max-heap by id
+
+    def seen(self, items: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for item in items:
+            self.count += 1
+            if item.get("status") == "refused":
+                if len(self.refused) < MAX_TABLE_ROWS:
+                    self.refused.append(item)
+            else:
+                self._keep(item)
+            yield item
+
+    def _keep(self, item: dict[str, Any]) -> None:
+        iid = str(item.get("id"))
+        entry = (_Desc(iid), self.count, item)
+        if len(self.accepted) < MAX_TABLE_ROWS:
+            heapq.heappush(self.accepted, entry)
+        elif iid < self.accepted[0][0].text:
+            heapq.heapreplace(self.accepted, entry)
+
+    def rows(self) -> list[dict[str, Any]]:
+        room = MAX_TABLE_ROWS - len(self.refused)
+        accepted = sorted((e[2] for e in self.accepted), key=lambda i: str(i.get("id")))[:room]
+        return sorted(self.refused + accepted, key=lambda i: str(i.get("id")))
+
+
+class _Desc:
+    """An id ordered backwards, so ``heapq``'s smallest is the largest id kept."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.text > other.text
+
+
+def rows_shown(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``MAX_TABLE_ROWS`` rows a balance message shows: every refusal first (they are
+    what a reader looks for), then the first ids, all in id order. In recording order a
+    volume's box began wherever its fastest worker's first batch did (doc-00051)."""
+    refused = [i for i in items if i.get("status") == "refused"][:MAX_TABLE_ROWS]
+    room = MAX_TABLE_ROWS - len(refused)
+    accepted = sorted((i for i in items if i.get("status") != "refused"),
+                      key=lambda i: str(i.get("id")))[:room]
+    return sorted(refused + accepted, key=lambda i: str(i.get("id")))
