@@ -381,8 +381,9 @@ def ray_start(inp: ForecastInputs) -> tuple[float, str]:
     if cal is not None and cal.skipped is None and cal.workers_ready_s is not None:
         stop = cal.ray_stop_s or 0.0
         return cal.workers_ready_s + stop, (
-            f"Ray imported and started with {plural(cal.workers, 'worker')}, each with the "
-            f"handler loaded, {secs(cal.workers_ready_s)}, + its stop at the end "
+            f"the inputs listed, Ray imported and started with "
+            f"{plural(cal.workers, 'worker')}, each with the handler loaded, "
+            f"{secs(cal.workers_ready_s)}, + its stop at the end "
             f"{secs(stop)}: measured on the pilot's node by the calibration")
     return RAY_START_S, "a local Ray and its workers, measured on the embedded default"
 

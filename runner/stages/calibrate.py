@@ -42,13 +42,13 @@ def calibrate(ctx: StageContext) -> Dict[str, Any]:
     cal = ctx.spec.calibration
     if cal is None:
         raise StageSkipped("no volume to calibrate")
-    files = _listing(cal)
+    began = time.perf_counter()  # what the volume's driver does from its stage's start:
+    files = _listing(cal)        # list the inputs, start Ray, load every worker's handler
     size = max(1, int(cal.batch_size))
     from runner import volume_ray
 
     vspec = VolumeSpec(cards_per_worker=max(1, cal.cards_per_worker), batch_size=size,
                        gpus=cal.gpus, cards=healthy_cards(ctx.facts) if cal.gpus else None)
-    began = time.perf_counter()  # what the volume's driver does from its stage's start
     volume_ray.clean_local_session(ctx.run_dir)
     volume_ray.prepare_env(vspec)
     try:
