@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -156,38 +157,41 @@ def _checksums(run: Run) -> tuple[list[tuple[str, str]], str, int, str]:
 def first_sums(sums: Path) -> tuple[list[tuple[str, str]], int]:
     """The first ``REPORT_ROWS`` lines of a SHA256SUMS (the report's own left out) and how
     many lines it has: read line by line, never whole (a million outputs: ~100 MB)."""
-    fd = os.open(sums, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     pairs: list[tuple[str, str]] = []
     total = 0
+    for text in _lines(sums):
+        line = text.rstrip("\n")
+        if len(line) <= 66 or line[66:] == REPORT:
+            continue
+        total += 1
+        if len(pairs) < REPORT_ROWS:
+            pairs.append((line[:64], line[66:]))
+    return pairs, total
+
+
+def _lines(path: Path) -> Iterator[str]:
+    """The lines of a regular file of the evidence, one at a time (never through a link,
+    never a FIFO's wait)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise OSError(f"{sums}: not a regular file")
+            raise OSError(f"{path}: not a regular file")
         for raw in fh:
-            line = raw.decode("utf-8").rstrip("\n")
-            if len(line) <= 66 or line[66:] == REPORT:
-                continue
-            total += 1
-            if len(pairs) < REPORT_ROWS:
-                pairs.append((line[:64], line[66:]))
-    return pairs, total
+            yield raw.decode("utf-8")
 
 
 def first_outputs(index: Path, rows: int) -> tuple[list[tuple[str, str]], int]:
     """The first ``rows`` outputs of a shard index as (sha256, path) and how many it
     lists: read line by line (a million outputs: ~140 MB)."""
-    fd = os.open(index, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     pairs: list[tuple[str, str]] = []
     total = 0
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise OSError(f"{index}: not a regular file")
-        for raw in fh:
-            entry = parse_index_line(raw.decode("utf-8"))
-            if entry is None:
-                continue  # the header (`preflight verify` names any other bad line)
-            total += 1
-            if len(pairs) < rows:
-                pairs.append((entry[3], entry[0]))
+    for line in _lines(index):
+        entry = parse_index_line(line)
+        if entry is None:
+            continue  # the header (`preflight verify` names any other bad line)
+        total += 1
+        if len(pairs) < rows:
+            pairs.append((entry[3], entry[0]))
     return pairs, total
 
 

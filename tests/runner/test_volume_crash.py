@@ -23,6 +23,7 @@ from pathlib import Path
 
 from runner.outputs import parse_ref, read_output
 from tests.processes import wait_until
+from tests.runner.test_crash import done_count
 
 REPO = Path(__file__).resolve().parents[2]
 N_ITEMS = 800
@@ -131,17 +132,6 @@ def _ran(run: Path) -> int:
         return 0
 
 
-def _done(run: Path) -> int:
-    try:
-        con = sqlite3.connect(f"file:{run / 'ledger.sqlite'}?mode=ro", uri=True)
-        try:
-            return int(con.execute("SELECT count(*) FROM items").fetchone()[0])
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return 0
-
-
 def test_sigkill_at_random_moments_loses_and_doubles_no_output(tmp_path: Path) -> None:
     run, spec, env = _setup(tmp_path)
     master = random.randrange(1 << 30)
@@ -165,7 +155,7 @@ def test_sigkill_at_random_moments_loses_and_doubles_no_output(tmp_path: Path) -
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=30)
                 kills += 1
-                counts.append(_done(run))
+                counts.append(done_count(run))
                 continue
             assert proc.returncode == 0, (tmp_path / "driver.err").read_text()[-3000:]
             break
