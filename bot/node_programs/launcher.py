@@ -35,7 +35,6 @@ nor removed as stale.
 """
 
 import fcntl
-import hashlib
 import json
 import os
 import stat
@@ -83,12 +82,12 @@ HASH_LINE_FILES = 2000  # files per line of the hash answer (a line stays well u
 
 
 def hashes(skip: List[str], top: List[str], roots: List[str],
-           excluded: Optional[List[str]] = None,
-           cache: Optional["HashCache"] = None) -> Dict[str, Dict[str, str]]:
+           excluded: Optional[List[str]], cache: "HashCache") -> Dict[str, Dict[str, str]]:
     """root -> relative path -> sha256 of every file under ``roots``, skipping the folders
     in ``skip`` (anywhere), in ``top`` (at a root), those in ``excluded`` (absolute paths:
     never sent, so never hashed nor removed) and virtual environments. ``cache``
-    remembers digests across dispatches (``hashcache.py``)."""
+    reads each digest, remembered across dispatches (``hashcache.py``; ``HashCache(None)``
+    remembers nothing)."""
     out: Dict[str, Dict[str, str]] = {}
     left_out = set(excluded or [])
     for root in roots:
@@ -109,18 +108,10 @@ def hashes(skip: List[str], top: List[str], roots: List[str],
                     continue
                 if not stat.S_ISREG(st.st_mode):
                     continue
-                files[os.path.relpath(path, root).replace(os.sep, "/")] = (
-                    cache.sha256(path, st) if cache is not None else _sha256(path))
+                files[os.path.relpath(path, root).replace(os.sep, "/")] = \
+                    cache.sha256(path, st)
         out[root] = files
     return out
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def print_hashes(found: Dict[str, Dict[str, str]], out: IO[str]) -> None:

@@ -1,6 +1,7 @@
-"""The rows a balance message shows (``MAX_TABLE_ROWS``): every refusal first, then the
-first ids, in id order; of a whole list (``rows_shown``) or of a stream of items in one pass
-and bounded memory (``ShownRows``, the recheck of a large volume)."""
+"""The rows a balance message shows (``MAX_TABLE_ROWS``): every refusal first (they are
+what a reader looks for), then the first ids, all in id order (in recording order a
+volume's box began wherever its fastest worker's first batch did, doc-00051); of a stream
+of items in one pass and bounded memory (``ShownRows``, the recheck of a large volume)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from bot.messages.views import MAX_TABLE_ROWS
 
 
 class ShownRows:
-    """``rows_shown`` of a stream of items, in one pass and bounded memory: every refusal
+    """The rows shown of a stream of items, in one pass and bounded memory: every refusal
     up to ``MAX_TABLE_ROWS``, the smallest accepted ids (a heap of that size), the count."""
 
     def __init__(self) -> None:
@@ -54,14 +55,3 @@ class _Desc:
 
     def __lt__(self, other: _Desc) -> bool:
         return self.text > other.text
-
-
-def rows_shown(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ``MAX_TABLE_ROWS`` rows a balance message shows: every refusal first (they are
-    what a reader looks for), then the first ids, all in id order. In recording order a
-    volume's box began wherever its fastest worker's first batch did (doc-00051)."""
-    refused = [i for i in items if i.get("status") == "refused"][:MAX_TABLE_ROWS]
-    room = MAX_TABLE_ROWS - len(refused)
-    accepted = sorted((i for i in items if i.get("status") != "refused"),
-                      key=lambda i: str(i.get("id")))[:room]
-    return sorted(refused + accepted, key=lambda i: str(i.get("id")))

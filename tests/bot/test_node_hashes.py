@@ -49,14 +49,14 @@ def test_a_second_listing_reads_only_what_changed(tmp_path: Path,
     made = files(tmp_path / "proj", 50)
     cache_file = tmp_path / "hash-cache.json"
     first = HashCache(str(cache_file))
-    found = hashes([], [], [str(tmp_path / "proj")], cache=first)
+    found = hashes([], [], [str(tmp_path / "proj")], None, first)
     first.save()
     assert first.read == 50 and len(found[str(tmp_path / "proj")]) == 50
     made[3].write_text("changed, same time", encoding="utf-8")
     os.utime(made[3], (OLD, OLD))  # the size (and change time) tell it apart anyway
     made[4].unlink()
     second = HashCache(str(cache_file))
-    again = hashes([], [], [str(tmp_path / "proj")], cache=second)
+    again = hashes([], [], [str(tmp_path / "proj")], None, second)
     second.save()
     assert second.read == 1
     assert again[str(tmp_path / "proj")]["f-00003.txt"] == file_sha256(str(made[3]))
@@ -70,12 +70,12 @@ def test_a_file_changed_just_now_or_a_broken_memory_is_read_again(tmp_path: Path
     fresh.write_text("written this second", encoding="utf-8")
     cache_file = tmp_path / "hash-cache.json"
     cache = HashCache(str(cache_file))
-    hashes([], [], [str(fresh.parent)], cache=cache)
+    hashes([], [], [str(fresh.parent)], None, cache)
     cache.save()
     assert json.loads(cache_file.read_text()) == {}  # too recent to be trusted later
     cache_file.write_text("{not json")
     broken = HashCache(str(cache_file))
-    assert hashes([], [], [str(fresh.parent)], cache=broken)[str(fresh.parent)] == {
+    assert hashes([], [], [str(fresh.parent)], None, broken)[str(fresh.parent)] == {
         "fresh.txt": file_sha256(str(fresh))} and broken.read == 1
 
 
@@ -86,7 +86,7 @@ def test_the_answer_is_bounded_lines_and_the_bot_checks_them(tmp_path: Path) -> 
     (tmp_path / "proj" / "skipped" / "x").write_text("x")
     out = io.StringIO()
     print_hashes(hashes([], [], [root, str(tmp_path / "empty")],
-                        excluded=[str(tmp_path / "proj" / "skipped")]), out)
+                        [str(tmp_path / "proj" / "skipped")], HashCache(None)), out)
     lines = out.getvalue().splitlines()
     assert len(lines) == 4 and json.loads(lines[-1]) == {"end": HASH_LINE_FILES + 500}
     assert max(len(line) for line in lines) < 1 << 20

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 
 from bot.messages.views import MAX_TABLE_ROWS
-from bot.service.shown_rows import ShownRows, rows_shown
+from bot.service.shown_rows import ShownRows
 from bot.store import Store
 from runner.balance import compute_balance
 from tests.bot.test_store import ev, new_run
@@ -26,6 +26,15 @@ def items(count: int, seed: int) -> list[dict[str, object]]:
                     "category": None if refused else rng.choice(["a", "b", "zz"]),
                     "reason": "empty" if refused else None})
     return out
+
+
+def rows_shown(items: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The rows shown, computed over the whole list: what the stream must give."""
+    refused = [i for i in items if i.get("status") == "refused"][:MAX_TABLE_ROWS]
+    room = MAX_TABLE_ROWS - len(refused)
+    accepted = sorted((i for i in items if i.get("status") != "refused"),
+                      key=lambda i: str(i.get("id")))[:room]
+    return sorted(refused + accepted, key=lambda i: str(i.get("id")))
 
 
 def test_the_rows_shown_are_the_same_streamed_or_whole() -> None:
