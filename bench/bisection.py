@@ -1,6 +1,6 @@
 """What a failing input costs: handler executions per input with 1 % bad inputs.
 
-The volume's driver (``runner.volume.Driver``), its queue and the ledger are real; Ray is
+The volume's driver (``runner.volume_driver.Driver``), its queue and the ledger are real; Ray is
 replaced by an in-process fake that runs each batch at once with the worker's own call of
 the handler (``runner.handler_call.BatchCall``, the reply ``_Worker.run`` builds). Every
 handler counts the items it works on: an item it takes from its batch is one execution
@@ -42,7 +42,9 @@ from runner.ledger import Ledger  # noqa: E402
 from runner.spec import RunSpec  # noqa: E402
 from runner.stage import StageContext  # noqa: E402
 from runner.stages.pilot import Recorder  # noqa: E402
-from runner.volume import Batch, Driver, Worker  # noqa: E402
+from runner.volume_driver import Driver  # noqa: E402
+from runner.volume_queue import Batch  # noqa: E402
+from runner.volume_workers import Worker  # noqa: E402
 
 SMOKE = os.environ.get("PREFLIGHT_BENCH_SMOKE") == "1"
 TARGET = 1.2

@@ -2,7 +2,7 @@
 
 One volume run of N inputs (default 1,000,000) recorded as the follower records it: item
 batches of 256, a progress event every second of a run at 20 inputs per second (50,000 of
-them for 1M inputs, 80 workers' rates on every 30th, as runner/volume.py sends them), its N
+them for 1M inputs, 80 workers' rates on every 30th, as runner/volume_progress.py sends them), its N
 expected ids given at creation. Printed:
 
 - the layout before (the expected ids one JSON cell of the run's row, every progress event a

@@ -91,12 +91,14 @@ def single(spec: RunSpec, run_dir: Path) -> float:
 
 def on_ray(ray: Any, spec: RunSpec, run_dir: Path) -> tuple[float, float]:
     """(items/s of the driver on WORKERS actors, seconds to start the actors)."""
-    from runner.volume import Batch, Driver, _start_workers, _worker_factory
+    from runner.volume_driver import Driver
+    from runner.volume_queue import Batch
+    from runner.volume_workers import start_workers, worker_factory
 
     ctx, recorder, ledger, items = context(spec, run_dir)
     t0 = time.perf_counter()
-    workers = _start_workers(ctx, ray, spec.volume, WORKERS,
-                             _worker_factory(ctx, ray, spec.volume))
+    workers = start_workers(ctx, ray, spec.volume, WORKERS,
+                            worker_factory(ctx, ray, spec.volume))
     started = time.perf_counter() - t0
     batches = [Batch(n, items[i:i + BATCH]) for n, i in enumerate(range(0, len(items), BATCH))]
     t1 = time.perf_counter()

@@ -6,7 +6,7 @@ card's time; one small JSON output per input), in this one invocation:
 - plain: as many plain processes as the volume has workers, each looping over its share
   of the inputs batch after batch and writing each output to a plain file (open, write,
   close: no fsync, no ledger, no events): what a team would write by hand;
-- volume: the volume's driver (``runner.volume.Driver``) on a local Ray with the embedded
+- volume: the volume's driver (``runner.volume_driver.Driver``) on a local Ray with the embedded
   default's workers (one per core, at most 4), the real worker actors (each batch's outputs
   in one shard on the worker's node, one fsync), the ledger and the events file.
 
@@ -123,7 +123,9 @@ def plain(spec: RunSpec, root: Path, workers: int) -> float:
 
 def on_ray(ray: Any, spec: RunSpec, run_dir: Path, workers: int) -> dict[str, float]:
     """The volume's driver over ``workers`` actors: items/s, actor start, recording."""
-    from runner.volume import Batch, Driver, _start_workers, _worker_factory
+    from runner.volume_driver import Driver
+    from runner.volume_queue import Batch
+    from runner.volume_workers import start_workers, worker_factory
 
     run_dir.mkdir(parents=True)
     ctx = StageContext(spec=spec, run_dir=str(run_dir))
@@ -131,8 +133,8 @@ def on_ray(ray: Any, spec: RunSpec, run_dir: Path, workers: int) -> dict[str, fl
     ledger = Ledger.open(str(run_dir / "ledger.sqlite"), new_attempt=True)
     recorder = Recorder(ctx, ledger, items, set())
     t0 = time.perf_counter()
-    actors = _start_workers(ctx, ray, spec.volume, workers,
-                            _worker_factory(ctx, ray, spec.volume))
+    actors = start_workers(ctx, ray, spec.volume, workers,
+                           worker_factory(ctx, ray, spec.volume))
     started = time.perf_counter() - t0
     batches = [Batch(n, items[i:i + BATCH]) for n, i in enumerate(range(0, len(items), BATCH))]
     driver = Driver(ctx, recorder, ray, actors, batches, 0.0, in_flight=2)

@@ -118,14 +118,16 @@ def plain(spec: RunSpec, items: List[Item]) -> float:
 
 def volume(ray: Any, spec: RunSpec, run_dir: Path, prefetch: int) -> float:
     """Items/s of the driver on WORKERS actors with ``prefetch``."""
-    from runner.volume import Batch, Driver, _start_workers, _worker_factory
+    from runner.volume_driver import Driver
+    from runner.volume_queue import Batch
+    from runner.volume_workers import start_workers, worker_factory
 
     run_dir.mkdir(parents=True)
     ctx = StageContext(spec=spec, run_dir=str(run_dir))
     items = list_dir(spec.inputs.dir, spec.inputs.pattern)
     ledger = Ledger.open(str(run_dir / "ledger.sqlite"), new_attempt=True)
-    workers = _start_workers(ctx, ray, spec.volume, WORKERS,
-                             _worker_factory(ctx, ray, spec.volume))
+    workers = start_workers(ctx, ray, spec.volume, WORKERS,
+                            worker_factory(ctx, ray, spec.volume))
     batches = [Batch(n, items[i:i + BATCH]) for n, i in enumerate(range(0, len(items), BATCH))]
     evict(items)
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """The volume's driver at the shape users rent: 100,000 inputs on a simulated 4 x 8 cluster.
 
-What is real: the volume's driver (runner.volume.Driver: hand-out with batches in flight,
+What is real: the volume's driver (runner.volume_driver.Driver: hand-out with batches in flight,
 ray.wait, the first-wins ledger insert, the item events through the runner's EventWriter,
 progress), Ray (a local Ray started by runner.volume_ray.start), and one Ray actor per
 worker (runner.volume_ray's _Worker, the handler loaded once, run batch after batch).
@@ -108,7 +108,9 @@ def alone(spec: RunSpec, items: List[Item]) -> float:
 def drive(ray: Any, spec: RunSpec, items: List[Item],
           run_dir: Path) -> Tuple[float, float, Timed, dict[str, Any]]:
     """(driver items/s, actors' start s, the recorder, the driver's facts)."""
-    from runner.volume import Batch, Driver, _start_workers, _worker_factory
+    from runner.volume_driver import Driver
+    from runner.volume_queue import Batch
+    from runner.volume_workers import start_workers, worker_factory
 
     run_dir.mkdir(parents=True)
     writer = EventWriter(str(run_dir / "events.jsonl"), spec.run_id)
@@ -119,7 +121,7 @@ def drive(ray: Any, spec: RunSpec, items: List[Item],
     vspec = spec.volume
     assert vspec is not None
     t0 = time.perf_counter()
-    workers = _start_workers(ctx, ray, vspec, 0, _worker_factory(ctx, ray, vspec))
+    workers = start_workers(ctx, ray, vspec, 0, worker_factory(ctx, ray, vspec))
     started = time.perf_counter() - t0
     assert len(workers) == NODES * CARDS, len(workers)
     batches = [Batch(n, items[i:i + BATCH]) for n, i in enumerate(range(0, len(items), BATCH))]

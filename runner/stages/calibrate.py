@@ -31,7 +31,7 @@ from runner.spec import CalibrationSpec, VolumeSpec, healthy_cards
 from runner.stage import StageContext, StageFailure, StageSkipped
 
 CALIBRATION_DIR = "calibration"
-CPU_WORKERS_MAX = 4        # as runner/volume.py: a local Ray's CPU workers
+CPU_WORKERS_MAX = 4        # as runner/volume_workers.py: a local Ray's CPU workers
 PACE_PROBE_S = 0.05        # batches faster than this (wall, through one driver): the driver
 PACE_BATCHES = 60          # may bound the volume: this many go through the volume's Driver
 WAIT_S = 600.0             # a worker's warm-up or batch answers within this
@@ -68,9 +68,9 @@ def calibrate(ctx: StageContext) -> Dict[str, Any]:
     actors: List[Any] = []
     try:
         run.facts["ray_start_s"] = round(time.perf_counter() - began, 3)
-        from runner.volume import _worker_count
+        from runner.volume_workers import worker_count
 
-        count = min(_worker_count(ray, vspec, cpu_workers),
+        count = min(worker_count(ray, vspec, cpu_workers),
                     max(1, len(files) // size))
         if count < 1:
             raise StageSkipped("this node offers no worker for the volume "
@@ -242,8 +242,9 @@ class _Calibration:
         from runner.ledger import Ledger
         from runner.stage import StageContext as Ctx
         from runner.stages.pilot import Recorder
-        from runner.volume import Driver, Worker
+        from runner.volume_driver import Driver
         from runner.volume_queue import Batch
+        from runner.volume_workers import Worker
 
         self.next = 0
         batches = [Batch(k, list(self.take(again=True, whole=True) or []))

@@ -1,7 +1,7 @@
 """Crash torture of the volume's outputs: SIGKILL the driver at random moments, resume each
 time: 0 lost, 0 doubled, every accepted input's output found by its id.
 
-The killed process runs the real driver (``runner.volume.Driver``, its recording thread,
+The killed process runs the real driver (``runner.volume_driver.Driver``, its recording thread,
 the pilot stage's ``Recorder`` and the ledger) over the real worker class
 (``runner.volume_ray._Worker``: the handler, then the batch's shard written on "its
 node") through a small in-process stand-in for Ray's calls, so a kill lands anywhere:
@@ -62,7 +62,9 @@ from runner.events import EventWriter
 from runner.spec import load_spec
 from runner.stage import StageContext
 from runner.stages.pilot import Recorder, list_stage_inputs, open_ledger
-from runner.volume import Batch, Driver, Worker
+from runner.volume_driver import Driver
+from runner.volume_queue import Batch
+from runner.volume_workers import Worker
 from runner.volume_ray import _Worker
 
 class Ref:

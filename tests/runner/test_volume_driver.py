@@ -20,10 +20,12 @@ import pytest
 
 from runner.inputs import Item
 from runner.ledger import Ledger, LedgerError
-from runner.spec import RunSpec, batch_clock_s
+from runner.spec import RunSpec, batch_clock_s, healthy_cards
 from runner.stage import StageContext, StageFailure
 from runner.stages.pilot import Recorder
-from runner.volume import MIN_TIMEOUT_S, Batch, Driver, Worker, healthy_cards
+from runner.volume_driver import MIN_TIMEOUT_S, Driver
+from runner.volume_queue import Batch
+from runner.volume_workers import Worker
 from tests.processes import wait_until
 
 
@@ -508,7 +510,7 @@ def test_ray_s_own_errors_tell_a_lost_node_from_a_worker_that_died() -> None:
     is none of its batch's doing; a worker process that died on a live node may be."""
     from ray import exceptions as rex
 
-    from runner.volume import KILLED_OUTSIDE, NODE_DIED, NODE_UNREACHABLE, outside_cause
+    from runner.volume_workers import KILLED_OUTSIDE, NODE_DIED, NODE_UNREACHABLE, outside_cause
 
     unavailable = rex.ActorUnavailableError(
         "The actor is temporarily unavailable: RpcError: RPC error: Socket closed", None)

@@ -19,8 +19,9 @@ import pytest
 
 from runner.evidence import copy_evidence
 from runner.spec import NODE_RUN_DIR_ENV
-from runner.volume import Worker, collect_node_outputs
+from runner.volume_collect import collect_node_outputs
 from runner.volume_ray import _Worker
+from runner.volume_workers import Worker
 
 
 class _Method:
