@@ -64,12 +64,13 @@ STAGES: Tuple[str, ...] = (
     "extensions",
     "memory",
     "pilot",
+    "collect",
     "balance",
     "calibrate",
     "evidence",
 )
 # Stages only some runs have (runner/stage.py, ``StageDef.needs``): no line until they start.
-OPTIONAL_STAGES: Tuple[str, ...] = ("calibrate",)
+OPTIONAL_STAGES: Tuple[str, ...] = ("collect", "calibrate")
 
 STAGE_EVENT_TYPES = (STAGE_STARTED, STAGE_PASSED, STAGE_FAILED, STAGE_SKIPPED)
 # Stages that run even after a failure (the evidence of a failed run is copied too): they

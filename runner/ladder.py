@@ -201,7 +201,8 @@ class Ladder:
         timeout = stage_timeout(stage, self.spec)
         try:
             if stage.in_worker:
-                result = self.worker.run_stage(stage.name, self.facts, timeout, self._emit)
+                result = self.worker.run_stage(stage.name, self.facts, timeout, self._emit,
+                                               idle=stage.idle)
             else:
                 result = self._run_in_thread(stage.name, timeout,
                                              stage_target(stage, self.spec), stage.idle)

@@ -20,6 +20,7 @@ a path output outside the outputs folder.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
@@ -79,6 +80,14 @@ class ShardWriter:
         self.folder = os.path.join(self.outputs, SHARDS)
         self.prefix = prefix
         self.seq = 0
+        self.written: List[Dict[str, Any]] = []  # since the last ``drain``
+
+    def drain(self) -> List[Dict[str, Any]]:
+        """The shards written since the last call, each ``{"shard": "outputs/shards/<name>",
+        "bytes", "sha256"}``: the worker's record, which the driver keeps on the head and
+        the collection checks each shard brought from this node against."""
+        written, self.written = self.written, []
+        return written
 
     def write(self, results: Any) -> Any:
         """``results`` (a handler's answer for one batch) with every dict or list output
@@ -125,14 +134,17 @@ class ShardWriter:
 
     def _write(self, name: str, lines: List[bytes]) -> None:
         path = os.path.join(self.folder, name)
+        data = b"".join(lines)
         try:
             os.makedirs(self.folder, exist_ok=True)
             with atomic_open(path, binary=True) as fh:  # one flush + fsync, then the rename
-                fh.write(b"".join(lines))
+                fh.write(data)
         except OSError as exc:
             raise OutputsError(f"the batch's outputs could not be written to {path}: "
                                f"{type(exc).__name__}: {exc}") from exc
         self.seq += 1
+        self.written.append({"shard": f"{OUTPUTS}/{SHARDS}/{name}", "bytes": len(data),
+                             "sha256": hashlib.sha256(data).hexdigest()})
 
     def _path(self, output: str) -> Tuple[Any, Optional[str]]:
         """A file the handler wrote: its path relative to the run directory, inside

@@ -241,6 +241,9 @@ class VolumeSpec:
     # (runner/volume_limit.py)
     limit_adapts: bool = False
     lease_ends_at: float = 0.0
+    # the bytes of outputs one node may send to the head in the ``collect`` stage (0: the
+    # default, runner/volume_collect.py); a node past it is named and the stage fails
+    collect_max_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -290,6 +293,15 @@ class RunSpec:
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+    @property
+    def collection(self) -> Optional[VolumeSpec]:
+        """The volume whose workers write outputs on other nodes (a Ray cluster joined at
+        ``volume.address``, the handler in Ray workers): the ``collect`` stage's section;
+        None otherwise (one machine, or an external command)."""
+        volume = self.volume
+        return volume if volume is not None and volume.address and not self.task.command \
+            else None
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)

@@ -137,6 +137,9 @@ STAGE_TABLE: Tuple[StageDef, ...] = (
     StageDef("memory", "runner.stages.memory:memory", ("compute",), True, 300),
     StageDef("pilot", "runner.stages.pilot:pilot",
              ("environment", "compute", "extensions", "memory"), True, 3600),
+    # a several-node volume's outputs to the head, on its own clock, judged by progress
+    StageDef("collect", "runner.stages.collect:collect", ("pilot",), True, 600, idle=True,
+             needs="collection"),
     StageDef("balance", "runner.stages.balance:balance", ("pilot",), False, 600),
     StageDef("calibrate", "runner.stages.calibrate:calibrate", ("balance",), True, 900,
              needs="calibration"),

@@ -1,12 +1,13 @@
 """The volume on a Ray cluster: start Ray and the workers, run the driver's pass over
-the items left, then bring the other nodes' outputs to the head.
+the items left (the other nodes' outputs come to the head after, in the ``collect``
+stage).
 
 The pieces, one concept each: the driver's hand-out loop and what it does when a batch
 or a worker fails (``runner/volume_driver.py``), the workers and their replacements
 (``runner/volume_workers.py``), the batches and their splitting (``volume_queue.py``),
 progress and the adaptive time limit (``volume_progress.py``, ``volume_limit.py``), the
 Ray session and the worker actor (``volume_ray.py``), the collection of the nodes'
-outputs (``volume_collect.py``, ``volume_outputs.py``).
+outputs (``volume_collect.py``, ``volume_stream.py``, ``volume_outputs.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from runner.inputs import Item
 from runner.recording import ItemRecorder
 from runner.spec import healthy_cards
 from runner.stage import StageContext, StageFailure
-from runner.volume_collect import collect_node_outputs
 from runner.volume_driver import Driver
 from runner.volume_queue import Batch
 from runner.volume_workers import CPU_WORKERS_MAX, Worker, start_workers, worker_factory
@@ -60,10 +60,7 @@ def run_volume(ctx: StageContext, remaining: List[Item],
                             pilot_item_s=pilot_item_s(ctx.spec),
                             in_flight=int(vspec.in_flight or 1),
                             prefetch=int(vspec.prefetch), spawn=spawn).run())
-        if vspec.address:  # several nodes: their handlers' files come to the head
-            facts["node_outputs"] = collect_node_outputs(
-                ctx, ray, workers, keep_on_nodes=bool(vspec.outputs_on_nodes))
-        return facts
+        return facts  # several nodes: their outputs come to the head in the collect stage
     finally:
         volume_ray.stop(ray, [w.actor for w in workers], ctx.run_dir)
 

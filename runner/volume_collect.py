@@ -1,43 +1,286 @@
-"""A several-node volume's outputs, brought to the head once the items are done.
+"""The ``collect`` stage: a several-node volume's outputs brought to the head after the
+items, before the balance and the evidence.
 
-The files themselves are listed and copied by ``runner/volume_outputs.py``; this module
-asks the nodes' workers for them over Ray.
+Workers write each batch's outputs as a JSONL shard on their own node
+(``runner/outputs.py``), and tell the driver each shard's size and SHA-256; the driver
+keeps that record on the head (``ShardBook``: ``node_shards.jsonl``, written before the
+ledger rows that name the shard). Once the items are done, this stage, on its own clock
+(judged by progress, not the items' time limit), joins the cluster, starts one small
+actor on every other node (``NodeOutputs``: pinned to its node, no CPU asked) and has
+each list its node's ``outputs/`` (``runner/volume_outputs.py``'s ``node_listing``).
+Each node is then one stream of bounded chunks, the nodes in parallel
+(``runner/volume_stream.py``): a file already on the head that verifies is skipped, the
+others are written under a temporary name and renamed only once their size and SHA-256
+match the worker's record (a handler's own file: the node's listing). So a resume, or a
+restarted runner, collects only what is missing.
+
+The stage fails, naming the node and the file, when a shard differs from its record, a
+node passes its cap (``volume.collect_max_bytes``), a node does not answer, or a file the
+ledger or the record names is on no node; what was collected stays, and ``preflight
+resume RUN`` collects the rest. With ``volume.outputs_on_nodes`` the files stay on their
+nodes and only each node's listing is written on the head.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Set, Tuple
 
-from runner.stage import StageContext
-from runner.volume_workers import Worker
+from runner.ledger import Ledger, LedgerError, ledger_path
+from runner.outputs import OUTPUTS, file_of
+from runner.spec import NODE_RUN_DIR_ENV, NODE_WHERE_ENV
+from runner.stage import StageContext, StageFailure
+from runner.volume_stream import Beat, NodeResult, Piece, Source, Want, plan, present, stream
+
+BOOK = "node_shards.jsonl"
+ANSWER_S = 600.0              # a node's listing or chunk must come within this
+DEFAULT_CAP = 64 << 30        # bytes of outputs a node may send in a run
+PROBLEMS_SHOWN = 20
+Listing = Dict[str, Any]
 
 
-def collect_node_outputs(ctx: StageContext, ray: Any, workers: List[Worker], *,
-                         keep_on_nodes: bool = False) -> Dict[str, Any]:
-    """One live worker of each node lists its node's ``outputs/``; the files of every
-    node but the head are copied to the head's, checked (runner/volume_outputs.py), before
-    the evidence stage checksums them; with ``keep_on_nodes`` (``volume.outputs_on_nodes``)
-    they stay there and only each node's listing (paths, sizes, SHA-256) is written on the
-    head. A failure here leaves the files on their nodes and is told in the facts; it never
-    fails the volume."""
-    from runner.volume_outputs import collect_outputs, record_outputs
+class ShardBook:
+    """The head's record of the shards the workers wrote: one JSON line each
+    (``shard``, ``bytes``, ``sha256``, ``worker``), appended by the driver's recording
+    thread before the ledger rows that name the shard."""
 
-    live = [w for w in workers if w.usable]
+    def __init__(self, run_dir: str) -> None:
+        self.path = os.path.join(run_dir, BOOK)
+
+    def add(self, worker: str, shards: Any) -> None:
+        """Append what a worker says it wrote (checked: a malformed entry is left out)."""
+        lines = [json.dumps({"shard": s["shard"], "bytes": s["bytes"], "sha256": s["sha256"],
+                             "worker": worker}, sort_keys=True) + "\n"
+                 for s in (shards if isinstance(shards, list) else []) if _valid(s)]
+        if lines:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write("".join(lines))
+
+    def read(self) -> Dict[str, Tuple[int, str, str]]:
+        """shard path -> (bytes, sha256, worker); the first line of a shard wins, a torn
+        or malformed line (a killed driver's last) is skipped."""
+        out: Dict[str, Tuple[int, str, str]] = {}
+        try:
+            fh = open(self.path, encoding="utf-8")
+        except FileNotFoundError:
+            return out
+        with fh:
+            for raw in fh:
+                try:
+                    doc = json.loads(raw)
+                except ValueError:
+                    continue
+                if _valid(doc) and doc["shard"] not in out:
+                    out[doc["shard"]] = (doc["bytes"], doc["sha256"], str(doc.get("worker")))
+        return out
+
+
+def _valid(s: Any) -> bool:
+    return isinstance(s, dict) and isinstance(s.get("shard"), str) \
+        and s["shard"].startswith(f"{OUTPUTS}/shards/") and ".." not in s["shard"].split("/") \
+        and isinstance(s.get("bytes"), int) and not isinstance(s["bytes"], bool) \
+        and s["bytes"] >= 0 and isinstance(s.get("sha256"), str) and len(s["sha256"]) == 64
+
+
+class NodeOutputs:
+    """On one node (a Ray actor pinned there): its ``outputs/`` listed, then read in
+    pieces. Its node's run directory comes from the node's environment
+    (``PREFLIGHT_NODE_RUN_DIR``, set by the dispatcher); without it the node shares the
+    head's directory and has nothing to send."""
+
+    def __init__(self) -> None:
+        self.run_dir = os.environ.get(NODE_RUN_DIR_ENV) or None
+
+    def listing(self) -> Listing:
+        import socket
+
+        from runner.volume_outputs import node_listing
+
+        listing = node_listing(self.run_dir, max_total=1 << 62)  # the head applies the cap
+        listing["where"] = os.environ.get(NODE_WHERE_ENV) \
+            or f"{socket.gethostname()}:{self.run_dir}"
+        return listing
+
+    def read(self, pieces: List[Piece]) -> List[bytes]:
+        from runner.volume_outputs import read_chunk
+
+        return [read_chunk(self.run_dir, rel, int(offset), int(length))
+                for rel, offset, length in pieces]
+
+
+class RaySource:
+    """A node's stream over Ray: each request one call of its ``NodeOutputs`` actor."""
+
+    def __init__(self, ray: Any, actor: Any, where: str) -> None:
+        self.ray, self.actor, self.where = ray, actor, where
+
+    def send(self, pieces: List[Piece]) -> Any:
+        return self.actor.read.remote(pieces)
+
+    def take(self, token: Any) -> List[bytes]:
+        return list(self.ray.get(token, timeout=ANSWER_S))
+
+
+def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int,
+                  beat: Beat, keep_on_nodes: bool = False) -> Dict[str, Any]:
+    """Bring every node's outputs listed in ``nodes`` (a source and its listing) into
+    ``run_dir/outputs``, the nodes in parallel; then check every file the ledger or the
+    record names is on the head. Returns the facts; ``problems`` lists what failed, each
+    naming the node and the file (the stage fails on any)."""
+    began = time.monotonic()
+    book = ShardBook(run_dir).read()
+    recorded = {path: (size, sha) for path, (size, sha, _w) in book.items()}
+    head = os.path.realpath(run_dir)
+    top = os.path.join(head, OUTPUTS)
+    problems: List[str] = []
+    listed: Set[str] = set()
+    if keep_on_nodes:
+        from runner.volume_outputs import record_outputs
+
+        kept = record_outputs(run_dir, [listing for _s, listing in nodes])
+        return {**kept, "seconds": round(time.monotonic() - began, 3), "problems": []}
+    jobs: List[Tuple[Source, List[Want], NodeResult]] = []
+    for source, listing in nodes:
+        files: Dict[str, Any] = listing["files"] if isinstance(listing.get("files"), dict) \
+            else {}
+        listed |= {f"{OUTPUTS}/{rel}" for rel in files}
+        if listing.get("refused"):  # a link or a special file: none of this node's taken
+            problems += [f"{source.where}: {why}; none of its outputs collected"
+                         for why in list(listing["refused"])[:5]]
+            continue
+        wants, result = plan(top, source.where, files, recorded, cap)
+        jobs.append((source, wants, result))
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), 16))) as pool:
+        done = list(pool.map(lambda n: stream(jobs[n][0], top, jobs[n][1], jobs[n][2], beat,
+                                              tag=f"c{n}"), range(len(jobs))))
+    for result in done:
+        problems += result.problems
+    named = " ".join(problems)
+    for path, why in _missing(run_dir, head, book, listed, beat):
+        if path not in named:
+            problems.append(why)
+    facts: Dict[str, Any] = {
+        "nodes": len(nodes), "files": sum(r.files for r in done),
+        "bytes": sum(r.bytes for r in done),
+        "present_files": sum(r.present_files for r in done),
+        "present_bytes": sum(r.present_bytes for r in done),
+        "recorded_shards": len(book), "cap_bytes": cap,
+        "seconds": round(time.monotonic() - began, 3),
+        "per_node": [r.facts() for r in done][:PROBLEMS_SHOWN],
+        "problems": problems[:PROBLEMS_SHOWN], "problems_total": len(problems)}
+    return facts
+
+
+def _missing(run_dir: str, head: str, book: Dict[str, Tuple[int, str, str]],
+             listed: Set[str], beat: Beat) -> List[Tuple[str, str]]:
+    """The files the record or the ledger names that the head lacks (a shard: or holds
+    with other content than recorded) and no node listed: (path, why)."""
+    expected: Dict[str, str] = {path: f"written by worker {w}"
+                                for path, (_s, _h, w) in book.items()}
+    for path in _ledger_files(run_dir):
+        expected.setdefault(path, "named by the ledger")
+    out: List[Tuple[str, str]] = []
+    for n, (path, whence) in enumerate(sorted(expected.items())):
+        if n % 1000 == 0:
+            beat(f"collect: checking the head's outputs ({n} of {len(expected)})")
+        full = os.path.join(head, path)
+        record = book.get(path)
+        if record is not None:
+            ok = present(full, Want(path, record[0], record[1]))
+        else:
+            ok = os.path.isfile(full) and not os.path.islink(full)
+        if ok:
+            continue
+        where = "listed by a node but not collected" if path in listed else \
+            "on no node of the cluster"
+        state = "differs from its record on the head" if os.path.lexists(full) else \
+            "missing on the head"
+        out.append((path, f"{path} ({whence}): {state}, {where}"))
+    return out
+
+
+def _ledger_files(run_dir: str) -> Set[str]:
+    """The output files (a shard, or a handler's own file) the ledger's rows name."""
+    path = ledger_path(run_dir)
+    if not os.path.exists(path):
+        return set()
     try:
-        listings = ray.get([w.actor.outputs_listing.remote() for w in live], timeout=600)
-        chosen: Dict[str, Tuple[Worker, Dict[str, Any]]] = {}
-        for worker, listing in zip(live, listings):
-            run_dir = listing.get("run_dir")
-            if run_dir and run_dir not in chosen:
-                chosen[str(run_dir)] = (worker, listing)
-        pairs = list(chosen.values())
-        if keep_on_nodes:
-            return record_outputs(ctx.run_dir, [listing for _w, listing in pairs])
-        facts = collect_outputs(ctx.run_dir, [listing for _w, listing in pairs],
-                                lambda i, rel, off, n: ray.get(
-                                    pairs[i][0].actor.outputs_chunk.remote(rel, off, n),
-                                    timeout=600))
-    except Exception as exc:  # a worker lost meanwhile, Ray gone: the files stay there
-        facts = {"files": 0, "bytes": 0, "refused": [
-            f"the nodes' outputs were not collected: {type(exc).__name__}: {exc}"]}
-    return dict(facts)
+        ledger = Ledger.open(path)
+    except LedgerError as exc:
+        raise StageFailure("collect", str(exc), hint="check the run directory") from exc
+    try:
+        out = set()
+        for row in ledger.rows():
+            if row.status == "accepted" and row.output:
+                name = file_of(row.output)
+                if name.startswith(f"{OUTPUTS}/") and ".." not in name.split("/"):
+                    out.add(name)
+        return out
+    finally:
+        ledger.close()
+
+
+def collect(ctx: StageContext) -> Dict[str, Any]:
+    """The ``collect`` stage: every other node's outputs to the head (see the module)."""
+    from runner import volume_ray
+
+    vspec = ctx.spec.volume
+    if vspec is None:
+        raise StageFailure("collect", "the spec has no volume section")
+    volume_ray.prepare_env(vspec)
+    ray = volume_ray.import_ray("collect")
+    volume_ray.start(ray, vspec, ctx.run_dir, 1, stage="collect")
+    actors: List[Any] = []
+    try:
+        ctx.beat("collect: listing the nodes' outputs")
+        nodes, problems = _node_sources(ray, ctx.run_dir, actors)
+        cap = int(vspec.collect_max_bytes or DEFAULT_CAP)
+        facts = collect_nodes(ctx.run_dir, nodes, cap=cap, beat=ctx.beat,
+                              keep_on_nodes=bool(vspec.outputs_on_nodes))
+    finally:
+        volume_ray.stop(ray, actors, ctx.run_dir)
+    problems += facts.get("problems") or []
+    if problems:
+        more = f" (and {len(problems) - 1} more: the stage's facts)" if len(problems) > 1 else ""
+        facts["problems"] = problems[:PROBLEMS_SHOWN]
+        raise StageFailure("collect", f"the outputs of the other nodes were not all "
+                           f"collected: {problems[0]}{more}",
+                           hint="what was collected is kept; `preflight resume RUN` "
+                                "collects the rest once the node answers (a refused file "
+                                "stays on its node: look at it there)", facts=facts)
+    return facts
+
+
+def _node_sources(ray: Any, run_dir: str,
+                  actors: List[Any]) -> Tuple[List[Tuple[Source, Listing]], List[str]]:
+    """One ``NodeOutputs`` actor on every live node, and its listing (the head, or a node
+    sharing the head's run directory, left out); the nodes that did not answer, named."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(NodeOutputs)
+    started: List[Tuple[Any, str]] = []
+    for node in ray.nodes():
+        if node.get("Alive"):
+            strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            actor = cls.options(scheduling_strategy=strategy).remote()
+            actors.append(actor)
+            started.append((actor, str(node.get("NodeManagerAddress") or node["NodeID"][:8])))
+    refs = [actor.listing.remote() for actor, _a in started]
+    head = os.path.realpath(run_dir)
+    out: List[Tuple[Source, Listing]] = []
+    problems: List[str] = []
+    for (actor, address), ref in zip(started, refs):
+        try:
+            listing = ray.get(ref, timeout=ANSWER_S)
+        except Exception as exc:
+            problems.append(f"node {address}: its outputs could not be listed: "
+                            f"{type(exc).__name__}: {str(exc)[:300]}")
+            continue
+        node_dir: Optional[str] = listing.get("run_dir") if isinstance(listing, dict) else None
+        if not node_dir or os.path.realpath(str(node_dir)) == head:
+            continue  # this machine's run directory: its files are the head's
+        out.append((RaySource(ray, actor, str(listing.get("where") or address)), listing))
+    return out, problems

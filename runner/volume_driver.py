@@ -15,10 +15,10 @@ with a first-wins, id-keyed insert, and keeps going whatever fails:
   input that fails is alone, and that input is refused with the reason
   (``runner.volume_queue``); the batch timeout never comes before a batch's item clock;
 - a worker past the batch timeout is excluded and stopped (its cards freed), and a
-  fresh worker is started in its place (at most 8 times, or once per worker if more).
+  fresh worker is started in its place (``runner/volume_workers.py``'s Replacements).
 
-Ray retries nothing on its own. Resume never depends on Ray: a fresh driver runs exactly
-the ids that are not in the ledger.
+Ray retries nothing. Resume never depends on Ray: a fresh driver runs the ids not in the
+ledger. The shards of a batch's outputs are recorded (``ShardBook``) for the collection.
 """
 
 from __future__ import annotations
@@ -30,10 +30,19 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from runner import events as ev
 from runner.handler_errors import keep
 from runner.recording import ItemRecorder, RecordWriter
-from runner.spec import batch_clock_s
 from runner.stage import StageContext, StageFailure
+from runner.volume_collect import ShardBook
 from runner.volume_progress import Progress
-from runner.volume_queue import DIED, LATE, RAISED, TIMEOUT, Batch, BatchQueue, refusal_reason
+from runner.volume_queue import (
+    DIED,
+    LATE,
+    RAISED,
+    TIMEOUT,
+    Batch,
+    BatchQueue,
+    batch_timeout,
+    refusal_reason,
+)
 from runner.volume_workers import (
     KILLED_OUTSIDE,
     NODE_DIED,
@@ -45,9 +54,6 @@ from runner.volume_workers import (
     outside_cause,
 )
 
-MIN_TIMEOUT_S = 60.0
-TIMEOUT_FACTOR = 10.0
-ITEM_GRACE_S = 10.0      # the batch timeout waits this beyond a batch's item clock
 HELD_AFTER_S = 10.0      # a batch out longer than this (and 3 × the slowest) is "held"
 HELD_FACTOR = 3.0
 ISOLATED_MIN = 20        # inputs refused alone before the volume is judged broken ...
@@ -93,6 +99,7 @@ class Driver:
         self.re_executed = self.requeued = 0
         self.isolated: Dict[str, str] = {}
         self.inputs_root = os.path.abspath(ctx.spec.inputs.dir)
+        self.book = ShardBook(ctx.run_dir)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> Dict[str, Any]:
@@ -153,9 +160,11 @@ class Driver:
         self._later(lambda: self.ctx.emit(etype, **data))
 
     def _record(self, worker: Worker, asked: List[str], results: Any,
-                seconds: Any = None) -> None:
-        """Results recorded first-wins by the writer's thread, off the hand-out loop."""
+                seconds: Any = None, shards: Any = None) -> None:
+        """Results recorded first-wins by the writer's thread, off the hand-out loop
+        (the shards holding their outputs first)."""
         def job() -> None:
+            self.book.add(worker.label, shards)
             new, again = self.recorder.record_first_wins(asked, results, elapsed_s=seconds)
             worker.done += new
             self.re_executed += again
@@ -246,7 +255,7 @@ class Driver:
         if isinstance(reply.get("seconds"), (int, float)):
             self.slowest = max(self.slowest, float(reply["seconds"]))
         self._record(o.worker, [it.id for it in o.batch.items], reply.get("results"),
-                     reply.get("seconds"))
+                     reply.get("seconds"), reply.get("shards"))
 
     # ------------------------------------------------------------------ failures
     def _keep_partial(self, o: Outstanding, reply: Dict[str, Any]) -> Set[str]:
@@ -258,7 +267,7 @@ class Driver:
             return set()
         ids = {it.id for it in o.batch.items}
         asked = [r["id"] for r in results if isinstance(r, dict) and r.get("id") in ids]
-        self._record(o.worker, asked, results)
+        self._record(o.worker, asked, results, shards=reply.get("shards"))
         # recorded by the writer's thread: a well-formed result counts as kept now (one
         # the audit refuses is a ledger anomaly, as in a batch that did not fail)
         return {r["id"] for r in results if isinstance(r, dict) and r.get("id") in ids
@@ -305,7 +314,9 @@ class Driver:
         w.lost = True
         self._emit(ev.VOLUME_WORKER_LOST, worker=w.label, node=w.node, cards=w.cards,
                       reason=reason)
-        if self._node_gone(w.node, reason):
+        if self.nodes.gone(w.node):
+            if w.node not in self.nodes.lost:
+                self._drop_node(w.node, reason)
             self._put_back(o, f"node {w.place} of worker {w.label} was lost")
             return
         outside = outside_cause(exc)
@@ -349,14 +360,6 @@ class Driver:
         self.requeued += 1
         self._emit(ev.VOLUME_REQUEUED, batch=batch.n, items=len(batch.items), reason=reason)
 
-    def _node_gone(self, node: str, reason: str) -> bool:
-        if node in self.nodes.lost:
-            return True
-        if not self.nodes.gone(node):
-            return False
-        self._drop_node(node, reason)
-        return True
-
     def _check_nodes(self, force: bool = False) -> None:
         """Every few seconds (and once at the end): a node gone from the cluster is
         dropped with its workers, even before any call to them fails."""
@@ -398,16 +401,10 @@ class Driver:
             self.replacements.start(w, f"held batch {head.batch.n} past {limit:.0f} s")
 
     def timeout(self, items: int = 1) -> float:
-        """The batch timeout of a batch of ``items``: the spec's, else ten times the slowest
-        batch (the pilot's measure before any batch finished here), at least 60 s, and never
-        before the batch's item clock (``runner.spec.batch_clock_s``) could interrupt it on
-        its worker, plus a grace: the interrupt keeps the worker, the timeout stops it."""
+        """The batch timeout of a batch of ``items``: the spec's, else ``batch_timeout``'s."""
         if self.fixed_timeout > 0:
             return self.fixed_timeout
-        slowest = self.slowest
-        clock = batch_clock_s(items, self.item_timeout_s, self.pilot_item_s)
-        clock = clock + ITEM_GRACE_S if clock > 0 else 0.0
-        return max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * slowest, clock)
+        return batch_timeout(items, self.slowest, self.item_timeout_s, self.pilot_item_s)
 
     def held(self, now: float) -> List[Tuple[float, float]]:
         """(seconds out, its batch timeout) of each batch a worker runs that is out well

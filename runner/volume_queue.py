@@ -34,12 +34,16 @@ from dataclasses import dataclass
 from typing import Any, Collection, Deque, Dict, List, Optional, Tuple
 
 from runner.inputs import Item
+from runner.spec import batch_clock_s
 
 RAISED, TIMEOUT, LATE, DIED = "raised", "timeout", "late", "died"
 CAUSES = (RAISED, TIMEOUT, LATE, DIED)
 DEATHS_BEFORE_REFUSAL = 2  # an input alone whose worker died this often is refused
 SPLIT_PARTS = 4  # a failed batch that tells nothing of its bad input: split in this many
 HINTS_MAX = 4  # suspect splits in one batch's lineage before it is split blind again
+MIN_TIMEOUT_S = 60.0
+TIMEOUT_FACTOR = 10.0
+ITEM_GRACE_S = 10.0  # the batch timeout waits this beyond a batch's item clock
 
 
 @dataclass
@@ -179,3 +183,14 @@ def refusal_reason(cause: str, detail: str, *, item_timeout_s: float = 0.0,
         return (f"its worker died {DEATHS_BEFORE_REFUSAL} times while running it alone: "
                 f"{detail}")
     return detail
+
+
+def batch_timeout(items: int, slowest: float, item_timeout_s: float,
+                  pilot_item_s: float) -> float:
+    """The batch timeout of a batch of ``items`` (no fixed one in the spec): ten times the
+    slowest batch (the pilot's measure before any batch finished), at least 60 s, and never
+    before the batch's item clock (``runner.spec.batch_clock_s``) could interrupt it on its
+    worker, plus a grace: the interrupt keeps the worker, the timeout stops it."""
+    clock = batch_clock_s(items, item_timeout_s, pilot_item_s)
+    clock = clock + ITEM_GRACE_S if clock > 0 else 0.0
+    return max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * slowest, clock)

@@ -45,14 +45,15 @@ def import_ray(stage: str = "pilot") -> Any:
     return ray
 
 
-def start(ray: Any, vspec: Any, run_dir: str, cpu_workers: int) -> Dict[str, Any]:
+def start(ray: Any, vspec: Any, run_dir: str, cpu_workers: int,
+          stage: str = "pilot") -> Dict[str, Any]:
     """Join ``vspec.address`` or start a local Ray; record its session for cleanup.
 
     A local Ray has no dashboard. Returns facts (version, address, session).
     """
     quiet = {"logging_level": "WARNING", "log_to_driver": False, "configure_logging": True}
     if vspec.address:
-        _join(ray, vspec.address, quiet)
+        _join(ray, vspec.address, quiet, stage=stage)
     else:
         gpus = len(vspec.cards) if vspec.gpus and vspec.cards is not None else None
         if vspec.gpus and vspec.cards is not None:
@@ -68,7 +69,8 @@ def start(ray: Any, vspec: Any, run_dir: str, cpu_workers: int) -> Dict[str, Any
             "address": vspec.address or "local", "session": os.path.basename(session or "")}
 
 
-def _join(ray: Any, address: str, options: Dict[str, Any], tries: int = 3) -> None:
+def _join(ray: Any, address: str, options: Dict[str, Any], tries: int = 3,
+          stage: str = "pilot") -> None:
     """Join the cluster; a busy head may miss one connection deadline, so try again."""
     for attempt in range(1, tries + 1):
         try:
@@ -76,7 +78,7 @@ def _join(ray: Any, address: str, options: Dict[str, Any], tries: int = 3) -> No
             return
         except ConnectionError as exc:
             if attempt == tries:
-                raise StageFailure("pilot", f"cannot join the Ray cluster at {address} "
+                raise StageFailure(stage, f"cannot join the Ray cluster at {address} "
                                    f"after {tries} tries: {exc}",
                                    hint="check the head node is up and its GCS port open "
                                         "(docs/volume.md, ports)") from exc
@@ -290,7 +292,8 @@ class _Worker:
                 results = self.clock.call(call, len(items))
             # the batch's outputs durable in one shard on this node before the driver hears
             results = self.shards.write(results)
-            return {"results": results, "seconds": time.perf_counter() - t0}
+            return {"results": results, "seconds": time.perf_counter() - t0,
+                    "shards": self.shards.drain()}
         except OutputsError as exc:  # this node's disk, not the handler
             return {"error": str(exc), "cause": "raised", "seconds": time.perf_counter() - t0}
         except ItemTimedOut:
@@ -315,6 +318,7 @@ class _Worker:
         if "results" in left:
             try:
                 left["results"] = self.shards.write(left["results"])
+                left["shards"] = self.shards.drain()
             except OutputsError:
                 del left["results"]
         return left

@@ -106,27 +106,32 @@ class Worker:
             return False
 
     def run_stage(self, name: str, facts: Dict[str, Any], timeout: float,
-                  emit: Callable[..., Any]) -> Result:
+                  emit: Callable[..., Any], idle: bool = False) -> Result:
         """Run one stage in the worker; relay its events through ``emit``.
 
         Returns ``{"status": "passed"|"failed"|"skipped", "facts", "error"?, "reason"?,
         "blocking"?}``. A timeout or a dead worker is a failed result, never an exception.
+        ``idle``: the stage is judged by its progress: ``timeout`` is the longest it may go
+        without an event or a ``ctx.beat``.
         """
         self.start()
         if not self._send({"op": "run", "stage": name, "facts": facts}):
             return self._died(name)
         began = time.monotonic()
         deadline = began + timeout
+        where: Optional[str] = "its start" if idle else None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return self._timed_out(name, timeout)
+                return self._timed_out(name, timeout, where)
             try:
                 message = self._messages.get(timeout=remaining)
             except queue.Empty:
-                return self._timed_out(name, timeout)
+                return self._timed_out(name, timeout, where)
             if message is None:
                 return self._died(name)
+            if idle and message.get("kind") in ("event", "beat"):
+                deadline, where = time.monotonic() + timeout, message.get("where") or where
             if message.get("kind") == "event":
                 emit(message["type"], **message.get("data", {}))
                 widened = _widened(message, timeout)
@@ -135,9 +140,9 @@ class Worker:
             elif message.get("kind") == "result":
                 return message
 
-    def _timed_out(self, name: str, timeout: float) -> Result:
+    def _timed_out(self, name: str, timeout: float, where: Optional[str] = None) -> Result:
         self.kill()
-        return timed_out_result(name, timeout)
+        return timed_out_result(name, timeout, stalled_at=where)
 
     def _died(self, name: str) -> Result:
         code = self.proc.wait() if self.proc is not None else None
@@ -331,12 +336,20 @@ def worker_main(channel_fd: int) -> None:
     def emit(etype: str, **data: Any) -> None:
         channel.send({"kind": "event", "type": etype, "data": _safe(data)})
 
+    last_beat = [0.0]
+
+    def beat(where: str) -> None:  # at most 10 a second reach the parent
+        now = time.monotonic()
+        if now - last_beat[0] >= 0.1:
+            last_beat[0] = now
+            channel.send({"kind": "beat", "where": str(where)[:300]})
+
     while True:
         command = commands.get()
         if command.get("op") != "run":
             break
         ctx = StageContext(spec=spec, run_dir=init["run_dir"], resume=init["resume"],
-                           facts=command.get("facts") or {}, emit=emit)
+                           facts=command.get("facts") or {}, emit=emit, beat=beat)
         result = run_stage_here(command["stage"], ctx)
         channel.send({"kind": "result", **result})
     os._exit(0)

@@ -23,8 +23,8 @@ from runner.ledger import Ledger, LedgerError
 from runner.spec import RunSpec, batch_clock_s, healthy_cards
 from runner.stage import StageContext, StageFailure
 from runner.stages.pilot import Recorder
-from runner.volume_driver import MIN_TIMEOUT_S, Driver
-from runner.volume_queue import Batch
+from runner.volume_driver import Driver
+from runner.volume_queue import MIN_TIMEOUT_S, Batch
 from runner.volume_workers import Worker
 from tests.processes import wait_until
 

@@ -1,61 +1,78 @@
-"""A several-node volume's outputs collected to the head (issue 23): the files handlers
-wrote on two nodes land in the head's ``outputs/`` and in its evidence's ``SHA256SUMS``;
-a node whose outputs hold a link or a FIFO has none collected, named.
+"""A several-node volume's outputs collected to the head (issues 23, 35): the shards and
+files written on two nodes land in the head's ``outputs/`` (and in its evidence's
+``SHA256SUMS``), each verified against its worker's record; a resume brings only what
+is missing; a tampered shard is refused by name and nothing replaced; a node over its
+cap is named and the rest kept; a node whose outputs hold a link or a FIFO has none
+collected.
 
-The workers are the runner's real worker class (``runner.volume_ray._Worker``), each with
-its node's run directory as on a node (``PREFLIGHT_NODE_RUN_DIR``); only Ray's remote call
-is replaced by a direct one (``Direct``), no Ray here. Over Ray: test_volume_service.py.
+Each node is the runner's real node side (``runner.volume_collect.NodeOutputs``, with
+its node's run directory as on a node, ``PREFLIGHT_NODE_RUN_DIR``), called directly
+(``Direct``): no Ray here. Over Ray: tests/volume/test_volume_collect.py.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runner.evidence import copy_evidence
+from runner.ledger import Ledger, Row, ledger_path
+from runner.outputs import ShardWriter, read_output
 from runner.spec import NODE_RUN_DIR_ENV
-from runner.volume_collect import collect_node_outputs
-from runner.volume_ray import _Worker
-from runner.volume_workers import Worker
-
-
-class _Method:
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-
-    def remote(self, *args: Any) -> Any:
-        return self.fn(*args)
+from runner.volume_collect import BOOK, NodeOutputs, ShardBook, collect_nodes
+from runner.volume_stream import CHUNK, Piece
 
 
 class Direct:
-    """An actor whose ``.method.remote(...)`` is the call itself (Ray's object: its value)."""
+    """A node's stream without Ray: its ``NodeOutputs`` called directly. ``sent``: the
+    files it sent pieces of; ``flip``: a file whose bytes are changed on the way;
+    ``dies_after``: requests answered before it stops answering."""
 
-    def __init__(self, target: Any) -> None:
-        self.target = target
+    def __init__(self, node: NodeOutputs, where: str, *, flip: str = "",
+                 dies_after: int = -1) -> None:
+        self.node, self.where, self.flip, self.dies_after = node, where, flip, dies_after
+        self.sent: list[str] = []
+        self.requests = 0
 
-    def __getattr__(self, name: str) -> _Method:
-        return _Method(getattr(self.target, name))
+    def send(self, pieces: list[Piece]) -> Any:
+        return pieces
+
+    def take(self, pieces: list[Piece]) -> list[bytes]:
+        if self.requests == self.dies_after:
+            raise TimeoutError("the node is gone")
+        self.requests += 1
+        chunks = self.node.read(pieces)
+        self.sent += [rel for rel, _o, _n in pieces]
+        return [bytes([c[0] ^ 1]) + c[1:] if rel == self.flip and off == 0 and c else c
+                for (rel, off, _n), c in zip(pieces, chunks)]
 
 
-class NoRay:
-    @staticmethod
-    def get(value: Any, timeout: float | None = None) -> Any:
-        return value
-
-
-@dataclass
-class Ctx:
-    run_dir: str
-
-
-def node_worker(monkeypatch: pytest.MonkeyPatch, key: int, run_dir: Path) -> Worker:
+def node(monkeypatch: pytest.MonkeyPatch, run_dir: Path, **kwargs: Any) -> tuple[Direct, Any]:
     monkeypatch.setenv(NODE_RUN_DIR_ENV, str(run_dir))
-    return Worker(key, Direct(_Worker({}, "", [], "cpu")))
+    side = NodeOutputs()
+    return Direct(side, f"node-{run_dir.parent.parent.name}", **kwargs), side.listing()
+
+
+def shards(head: Path, run_dir: Path, worker: str, batches: int, per: int = 3,
+           ledger: Ledger | None = None) -> list[str]:
+    """``batches`` shards written on ``run_dir`` by the real ShardWriter, recorded on the
+    head as the driver records them (and in ``ledger``); returns the shards' paths."""
+    writer = ShardWriter(str(run_dir), worker)
+    paths = []
+    for b in range(batches):
+        results = writer.write([{"id": f"{worker}-{b}-{i}", "status": "accepted",
+                                 "output": {"n": i, "pad": "x" * 200}} for i in range(per)])
+        record = writer.drain()
+        ShardBook(str(head)).add(f"{worker}@{run_dir.parent.parent.name}", record)
+        paths += [r["shard"] for r in record]
+        if ledger is not None:
+            ledger.record([Row(r["id"], "accepted", output=r["output"]) for r in results])
+    return paths
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -64,48 +81,164 @@ def write(path: Path, data: bytes) -> Path:
     return path
 
 
-def test_two_nodes_outputs_land_on_the_head_with_checksums_in_the_evidence(
+def dirs(tmp_path: Path, *names: str) -> list[Path]:
+    out = [tmp_path / d / "runs" / "v1" for d in names]
+    for d in out:
+        (d / "outputs").mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def beat(where: str) -> None:
+    pass
+
+
+def test_the_worker_records_each_shards_size_and_sha256(tmp_path: Path) -> None:
+    writer = ShardWriter(str(tmp_path), "a1-w0")
+    writer.write([{"id": "x", "status": "accepted", "output": {"a": 1}}])
+    [record] = writer.drain()
+    data = (tmp_path / record["shard"]).read_bytes()
+    assert record == {"shard": "outputs/shards/a1-w0-000001.jsonl", "bytes": len(data),
+                      "sha256": hashlib.sha256(data).hexdigest()}
+    assert writer.drain() == []
+
+
+def test_the_book_skips_a_torn_line_and_malformed_entries(tmp_path: Path) -> None:
+    book = ShardBook(str(tmp_path))
+    book.add("w0", [{"shard": "outputs/shards/a.jsonl", "bytes": 3, "sha256": "a" * 64},
+                    {"shard": "../../etc/passwd", "bytes": 3, "sha256": "a" * 64},
+                    {"shard": "outputs/shards/b.jsonl", "bytes": "3", "sha256": "b" * 64}])
+    book.add("w1", "not a list")
+    with open(tmp_path / BOOK, "a", encoding="utf-8") as fh:
+        fh.write('{"shard": "outputs/shards/c.jsonl", "by')  # a killed driver's last line
+    assert book.read() == {"outputs/shards/a.jsonl": (3, "a" * 64, "w0")}
+
+
+def test_two_nodes_shards_and_files_land_on_the_head_verified_and_in_the_evidence(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    head, n1, n2 = (tmp_path / d / "runs" / "v1" for d in ("head", "n1", "n2"))
-    write(head / "outputs" / "item-0.json", b"{}")  # the driver's own, on the head
-    write(n1 / "outputs" / "masks" / "item-1.png", b"\x89PNG" + bytes(20000))
+    head, n1, n2 = dirs(tmp_path, "head", "n1", "n2")
+    ledger = Ledger.open(ledger_path(str(head)))
+    written = shards(head, n1, "a1-w1", 3, ledger=ledger) \
+        + shards(head, n2, "a1-w2", 2, ledger=ledger)
+    write(n1 / "outputs" / "masks" / "item-1.png", b"\x89PNG" + bytes(CHUNK + 5))
     write(n2 / "outputs" / "item-2.txt", b"two")
-    write(n2 / "outputs" / ".item-3.txt.tmp", b"killed write")  # never collected
-    workers = [node_worker(monkeypatch, 0, head), node_worker(monkeypatch, 1, n1),
-               node_worker(monkeypatch, 2, n1), node_worker(monkeypatch, 3, n2)]
-    facts = collect_node_outputs(Ctx(str(head)), NoRay(), workers)  # type: ignore[arg-type]
-    assert facts == {"files": 2, "bytes": 20007, "nodes": 2, "refused": []}
-    assert (head / "outputs" / "masks" / "item-1.png").read_bytes() == \
-        (n1 / "outputs" / "masks" / "item-1.png").read_bytes()
-    assert (head / "outputs" / "item-2.txt").read_bytes() == b"two"
-    assert not (head / "outputs" / ".item-3.txt.tmp").exists()
+    write(n2 / "outputs" / ".item-3.txt.tmp-7", b"killed write")  # never collected
+    facts = collect_nodes(str(head), [node(monkeypatch, n1), node(monkeypatch, n2)],
+                          cap=1 << 30, beat=beat)
+    assert facts["problems"] == [] and facts["nodes"] == 2 and facts["files"] == 7
+    assert facts["recorded_shards"] == 5 and facts["present_files"] == 0
+    for rel in [*written, "outputs/masks/item-1.png"]:
+        source = n1 if "w1" in rel or "masks" in rel else n2
+        assert (head / rel).read_bytes() == (source / rel).read_bytes()
+    assert not (head / "outputs" / ".item-3.txt.tmp-7").exists()
+    for row in ledger.rows():  # every output readable on the head by its id
+        assert read_output(str(head), str(row.output), row.id)["pad"] == "x" * 200
+    ledger.close()
     for name in ("manifest.yaml", "spec.json", "environment.json", "events.jsonl",
                  "balance.json", "balance.csv"):
         write(head / name, b"{}" if name.endswith("json") else b"id,status,category,reason\n")
     copy_evidence(str(head), str(tmp_path / "evidence"))
     sums = (tmp_path / "evidence" / "SHA256SUMS").read_text()
-    for rel in ("outputs/masks/item-1.png", "outputs/item-2.txt"):
-        digest = hashlib.sha256((head / rel).read_bytes()).hexdigest()
-        assert f"{digest}  {rel}" in sums
+    for rel in (written[0], "outputs/item-2.txt"):
+        assert f"{hashlib.sha256((head / rel).read_bytes()).hexdigest()}  {rel}" in sums
+
+
+def test_a_resumed_collection_brings_only_what_is_missing_or_does_not_verify(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head, n1 = dirs(tmp_path, "head", "n1")
+    written = shards(head, n1, "a1-w1", 4)
+    assert collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30,
+                         beat=beat)["files"] == 4
+    (head / written[0]).unlink()                       # cut before it was written
+    (head / written[1]).write_bytes(b"half a shard")   # not what its worker recorded
+    again = node(monkeypatch, n1)
+    facts = collect_nodes(str(head), [again], cap=1 << 30, beat=beat)
+    assert facts["problems"] == []
+    assert set(again[0].sent) == {w.removeprefix("outputs/") for w in written[:2]}
+    assert facts["files"] == 2 and facts["present_files"] == 2
+    assert (head / written[1]).read_bytes() == (n1 / written[1]).read_bytes()
+
+
+def test_a_shard_tampered_on_its_node_is_refused_by_name_and_nothing_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head, n1 = dirs(tmp_path, "head", "n1")
+    written = shards(head, n1, "a1-w1", 2)
+    with open(n1 / written[0], "ab") as fh:  # changed after its worker recorded it
+        fh.write(b'{"id": "planted"}\n')
+    facts = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat)
+    [problem] = facts["problems"]
+    assert problem.startswith(f"node-n1: {written[0]}: ") and "recorded" in problem
+    assert "refused, nothing replaced" in problem
+    assert not (head / written[0]).exists() and (head / written[1]).exists()
+
+
+def test_a_shard_changed_on_the_way_is_refused_by_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head, n1 = dirs(tmp_path, "head", "n1")
+    written = shards(head, n1, "a1-w1", 2)
+    source, listing = node(monkeypatch, n1, flip=written[1].removeprefix("outputs/"))
+    facts = collect_nodes(str(head), [(source, listing)], cap=1 << 30, beat=beat)
+    [problem] = facts["problems"]
+    assert problem.startswith(f"node-n1: {written[1]}: received with SHA-256")
+    assert not (head / written[1]).exists() and (head / written[0]).exists()
+    assert not [p for p in (head / "outputs" / "shards").iterdir() if p.name.startswith(".")]
+
+
+def test_a_node_over_its_cap_is_named_and_the_rest_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head, n1, n2 = dirs(tmp_path, "head", "n1", "n2")
+    big = shards(head, n1, "a1-w1", 4, per=10)
+    small = shards(head, n2, "a1-w2", 1)
+    cap = 2 * (n1 / big[0]).stat().st_size + 10
+    facts = collect_nodes(str(head), [node(monkeypatch, n1), node(monkeypatch, n2)],
+                          cap=cap, beat=beat)
+    cut = [p for p in facts["problems"] if "cap" in p]
+    assert len(cut) == 1 and cut[0].startswith(f"node-n1: its outputs pass the cap of {cap}")
+    assert f"at {big[2]}: 2 file(s) from there on left on the node" in cut[0]
+    assert [(head / b).exists() for b in big] == [True, True, False, False]
+    assert (head / small[0]).exists()  # the other node's, kept
+    missing = [p for p in facts["problems"] if p not in cut]  # the next ones, as missing
+    assert [p.split(" ")[0] for p in missing] == big[3:]
+
+
+def test_a_node_that_stops_answering_keeps_what_came_and_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head, n1 = dirs(tmp_path, "head", "n1")
+    write(n1 / "outputs" / "a.bin", bytes(CHUNK))
+    write(n1 / "outputs" / "b.bin", bytes(CHUNK))
+    source, listing = node(monkeypatch, n1, dies_after=1)
+    facts = collect_nodes(str(head), [(source, listing)], cap=1 << 30, beat=beat)
+    assert facts["problems"] == ["node-n1: no answer while sending outputs/b.bin: "
+                                 "TimeoutError: the node is gone; the rest left on the node"]
+    assert (head / "outputs" / "a.bin").stat().st_size == CHUNK
+    assert not (head / "outputs" / "b.bin").exists()
+
+
+def test_a_file_the_ledger_names_on_no_node_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head, n1 = dirs(tmp_path, "head", "n1")
+    ledger = Ledger.open(ledger_path(str(head)))
+    ledger.record([Row("x", "accepted", output="outputs/shards/a1-w9-000001.jsonl#1")])
+    ledger.close()
+    facts = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat)
+    assert facts["problems"] == ["outputs/shards/a1-w9-000001.jsonl (named by the ledger): "
+                                 "missing on the head, on no node of the cluster"]
 
 
 @pytest.mark.parametrize("kind", ["link", "fifo"])
 def test_a_node_whose_outputs_hold_a_link_or_fifo_has_none_collected(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
-    head, n1, n2 = (tmp_path / d / "runs" / "v1" for d in ("head", "n1", "n2"))
-    (head / "outputs").mkdir(parents=True)
+    head, n1, n2 = dirs(tmp_path, "head", "n1", "n2")
     write(n1 / "outputs" / "item-1.txt", b"one")
     if kind == "link":
         (n1 / "outputs" / "leak.txt").symlink_to(Path.home() / ".ssh" / "id_ed25519")
     else:
         os.mkfifo(n1 / "outputs" / "leak.txt")
     write(n2 / "outputs" / "item-2.txt", b"two")
-    workers = [node_worker(monkeypatch, 0, head), node_worker(monkeypatch, 1, n1),
-               node_worker(monkeypatch, 2, n2)]
-    facts = collect_node_outputs(Ctx(str(head)), NoRay(), workers)  # type: ignore[arg-type]
+    facts = collect_nodes(str(head), [node(monkeypatch, n1), node(monkeypatch, n2)],
+                          cap=1 << 30, beat=beat)
     why = "a symbolic link" if kind == "link" else "not a regular file"
-    assert facts["refused"] == [f"{os.uname().nodename}:{n1}: outputs/leak.txt: {why}; none "
-                                "of its outputs collected"]
+    assert facts["problems"] == [f"node-n1: outputs/leak.txt: {why}; none of its outputs "
+                                 "collected"]
     assert facts["files"] == 1 and not (head / "outputs" / "item-1.txt").exists()
     assert not (head / "outputs" / "leak.txt").exists()
     assert (head / "outputs" / "item-2.txt").read_bytes() == b"two"
@@ -113,30 +246,24 @@ def test_a_node_whose_outputs_hold_a_link_or_fifo_has_none_collected(
 
 def test_a_head_file_of_the_same_name_is_kept_and_named(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    head, n1 = (tmp_path / d / "runs" / "v1" for d in ("head", "n1"))
+    head, n1 = dirs(tmp_path, "head", "n1")
     write(head / "outputs" / "summary.txt", b"the head's")
     write(n1 / "outputs" / "summary.txt", b"the node's")
-    facts = collect_node_outputs(Ctx(str(head)), NoRay(),  # type: ignore[arg-type]
-                                 [node_worker(monkeypatch, 0, n1)])
-    assert facts["refused"] == [f"{os.uname().nodename}:{n1}: outputs/summary.txt: the head "
-                                "holds another file under that name (kept)"]
+    facts = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat)
+    assert facts["problems"] == ["node-n1: outputs/summary.txt: the head holds another "
+                                 "file under that name (kept)"]
     assert (head / "outputs" / "summary.txt").read_bytes() == b"the head's"
 
 
 def test_outputs_kept_on_their_nodes_leave_each_nodes_listing_on_the_head(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import json
-
-    head, n1 = (tmp_path / d / "runs" / "v1" for d in ("head", "n1"))
-    (head / "outputs").mkdir(parents=True)
+    head, n1 = dirs(tmp_path, "head", "n1")
     big = write(n1 / "outputs" / "renders" / "frame-1.exr", bytes(70000))
-    workers = [node_worker(monkeypatch, 0, head), node_worker(monkeypatch, 1, n1)]
-    facts = collect_node_outputs(Ctx(str(head)), NoRay(), workers,  # type: ignore[arg-type]
-                                 keep_on_nodes=True)
-    assert facts == {"files": 1, "bytes": 70000, "nodes": 1, "refused": [],
-                     "kept_on_nodes": True}
+    facts = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat,
+                          keep_on_nodes=True)
+    assert facts["files"] == 1 and facts["bytes"] == 70000 and facts["kept_on_nodes"]
     assert not (head / "outputs" / "renders").exists()  # the file stays on its node
-    listing = json.loads((head / "outputs" / "on_nodes" / "node-1.json").read_text())
+    listing = json.loads((head / "outputs" / "on_nodes" / "node-0.json").read_text())
     assert listing["files"] == {"renders/frame-1.exr": [
         70000, hashlib.sha256(big.read_bytes()).hexdigest()]}
     assert listing["run_dir"] == str(n1) and listing["refused"] == []
