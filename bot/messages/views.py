@@ -45,6 +45,7 @@ KEY_FACTS: dict[str, tuple[str, ...]] = {
     "memory": ("peak_allocated_gib", "peak_reserved_gib", "peak_rss_gib", "budget_gib",
                "peak_device_mib"),
     "pilot": ("done", "total", "accepted", "refused"),
+    "collect": ("nodes", "files", "bytes", "present_files"),
     "balance": ("accepted", "refused", "total", "ok"),
     "evidence": ("dest", "files", "verified"),
 }

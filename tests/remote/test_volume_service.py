@@ -244,8 +244,9 @@ def _check_attempts(events: list[Any], ids: list[str], seen: list[Counter[str]],
     assert seen[3] - seen[2] == Counter(set(ids) - at_stop) + trial[2]
     facts = stage_facts(runs[2], "pilot")
     assert facts is not None and facts["remaining"] == len(ids) - len(at_stop)
-    assert facts["node_outputs"]["nodes"] == 1 and facts["node_outputs"]["files"] > 0
-    assert facts["node_outputs"]["refused"] == []
+    collected = stage_facts(runs[2], "collect")  # the other node's shards, to the head
+    assert collected is not None and collected["nodes"] == 1 and collected["files"] > 0
+    assert collected["problems"] == []
     assert facts["engine"] == "ray" and facts["re_executed_total"] == 0  # none came back twice
 
 
