@@ -159,7 +159,8 @@ def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int
     for result in done:
         problems += result.problems
     named = " ".join(problems)
-    for path, why in _missing(run_dir, head, book, listed, beat):
+    verified = {f"{OUTPUTS}/{rel}" for r in done for rel in r.verified}
+    for path, why in _missing(run_dir, head, book, listed | verified, verified, beat):
         if path not in named:
             problems.append(why)
     facts: Dict[str, Any] = {
@@ -175,15 +176,17 @@ def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int
 
 
 def _missing(run_dir: str, head: str, book: Dict[str, Tuple[int, str, str]],
-             listed: Set[str], beat: Beat) -> List[Tuple[str, str]]:
+             listed: Set[str], verified: Set[str], beat: Beat) -> List[Tuple[str, str]]:
     """The files the record or the ledger names that the head lacks (a shard: or holds
-    with other content than recorded) and no node listed: (path, why)."""
+    with other content than recorded), ``verified`` ones aside: (path, why)."""
     expected: Dict[str, str] = {path: f"written by worker {w}"
                                 for path, (_s, _h, w) in book.items()}
     for path in _ledger_files(run_dir):
         expected.setdefault(path, "named by the ledger")
     out: List[Tuple[str, str]] = []
     for n, (path, whence) in enumerate(sorted(expected.items())):
+        if path in verified:
+            continue
         if n % 1000 == 0:
             beat(f"collect: checking the head's outputs ({n} of {len(expected)})")
         full = os.path.join(head, path)

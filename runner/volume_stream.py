@@ -22,7 +22,7 @@ import stat
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
 from runner.files import TEMP_MARK
 
@@ -62,6 +62,7 @@ class NodeResult:
     present_bytes: int = 0
     seconds: float = 0.0
     problems: List[str] = field(default_factory=list)
+    verified: Set[str] = field(default_factory=set)  # outputs/-relative: on the head, checked
 
     def facts(self) -> Dict[str, Any]:
         return {"where": self.where, "files": self.files, "bytes": self.bytes,
@@ -101,6 +102,7 @@ def plan(top: str, where: str, files: Dict[str, Any], recorded: Dict[str, Tuple[
             break
         used += size
         if present(os.path.join(top, rel), want):
+            result.verified.add(rel)
             result.present_files += 1
             result.present_bytes += size
         else:
@@ -171,7 +173,7 @@ class _Sink:
         self.tmp = ""
         self.hash: Any = None
         self.done = 0
-        self.failed: set[str] = set()
+        self.failed: Set[str] = set()
 
     def take(self, pieces: List[Piece], chunks: Any) -> None:
         if not isinstance(chunks, list) or len(chunks) != len(pieces):
@@ -235,6 +237,7 @@ class _Sink:
             return
         os.replace(self.tmp, path)  # a shard that did not verify on the head is replaced
         self.rel = None
+        self.result.verified.add(rel)
         self.result.files += 1
         self.result.bytes += want.size
 

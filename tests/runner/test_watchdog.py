@@ -56,6 +56,24 @@ def test_timeout_kills_the_worker_group_and_a_fresh_worker_runs_on(
     assert not worker.alive
 
 
+def test_a_stage_judged_by_progress_fails_in_the_worker_once_it_stops_moving(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``idle`` (the collect stage's kind): the timeout counts from its last beat or event;
+    a stage that never moves fails where it stopped, its worker killed."""
+    monkeypatch.setenv("TINYCHECK_PIDFILE", str(tmp_path / "hang.pids"))
+    spec = write_spec(tmp_path, diagnostics={"checks": ["tinycheck:hang"]})
+    worker = Worker(str(spec), str(tmp_path), resume=False)
+    try:
+        result = worker.run_stage("extensions", {"device": {"device": "cpu"}}, 2.0,
+                                  lambda etype, **data: None, idle=True)
+    finally:
+        worker.stop()
+    assert result["status"] == "failed" and result["facts"] == {"stalled_at": "its start"}
+    assert result["error"]["message"] == ("stage extensions made no progress for 2 s; it "
+                                          "stopped at its start")
+    assert not worker.alive
+
+
 def test_worker_crash_is_a_failed_stage(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
