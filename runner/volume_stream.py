@@ -189,14 +189,23 @@ class _Sink:
                 self._refuse(rel, f"the node sent {n} bytes at offset {offset} for the "
                                   f"{length} asked (changed on the node?)")
                 continue
-            if offset == 0 and not self._open(rel):
-                continue
-            assert self.fd is not None
-            os.write(self.fd, data)
-            self.hash.update(data)
-            self.done += len(data)
-            if self.done == self.wants[rel].size:
-                self._finish(rel)
+            try:
+                self._write(rel, offset, data)
+            except OSError as exc:  # the head's disk: this file refused, the others go on
+                self._refuse(rel, f"cannot be written on the head ({type(exc).__name__}: "
+                                  f"{exc.strerror or exc})")
+
+    def _write(self, rel: str, offset: int, data: bytes) -> None:
+        if offset == 0 and not self._open(rel):
+            return
+        if self.fd is None or self.rel != rel or offset != self.done:
+            self._refuse(rel, f"a piece at offset {offset} came out of order")
+            return
+        os.write(self.fd, data)
+        self.hash.update(data)
+        self.done += len(data)
+        if self.done == self.wants[rel].size:
+            self._finish(rel)
 
     def _open(self, rel: str) -> bool:
         self.close()
