@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,27 @@ def test_a_node_over_its_cap_is_named_and_the_rest_kept(
     assert (head / small[0]).exists()  # the other node's, kept
     missing = [p for p in facts["problems"] if p not in cut]  # the next ones, as missing
     assert [p.split(" ")[0] for p in missing] == big[3:]
+
+
+def test_the_nodes_stream_at_the_same_time(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each node's first answer waits for the other node's first request: collected one
+    node after the other, the wait would end in a refusal."""
+    head, n1, n2 = dirs(tmp_path, "head", "n1", "n2")
+    shards(head, n1, "a1-w1", 1)
+    shards(head, n2, "a1-w2", 1)
+    both = threading.Barrier(2, timeout=30)
+
+    class Meeting(Direct):
+        def take(self, pieces: list[Piece]) -> list[bytes]:
+            if self.requests == 0:
+                both.wait()
+            return super().take(pieces)
+
+    nodes = [node(monkeypatch, n) for n in (n1, n2)]
+    met = [(Meeting(source.node, source.where), listing) for source, listing in nodes]
+    facts = collect_nodes(str(head), met, cap=1 << 30, beat=beat)  # type: ignore[arg-type]
+    assert facts["problems"] == [] and facts["files"] == 2
 
 
 def test_a_node_that_stops_answering_keeps_what_came_and_is_named(

@@ -135,9 +135,16 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
     proc.wait(timeout=30)
 
 
+_TOKEN: list[str] = []
+
+
 def cluster_env() -> dict[str, str]:
-    """Environment for a cluster test: token authentication with a token made here."""
-    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+    """Environment for a cluster test: token authentication with a token made here, one
+    per test process (Ray reads it once a process: a second cluster started with another
+    token in the same process fails to start its GCS)."""
+    if not _TOKEN:
+        _TOKEN.append(secrets.token_hex(32))
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": _TOKEN[0],
             "RAY_USAGE_STATS_ENABLED": "0"}
 
 
