@@ -137,12 +137,13 @@ def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int
     top = os.path.join(head, OUTPUTS)
     problems: List[str] = []
     listed: Set[str] = set()
+    named: Set[str] = set()  # files a problem already accounts for
     if keep_on_nodes:
         from runner.volume_outputs import record_outputs
 
         kept = record_outputs(run_dir, [listing for _s, listing in nodes])
         return {**kept, "seconds": round(time.monotonic() - began, 3), "problems": []}
-    jobs: List[Tuple[Source, List[Want], NodeResult]] = []
+    jobs: List[Tuple[Source, Dict[str, Any]]] = []
     for source, listing in nodes:
         files: Dict[str, Any] = listing["files"] if isinstance(listing.get("files"), dict) \
             else {}
@@ -150,15 +151,20 @@ def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int
         if listing.get("refused"):  # a link or a special file: none of this node's taken
             problems += [f"{source.where}: {why}; none of its outputs collected"
                          for why in list(listing["refused"])[:5]]
+            named |= {f"{OUTPUTS}/{rel}" for rel in files}
             continue
-        wants, result = plan(top, source.where, files, recorded, cap)
-        jobs.append((source, wants, result))
+        jobs.append((source, files))
+
+    def one(n: int) -> NodeResult:  # a node's plan (the head's copies checked), its stream
+        source, files = jobs[n]
+        wants, result = plan(top, source.where, files, recorded, cap, beat)
+        return stream(source, top, wants, result, beat, tag=f"c{n}")
+
     with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), 16))) as pool:
-        done = list(pool.map(lambda n: stream(jobs[n][0], top, jobs[n][1], jobs[n][2], beat,
-                                              tag=f"c{n}"), range(len(jobs))))
+        done = list(pool.map(one, range(len(jobs))))
     for result in done:
         problems += result.problems
-    named = " ".join(problems)
+        named |= {f"{OUTPUTS}/{rel}" for rel in result.named}
     verified = {f"{OUTPUTS}/{rel}" for r in done for rel in r.verified}
     for path, why in _missing(run_dir, head, book, listed | verified, verified, beat):
         if path not in named:

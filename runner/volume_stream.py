@@ -63,6 +63,12 @@ class NodeResult:
     seconds: float = 0.0
     problems: List[str] = field(default_factory=list)
     verified: Set[str] = field(default_factory=set)  # outputs/-relative: on the head, checked
+    named: Set[str] = field(default_factory=set)  # outputs/-relative: left out, said why
+
+    def refuse(self, rels: Any, why: str) -> None:
+        """``why`` (naming the node and the first file) for ``rels``, left out."""
+        self.named.update(rels)
+        self.problems.append(why)
 
     def facts(self) -> Dict[str, Any]:
         return {"where": self.where, "files": self.files, "bytes": self.bytes,
@@ -71,7 +77,7 @@ class NodeResult:
 
 
 def plan(top: str, where: str, files: Dict[str, Any], recorded: Dict[str, Tuple[int, str]],
-         cap: int) -> Tuple[List[Want], NodeResult]:
+         cap: int, beat: Beat) -> Tuple[List[Want], NodeResult]:
     """What to ask node ``where`` for: its ``files`` (rel -> [size, sha256] as listed)
     not already on the head under ``top`` (the head's ``outputs/``) with the expected
     content; the expected content of a shard is the worker's record in ``recorded``
@@ -80,23 +86,26 @@ def plan(top: str, where: str, files: Dict[str, Any], recorded: Dict[str, Tuple[
     result = NodeResult(where)
     wants: List[Want] = []
     used = 0
-    for index, (rel, entry) in enumerate(sorted(files.items())):
-        size, digest = _entry(entry)
+    names = sorted(files)
+    for index, rel in enumerate(names):
+        if index % 1000 == 0:
+            beat(f"collect: {where}: checking the head's copies ({index} of {len(names)})")
+        size, digest = _entry(files[rel])
         if size is None or digest is None or not _inside(rel):
-            result.problems.append(f"{where}: outputs/{rel}: not a valid listing entry; "
-                                   "left on the node")
+            result.refuse([rel], f"{where}: outputs/{rel}: not a valid listing entry; "
+                                 "left on the node")
             continue
         want = Want(rel, size, digest)
         record = recorded.get(f"outputs/{rel}")
         if record is not None and record != (size, digest):
-            result.problems.append(
-                f"{where}: outputs/{rel}: {size} bytes, SHA-256 {digest[:16]}… on the node, "
+            result.refuse(
+                [rel], f"{where}: outputs/{rel}: {size} bytes, SHA-256 {digest[:16]}… on the node, "
                 f"but its worker recorded {record[0]} bytes, {record[1][:16]}… (changed "
                 "after it was written): refused, nothing replaced")
             continue
         if used + size > cap:
-            result.problems.append(
-                f"{where}: its outputs pass the cap of {cap} bytes a node may send "
+            result.refuse(
+                names[index:], f"{where}: its outputs pass the cap of {cap} bytes a node may send "
                 f"(volume.collect_max_bytes) at outputs/{rel}: {len(files) - index} file(s) "
                 f"from there on left on the node, the {index} before it kept")
             break
@@ -128,9 +137,10 @@ def stream(source: Source, top: str, wants: List[Want], result: NodeResult,
             try:
                 chunks = source.take(token)
             except Exception as exc:  # the node or the cluster is gone: what came stays
-                result.problems.append(f"{source.where}: no answer while sending "
-                                       f"outputs/{pieces[0][0]}: {type(exc).__name__}: "
-                                       f"{str(exc)[:300]}; the rest left on the node")
+                result.refuse({w.rel for w in wants} - result.verified,
+                              f"{source.where}: no answer while sending outputs/"
+                              f"{pieces[0][0]}: {type(exc).__name__}: {str(exc)[:300]}; "
+                              "the rest left on the node")
                 break
             sink.take(pieces, chunks)
             beat(f"collect: {source.where}: {result.files} file(s), {result.bytes} bytes")
@@ -254,7 +264,7 @@ class _Sink:
         if rel == self.rel:
             self.close()
         self.failed.add(rel)
-        self.result.problems.append(f"{self.result.where}: outputs/{rel}: {why}")
+        self.result.refuse([rel], f"{self.result.where}: outputs/{rel}: {why}")
 
     def close(self) -> None:
         """Drop the file being written, if any (a stream cut midway)."""
