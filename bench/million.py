@@ -111,7 +111,7 @@ def main() -> int:
     if lacking:  # a system dependency, named in the verdict line (no traceback)
         print(f"million_after_approval_s: n/a (target <= {TARGET_S:.0f} at {COUNT:,} inputs; "
               f"not run: {lacking}) MISS")
-        return 0
+        return 1  # not measured
 
     with tempfile.TemporaryDirectory(prefix="million-") as tmp_name:
         tmp = Path(tmp_name)

@@ -71,7 +71,7 @@ def main() -> int:
     if lacking:  # a system dependency, named in the verdict line (no traceback)
         print(f"remote_first_dispatch_overhead_s: n/a (target < {TARGET_S:.1f}; not run: "
               f"{lacking}) MISS")
-        return 0
+        return 1  # not measured
     with tempfile.TemporaryDirectory(prefix="bench-remote-") as tmp, \
             running_sshd(Path(tmp) / "sshd") as sshd:
         root = Path(tmp)
