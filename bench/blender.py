@@ -47,8 +47,9 @@ def main() -> int:
     frames = int(sys.argv[1]) if len(sys.argv) > 1 else (2 if SMOKE else 8)
     exe = shutil.which("blender")
     if exe is None:
-        print("blender not found on PATH: install it (apt-get install blender)")
-        print(f"runner_frame_overhead: n/a (target {TARGET:.2f}) MISS")
+        # a system dependency, named in the verdict line (no traceback); exit 1: not measured
+        print(f"runner_frame_overhead: n/a (target {TARGET:.2f}; not run: blender not found "
+              "on PATH, install it with make system-deps) MISS")
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         bare_s, runner_s, inside_s, ratios = measure(exe, frames, tmp)

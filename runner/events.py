@@ -1,21 +1,31 @@
 """The event protocol between runner and bot: one JSON object per line.
 
 This module is part of the contract the bot imports, so it stays standard-library only and
-forward compatible: readers ignore unknown event types and unknown fields.
+forward compatible: readers ignore unknown event types and unknown fields. Two parts of
+it live apart and are re-exported here, so a reader imports ``runner.events`` alone: the
+capping of long lists (``runner/event_lists.py``) and the windowed reader of an events
+file (``runner/event_window.py``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import IO, Any, Callable, Dict, List, Optional, Tuple
+from typing import IO, Any, Dict, List, Optional, Tuple
 
 from runner.errors import RunnerError
+from runner.event_lists import LIST_CAP as LIST_CAP  # re-exported: part of the contract
+from runner.event_lists import LISTS_DIR as LISTS_DIR
+from runner.event_lists import cap_lists as cap_lists
+from runner.event_lists import json_line as _line
+from runner.event_lists import list_total as list_total
+from runner.event_window import READ_WINDOW as READ_WINDOW
+from runner.event_window import READ_WINDOW_MAX as READ_WINDOW_MAX
+from runner.event_window import read_complete as read_complete
 
 RUN_STARTED = "run.started"
 STAGE_STARTED = "stage.started"
@@ -77,18 +87,6 @@ STAGE_EVENT_TYPES = (STAGE_STARTED, STAGE_PASSED, STAGE_FAILED, STAGE_SKIPPED)
 # do not move a failed run's "stage reached".
 AFTER_FAILURE_STAGES = ("evidence",)
 COMMON_FIELDS = ("seq", "type", "run", "ts")
-# Every list in an event's data (and in the objects it holds, ``facts`` included) holds at
-# most LIST_CAP entries; a longer one is cut there, its full form written to
-# ``event-lists/<seq>-<key>.json`` in the run directory, and the event names both:
-# ``<key>_total`` (the full length) and ``<key>_file`` (that file, relative to the run
-# directory) beside the cut list. ``list_total`` gives a reader the full length.
-LIST_CAP = 200
-LISTS_DIR = "event-lists"
-# A reader of events.jsonl by windows (the bot over SSH) reads READ_WINDOW bytes; a line
-# longer than that grows the window, up to READ_WINDOW_MAX; a line longer still is skipped
-# (``read_complete``), never waited on.
-READ_WINDOW = 4 << 20
-READ_WINDOW_MAX = 64 << 20
 
 
 def utc_now() -> str:
@@ -119,67 +117,6 @@ class Event:
 
 class EventFormatError(RunnerError, ValueError):
     """A line of events.jsonl that is not a valid event (names the line)."""
-
-
-def _line(obj: Dict[str, Any]) -> str:
-    line = json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n"
-    try:
-        line.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate (a file name that is not UTF-8)
-        line = json.dumps(obj, sort_keys=True) + "\n"  # escaped: valid JSON and UTF-8
-    return line
-
-
-def list_total(data: Dict[str, Any], key: str) -> int:
-    """How many entries ``data[key]`` had before the writer capped it (``LIST_CAP``)."""
-    total = data.get(f"{key}_total")
-    if isinstance(total, int) and not isinstance(total, bool):
-        return total
-    value = data.get(key)
-    return len(value) if isinstance(value, list) else 0
-
-
-def cap_lists(data: Dict[str, Any], seq: int, run_dir: str, *, cap: int = LIST_CAP,
-              _prefix: str = "") -> Dict[str, Any]:
-    """``data`` with each list longer than ``cap`` (in it, or in an object it holds) cut to
-    its first ``cap`` entries, the full list written to ``LISTS_DIR/<seq>-<key>.json``
-    under ``run_dir`` and named beside it (``<key>_total``, ``<key>_file``). ``data`` itself
-    is not changed; it is returned as is when nothing was over. A file that cannot be
-    written leaves ``<key>_file`` null and says why in ``<key>_file_error``: the run goes on."""
-    out: Optional[Dict[str, Any]] = None
-    for key, value in data.items():
-        name = f"{_prefix}{key}"
-        if isinstance(value, list) and len(value) > cap:
-            rel = f"{LISTS_DIR}/{seq}-{re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:120]}.json"
-            new: Dict[str, Any] = {key: value[:cap], f"{key}_total": len(value),
-                                   f"{key}_file": rel}
-            try:
-                _write_list(os.path.join(run_dir, rel), value)
-            except (OSError, TypeError, ValueError) as exc:
-                new[f"{key}_file"] = None
-                new[f"{key}_file_error"] = f"{type(exc).__name__}: {exc}"
-        elif isinstance(value, dict) and value:
-            sub = cap_lists(value, seq, run_dir, cap=cap, _prefix=f"{name}.")
-            if sub is value:
-                continue
-            new = {key: sub}
-        else:
-            continue
-        if out is None:
-            out = dict(data)
-        out.update(new)
-    return data if out is None else out
-
-
-def _write_list(path: str, value: List[Any]) -> None:
-    """The full list, durable before the event that names it (write, fsync, rename)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")  # not copied
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(_line({"list": value}).rstrip("\n") + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def item_record(seq: int, ts: str, data: Dict[str, Any]) -> List[Any]:
@@ -305,50 +242,6 @@ def parse_chunk(chunk: bytes, offset: int, *,
     else:
         events = [_event(obj) for obj in objs]
     return (expand_items(events) if expand else events), offset + end + 1
-
-
-def read_complete(read: Callable[[int, int], bytes], offset: int, *,
-                  window: int = READ_WINDOW, most: int = READ_WINDOW_MAX,
-                  keep: Optional[Callable[[int, bytes], None]] = None,
-                  ) -> Tuple[bytes, int, List[Tuple[int, int]]]:
-    """Complete lines of an events file from ``offset``, read through ``read(at, size)``
-    (at most ``size`` bytes from byte ``at``; fewer only at the end of the file).
-
-    Reads ``window`` bytes; when they hold no whole line, the window doubles, up to
-    ``most``: a long line is read, not waited on. A line longer than ``most`` is skipped:
-    read on in pieces of ``most`` bytes (each handed to ``keep(at, piece)``, so a mirror of
-    the file stays whole) to its newline. Returns ``(chunk, start, skipped)``: the bytes
-    read from byte ``start`` (``offset`` unless lines were skipped; give both to
-    ``parse_chunk``) and ``(offset, length)`` of each line skipped. A line not yet ended (a
-    writer mid-append) is left for the next call.
-    """
-    skipped: List[Tuple[int, int]] = []
-    size = window
-    while True:
-        chunk = read(offset, size)
-        if b"\n" in chunk or len(chunk) < size:
-            return chunk, offset, skipped
-        if size < most:
-            size = min(size * 2, most)
-            continue
-        if keep is not None:  # a line of any length: no more than ``most`` held at once
-            keep(offset, chunk)
-        pos = offset + len(chunk)
-        while True:
-            piece = read(pos, most)
-            cut = piece.find(b"\n")
-            if cut >= 0:
-                if keep is not None:
-                    keep(pos, piece[: cut + 1])
-                end = pos + cut + 1
-                break
-            if len(piece) < most:
-                return b"", offset, skipped  # the long line is not complete yet
-            if keep is not None:
-                keep(pos, piece)
-            pos += len(piece)
-        skipped.append((offset, end - offset))
-        offset, size = end, window
 
 
 class EventWriter:

@@ -169,14 +169,25 @@ class Ledger:
         Returns the ids that were already recorded.
         """
         again: List[str] = []
-        with self._tx():
+        with self._tx():  # one look for the ids already there, one insert of the rest
+            ids = [r.id for r in rows]
+            known: Set[str] = set()
+            for at in range(0, len(ids), 500):  # under SQLite's bound-parameter limit
+                part = ids[at:at + 500]
+                known.update(row[0] for row in self._conn.execute(
+                    f"SELECT id FROM items WHERE id IN ({','.join('?' * len(part))})", part))
+            fresh: List[Row] = []
             for r in rows:
-                cur = self._conn.execute(
-                    "INSERT OR IGNORE INTO items(id, status, category, reason, output, attempt) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (r.id, r.status, r.category, r.reason, r.output, self.attempt))
-                if cur.rowcount == 0:
+                if r.id in known:  # committed before, or earlier in this batch
                     again.append(r.id)
+                else:
+                    known.add(r.id)
+                    fresh.append(r)
+            attempt = self.attempt
+            self._conn.executemany(
+                "INSERT INTO items(id, status, category, reason, output, attempt) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(r.id, r.status, r.category, r.reason, r.output, attempt) for r in fresh])
             if again:
                 self._conn.execute(
                     "INSERT INTO meta(key, value) VALUES ('re_executed', ?) ON CONFLICT(key) "

@@ -32,6 +32,37 @@ def test_the_verdict_line_format() -> None:
     assert BENCHES, "no bench found in bench/"
 
 
+# The benches that need a system package, and what each needs: found in their source, so a
+# new one that starts sshd or Blender without joining this list fails the test below.
+NEEDS = {"blender": "blender", "million": "sshd", "remote": "sshd"}
+
+
+def test_every_bench_that_needs_sshd_or_blender_is_checked_without_it() -> None:
+    found = {b.stem for b in BENCHES
+             if re.search(r"\bsshd\b|which\(\"blender\"\)", b.read_text(encoding="utf-8"))}
+    assert found == set(NEEDS)
+
+
+@pytest.mark.parametrize("stem", sorted(NEEDS))
+def test_a_bench_whose_system_dependency_is_missing_names_it_in_its_verdict(
+        stem: str, tmp_path: Path) -> None:
+    """PATH without sshd or blender (an empty folder) and no sshd where the test kit looks
+    (PREFLIGHT_SSHD): the bench ends with its verdict line, MISS, naming what is missing
+    and how to install it; no traceback; exit 1 (the README's "could not measure")."""
+    (tmp_path / "bin").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFLIGHT_", "SLACK_"))}
+    env.update(PATH=str(tmp_path / "bin"), PREFLIGHT_SSHD=str(tmp_path / "no" / "sshd"),
+               PREFLIGHT_BENCH_SMOKE="1", PREFLIGHT_HOME=str(tmp_path / "home"))
+    done = subprocess.run([sys.executable, str(REPO / "bench" / f"{stem}.py")], cwd=REPO,
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=120, check=False)
+    said = f"exit {done.returncode}\nstdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-2000:]}"
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert done.returncode == 1 and "Traceback" not in done.stderr, said
+    assert VERDICT.match(last) and last.endswith(" MISS"), said
+    assert f"not run: {NEEDS[stem]} not found" in last and "make system-deps" in last, said
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("bench", BENCHES, ids=[b.stem for b in BENCHES])
 def test_bench_runs_to_its_verdict_at_smoke_size(bench: Path, tmp_path: Path) -> None:

@@ -21,12 +21,23 @@ from typing import Any
 
 from bot.nodes.ssh.dispatcher import SSHDispatcher
 
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+# PREFLIGHT_SSHD when set (a machine where sshd lies elsewhere), else on PATH, else /usr/sbin
+SSHD = os.environ.get("PREFLIGHT_SSHD") or shutil.which("sshd") or "/usr/sbin/sshd"
 SFTP_SERVER = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
                                 "/usr/lib/ssh/sftp-server") if os.path.exists(p)), "internal-sftp")
 FAKE_RUNNER = Path(__file__).resolve().parent / "fakerunner" / "runner"
 # A bare interpreter: the base installation behind the virtualenv, standard library only.
 BARE_PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")
+
+
+def missing() -> str | None:
+    """What this machine lacks to start a test sshd, named with how to install it (one line,
+    no parentheses: a bench puts it in its verdict line), or None."""
+    if not (os.path.isfile(SSHD) and os.access(SSHD, os.X_OK)):
+        return f"sshd not found at {SSHD}, install openssh-server with make system-deps"
+    if shutil.which("ssh-keygen") is None:
+        return "ssh-keygen not found on PATH, install openssh-client with make system-deps"
+    return None
 
 
 @dataclass

@@ -60,6 +60,20 @@ def test_unopenable_path_is_a_ledger_error(tmp_path: Path) -> None:
         Ledger.open(str(tmp_path / "no" / "such" / "dir" / "l.sqlite"))
 
 
+def test_first_wins_looks_up_a_large_batch_in_parts_and_keeps_an_id_repeated_in_it_once(
+        tmp_path: Path) -> None:
+    """The ids already there are looked up in parts (SQLite's bound-parameter limit): a
+    batch of 1,200 with 700 known records the other 500; an id twice in one batch is
+    recorded once, its second result counted as again."""
+    with Ledger.open(str(tmp_path / "l.sqlite"), new_attempt=True) as led:
+        assert led.record_first_wins([Row(f"i{n:05d}", "accepted") for n in range(700)]) == []
+        again = led.record_first_wins([Row(f"i{n:05d}", "refused", reason="late")
+                                       for n in range(1200)] + [Row("i01000", "accepted")])
+        assert again == [f"i{n:05d}" for n in range(700)] + ["i01000"]
+        rows = {r.id: r.status for r in led.rows()}
+    assert len(rows) == 1200 and rows["i00000"] == "accepted" and rows["i01000"] == "refused"
+
+
 def test_first_result_wins_and_a_second_one_is_counted_not_recorded(tmp_path: Path) -> None:
     path = str(tmp_path / "l.sqlite")
     with Ledger.open(path, new_attempt=True) as led:
