@@ -187,7 +187,7 @@ def on_ray(ray: Any, spec: RunSpec, run_dir: Path, workers: int) -> dict[str, fl
 def main() -> int:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else (400 if SMOKE else 20_000)
     from runner import volume_ray
-    from runner.volume import CPU_WORKERS_MAX
+    from runner.volume_workers import CPU_WORKERS_MAX
 
     workers = min(CPU_WORKERS_MAX, os.cpu_count() or 1)  # the embedded default's, as run_volume
 

@@ -57,13 +57,9 @@ GOOD = ["g1", "g2", "g3"]
 def test_a_bad_output_refuses_its_input_and_the_rest_of_its_batch_is_recorded(
         tmp_path: Path) -> None:
     from runner import volume_ray
-    from runner.volume import Batch, Driver
-
-    try:  # where the split of runner/volume.py (helper i35g) puts them
-        from runner.volume_workers import start_workers, worker_factory
-    except ImportError:  # before it: drop this branch once the split is merged
-        from runner.volume import _start_workers as start_workers
-        from runner.volume import _worker_factory as worker_factory
+    from runner.volume_driver import Driver
+    from runner.volume_queue import Batch
+    from runner.volume_workers import start_workers, worker_factory
 
     inputs, log = tmp_path / "inputs", tmp_path / "log"
     inputs.mkdir()
