@@ -135,7 +135,10 @@ def _calibrated(inp: ForecastInputs, cal: Calibration, workers: int, figures: li
         f"{plural(len(cal.batches), 'batch', 'batches')} of {cal.batch_size}, "
         f"{duration(cal.seconds or 0)}, {cost} USD",
         f"{plural(cal.sample_total, 'input')} drawn at random from the volume's "
-        f"{cal.listed:,}, on {plural(cal.workers, 'worker')} of the pilot's node; "
+        f"{cal.listed:,}"
+        + (f" on {cal.drawn_on} and sent with the pilot ({plural(cal.sample_sent, 'input')}: "
+           "the node does not hold the corpus)" if cal.drawn_on else "")
+        + f", on {plural(cal.workers, 'worker')} of the pilot's node; "
         f"sample: {cal.ids_line()}; warm-up inputs apart: {len(cal.warmup_ids)}; "
         "recorded apart, not counted in the volume (it runs them again)"))
     for phase in proc.phases:

@@ -126,3 +126,22 @@ def test_the_pilots_upload_and_fetch_are_read_from_its_layout_record(tmp_path: A
     assert pilot_transfers(tmp_path) == (0, None)
     (tmp_path / "remote.json").write_text("[1, 2")
     assert pilot_transfers(tmp_path) == (None, None)
+
+
+def test_a_sample_drawn_on_the_bot_host_is_said_in_the_calibration_figure() -> None:
+    from bot.pilot.calibration import calibration_of
+
+    row = {"stage": "calibrate", "state": "passed",
+           "started_at": "2026-12-03T12:00:00+00:00", "ended_at": "2026-12-03T12:00:15+00:00",
+           "facts": {"batch_size": 16, "workers": 2, "listed": 10_000,
+                     "drawn_on": "the bot host", "sample_sent": 672,
+                     "batches": [{"items": 16, "bytes": 16_000, "seconds": t}
+                                 for t in (0.5, 0.52, 0.48)]}}
+    got = calibration_of([row])
+    assert got is not None and (got.drawn_on, got.sample_sent) == ("the bot host", 672)
+    fc = forecast(inputs(calibration=got))
+    assert "drawn at random from the volume's 10,000 on the bot host and sent with the " \
+        "pilot (672 inputs: the node does not hold the corpus), on 2 workers of the " \
+        "pilot's node" in fc.figure("calibration").formula
+    bad = calibration_of([{**row, "facts": {**row["facts"], "drawn_on": ["x"]}}])
+    assert bad is not None and bad.drawn_on is None
