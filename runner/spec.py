@@ -9,6 +9,7 @@ the wrong type, instead of a KeyError deep inside a stage.
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -268,6 +269,28 @@ class CalibrationSpec:
     seed: int = 0
     cards_per_worker: int = 1
     gpus: bool = False
+    # ``dir`` holds a random sample the bot drew (``draw_sample``, the same seed) of a
+    # corpus the node does not hold (``listed`` inputs, ``listed_bytes``, on ``drawn_on``)
+    # and sent with the pilot; 0: ``dir`` is the volume's own folder, listed here
+    listed: int = 0
+    listed_bytes: int = 0
+    drawn_on: str = ""
+
+    def sample_size(self, workers: int) -> int:
+        """Inputs the calibration may use with ``workers``: a warm-up batch each, then up
+        to ``batches_max`` batches, and a margin (the node may start more workers)."""
+        return max(1, self.batch_size) * (max(1, self.batches_max) + max(1, workers)
+                                          + SAMPLE_SPARE_BATCHES)
+
+
+SAMPLE_SPARE_BATCHES = 8   # batches a calibration's sample holds beyond what it needs
+
+
+def draw_sample(items: List[Any], seed: int, size: int) -> List[Any]:
+    """The calibration's random sample of ``items`` (a listing, in id order): the bot
+    draws it for a corpus the node lacks, the node for its own; the same seed draws the
+    same inputs."""
+    return random.Random(seed).sample(items, min(len(items), size))
 
 
 @dataclass(frozen=True)

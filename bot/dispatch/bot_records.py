@@ -16,11 +16,12 @@ from __future__ import annotations
 # bot/nodes/ssh/dispatcher.py (write_layout), the service's submit, inputs_check.INPUTS_FILE,
 # corpus.LISTING_FILE, volume_cluster.CLUSTER_FILE, upload.verify_fetched,
 # bot/service/report_files.py (REPORT, PICTURE), bot/service/end_lock.py (the lock the bot
-# holds while it stops a run and fetches its results)
+# holds while it stops a run and fetches its results), calibration_sample.SAMPLE_DIR (the
+# volume's sample the bot sent a pilot's node for its calibration)
 BOT_RECORDS = frozenset({
     "spec.json", "manifest.yaml", "remote.json", "inputs.checked.json", "corpus.listed.jsonl",
     "ray_cluster.json", "evidence-fetch.json", "report.html", "report-summary.png",
-    ".end.lock",
+    ".end.lock", "calibration-sample",
 })
 # The fetch's own staging folders (``.fetch`` in the run directory, ``.fetch-<run id>``
 # beside the evidence home): never fetched either.

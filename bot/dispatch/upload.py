@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 import runner
 from bot.dispatch.base import RunHandle, plan_of
+from bot.dispatch.calibration_sample import calibration_copy
 from bot.dispatch.corpus import (
     Reference,
     corpus_command,
@@ -228,6 +229,9 @@ class UploadPlan:
             self.skip.add(local)
             self.evidence = {"local": str(local),
                              "remote": f"{workdir}/evidence/{_tag(str(local))}"}
+        # a pilot's calibration: the volume's inputs where its node finds them, or a sample
+        self.calibration = calibration_copy(spec, plan_of(handle).on_nodes,
+                                            self.remote_run_dir, self._carried)
 
     def roots(self) -> list[str]:
         return [self.remote_pkg_root, self.remote_project, *self.extra.values()]
@@ -245,6 +249,9 @@ class UploadPlan:
                 dict(checked_files(self.inputs)) if local == self.inputs.dir
                 else files(local, self.skip))
             out.append(("project", remote, tree))
+        if self.calibration is not None and self.calibration.remote:
+            out.append(("project", self.calibration.remote,
+                        {name: (path, None) for name, path in self.calibration.files.items()}))
         self._trees = out
         return out
 
@@ -287,7 +294,18 @@ class UploadPlan:
         spec["inputs"]["dir"] = self.on_nodes or self.map_path(spec["inputs"]["dir"])
         if self.evidence:
             spec["results"]["copy_to"] = self.evidence["remote"]
+        if self.calibration is not None:
+            spec["calibration"] = self.calibration.calibration
         return spec
+
+    def _carried(self, local: Path) -> str | None:
+        """The node's path of a bot-host folder this upload carries, else None."""
+        if any(_under(local, left_out) for left_out in self.skip):
+            return None
+        try:
+            return self.map_path(str(local))
+        except DispatchError:
+            return None
 
     def run_files(self, handle: RunHandle) -> dict[str, bytes]:
         """The run's own files on the node: the rewritten spec and the manifest."""

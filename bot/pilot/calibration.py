@@ -56,6 +56,10 @@ class Calibration:
     listed: int = 0
     seconds: float | None = None           # the stage's own time (what it cost)
     skipped: str | None = None
+    # the sample was drawn on the bot host (a corpus the node does not hold) and sent with
+    # the pilot: where, and how many inputs were sent (bot/dispatch/calibration_sample.py)
+    drawn_on: str | None = None
+    sample_sent: int = 0
 
     @property
     def timed_items(self) -> int:
@@ -96,7 +100,9 @@ def calibration_of(stages: list[dict[str, Any]]) -> Calibration | None:
         errors=_strings(facts.get("errors"))[:5], sample_ids=ids,
         sample_total=max(len(ids), _int(facts.get("sample_ids_total"))),
         warmup_ids=_strings(facts.get("warmup_ids")), listed=_int(facts.get("listed")),
-        seconds=seconds)
+        seconds=seconds, drawn_on=str(facts["drawn_on"])[:100]
+        if isinstance(facts.get("drawn_on"), str) and facts["drawn_on"] else None,
+        sample_sent=_int(facts.get("sample_sent")))
 
 
 def calibration_cost(cal: Calibration, cards: int, lot_price: Decimal,

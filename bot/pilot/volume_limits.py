@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.pilot.clock import read_time
-from bot.pilot.forecast import duration, secs
+from bot.pilot.forecast_stats import duration, secs
 from runner.spec import ITEM_MARGIN, batch_clock_s
 
 TIME_MARGIN = 2.0          # × the forecast's high estimate
@@ -157,7 +157,14 @@ def _item_timeout(manifest: dict[str, Any], per_item: float) -> tuple[float, str
     the pilot's 300 s, so a hung input is interrupted (and its worker kept) long before a
     batch timeout, and costs seconds, not minutes."""
     given = (manifest.get("task") or {}).get("item_timeout_s")
-    if isinstance(given, (int, float)) and not isinstance(given, bool):
+    return item_timeout_for(given if isinstance(given, (int, float))
+                            and not isinstance(given, bool) else None, per_item)
+
+
+def item_timeout_for(given: float | None, per_item: float) -> tuple[float, str]:
+    """``_item_timeout``'s rule from ``task.item_timeout_s`` (None: unset) and the pilot's
+    p90 per item (the forecast's rework of inputs that hang reads it too)."""
+    if given is not None:
         return float(given), "task.item_timeout_s"
     if per_item > 0:
         item = min(ITEM_DEFAULT_S, max(ITEM_MIN_S, ITEM_FACTOR * per_item))

@@ -11,6 +11,7 @@ the forecast for the items they recorded.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -80,8 +81,20 @@ def forecast_for(run: Run, stages: list[dict[str, Any]],
         card_memory_gib=plan.memory_per_card_gib if plan else None,
         lease_starts_at=manifest.lease.starts_at,
         calibration=calibration_of(stages), calibrate=manifest.volume.calibrate,
-        evidence=_evidence(stages), pilot_items=len({item.id for item in items}))
+        evidence=_evidence(stages), pilot_items=len({item.id for item in items}),
+        pilot_refused=len({item.id for item in items if item.status == "refused"}),
+        pilot_timed_out=_timed_out(stages), item_timeout_s=task.item_timeout_s,
+        fetch=pilot_transfers(run.run_dir)[1],
+        outputs_on_nodes=manifest.volume.outputs_on_nodes)
     return forecast(inputs).to_dict()
+
+
+def _timed_out(stages: list[dict[str, Any]]) -> int:
+    """The pilot's inputs interrupted at the item timeout (its pilot stage's ``timed_out``
+    ids, from the node: counted only as a list of strings)."""
+    facts = next((s.get("facts") or {} for s in stages if s.get("stage") == "pilot"), {})
+    ids = facts.get("timed_out") if isinstance(facts, dict) else None
+    return len({i for i in ids if isinstance(i, str)}) if isinstance(ids, list) else 0
 
 
 def _evidence(stages: list[dict[str, Any]]) -> tuple[float, int, int] | None:
@@ -164,7 +177,33 @@ def measured_setup(run: RunRecord, stages: list[dict[str, Any]],
         dispatch = (started - began).total_seconds()
     return Setup(diagnostics_s=diagnostics if seen else None, dispatch_s=dispatch,
                  proof_s=proof if seen else None, ssh=is_remote_node(node),
-                 inputs_on_nodes=on_nodes)
+                 inputs_on_nodes=on_nodes, uploaded_bytes=pilot_transfers(run.run_dir)[0])
+
+
+# The SSH dispatch's record of a run on its node (bot/dispatch/upload.py's layout): what its
+# upload sent (``uploaded``: bytes by kind) and what its fetch brought back (``fetched``:
+# ``{"seconds", "files", "bytes"}``, written by the fetch once it is measured).
+LAYOUT_FILE = "remote.json"
+
+
+def pilot_transfers(run_dir: Path) -> tuple[int | None, tuple[float, int, int] | None]:
+    """(bytes the pilot's upload sent, its fetch's (seconds, files, bytes)) from the run's
+    ``remote.json``; None where not recorded (a local pilot, an older record). Numbers
+    that are not numbers are dropped, never trusted."""
+    try:
+        layout = json.loads((run_dir / LAYOUT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(layout, dict):
+        return None, None
+    sent = layout.get("uploaded")
+    uploaded = sum(v for v in sent.values() if _number(v) and isinstance(v, int)) \
+        if isinstance(sent, dict) else None
+    got = layout.get("fetched")
+    fetch = None
+    if isinstance(got, dict) and all(_number(got.get(k)) for k in ("seconds", "files", "bytes")):
+        fetch = (float(got["seconds"]), int(got["files"]), int(got["bytes"]))
+    return uploaded, fetch
 
 
 def stage_seconds(stage: dict[str, Any]) -> float | None:

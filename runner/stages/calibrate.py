@@ -13,21 +13,23 @@ sample's ids, each batch's items, bytes and seconds, Ray's start and stop, each 
 warm-up, the recording rate, the outputs' files and bytes) are what the bot's forecast
 reads (bot/pilot/calibration.py). docs/forecast.md.
 
-A volume corpus this node cannot list, or a Ray it cannot import, skips the stage with the
-reason (the forecast then rests on the pilot alone and says so). Standard library only at
-import time.
+A corpus the node does not hold (an SSH pilot whose volume's inputs are on the bot host)
+is sampled by the bot with the same seed and sent with the pilot
+(bot/dispatch/calibration_sample.py): ``dir`` then holds that sample, and the spec says how
+many inputs it was drawn from (``listed``). A volume corpus this node cannot list, or a Ray
+it cannot import, skips the stage with the reason (the forecast then rests on the pilot
+alone and says so). Standard library only at import time.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.inputs import InputsError, Item, list_dir
-from runner.spec import CalibrationSpec, VolumeSpec, healthy_cards
+from runner.spec import CalibrationSpec, VolumeSpec, draw_sample, healthy_cards
 from runner.stage import StageContext, StageFailure, StageSkipped
 
 CALIBRATION_DIR = "calibration"
@@ -107,16 +109,19 @@ class _Calibration:
         self.ctx, self.cal, self.size = ctx, cal, size
         self.dir = os.path.join(ctx.run_dir, CALIBRATION_DIR)
         os.makedirs(os.path.join(self.dir, "outputs"), exist_ok=True)
-        want = size * (max(1, cal.batches_max) + CPU_WORKERS_MAX + 8)
-        rng = random.Random(cal.seed)
-        self.sample = rng.sample(files, min(len(files), want))
+        self.sample = draw_sample(files, cal.seed, cal.sample_size(CPU_WORKERS_MAX))
         self.next = 0
         self.facts: Dict[str, Any] = {
-            "inputs_dir": cal.dir, "pattern": cal.pattern, "listed": len(files),
-            "listed_bytes": sum(f.size for f in files), "seed": cal.seed,
+            "inputs_dir": cal.dir, "pattern": cal.pattern,
+            "listed": cal.listed or len(files),
+            "listed_bytes": cal.listed_bytes if cal.listed else sum(f.size for f in files),
+            "seed": cal.seed,
             "batch_size": size, "batches_min": cal.batches, "warmup": [], "batches": [],
             "warmup_ids": [], "sample_ids": [], "failed_batches": 0, "errors": [],
             "record": []}
+        if cal.listed:  # a sample the bot drew of a corpus this node does not hold
+            self.facts.update(drawn_on=cal.drawn_on, sample_sent=len(files),
+                              sample_sent_bytes=sum(f.size for f in files))
         self.open_scratch(self.sample)
 
     def take(self, again: bool = False, whole: bool = False) -> Optional[List[Item]]:

@@ -174,9 +174,9 @@ def test_the_setup_of_a_cluster_each_part_with_its_formula() -> None:
             n["setup_proof_s"], n["setup_ray_s"]) == (6.0, 1.5, 20.0, 4.0, 2 * RAY_START_S)
     assert n["setup_s"] == pytest.approx(6.0 + 1.5 + 20.0 + 4.0 + 2 * RAY_START_S)
     assert n["low_s"] == pytest.approx(n["setup_s"] - RAY_START_S + n["proc_low_s"], abs=1e-3)
-    assert fc.figure("setup_upload").formula == ("500,000,000 B ÷ 50 MB/s (estimated) × "
-                                                 "2 nodes, the bot's uplink shared by the "
-                                                 "nodes' copies")
+    assert fc.figure("setup_upload").formula == ("500,000,000 B ÷ 50 MB/s (estimated: not "
+                                                 "measured) × 2 nodes, the bot's uplink "
+                                                 "shared by the nodes' copies")
     assert "on every node at once" in fc.figure("setup_proof").formula
     assert "× 2: the head, then the 1 other node 8 at a time" in fc.figure("setup_ray").formula
     assert fc.figure("setup").formula == "6 s + 1.5 s + 20 s + 4 s + 9.2 s = 40.7 s"

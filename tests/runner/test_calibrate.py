@@ -112,3 +112,30 @@ def test_a_small_volume_runs_its_inputs_again_in_whole_batches(tmp_path: Path) -
     assert len(tiny.take() or []) == 3 and tiny.take() is None
     assert len(tiny.take(again=True) or []) == 3
     tiny.close_scratch()
+
+
+def test_a_sample_the_bot_drew_is_reported_as_drawn_from_the_whole_corpus(
+        tmp_path: Path) -> None:
+    """A corpus the node does not hold: the bot sent a sample of it (its listing's count
+    and bytes in the spec); the facts say the corpus's size and where it was drawn."""
+    from runner.inputs import Item
+    from runner.spec import CalibrationSpec, InputsSpec, RunSpec, draw_sample
+    from runner.stage import StageContext
+    from runner.stages.calibrate import CPU_WORKERS_MAX, _Calibration
+
+    spec = RunSpec(run_id="r", name="n", inputs=InputsSpec(dir=str(tmp_path)))
+    ctx = StageContext(spec=spec, run_dir=str(tmp_path))
+    sent = [Item(f"v{k:02d}", str(tmp_path / f"v{k:02d}"), 10) for k in range(12)]
+    given = CalibrationSpec(batch_size=4, seed=3, listed=5000, listed_bytes=123_456,
+                            drawn_on="the bot host")
+    cal = _Calibration(ctx, given, sent, 4)
+    assert (cal.facts["listed"], cal.facts["listed_bytes"]) == (5000, 123_456)
+    assert (cal.facts["drawn_on"], cal.facts["sample_sent"]) == ("the bot host", 12)
+    assert cal.facts["sample_sent_bytes"] == 120
+    # the node draws its own with the same rule: here the sample sent, every input of it
+    assert {i.id for i in cal.sample} == {i.id for i in sent}
+    assert cal.sample == draw_sample(sent, 3, given.sample_size(CPU_WORKERS_MAX))
+    cal.close_scratch()
+    own = _Calibration(ctx, CalibrationSpec(batch_size=4, seed=3), sent, 4)
+    assert own.facts["listed"] == 12 and "drawn_on" not in own.facts
+    own.close_scratch()
