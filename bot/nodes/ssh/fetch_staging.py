@@ -1,0 +1,101 @@
+"""What a fetch has brought back so far, and what it may still bring: the staging folder
+kept between tries, and the caps counted as bytes arrive.
+
+The staging folder (``.fetch-<run id>`` beside the evidence home, ``.fetch`` in the run
+directory for a run without an evidence copy) is the bot's own: a cut try leaves it, and
+the next try tells the node what it holds (``held``: each file's SHA-256), so what
+verifies is not sent again. Only a complete try's copy, verified, replaces what the bot
+host had (``bot/nodes/ssh/fetch.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from bot.dispatch.host_tree import HostDir
+from bot.errors import DispatchError
+from bot.nodes.ssh.transfer import Meter
+from runner.evidence import file_sha256
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class FetchLimits:
+    """The most a fetch brings back from one node: ``total_bytes`` and ``files`` in all,
+    ``file_bytes`` for one file (settings: ``PREFLIGHT_FETCH_MAX_BYTES``,
+    ``PREFLIGHT_FETCH_MAX_FILES``, ``PREFLIGHT_FETCH_MAX_FILE_BYTES``). Files the bot
+    already holds from a cut try count too: the caps bound the copy, not one try."""
+
+    total_bytes: int = 4 * GIB
+    file_bytes: int = 2 * GIB
+    files: int = 200_000
+
+
+def held_files(staging: HostDir) -> Iterator[tuple[str, str, int]]:
+    """(relative path, SHA-256, size) of each regular file in the staging folder, read
+    without following a link (the folder is the bot's own, filled by ``HostDir``)."""
+    for base, dirs, names in os.walk(staging.path):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(base, name)
+            st = os.lstat(path)
+            if os.path.isfile(path) and not os.path.islink(path):
+                rel = os.path.relpath(path, staging.path).replace(os.sep, "/")
+                yield rel, file_sha256(path), st.st_size
+
+
+def prune(staging: HostDir, keep: set[str]) -> None:
+    """Remove the files of the staging folder the node's stream did not name (gone from
+    the node since the cut try): the copy holds what the node holds, nothing more."""
+    for base, _dirs, names in os.walk(staging.path):
+        for name in names:
+            rel = os.path.relpath(os.path.join(base, name), staging.path).replace(os.sep, "/")
+            if rel not in keep:
+                staging.unlink(rel.split("/"))
+
+
+class Budget:
+    """The files and bytes a fetch has brought back (``held`` from a cut try included),
+    against its limits; told to the transfer's ``meter`` too, if it has one."""
+
+    def __init__(self, run_id: str, limits: FetchLimits, meter: Meter | None = None) -> None:
+        self.run_id, self.limits, self.meter = run_id, limits, meter
+        self.total = self.files = 0
+
+    def file(self, rel: str, size: int, *, held: bool = False) -> None:
+        """A file the node announces, ``size`` bytes: refused before a byte is read when
+        it passes a cap. ``held``: the bot already has it (counted, not sent)."""
+        self.files += 1
+        if self.files > self.limits.files:
+            raise self._over(rel, f"it is file {self.files} of the fetch, over the cap of "
+                                  f"{self.limits.files} files", "PREFLIGHT_FETCH_MAX_FILES")
+        if size > self.limits.file_bytes:
+            raise self._over(rel, f"{size} bytes, over the cap of {self.limits.file_bytes} "
+                                  "bytes per file", "PREFLIGHT_FETCH_MAX_FILE_BYTES")
+        if self.total + size > self.limits.total_bytes:
+            raise self._over(rel, f"it would bring the fetch to {self.total + size} bytes, "
+                                  f"over the cap of {self.limits.total_bytes} bytes",
+                             "PREFLIGHT_FETCH_MAX_BYTES")
+        if held:
+            self.total += size
+        elif self.meter is not None:
+            self.meter.expect(size)
+
+    def add(self, rel: str, done: int, more: int, size: int) -> None:
+        """``more`` bytes of ``rel`` arrived (``done`` before them): never more than its
+        header announced (``size``), which the caps allowed."""
+        if done + more > size:
+            raise self._over(rel, f"more than the {size} bytes its header announced",
+                             "PREFLIGHT_FETCH_MAX_BYTES")
+        self.total += more
+        if self.meter is not None:
+            self.meter.moved(more)
+
+    def _over(self, rel: str, why: str, setting: str) -> DispatchError:
+        return DispatchError(
+            f"run {self.run_id}: the results on the node are too large: {rel!r}: {why}; the "
+            f"fetch is stopped there and nothing was replaced (raise {setting} on the bot "
+            "host, or leave less in the evidence copy)")
