@@ -48,7 +48,7 @@ from bot.dispatch.bot_records import BOT_RECORDS, fetched_name
 from bot.dispatch.bot_records import STAGING_PREFIX as STAGING
 from bot.dispatch.evidence_home import refuse_evidence_home
 from bot.dispatch.host_tree import HostDir
-from bot.dispatch.node_names import node_name
+from bot.dispatch.node_names import NodeNameRefused, node_name
 from bot.dispatch.upload import Backoff, SSHNode, verify_fetched
 from bot.errors import DispatchError, NodeUnreachable
 from bot.node_programs import fetch_command
@@ -236,7 +236,8 @@ async def _ended(proc: Any, errors: asyncio.Future[bytes], job: FetchJob, node: 
         raise ConnectionResetError(f"the fetch's stream was cut ({why or 'no exit status'})")
     said = errors.result() if errors.done() and not errors.cancelled() else b""
     if status == MISSING:
-        raise FolderMissing(f"run {job.run_id}: {node.where} has no {job.src}")
+        raise FolderMissing(f"run {job.run_id}: {node.where}: {job.src} is missing on the "
+                            "node (it was removed, or the run never wrote it)")
     if status != 0:
         raise DispatchError(f"run {job.run_id}: {node.where} could not send {job.src} "
                             f"(exit {status}): "
@@ -275,7 +276,11 @@ class _Reader:
 
     def _parts(self, name: str) -> tuple[str, ...]:
         parts = name.rstrip("/").split("/") if name else [name]
-        return tuple(node_name(p, self.node.where, self.job.src) for p in parts)
+        try:
+            return tuple(node_name(p, self.node.where, self.job.src) for p in parts)
+        except NodeNameRefused:  # refused again naming the whole member
+            node_name(name, self.node.where, self.job.src)
+            raise
 
     def _where(self, parts: tuple[str, ...]) -> tuple[str, ...]:
         return (self.job.name, *parts) if self.job.name else parts
