@@ -82,7 +82,7 @@ class Budget:
         if held:
             self.total += size
         elif self.meter is not None:
-            self.meter.expect(size)
+            self.meter.expect(size, files=1)  # the fetch's ceiling grows with both
 
     def add(self, rel: str, done: int, more: int, size: int) -> None:
         """``more`` bytes of ``rel`` arrived (``done`` before them): never more than its
