@@ -204,6 +204,7 @@ def test_one_run_failing_unexpectedly_does_not_stop_the_watch_of_the_others(
     broken = start(service, tmp_path, name="broken")
     healthy = start(service, tmp_path, name="healthy")
     watch_runs(service, datetime.now(timezone.utc))
+    assert service.follower.ends.wait(healthy, 30)  # its end runs off the watch's thread
     assert service.store.get_run(healthy)["status"] == "awaiting_decision"
     assert service.store.get_run(broken)["status"] == "running"
 
