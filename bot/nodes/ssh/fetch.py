@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
+import json
 import logging
 import os
 import posixpath
@@ -103,6 +104,7 @@ class FetchJob:
     staging: str  # the staging folder's name in ``dest``
     skip: tuple[str, ...]  # top-level names the node leaves out
     evidence: bool  # an evidence copy: every file is checked against its SHA256SUMS
+    inputs: int = 0  # the run's expected inputs: its caps are sized for them (0: unknown)
 
     def shown(self, rel: str) -> str:
         return f"evidence copy {self.src}/{rel}" if self.evidence else rel
@@ -110,12 +112,23 @@ class FetchJob:
 
 def job_of(handle: RunHandle, layout: dict[str, Any]) -> FetchJob:
     evidence = layout.get("evidence") or {}
+    inputs = _expected_inputs(handle)
     if evidence.get("local") and evidence.get("remote"):
         return FetchJob(handle.run_id, f"{evidence['remote']}/{handle.run_id}",
                         Path(evidence["local"]), handle.run_id,
-                        f"{STAGING}-{handle.run_id}", (), True)
+                        f"{STAGING}-{handle.run_id}", (), True, inputs)
     return FetchJob(handle.run_id, layout["run_dir"], handle.run_dir, None, STAGING,
-                    tuple(sorted(BOT_RECORDS)), False)
+                    tuple(sorted(BOT_RECORDS)), False, inputs)
+
+
+def _expected_inputs(handle: RunHandle) -> int:
+    """The run's expected inputs, from the spec the bot wrote (0 when it cannot tell)."""
+    try:
+        spec = json.loads(handle.spec_path.read_text(encoding="utf-8"))
+        count = spec["inputs"]["expected_count"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+    return count if isinstance(count, int) and count > 0 else 0
 
 
 async def fetch_results(dispatcher: SSHDispatcher, handle: RunHandle, node: SSHNode,
@@ -159,7 +172,8 @@ async def _fetch(dispatcher: SSHDispatcher, job: FetchJob, node: SSHNode) -> Non
 async def _try(dispatcher: SSHDispatcher, conn: Any, job: FetchJob, node: SSHNode) -> None:
     """One try: the stream read into the kept staging folder; complete, it replaces what
     the bot host had. A cut keeps the staging folder; a refusal removes it."""
-    budget = Budget(job.run_id, dispatcher.fetch_limits, current_meter())
+    budget = Budget(job.run_id, dispatcher.fetch_limits.for_inputs(job.inputs),
+                    current_meter())
     if budget.meter is not None:
         budget.meter.start()  # its bytes are learnt as the members arrive
     dest = staging = None

@@ -12,26 +12,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from bot.dispatch.host_tree import HostDir
 from bot.errors import DispatchError
 from bot.nodes.ssh.transfer import Meter
+from bot.pilot.fetch_caps import FetchCaps
 from runner.evidence import file_sha256
 
-GIB = 1 << 30
-
-
-@dataclass(frozen=True)
-class FetchLimits:
-    """The most a fetch brings back from one node: ``total_bytes`` and ``files`` in all,
-    ``file_bytes`` for one file (settings: ``PREFLIGHT_FETCH_MAX_BYTES``,
-    ``PREFLIGHT_FETCH_MAX_FILES``, ``PREFLIGHT_FETCH_MAX_FILE_BYTES``). Files the bot
-    already holds from a cut try count too: the caps bound the copy, not one try."""
-
-    total_bytes: int = 4 * GIB
-    file_bytes: int = 2 * GIB
-    files: int = 200_000
+# The most a fetch brings back from one node: ``total_bytes`` and ``files`` in all,
+# ``file_bytes`` for one file, sized per run (``for_inputs``). Files the bot already holds
+# from a cut try count too: the caps bound the copy, not one try.
+FetchLimits = FetchCaps
 
 
 def held_files(staging: HostDir) -> Iterator[tuple[str, str, int]]:
