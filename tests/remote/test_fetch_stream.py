@@ -31,7 +31,8 @@ RUN = "r1"
 
 class TappedSSH(SSHDispatcher):
     """Counts the bytes of each fetch stream; ``cut_after``: the connections are killed
-    once a stream has brought that many bytes."""
+    once a stream has brought that many bytes, and the next read fails as a dropped
+    connection's does."""
 
     sshd: Sshd
     streams: list[int]
@@ -70,12 +71,14 @@ class _Out:
         self.inner, self.owner = inner, owner
 
     async def read(self, n: int) -> bytes:
-        data = bytes(await self.inner.read(n))
         owner = self.owner
-        owner.streams[-1] += len(data)
         if owner.cut_after is not None and owner.streams[-1] >= owner.cut_after:
             owner.cut_after = None
             assert owner.sshd.kill_connections() >= 1
+            # what the client had buffered already is lost with its connection too
+            raise ConnectionResetError("the connection dropped mid-stream")
+        data = bytes(await self.inner.read(min(n, 16 << 10)))  # fine steps to cut at
+        owner.streams[-1] += len(data)
         return data
 
 

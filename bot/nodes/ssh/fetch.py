@@ -54,7 +54,7 @@ from bot.dispatch.upload import Backoff, SSHNode, verify_fetched
 from bot.errors import DispatchError, NodeUnreachable
 from bot.node_programs import fetch_command
 from bot.node_programs.fetch_stream import MISSING, SOCKET
-from bot.nodes.ssh.fetch_staging import Budget, FetchLimits, held_files, prune
+from bot.nodes.ssh.fetch_staging import Budget, FetchLimits, held_files, link_records, prune
 from bot.nodes.ssh.tar_reader import Member, TarReader, TarStreamError
 from bot.nodes.ssh.transfer import current_meter
 from runner.evidence import SUMS, parse_sums
@@ -64,9 +64,6 @@ __all__ = ["FetchLimits", "fetch_results"]
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-# The records of the run directory the bot reads once the run has ended that the evidence
-# copy holds: linked (or copied) from the fetched copy on the bot host, never fetched twice.
-RUN_RECORDS = ("balance.csv", "balance.json")
 SUMS_MAX = 64 << 20  # SHA256SUMS read whole: one line per shard and plain file
 STDERR_MAX = 64 << 10
 EXIT_WAIT_S = 10.0  # how long a stream that ended waits for the node's exit status
@@ -151,7 +148,7 @@ async def fetch_results(dispatcher: SSHDispatcher, handle: RunHandle, node: SSHN
     if home is None:
         return None
     verify_fetched(handle, home)
-    _link_records(handle, home)
+    link_records(handle.run_id, home, handle.run_dir)
     return home
 
 
@@ -362,40 +359,6 @@ def _what(member: Member) -> str:
     return {tarfile.FIFOTYPE: "a FIFO", SOCKET: "a socket", tarfile.CHRTYPE:
             "a character device", tarfile.BLKTYPE: "a block device"}.get(
         member.type, f"of an unknown type ({member.type!r})")
-
-
-def _link_records(handle: RunHandle, home: Path) -> None:
-    """The balance the thread uploads, in the run directory: a hard link to the verified
-    copy's (a copy across file systems), never fetched a second time."""
-    with HostDir(home) as src, HostDir(handle.run_dir) as dst:
-        for name in RUN_RECORDS:
-            try:
-                dst.remove(name)
-                try:
-                    os.link(name, name, src_dir_fd=src.fd, dst_dir_fd=dst.fd,
-                            follow_symlinks=False)
-                except OSError as exc:
-                    if exc.errno != errno.EXDEV:
-                        raise
-                    _copy_at(src, dst, name)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                log.warning("run %s: %s not placed in the run directory: %s",
-                            handle.run_id, name, exc)
-
-
-def _copy_at(src: HostDir, dst: HostDir, name: str) -> None:
-    fd_in = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=src.fd)
-    try:
-        fd_out = dst.create((name,), replace=True)
-        try:
-            while chunk := os.read(fd_in, 1 << 20):
-                _write_all(fd_out, chunk)
-        finally:
-            os.close(fd_out)
-    finally:
-        os.close(fd_in)
 
 
 def _drop_staging(dest: HostDir | None, name: str) -> None:

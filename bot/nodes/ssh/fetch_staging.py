@@ -10,8 +10,11 @@ host had (``bot/nodes/ssh/fetch.py``).
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 from bot.dispatch.host_tree import HostDir
 from bot.errors import DispatchError
@@ -23,6 +26,11 @@ from runner.evidence import file_sha256
 # ``file_bytes`` for one file, sized per run (``for_inputs``). Files the bot already holds
 # from a cut try count too: the caps bound the copy, not one try.
 FetchLimits = FetchCaps
+
+# The records of the run directory the bot reads once the run has ended that the evidence
+# copy holds: linked (or copied) from the fetched copy on the bot host, never fetched twice.
+RUN_RECORDS = ("balance.csv", "balance.json")
+log = logging.getLogger(__name__)
 
 
 def held_files(staging: HostDir) -> Iterator[tuple[str, str, int]]:
@@ -90,3 +98,43 @@ class Budget:
             f"run {self.run_id}: the results on the node are too large: {rel!r}: {why}; the "
             f"fetch is stopped there and nothing was replaced (raise {setting} on the bot "
             "host, or leave less in the evidence copy)")
+
+
+def link_records(run_id: str, home: Path, run_dir: Path) -> None:
+    """The balance the thread uploads, in the run directory: a hard link to the verified
+    copy's (a copy across file systems), never fetched a second time."""
+    with HostDir(home) as src, HostDir(run_dir) as dst:
+        for name in RUN_RECORDS:
+            try:
+                dst.remove(name)
+                try:
+                    os.link(name, name, src_dir_fd=src.fd, dst_dir_fd=dst.fd,
+                            follow_symlinks=False)
+                except OSError as exc:
+                    if exc.errno != errno.EXDEV:
+                        raise
+                    _copy_at(src, dst, name)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                log.warning("run %s: %s not placed in the run directory: %s",
+                            run_id, name, exc)
+
+
+def _copy_at(src: HostDir, dst: HostDir, name: str) -> None:
+    fd_in = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=src.fd)
+    try:
+        fd_out = dst.create((name,), replace=True)
+        try:
+            while chunk := os.read(fd_in, 1 << 20):
+                _write_all(fd_out, chunk)
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
