@@ -46,9 +46,11 @@ class Settings:
     # largest request body it reads before the signature check.
     http_host: str = "127.0.0.1"
     http_max_body: int = 1024 * 1024
-    # The most a results fetch brings back from a node: in all, and for one file (bytes).
+    # The most a results fetch brings back from a node: in all, and for one file (bytes),
+    # and files in all (bot/nodes/ssh/fetch_staging.py: FetchLimits).
     fetch_max_bytes: int = 4 << 30
     fetch_max_file_bytes: int = 2 << 30
+    fetch_max_files: int = 200_000
     # A copy to or from a node fails once it moved no byte for this long, and otherwise
     # runs up to a ceiling of its fixed part plus its bytes at this floor rate (bytes/s).
     transfer_stall_s: float = 120.0
@@ -90,6 +92,8 @@ class Settings:
             policy_path=_path(env.get("PREFLIGHT_POLICY")),
             fetch_max_bytes=_bytes(env, "PREFLIGHT_FETCH_MAX_BYTES", 4 << 30),
             fetch_max_file_bytes=_bytes(env, "PREFLIGHT_FETCH_MAX_FILE_BYTES", 2 << 30),
+            fetch_max_files=_positive(env, "PREFLIGHT_FETCH_MAX_FILES", 200_000, int,
+                                      "whole number of files"),
             transfer_stall_s=_seconds(env, "PREFLIGHT_TRANSFER_STALL_S", 120.0),
             transfer_floor_bytes_per_s=_bytes(env, "PREFLIGHT_TRANSFER_FLOOR_BYTES_PER_S",
                                               1 << 20),

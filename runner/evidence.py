@@ -42,6 +42,7 @@ from runner.evidence_store import join_dest as join_dest
 from runner.evidence_store import open_store
 from runner.evidence_verify import REQUIRED
 from runner.evidence_verify import VerifyReport as VerifyReport
+from runner.evidence_verify import parse_sums as parse_sums
 from runner.evidence_verify import verify_evidence as verify_evidence
 from runner.shard_index import parse_index_line as parse_index_line
 

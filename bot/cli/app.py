@@ -294,6 +294,7 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
     service = build_service(Settings.from_env(), NullNotifier())
     for active in service.records.running():
         service.reap(active.id)  # record what runners wrote since; close runs that died
+        service.follower.ends.wait(active.id)  # a run that ended: fetched and judged now
     rows = service.records.records(limit)
     if as_json:
         from bot.pilot.track_record import score_of
@@ -327,7 +328,9 @@ def show(run_id: str = typer.Argument(..., help="the run id (or its unique prefi
     """One run: stages with facts, first error, balance, verdict, decisions."""
     service = build_service(Settings.from_env(), NullNotifier())
     try:
-        service.reap(service.find(run_id)["id"])  # bring a running run up to date
+        found = service.find(run_id)["id"]
+        service.reap(found)  # bring a running run up to date
+        service.follower.ends.wait(found)  # a run that ended: fetched and judged now
         data = service.show(run_id)
     except PreflightError as exc:
         raise _fail(str(exc), 2) from exc

@@ -64,11 +64,13 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable plan")] = False,
 ) -> None:
     """Print the order summary: model, days, lots, cards, preparation, total USD."""
+    from bot.pilot.fetch_caps import caps_of
     from bot.pilot.plan import describe_lots, describe_price, make_plan, plural
+    from bot.settings import Settings
 
     loaded, _ = _load_checked(file, as_json)
     try:
-        result = make_plan(loaded)
+        result = make_plan(loaded, caps=caps_of(Settings.from_env()))
     except ManifestError as exc:
         _report(as_json, False, exc.problems, exc.warnings, f"{exc.source}: not valid")
         raise typer.Exit(1) from exc
@@ -87,6 +89,8 @@ def plan(
             ("Formula", result.formula)]
     if result.volume:
         rows.append(("Volume", result.volume))
+    if result.fetch:
+        rows.append(("Results fetch (caps)", result.fetch))
     for label, value in rows:
         console.print(f"{label + ':':<24}{value}", markup=False)
     for note in result.notes:

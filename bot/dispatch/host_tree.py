@@ -71,25 +71,51 @@ class HostDir:
         finally:
             os.close(fd)
 
-    def create(self, parts: Sequence[str], mode: int = 0o644) -> int:
-        """A new file opened for writing (``O_EXCL | O_NOFOLLOW``): its descriptor."""
+    def create(self, parts: Sequence[str], mode: int = 0o644, *,
+               replace: bool = False) -> int:
+        """A new file opened for writing (``O_EXCL | O_NOFOLLOW``): its descriptor.
+        ``replace``: what was at that name (a file, a link, a folder) removed first."""
         fd = self._parent(parts)
         try:
+            if replace:
+                _remove_at(fd, parts[-1])
             return os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                            mode, dir_fd=fd)
         finally:
             os.close(fd)
 
+    def ensure_dir(self, parts: Sequence[str], mode: int = 0o755) -> None:
+        """The folder ``parts`` there, made if missing (what else was at its name removed
+        first): a kept staging folder is filled again without being emptied."""
+        fd = self._parent(parts)
+        try:
+            try:
+                if stat.S_ISDIR(os.lstat(parts[-1], dir_fd=fd).st_mode):
+                    return
+                _remove_at(fd, parts[-1])
+            except FileNotFoundError:
+                pass
+            os.mkdir(parts[-1], mode, dir_fd=fd)
+        finally:
+            os.close(fd)
+
+    def unlink(self, parts: Sequence[str]) -> None:
+        """The entry ``parts`` (a file, a link or a folder) gone, if it was there."""
+        fd = self._parent(parts)
+        try:
+            _remove_at(fd, parts[-1])
+        finally:
+            os.close(fd)
+
     def remove(self, name: str) -> None:
         """``name`` (a file, a link or a whole folder, never followed) gone, if it was there."""
-        try:
-            st = os.lstat(_plain(name), dir_fd=self.fd)
-        except FileNotFoundError:
-            return
-        if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(name, dir_fd=self.fd)
-        else:
-            os.unlink(name, dir_fd=self.fd)
+        _remove_at(self.fd, _plain(name))
+
+    def kept(self, name: str) -> HostDir:
+        """``name`` opened as it is, made when missing (what else was there removed): the
+        caller closes it."""
+        self.ensure_dir((name,))
+        return HostDir.below(self, name)
 
     def fresh(self, name: str) -> HostDir:
         """``name`` made anew (what was there removed) and opened: the caller closes it."""
@@ -118,3 +144,14 @@ class HostDir:
         if kind is not None and (kind == stat.S_IFDIR or kind != moving):
             dest.remove(dst)
         os.replace(src, dst, src_dir_fd=self.fd, dst_dir_fd=dest.fd)
+
+
+def _remove_at(fd: int, name: str) -> None:
+    try:
+        st = os.lstat(name, dir_fd=fd)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=fd)
+    else:
+        os.unlink(name, dir_fd=fd)

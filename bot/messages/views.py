@@ -72,6 +72,8 @@ def plan_message(run: Run) -> Message:
         pairs.append(("Memory per card", f"{plan.memory_per_card_gib} GiB"))
     if plan.volume:
         pairs.append(("Volume (on approval)", plan.volume))
+    if plan.fetch:
+        pairs.append(("Results fetch (caps)", plan.fetch))
     blocks: list[Any] = [Heading(f"Plan for {run.name}"), Fields(tuple(pairs))]
     for note in plan.notes:
         blocks.append(Text(note, style="muted"))

@@ -44,6 +44,17 @@ NODE_CORPUS_SCRIPT = HASH_CACHE_TEXT + Path(__file__).with_name("corpus_listing.
     encoding="utf-8")
 
 
+# Runs on a node: a finished run's evidence copy (or run directory) as one tar stream on
+# stdout, leaving out what the bot already holds (``fetch_stream.py``).
+FETCH_STREAM = Path(__file__).with_name("fetch_stream.py").read_text(encoding="utf-8")
+
+
+def fetch_command(python: str, root: str, *skip: str) -> str:
+    """``FETCH_STREAM`` run by the node's ``python`` without ``site`` (``-S``): a site's
+    ``sitecustomize`` printing on stdout would garble the stream."""
+    return " ".join(shlex.quote(a) for a in (python, "-S", "-c", FETCH_STREAM, root, *skip))
+
+
 def python_command(python: str, script: str, *args: str) -> str:
     """The shell command that runs ``script`` with the node's ``python`` and ``args``."""
     return " ".join(shlex.quote(a) for a in (python, "-c", script, *args))

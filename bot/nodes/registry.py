@@ -29,7 +29,8 @@ def ssh_node(settings: Settings) -> Dispatcher:
                          client_keys=list(settings.ssh_client_keys) or None,
                          ssh_config=settings.ssh_config,
                          fetch_limits=FetchLimits(settings.fetch_max_bytes,
-                                                  settings.fetch_max_file_bytes),
+                                                  settings.fetch_max_file_bytes,
+                                                  settings.fetch_max_files),
                          transfer_limits=TransferLimits(
                              settings.transfer_stall_s,
                              float(settings.transfer_floor_bytes_per_s)),

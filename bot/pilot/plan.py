@@ -18,6 +18,7 @@ from bot.errors import PreflightError
 from bot.manifest.catalog import Catalog, GpuModel, default_catalog
 from bot.manifest.load import LoadedManifest
 from bot.manifest.model import Manifest
+from bot.pilot.fetch_caps import FetchCaps
 
 CENT = Decimal("0.01")
 
@@ -45,6 +46,7 @@ class Plan:
     bf16_floor_tflops: float | None = None  # a card below it is slow (runner.cards)
     allreduce_busbw_gbps: dict[int, float] = field(default_factory=dict)  # by card count
     volume: str | None = None  # what an approval launches: inputs, nodes, cards (or None)
+    fetch: str | None = None  # the results fetch's caps, for the pilot and the volume
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able, with the issue's field names; money as exact decimal strings."""
@@ -60,7 +62,7 @@ class Plan:
             "bf16_tflops": self.bf16_tflops, "fp32_tflops": self.fp32_tflops,
             "bf16_floor_tflops": self.bf16_floor_tflops,
             "allreduce_busbw_gbps": {str(k): v for k, v in self.allreduce_busbw_gbps.items()},
-            "volume": self.volume,
+            "volume": self.volume, "fetch": self.fetch,
         }
 
     @classmethod
@@ -84,7 +86,7 @@ class Plan:
             fp32_tflops=_number(data.get("fp32_tflops")),
             bf16_floor_tflops=_number(data.get("bf16_floor_tflops")),
             allreduce_busbw_gbps={int(k): float(v) for k, v in dict(busbw).items()},
-            volume=data.get("volume"))
+            volume=data.get("volume"), fetch=data.get("fetch"))
 
 
 def _number(value: Any) -> float | None:
@@ -119,8 +121,10 @@ def describe_price(price: str, gpu: str, cards_per_lot: int) -> str:
     return f"{price} USD (one {gpu} lot = {cards_per_lot} cards, all covered by this price)"
 
 
-def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None) -> Plan:
-    """The order summary of a validated manifest."""
+def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None,
+              caps: FetchCaps | None = None) -> Plan:
+    """The order summary of a validated manifest; ``caps``: the bot host's fetch caps
+    (its settings), sized here for the pilot and the volume."""
     manifest = loaded.manifest
     hardware = manifest.hardware
     gpu = (catalog or default_catalog()).get(hardware.gpu)
@@ -145,7 +149,18 @@ def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None) -> Plan:
         bf16_floor_tflops=gpu.bf16_floor_tflops,
         allreduce_busbw_gbps=dict(gpu.allreduce_busbw_gbps),
         volume=describe_volume(manifest, gpu.key, total_cards),
+        fetch=describe_fetch(manifest, caps or FetchCaps()),
     )
+
+
+def describe_fetch(manifest: Manifest, caps: FetchCaps) -> str:
+    """The results fetch's caps for the pilot and the volume, in one line ("pilot: up
+    to 1,048 files, 4.00 GiB in all, 2.00 GiB per file; volume: ...")."""
+    out = f"pilot: {caps.for_inputs(manifest.inputs.expected_count).words()}"
+    if manifest.volume is not None:
+        volume = caps.for_inputs(manifest.volume.inputs.expected_count)
+        out += f"; volume: {volume.words()}"
+    return out
 
 
 def describe_volume(manifest: Manifest, gpu: str, total_cards: int) -> str | None:

@@ -37,6 +37,7 @@ from bot.service.forecast_inputs import ATTEMPT_EVENTS, check_volume, forecast_f
 from bot.service.handles import dispatcher_for, handle_for
 from bot.service.publisher import Publisher
 from bot.service.report_files import settle_evidence
+from bot.service.run_ends import RunEnds
 from bot.service.shown_rows import ShownRows
 from bot.settings import Settings
 from bot.store import Run, RunRecord, Store
@@ -65,6 +66,8 @@ class Follower:
         self.dispatchers = dispatchers  # the service's own mapping: a change there is seen here
         self.publisher = publisher
         self._finish_checked: set[str] = set()
+        # a run's end (its results fetched, then judged) runs off this thread
+        self.ends = RunEnds()
         # a volume's per-worker rates ride on one progress event in 30 s (runner/volume.py):
         # the latest seen is shown with every progress until the next
         self._per_card: dict[str, Any] = {}
@@ -102,7 +105,13 @@ class Follower:
             contact.back()
             run = self.store.run_record(run_id)  # every poll: none of the big columns
             if run.status != S.RUNNING:
+                self.ends.wait(run_id)  # an end that recorded it: its messages sent too
                 return self.store.get_run(run_id)
+            if self.ends.pending(run_id):  # its results being fetched: wait for the verdict
+                if deadline is not None and time.monotonic() > deadline:
+                    raise DispatchError(f"run {run_id} still being ended after {timeout} s")
+                self.ends.wait(run_id, poll)
+                continue
             if not fresh and not self._dispatcher(run).is_alive(self._handle(run)):
                 if not self.pump(run_id):  # the last lines may have landed as it exited
                     self._runner_died(run_id)
@@ -174,6 +183,7 @@ class Follower:
                 ended.append((finished[-1].ts, run_id))
         for _, run_id in sorted(ended):
             self._finish(run_id)
+            self.ends.wait(run_id)  # in finish order: each end recorded before the next
         return [run_id for _, run_id in sorted(ended)]
 
     def reap(self, run_id: str, *, now: datetime | None = None) -> bool:
@@ -187,7 +197,8 @@ class Follower:
         run = self.store.run_record(run_id)
         if run.status == S.DISPATCHING:
             return self._settle_dispatch(run, now or datetime.now(timezone.utc))
-        if run.status != S.RUNNING or self.pump(run_id):
+        # an end under way (its results being fetched) is not a death
+        if run.status != S.RUNNING or self.pump(run_id) or not self.ends.wait(run_id, 0):
             return False
         run = self.store.run_record(run_id)
         if run.status != S.RUNNING or self._dispatcher(run).is_alive(self._handle(run)):
@@ -222,6 +233,11 @@ class Follower:
         return True
 
     def _finish(self, run_id: str) -> None:
+        """The run's end, on a worker thread (``RunEnds``): fetching its results can take
+        minutes, and the follower goes on with this run's events and the others'."""
+        self.ends.start(run_id, self._end)
+
+    def _end(self, run_id: str) -> None:
         # A Slack follower and the watch job may both see run.finished, and so may another
         # bot process (a `preflight stop` following the run it stopped): one finishes it
         # (stopping Ray and fetching results once); the others wait, then find it ended.

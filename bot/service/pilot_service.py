@@ -33,6 +33,7 @@ from bot.manifest.project_check import git_commit
 from bot.messages import views
 from bot.messages.model import Message, Notifier
 from bot.pilot.clock import now_utc
+from bot.pilot.fetch_caps import caps_of
 from bot.pilot.plan import make_plan
 from bot.pilot.specbuild import build_spec
 from bot.pilot.states import S, resume_refusal
@@ -242,7 +243,7 @@ class PilotService:
             self.precheck(loaded)
         m = loaded.manifest
         refuse_evidence_place(loaded, self.settings)  # never a run directory (issue 32)
-        plan = make_plan(loaded)
+        plan = make_plan(loaded, caps=caps_of(self.settings))
         ids = expected_inputs(loaded, inputs)
         with self._lock:
             attempt, run_id, run_dir = new_run_dir(self.store, loaded, kind,

@@ -84,6 +84,7 @@ def test_watch_pumps_runs_nobody_follows(tmp_path: Path) -> None:
     service = make(tmp_path, lambda run: pilot_script(IDS, refuse=()), step=100)
     run_id = start(service, tmp_path)
     watch_runs(service, datetime.now(timezone.utc))
+    assert service.follower.ends.wait(run_id, 30)  # its end runs off the watch's thread
     assert service.store.get_run(run_id)["status"] == "awaiting_decision"
 
 
@@ -204,6 +205,7 @@ def test_one_run_failing_unexpectedly_does_not_stop_the_watch_of_the_others(
     broken = start(service, tmp_path, name="broken")
     healthy = start(service, tmp_path, name="healthy")
     watch_runs(service, datetime.now(timezone.utc))
+    assert service.follower.ends.wait(healthy, 30)  # its end runs off the watch's thread
     assert service.store.get_run(healthy)["status"] == "awaiting_decision"
     assert service.store.get_run(broken)["status"] == "running"
 

@@ -112,3 +112,19 @@ def test_the_stall_limit_and_floor_rate_come_from_the_settings(tmp_path: Path) -
             stall_s=30.0, floor_bytes_per_s=5e6)
     finally:
         ssh.close()
+
+
+def test_the_ceiling_counts_files_as_well_as_bytes() -> None:
+    """A fetch of many small files is allowed their number, not only their bytes."""
+    clock = Clock()
+    watch = TransferWatch(TransferLimits(per_file_s=0.01), fixed_s=900.0, clock=clock)
+    meter = watch.meter("gpu@10.0.0.7:22", "results fetch")
+    meter.start()
+    for _ in range(1000):
+        meter.expect(100, files=1)
+    assert watch.files == 1000
+    assert watch.ceiling() == 900.0 + 100_000 / MIB + 10.0
+    clock.now += watch.ceiling() + 1
+    meter.moved(1)
+    verdict = watch.verdict()
+    assert verdict is not None and "+ 1000 files at 0.01 s each" in verdict

@@ -3,7 +3,9 @@
 
 ``python3 forced_command.py RENAMES.json``. sshd puts what the client asked for in
 ``SSH_ORIGINAL_COMMAND``: the SFTP subsystem (the sftp-server's path) or a command. A
-command is run as asked (``sh -c``); the SFTP subsystem runs the real sftp-server behind
+command is run as asked (``sh -c``), the results fetch's program too, whose tar stream is
+rewritten the same way (a member whose first name is in RENAMES is renamed); the SFTP
+subsystem runs the real sftp-server behind
 this program, which rewrites every ``SSH_FXP_NAME`` reply as an attacker would: a listed
 name found in RENAMES (``{"names": {"balance.csv": "../../victim.txt"}}``) is answered as
 its replacement. Standard library only: the node's interpreter runs it.
@@ -16,10 +18,12 @@ import os
 import struct
 import subprocess
 import sys
+import tarfile
 import threading
 from typing import BinaryIO
 
 FXP_NAME = 104
+FETCH_MARK = "PREFLIGHT.held"  # in the fetch program's text (bot/node_programs)
 
 
 def _read_exact(stream: BinaryIO, n: int) -> bytes:
@@ -99,6 +103,20 @@ def sftp_proxy(server: str, names: dict[str, str]) -> int:
     return proc.wait()
 
 
+def tar_proxy(asked: str, names: dict[str, str]) -> int:
+    """The fetch program's stream, each member whose first name is listed renamed."""
+    proc = subprocess.Popen(["/bin/sh", "-c", asked], stdout=subprocess.PIPE)
+    src = tarfile.open(fileobj=proc.stdout, mode="r|")
+    dst = tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMAT)
+    for member in src:
+        head, sep, rest = member.name.partition("/")
+        if head in names:
+            member.name = names[head] + sep + rest
+        dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    dst.close()
+    return proc.wait()
+
+
 def main() -> int:
     with open(sys.argv[1], encoding="utf-8") as fh:
         plan = json.load(fh)
@@ -107,6 +125,8 @@ def main() -> int:
         return sftp_proxy(asked, plan.get("names") or {})
     if not asked:
         return 1
+    if FETCH_MARK in asked:
+        return tar_proxy(asked, plan.get("names") or {})
     os.execv("/bin/sh", ["sh", "-c", asked])
     return 1  # pragma: no cover - execv does not return
 

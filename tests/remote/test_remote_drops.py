@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bot.dispatch.upload import SSHNode
+from bot.node_programs.fetch_stream import HELD
 from bot.nodes.ssh.dispatcher import RUNNER_PACKAGE, SSHDispatcher
 from tests.remote.remote_kit import (
     REPO,
@@ -35,6 +36,8 @@ from tests.remote.remote_kit import (
     write_project,
 )
 from tests.remote.sshd_server import Sshd, _children, running_sshd
+
+T = TypeVar("T")
 
 
 class FaultySSH(SSHDispatcher):
@@ -61,23 +64,41 @@ class FaultySSH(SSHDispatcher):
         self._fire("probe")
         return await super()._probe_files(node, pid, run_dir)
 
-    async def sftp_of(self, conn: Any) -> Any:
-        return _KillBeforeEvidence(self, await super().sftp_of(conn))
+    async def guarded(self, node: SSHNode,
+                      work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
+        return await super().guarded(node, lambda conn: work(_KillInEvidence(self, conn)))
 
 
-class _KillBeforeEvidence:
-    """The dispatcher's SFTP client; the armed "evidence" fault fires as its copy starts."""
+class _KillInEvidence:
+    """The dispatcher's connection; the armed "evidence" fault fires once the fetch's
+    stream of the evidence copy has begun."""
 
-    def __init__(self, owner: FaultySSH, sftp: Any) -> None:
-        self.owner, self.sftp = owner, sftp
+    def __init__(self, owner: FaultySSH, conn: Any) -> None:
+        self.owner, self.conn = owner, conn
 
-    async def lstat(self, path: str, *args: Any, **kw: Any) -> Any:
-        if "/evidence/" in path:  # the fetch looks at the evidence copy before copying it
-            self.owner._fire("evidence")
-        return await self.sftp.lstat(path, *args, **kw)
+    async def create_process(self, command: str, **kw: Any) -> Any:
+        proc = await self.conn.create_process(command, **kw)
+        if HELD in command and "/evidence/" in command:
+            return _FireOnData(proc, self.owner)
+        return proc
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.sftp, name)
+        return getattr(self.conn, name)
+
+
+class _FireOnData:
+    """A fetch process whose first bytes fire the armed fault, once they have arrived."""
+
+    def __init__(self, proc: Any, owner: FaultySSH) -> None:
+        self.proc, self.owner, self.stdout = proc, owner, self
+
+    async def read(self, n: int) -> bytes:
+        data = await self.proc.stdout.read(n)
+        self.owner._fire("evidence")
+        return bytes(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.proc, name)
 
 
 def faulty(sshd: Sshd, **kw: Any) -> FaultySSH:

@@ -1,67 +1,76 @@
-"""Bringing a finished SSH run's results back: retried after a drop, never half-verified,
-and never trusted.
+"""Bringing a finished SSH run's results back: one stream per node, resumed after a cut,
+never half-verified, and never trusted.
 
-The remote run directory is copied into ``<run dir>/.fetch/`` and the evidence copy into
-``<copy_to>/.fetch-<run id>/``; only a complete copy is moved into place, so a drop in the
-middle leaves what was there before, never a half copy under the final name. A drop is
-retried (the dispatcher's ``attempts``, with its backoff); the evidence is verified only
-once its copy is complete (``verify_fetched``).
+What comes back is the run's **evidence copy** only (``<evidence remote>/<run id>``:
+shards, index, ``SHA256SUMS``, the balance, events, manifest): the node's run directory is
+not copied a second time. The bot's events are mirrored as they are read
+(``read_events``); the balance the thread uploads is linked from the fetched copy into
+the run directory (``RUN_RECORDS``). A run without an evidence copy (no
+``results.copy_to``) brings back its run directory instead, less the bot's own records
+(``fetched_name``).
+
+One try is one process on the node over the connection the dispatch already holds
+(``bot/node_programs/fetch_stream.py``): it writes a tar stream of the folder to its
+stdout, read here member by member as it arrives (``TarReader``). The staging folder
+(``.fetch-<run id>`` beside the evidence home, ``.fetch`` in the run directory) is kept
+after a cut try: the next try sends the node each held file's SHA-256, and the node
+leaves out those its ``SHA256SUMS`` still gives (a marked empty member instead), so a cut
+fetch goes on from what verifies. Only a complete try's copy, verified
+(``verify_fetched``), replaces what the bot host had.
 
 What comes back is written by the team's code, and once that code has run on the node the
-node's SSH and SFTP answers can be the team's too (docs/security.md, "What comes back from
-a node"). So the copy is walked here, not by ``sftp.get(recurse=True)`` (which recreates
-the node's symbolic links on the bot host): every name the node lists, at any depth, passes
-``node_name`` (one plain path component), each entry is looked at with ``lstat`` on the
-node (never followed) and only regular files and folders are copied; anything else (a
-symbolic link, a FIFO, a device, a socket) refuses the whole fetch, naming the path and the
-run. Every create, replace and remove on the bot host is made relative to the descriptor of
-the folder it must stay in (``HostDir``: the staging folder, the run directory, the folder
-of the evidence home), each file created new (``O_EXCL | O_NOFOLLOW``), its bytes counted
-against ``FetchLimits`` (per file and in all) as they arrive: a fetch over either cap fails
-and replaces nothing. The bot's own records of the run (``BOT_RECORDS``: its spec,
-manifest, ``remote.json``…) are never replaced by the node's copy, and the evidence home
-is never a run directory nor the runs folder (``refuse_evidence_home``).
+node's SSH answers can be the team's too (docs/security.md, "What comes back from a
+node"). So every member's name passes ``node_name`` per component; only regular files and
+folders are written, anything else (a link, a FIFO, a device, a socket) refuses the fetch
+naming the path; every file's SHA-256 is compared with its ``SHA256SUMS`` line as it
+arrives (a shard that differs is refused by name); the files and bytes are counted against
+``FetchLimits`` as they arrive (a member whose header asks more is stopped at its header,
+named). Every write on the bot host is relative to the folder it must stay in
+(``HostDir``). A refusal removes the staging folder and replaces nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
+import json
 import logging
 import os
 import posixpath
-import stat
+import tarfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from bot.dispatch.base import RunHandle
+from bot.dispatch.bot_records import BOT_RECORDS, fetched_name
 from bot.dispatch.bot_records import STAGING_PREFIX as STAGING
-from bot.dispatch.bot_records import fetched_name
 from bot.dispatch.evidence_home import refuse_evidence_home
 from bot.dispatch.host_tree import HostDir
-from bot.dispatch.node_names import listed_names, node_name
+from bot.dispatch.node_names import NodeNameRefused, node_name
 from bot.dispatch.upload import Backoff, SSHNode, verify_fetched
 from bot.errors import DispatchError, NodeUnreachable
-from bot.nodes.ssh.transfer import Meter, current_meter
+from bot.node_programs import fetch_command
+from bot.node_programs.fetch_stream import MISSING, SOCKET
+from bot.nodes.ssh.fetch_staging import Budget, FetchLimits, held_files, link_records, prune
+from bot.nodes.ssh.tar_reader import Member, TarReader, TarStreamError
+from bot.nodes.ssh.transfer import current_meter
+from runner.evidence import SUMS, parse_sums
+
+__all__ = ["FetchLimits", "fetch_results"]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-GIB = 1 << 30
-BLOCK = 256 * 1024  # bytes per SFTP read
-IN_FLIGHT = 16  # reads of one file in flight at once
-CLOSE_S = 5.0  # the longest a file's close waits for the node
-FILES_AT_ONCE = 8  # files fetched at the same time (a round trip each would add up)
-@dataclass(frozen=True)
-class FetchLimits:
-    """The most a fetch brings back: ``total_bytes`` in all (run directory and evidence
-    copy together), ``file_bytes`` for one file (settings: ``PREFLIGHT_FETCH_MAX_BYTES``,
-    ``PREFLIGHT_FETCH_MAX_FILE_BYTES``)."""
+SUMS_MAX = 64 << 20  # SHA256SUMS read whole: one line per shard and plain file
+STDERR_MAX = 64 << 10
+EXIT_WAIT_S = 10.0  # how long a stream that ended waits for the node's exit status
 
-    total_bytes: int = 4 * GIB
-    file_bytes: int = 2 * GIB
+
+class FolderMissing(DispatchError):
+    """The folder to fetch is not on the node."""
 
 
 class SSHDispatcher(Protocol):
@@ -75,240 +84,294 @@ class SSHDispatcher(Protocol):
     async def guarded(self, node: SSHNode,
                       work: Callable[[Any], Coroutine[Any, Any, T]]) -> T: ...
 
-    async def sftp_of(self, conn: Any) -> Any: ...
 
 LOCAL_ERRORS = (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
+HOST_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EEXIST, errno.ELOOP,
+               errno.EINVAL, errno.EMFILE)
+
+
+@dataclass(frozen=True)
+class FetchJob:
+    """One fetch: the node's folder, where it lands on the bot host, and how it is named."""
+
+    run_id: str
+    src: str  # the folder on the node
+    dest: Path  # the folder on the bot host that receives it
+    name: str | None  # the name it gets in ``dest`` (None: its entries go into ``dest``)
+    staging: str  # the staging folder's name in ``dest``
+    skip: tuple[str, ...]  # top-level names the node leaves out
+    evidence: bool  # an evidence copy: every file is checked against its SHA256SUMS
+    inputs: int = 0  # the run's expected inputs: its caps are sized for them (0: unknown)
+
+    def shown(self, rel: str) -> str:
+        return f"evidence copy {self.src}/{rel}" if self.evidence else rel
+
+
+def job_of(handle: RunHandle, layout: dict[str, Any]) -> FetchJob:
+    evidence = layout.get("evidence") or {}
+    inputs = _expected_inputs(handle)
+    if evidence.get("local") and evidence.get("remote"):
+        return FetchJob(handle.run_id, f"{evidence['remote']}/{handle.run_id}",
+                        Path(evidence["local"]), handle.run_id,
+                        f"{STAGING}-{handle.run_id}", (), True, inputs)
+    return FetchJob(handle.run_id, layout["run_dir"], handle.run_dir, None, STAGING,
+                    tuple(sorted(BOT_RECORDS)), False, inputs)
+
+
+def _expected_inputs(handle: RunHandle) -> int:
+    """The run's expected inputs, from the spec the bot wrote (0 when it cannot tell)."""
+    try:
+        spec = json.loads(handle.spec_path.read_text(encoding="utf-8"))
+        count = spec["inputs"]["expected_count"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+    return count if isinstance(count, int) and count > 0 else 0
 
 
 async def fetch_results(dispatcher: SSHDispatcher, handle: RunHandle, node: SSHNode,
                         layout: dict[str, Any]) -> Path | None:
-    """Copy the run directory (and the evidence copy) back; raise ``NodeUnreachable`` when
-    every try was cut off, ``DispatchError`` when the node answered but the copy failed
-    (or held something refused). Returns the verified evidence copy on the bot host, when
-    there is one."""
-    evidence = layout.get("evidence") or {}
-    home = Path(evidence["local"]) / handle.run_id if evidence.get("local") else None
+    """Bring the evidence copy back (the run directory when the node has none: the run
+    died before its evidence stage, or refused it); raise ``NodeUnreachable`` when every
+    try was cut off (what verified is kept for the next fetch), ``DispatchError`` when the
+    node answered but the copy was refused. Returns the verified evidence copy on the bot
+    host, when there is one."""
+    job = job_of(handle, layout)
+    home = job.dest / job.name if job.name else None
     if home is not None:
         refuse_evidence_home(handle, home, dispatcher.keep_out)
+    try:
+        await _fetch(dispatcher, job, node)
+    except FolderMissing:
+        if not job.evidence:
+            raise
+        await _fetch(dispatcher, job_of(handle, {**layout, "evidence": {}}), node)
+    if home is None:
+        return None
+    verify_fetched(handle, home)
+    link_records(handle.run_id, home, handle.run_dir)
+    return home
+
+
+async def _fetch(dispatcher: SSHDispatcher, job: FetchJob, node: SSHNode) -> None:
+    """``dispatcher.attempts`` tries, with its backoff between them."""
     for attempt in range(dispatcher.attempts):
         try:
-            await dispatcher.guarded(node, lambda conn: _copy(dispatcher, conn, handle,
-                                                               node, layout))
-            break
+            await dispatcher.guarded(node, lambda conn: _try(dispatcher, conn, job, node))
+            return
         except NodeUnreachable as exc:
             if attempt + 1 == dispatcher.attempts:
-                raise NodeUnreachable(f"cannot fetch the results of {handle.run_id} after "
-                                      f"{dispatcher.attempts} tries: {exc}") from exc
+                raise NodeUnreachable(f"cannot fetch the results of {job.run_id} after "
+                                      f"{dispatcher.attempts} tries (what arrived is kept "
+                                      f"for the next fetch): {exc}") from exc
             await asyncio.sleep(dispatcher.backoff.delay(attempt))
-    if home is not None:
-        verify_fetched(handle, home)
-        return home
-    return None
 
 
-async def _copy(dispatcher: SSHDispatcher, conn: Any, handle: RunHandle, node: SSHNode,
-                layout: dict[str, Any]) -> None:
-    """One try: everything staged first (``.fetch`` in the run directory, ``.fetch-<run
-    id>`` beside the evidence home), each write relative to the bot host's folder it must
-    stay in (``HostDir``); the staging folders are gone once it ends, whichever way."""
-    sftp = await dispatcher.sftp_of(conn)
-    run_dir = layout["run_dir"]
-    evidence = layout.get("evidence") or {}
-    budget = _Budget(handle.run_id, node.where, dispatcher.fetch_limits, current_meter())
+async def _try(dispatcher: SSHDispatcher, conn: Any, job: FetchJob, node: SSHNode) -> None:
+    """One try: the stream read into the kept staging folder; complete, it replaces what
+    the bot host had. A cut keeps the staging folder; a refusal removes it."""
+    budget = Budget(job.run_id, dispatcher.fetch_limits.for_inputs(job.inputs),
+                    current_meter())
     if budget.meter is not None:
-        budget.meter.start()  # its bytes are learnt as the files are found
-    held: list[HostDir] = []
+        budget.meter.start()  # its bytes are learnt as the members arrive
+    dest = staging = None
     try:
-        local = _hold(held, HostDir(handle.run_dir))
-        staging = _hold(held, local.fresh(STAGING))
-        names = [n for n in listed_names(await sftp.listdir(run_dir), node.where, run_dir)
-                 if fetched_name(n)]
-        gate = asyncio.Semaphore(FILES_AT_ONCE)
-        await _all(_get(sftp, f"{run_dir}/{name}", staging, (name,), name, budget, gate=gate)
-                   for name in names)
-        src = f"{evidence.get('remote')}/{handle.run_id}"
-        copied = dest = None
-        if evidence.get("local") and await sftp.exists(src):
-            dest = _hold(held, HostDir(Path(evidence["local"]), create=True))
-            copied = _hold(held, dest.fresh(f"{STAGING}-{handle.run_id}"))
-            await _get(sftp, src, copied, (handle.run_id,), f"evidence copy {src}", budget,
-                       gate=gate)
+        dest = HostDir(job.dest, create=job.evidence)
+        staging = dest.kept(job.staging)
+        await _stream(conn, job, node, staging, budget)
         # Complete: only now does anything replace what the bot host had.
-        for name in names:
-            staging.replace_into(name, local, name)
-        if copied is not None and dest is not None:
-            copied.replace_into(handle.run_id, dest, handle.run_id)
-    except LOCAL_ERRORS as exc:
-        raise DispatchError(f"cannot write the results of {handle.run_id} on the bot "
-                            f"host: {exc}") from exc
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EEXIST, errno.ELOOP,
-                         errno.EINVAL, errno.EMFILE):
-            raise DispatchError(f"cannot write the results of {handle.run_id} on the bot "
-                                f"host: {exc}") from exc
+        if job.name is not None:
+            staging.replace_into(job.name, dest, job.name)
+        else:
+            for name in sorted(os.listdir(staging.path)):
+                staging.replace_into(name, dest, name)
+        dest.remove(job.staging)
+    except DispatchError:
+        _drop_staging(dest, job.staging)
         raise
+    except LOCAL_ERRORS as exc:
+        _drop_staging(dest, job.staging)
+        raise _host_error(job, exc) from exc
+    except OSError as exc:
+        if exc.errno in HOST_ERRNOS:
+            _drop_staging(dest, job.staging)
+            raise _host_error(job, exc) from exc
+        raise  # the connection: NodeUnreachable, the staging folder kept
     finally:
         if budget.meter is not None:
             budget.meter.end()  # a try cut off waits for the next: no transfer meanwhile
-        _release(held)
+        for folder in (staging, dest):
+            if folder is not None:
+                folder.close()
 
 
-def _hold(held: list[HostDir], folder: HostDir) -> HostDir:
-    held.append(folder)
-    return folder
-
-
-def _release(held: list[HostDir]) -> None:
-    """The staging folders removed (each from the folder that holds it), every folder
-    closed, the innermost first."""
-    for parent, child in zip(held, held[1:]):
-        if child.path.name.startswith(STAGING) and child.path.parent == parent.path:
-            try:
-                parent.remove(child.path.name)
-            except OSError as exc:  # left for the next try, which removes it first
-                log.warning("%s: staging folder not removed: %s", child.path, exc)
-    for folder in reversed(held):
-        folder.close()
-
-
-class _Budget:
-    """The bytes a fetch has brought back so far, against its limits; told to the
-    transfer's ``meter`` too (sizes found, bytes arrived, entries listed), if it has one."""
-
-    def __init__(self, run_id: str, where: str, limits: FetchLimits,
-                 meter: Meter | None = None) -> None:
-        self.run_id, self.where, self.limits, self.total = run_id, where, limits, 0
-        self.meter = meter
-
-    def check(self, rel: str, size: int) -> None:
-        """Refuse, before a byte is read, a file the node says is over a cap."""
-        if size > self.limits.file_bytes:
-            raise self._over(rel, f"{size} bytes, over the cap of {self.limits.file_bytes} "
-                                  "bytes per file")
-        if self.total + size > self.limits.total_bytes:
-            raise self._over(rel, f"it would bring the fetch to {self.total + size} bytes, "
-                                  f"over the cap of {self.limits.total_bytes} bytes")
-        if self.meter is not None:
-            self.meter.expect(size)
-
-    def add(self, rel: str, done: int, more: int) -> None:
-        """``more`` bytes of ``rel`` arrived (``done`` before them): a file that grows past
-        what the node said is stopped at the cap too."""
-        if done + more > self.limits.file_bytes:
-            raise self._over(rel, f"over {self.limits.file_bytes} bytes, the cap per file "
-                                  "(it grew while it was fetched)")
-        if self.total + more > self.limits.total_bytes:
-            raise self._over(rel, f"the fetch passed {self.limits.total_bytes} bytes, its "
-                                  "cap")
-        self.total += more
-        if self.meter is not None:
-            self.meter.moved(more)
-
-    def _over(self, rel: str, why: str) -> DispatchError:
-        return DispatchError(
-            f"run {self.run_id}: the results on the node are too large: {rel!r}: {why}; the "
-            "fetch is refused and nothing was replaced (raise PREFLIGHT_FETCH_MAX_BYTES / "
-            "PREFLIGHT_FETCH_MAX_FILE_BYTES on the bot host, or leave less in the run "
-            "directory)")
-
-
-async def _all(steps: Any) -> None:
-    """Run ``steps`` (coroutines) at once; once all have ended, raise the first failure in
-    their order (none is left running behind the caller)."""
-    for result in await asyncio.gather(*steps, return_exceptions=True):
-        if isinstance(result, BaseException):
-            raise result
-
-
-async def _get(sftp: Any, src: str, dst: HostDir, parts: tuple[str, ...], rel: str,
-               budget: _Budget, attrs: Any = None, *, gate: asyncio.Semaphore) -> None:
-    """Copy ``src`` (a folder or a regular file on the node) to the new path ``parts``
-    below ``dst``; the files of a folder at once, ``gate`` allowing so many files in all.
-    Every name the node lists passes ``node_name`` first."""
-    if attrs is None or attrs.permissions is None:
-        attrs = await sftp.lstat(src)  # never follows a link
-    mode = attrs.permissions or 0
-    if stat.S_ISDIR(mode):
-        dst.mkdir(parts)  # new: the staging folder is the bot's own, made fresh
-        entries = []
-        async for entry in sftp.scandir(src):
-            if entry.filename in (".", ".."):
-                continue
-            name = node_name(entry.filename, budget.where, src)
-            entries.append((name, entry.attrs))
-            if budget.meter is not None:
-                budget.meter.moved()  # a listing moves no file's bytes, but it moves
-        await _all(_get(sftp, f"{src}/{name}", dst, (*parts, name), f"{rel}/{name}", budget,
-                        found, gate=gate) for name, found in entries)
-    elif stat.S_ISREG(mode):
-        async with gate:
-            budget.check(rel, int(attrs.size or 0))
-            fd = dst.create(parts)
-            try:
-                await _get_file(sftp, src, fd, rel, budget)
-            finally:
-                os.close(fd)
-    else:
-        raise _refused(budget.run_id, rel, await _what(sftp, src, mode))
-
-
-async def _get_file(sftp: Any, src: str, fd: int, rel: str, budget: _Budget) -> None:
-    """The bytes of the node's file ``src`` written to ``fd``, counted against the caps."""
-    opening = sftp.open(src, "rb")
-    fh = await opening.__aenter__()
+async def _stream(conn: Any, job: FetchJob, node: SSHNode, staging: HostDir,
+                  budget: Budget) -> None:
+    """Ask the node for the folder, telling it what the staging folder holds; read its
+    stream to the end, then check how the node's program ended."""
+    prefix = f"{job.name}/" if job.name else ""
+    held = {rel[len(prefix):]: (digest, size) for rel, digest, size in held_files(staging)
+            if rel.startswith(prefix)}
+    if job.name is not None:
+        staging.ensure_dir((job.name,))
+    proc = await conn.create_process(fetch_command(node.python, job.src, *job.skip),
+                                     encoding=None)
+    errors = asyncio.ensure_future(proc.stderr.read(STDERR_MAX))
     try:
-        # lstat said a regular file; what was opened must be one too (not a link or a
-        # FIFO swapped in meanwhile: SFTP's open follows links on the node)
-        opened = await fh.stat()
-        if not stat.S_ISREG(opened.permissions or 0):
-            raise _refused(budget.run_id, rel, "replaced by something other than a "
-                                              "regular file while it was fetched")
-        done, expected = 0, int(opened.size or 0)
-        while True:
-            # as many reads as the size asks (one for a small file), at most IN_FLIGHT:
-            # a file that grew is read on until a short read
-            ahead = min(IN_FLIGHT, max(1, (expected - done) // BLOCK + 1))
-            blocks = await asyncio.gather(*(fh.read(BLOCK, done + i * BLOCK)
-                                            for i in range(ahead)))
-            for data in blocks:
-                budget.add(rel, done, len(data))
-                _write_all(fd, data)
-                done += len(data)
-                if len(data) < BLOCK:
-                    return
-    finally:
-        await _close(opening)
-
-
-async def _close(opening: Any) -> None:
-    """Close a node's file, waiting ``CLOSE_S`` at most for its answer: a node that stopped
-    answering (a fetch cancelled as stalled) would hold the fetch's clean-up forever."""
-    try:
-        await asyncio.wait_for(opening.__aexit__(None, None, None), CLOSE_S)
-    except Exception:  # timed out or cut off: what was read is judged already
-        pass
-
-
-async def _what(sftp: Any, src: str, mode: int) -> str:
-    if stat.S_ISLNK(mode):
+        proc.stdin.write("".join(f"{d}  {rel}\n" for rel, (d, _) in held.items()).encode(
+            "utf-8", "surrogateescape"))
+        proc.stdin.write_eof()
+        reader = _Reader(job, node, staging, budget, held)
         try:
-            target = await sftp.readlink(src)
-        except Exception:  # the refusal matters, not the link's text
-            return "a symbolic link"
-        return f"a symbolic link (to {str(target)[:200]!r})"
-    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return what
-    return f"of an unknown type (mode {mode:o})"
+            await reader.read_all(TarReader(proc.stdout.read))
+        except TarStreamError as exc:
+            await _ended(proc, errors, job, node, f"its stream broke: {exc}")
+            raise DispatchError(f"run {job.run_id}: {node.where} sent a stream of "
+                                f"{job.src} that is not a tar stream: {exc}") from exc
+        await _ended(proc, errors, job, node, "")
+    finally:
+        errors.cancel()
+        proc.close()
+    prune(staging, {prefix + rel for rel in reader.named})
 
 
-def _refused(run_id: str, rel: str, what: str) -> DispatchError:
-    return DispatchError(
-        f"run {run_id}: the node's results hold {posixpath.normpath(rel)!r}, which is {what}: "
-        "only regular files and folders are fetched, so the fetch is refused and nothing "
-        "was replaced on the bot host. The run's code left it in its run directory (or in "
-        "the evidence copy): write a copy of the file there instead of a link")
+async def _ended(proc: Any, errors: asyncio.Future[bytes], job: FetchJob, node: SSHNode,
+                 why: str) -> None:
+    """A cut connection (no exit status) is ``ConnectionResetError`` (tried again); a
+    program that failed is ``DispatchError`` with its words."""
+    try:
+        await asyncio.wait_for(proc.wait(), EXIT_WAIT_S)
+    except asyncio.TimeoutError:
+        pass
+    status = proc.exit_status
+    if status is None:
+        raise ConnectionResetError(f"the fetch's stream was cut ({why or 'no exit status'})")
+    said = errors.result() if errors.done() and not errors.cancelled() else b""
+    if status == MISSING:
+        raise FolderMissing(f"run {job.run_id}: {node.where}: {job.src} is missing on the "
+                            "node (it was removed, or the run never wrote it)")
+    if status != 0:
+        raise DispatchError(f"run {job.run_id}: {node.where} could not send {job.src} "
+                            f"(exit {status}): "
+                            f"{said.decode('utf-8', 'replace').strip()[-600:]}")
+
+
+class _Reader:
+    """The stream's members written into the staging folder, each checked."""
+
+    def __init__(self, job: FetchJob, node: SSHNode, staging: HostDir, budget: Budget,
+                 held: dict[str, tuple[str, int]]) -> None:
+        self.job, self.node, self.staging, self.budget, self.held = \
+            job, node, staging, budget, held
+        self.sums: dict[str, str] | None = None
+        self.named: set[str] = set()
+
+    async def read_all(self, tar: TarReader) -> None:
+        while (member := await tar.next()) is not None:
+            parts = self._parts(member.name)
+            rel = "/".join(parts)
+            if not self.job.evidence and not fetched_name(parts[0]):
+                async for _ in tar.chunks(member):  # the bot's own record: never replaced
+                    pass
+                continue
+            if member.is_dir:
+                self.staging.ensure_dir(self._where(parts))
+                if self.budget.meter is not None:
+                    self.budget.meter.moved()
+            elif member.is_file and member.held is not None:
+                self._kept(rel, member.held)
+            elif member.is_file:
+                await self._write(tar, member, parts, rel)
+            else:
+                raise self._refused(rel, _what(member))
+            self.named.add(rel)
+
+    def _parts(self, name: str) -> tuple[str, ...]:
+        parts = name.rstrip("/").split("/") if name else [name]
+        try:
+            return tuple(node_name(p, self.node.where, self.job.src) for p in parts)
+        except NodeNameRefused:  # refused again naming the whole member
+            node_name(name, self.node.where, self.job.src)
+            raise
+
+    def _where(self, parts: tuple[str, ...]) -> tuple[str, ...]:
+        return (self.job.name, *parts) if self.job.name else parts
+
+    def _kept(self, rel: str, digest: str) -> None:
+        """The node says the bot holds ``rel`` as it is: checked, counted, kept."""
+        mine = self.held.get(rel)
+        listed = self.sums.get(rel) if self.sums is not None else digest
+        if mine is None or mine[0] != digest or listed != digest:
+            raise DispatchError(
+                f"run {self.job.run_id}: {self.node.where} says the bot holds "
+                f"{self.job.shown(rel)!r} as it is, but the bot's copy does not match"
+                f"{'' if listed == digest else ' its ' + SUMS + ' line'}: the fetch is "
+                "refused and nothing was replaced")
+        self.budget.file(rel, mine[1], held=True)
+        if self.budget.meter is not None:
+            self.budget.meter.moved()
+
+    async def _write(self, tar: TarReader, member: Member, parts: tuple[str, ...],
+                     rel: str) -> None:
+        self.budget.file(rel, member.size)  # refused at its header when over a cap
+        digest, done = hashlib.sha256(), 0
+        fd = self.staging.create(self._where(parts), replace=True)
+        try:
+            async for piece in tar.chunks(member):
+                self.budget.add(rel, done, len(piece), member.size)
+                _write_all(fd, piece)
+                digest.update(piece)
+                done += len(piece)
+        finally:
+            os.close(fd)
+        self.held.pop(rel, None)
+        got = digest.hexdigest()
+        listed = self.sums.get(rel) if self.sums is not None else None
+        if listed is not None and listed != got:
+            raise DispatchError(
+                f"run {self.job.run_id}: the evidence copy's {rel!r} from {self.node.where} "
+                f"has SHA-256 {got}, not {listed} as its line in {SUMS} says: the shard is "
+                "refused, the fetch stopped and nothing was replaced on the bot host (the "
+                "node's copy changed after it was written: `preflight verify` on the node "
+                "names what else differs)")
+        if self.job.evidence and parts == (SUMS,):
+            self.sums = self._read_sums(parts)
+
+    def _read_sums(self, parts: tuple[str, ...]) -> dict[str, str]:
+        path = self.staging.path.joinpath(*self._where(parts))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            listed, _bad = parse_sums(fh.read(SUMS_MAX))
+        return listed
+
+    def _refused(self, rel: str, what: str) -> DispatchError:
+        return DispatchError(
+            f"run {self.job.run_id}: the node's results hold "
+            f"{posixpath.normpath(self.job.shown(rel))!r}, which is {what}: only regular "
+            "files and folders are fetched, so the fetch is refused and nothing was "
+            "replaced on the bot host. The run's code left it in its run directory (or in "
+            "the evidence copy): write a copy of the file there instead of a link")
+
+
+def _what(member: Member) -> str:
+    if member.type in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+        return f"a symbolic link (to {member.linkname[:200]!r})" \
+            if member.type == tarfile.SYMTYPE else f"a hard link (to {member.linkname[:200]!r})"
+    return {tarfile.FIFOTYPE: "a FIFO", SOCKET: "a socket", tarfile.CHRTYPE:
+            "a character device", tarfile.BLKTYPE: "a block device"}.get(
+        member.type, f"of an unknown type ({member.type!r})")
+
+
+def _drop_staging(dest: HostDir | None, name: str) -> None:
+    if dest is None:
+        return
+    try:
+        dest.remove(name)
+    except OSError as exc:  # left for the next try, which checks what it holds
+        log.warning("%s/%s: staging folder not removed: %s", dest.path, name, exc)
+
+
+def _host_error(job: FetchJob, exc: OSError) -> DispatchError:
+    return DispatchError(f"cannot write the results of {job.run_id} on the bot host: {exc}")
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -3,11 +3,12 @@
 A copy of a run to its nodes (the upload's archive stream) or of the results back (the
 fetch) fails when one of its transfers moved no byte for ``TransferLimits.stall_s``
 (``PREFLIGHT_TRANSFER_STALL_S``, 120 s), and otherwise runs as long as bytes move, up to
-a ceiling derived from the bytes to move: ``fixed_s`` (the caller's, for the steps that
-move no bytes: a session, the node hashing its copy, the card proof's files) plus the
-bytes to move at ``floor_bytes_per_s`` (``PREFLIGHT_TRANSFER_FLOOR_BYTES_PER_S``,
-1 MiB/s). A 200 GB upload at 50 MB/s takes its 4,000 s and is not failed; one that stops
-moving is failed two minutes later, not after a quarter of an hour.
+a ceiling derived from the bytes and files to move: ``fixed_s`` (the caller's, for the
+steps that move no bytes: a session, the node hashing its copy, the card proof's files)
+plus the bytes to move at ``floor_bytes_per_s`` (``PREFLIGHT_TRANSFER_FLOOR_BYTES_PER_S``,
+1 MiB/s) plus ``per_file_s`` for each file (a million small files cost their opens and
+headers, not their bytes). A 200 GB upload at 50 MB/s takes its 4,000 s and is not
+failed; one that stops moving is failed two minutes later, not after a quarter of an hour.
 
 Pure bookkeeping (a clock is injected): ``bot/nodes/ssh/dispatcher.py`` feeds the meters from
 its transfers and asks ``TransferWatch.verdict`` while it waits for them.
@@ -31,10 +32,11 @@ class TransferLimits:
 
     stall_s: float = 120.0
     floor_bytes_per_s: float = float(MIB)
+    per_file_s: float = 0.01
 
-    def ceiling(self, fixed_s: float, total_bytes: int) -> float:
-        """The longest a copy of ``total_bytes`` may take in all."""
-        return fixed_s + total_bytes / self.floor_bytes_per_s
+    def ceiling(self, fixed_s: float, total_bytes: int, files: int = 0) -> float:
+        """The longest a copy of ``total_bytes`` in ``files`` files may take in all."""
+        return fixed_s + total_bytes / self.floor_bytes_per_s + files * self.per_file_s
 
 
 class Meter:
@@ -43,7 +45,7 @@ class Meter:
 
     def __init__(self, where: str, phase: str, clock: Callable[[], float]) -> None:
         self.where, self.phase, self.clock = where, phase, clock
-        self.total = self.done = 0
+        self.total = self.done = self.files = 0
         self.active = False
         self.last = clock()
         self._lock = threading.Lock()
@@ -53,10 +55,12 @@ class Meter:
         with self._lock:
             self.total, self.active, self.last = self.total + total, True, self.clock()
 
-    def expect(self, more: int) -> None:
-        """``more`` bytes found to move (a fetch learns its sizes as it lists them)."""
+    def expect(self, more: int, files: int = 0) -> None:
+        """``more`` bytes (in ``files`` files) found to move (a fetch learns its sizes as
+        they arrive)."""
         with self._lock:
             self.total += more
+            self.files += files
 
     def moved(self, n: int = 0) -> None:
         """``n`` bytes moved (0: a sign of life that moves none, such as a listing)."""
@@ -90,8 +94,12 @@ class TransferWatch:
     def total(self) -> int:
         return sum(m.total for m in self.meters)
 
+    @property
+    def files(self) -> int:
+        return sum(m.files for m in self.meters)
+
     def ceiling(self) -> float:
-        return self.limits.ceiling(self.fixed_s, self.total)
+        return self.limits.ceiling(self.fixed_s, self.total, self.files)
 
     def verdict(self) -> str | None:
         now = self.clock()
@@ -107,9 +115,11 @@ class TransferWatch:
         if elapsed > ceiling:
             moving = "; ".join(f"{m.where} {m.phase}: {_size(m.done)} of {_size(m.total)}"
                                for m in self.meters) or "no transfer began"
+            files = (f" + {self.files} files at {self.limits.per_file_s:g} s each"
+                     if self.files else "")
             return (f"the copy took more than {ceiling:.0f} s, its ceiling "
                     f"({self.fixed_s:.0f} s + {_size(self.total)} at the floor rate of "
-                    f"{_size(int(self.limits.floor_bytes_per_s))}/s, "
+                    f"{_size(int(self.limits.floor_bytes_per_s))}/s{files}, "
                     f"PREFLIGHT_TRANSFER_FLOOR_BYTES_PER_S): {moving}")
         return None
 
