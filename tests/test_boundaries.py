@@ -181,6 +181,31 @@ def test_the_service_touches_spec_json_only_where_listed() -> None:
     assert found <= set(SPEC_TOUCHERS), sorted(found - set(SPEC_TOUCHERS))
 
 
+# Where the dispatch still reads a run's spec.json or manifest.yaml back (issue 33 wants
+# none: a start is handed its typed plan). A ratchet, like SPEC_TOUCHERS: a new reader is
+# an error; these say why they still read.
+DISPATCH_READERS = {
+    "bot/dispatch/plan.py": "read_plan: a handle built without its plan (a test, a tool)",
+    "bot/dispatch/base.py": "plan_of falls back to read_plan",
+    "bot/dispatch/upload.py": "load_spec, and the manifest copied to the node as its bytes",
+    "bot/dispatch/inputs_check.py": "the inputs checked again against the spec's folder",
+    "bot/dispatch/volume_cluster.py": "the spec's hardware, and the Ray address written in",
+    "bot/dispatch/corpus_head.py": "the spec's inputs pattern for the head's listing",
+    "bot/dispatch/node_dispatcher.py": "the spec rewritten for the node (UploadPlan)",
+}
+READS_RUN_FILES = re.compile(r"\bload_spec\(|\bread_plan\(|safe_load\(|spec_path\.read_"
+                             r"|/ \"manifest\.yaml\"")
+
+
+def test_the_dispatch_reads_run_files_only_where_listed() -> None:
+    found = {_importer(p) for p in modules("bot/dispatch")
+             if READS_RUN_FILES.search(p.read_text(encoding="utf-8"))}
+    assert found <= set(DISPATCH_READERS), sorted(found - set(DISPATCH_READERS))
+    bad = [_importer(p) for p in modules("bot/service")
+           if re.search(r"\bload_spec\(|\bread_plan\(|safe_load\(", p.read_text("utf-8"))]
+    assert bad == [], "the service reads no manifest.yaml or spec.json back as a dict"
+
+
 def test_only_settings_reads_the_environment() -> None:
     bad = []
     for path in modules("bot"):
