@@ -7,9 +7,14 @@ node's workdir as one archive on the launcher's standard input, under the workdi
 starts the runner detached); ``remote.json`` keeps where the run is on the node and the
 runner's pid; the events are read from the node's ``events.jsonl`` by byte offset and
 mirrored into the run directory; the results are brought back file by file (the bot's own
-records never replaced). What it does not do yet, it refuses before anything is sent: a
-several-node volume, a corpus already on the node, an evidence home on the bot host (the
-SSH adapter's dispatcher does those; docs/architecture.md).
+records never replaced). A several-node volume (``volume.nodes``, all of the head's kind)
+first gets a copy of the run into every node's workdir, then the card proofs and Ray on
+every node (``volume_cluster.py``, as the SSH adapter's), the driver handed the cluster's
+token on the launch line only; Ray is stopped on every node by a stop, ``clean_up`` or the
+fetch. What it does not do yet, it refuses before anything is sent: a corpus already on
+the nodes, an evidence home on the bot host (the SSH adapter's dispatcher does those);
+the workdir locks of the nodes other than the head are not held while their Ray lives
+(docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -26,7 +31,23 @@ from typing import Any
 
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, json_object, plan_of
 from bot.dispatch.bot_records import fetched_name
-from bot.dispatch.upload import RUNNER_PACKAGE, UploadPlan, load_spec, mirror, write_layout
+from bot.dispatch.card_proof import NodeCopy, proof_files
+from bot.dispatch.upload import (
+    RUNNER_PACKAGE,
+    SSHNode,
+    UploadPlan,
+    load_spec,
+    mirror,
+    write_layout,
+)
+from bot.dispatch.volume_cluster import (
+    RayNodeOf,
+    default_ray_node,
+    end_earlier_cluster,
+    start_volume_cluster,
+    stop_volume_cluster,
+    volume_nodes,
+)
 from bot.errors import DispatchError, NodeUnreachable
 from bot.manifest.nodes import NodeSpec
 from bot.nodes.base import Node
@@ -43,36 +64,74 @@ class NodeDispatcher:
     → its ``Node``)."""
 
     def __init__(self, node_of: Callable[[NodeSpec], Node], *,
-                 runner_package: Path | None = None) -> None:
+                 runner_package: Path | None = None,
+                 ray_node: RayNodeOf = default_ray_node) -> None:
         self.node_of = node_of
         self.runner_package = Path(runner_package or RUNNER_PACKAGE)
+        self.ray_node = ray_node  # a several-node volume's Ray layout (volume_cluster.py)
 
     # -- the Dispatcher protocol -----------------------------------------------------
     def start(self, handle: RunHandle) -> int | None:
         spec_node, node = self._node(handle)
-        plan = plan_of(handle)
-        if len(plan.volume_nodes) > 1:
-            raise DispatchError(f"run {handle.run_id}: {spec_node.label}: a several-node "
-                                "volume is not offered by this node kind; nothing was started")
+        nodes = volume_nodes(handle, spec_node.kind)
+        if not nodes:
+            return self._launch(handle, spec_node, node, {})
+        runs = _Runs(self, handle)
+        end_earlier_cluster(runs, handle)  # a resume: nothing is sent under it
+        try:
+            copies = [self._copy(handle, i, n) for i, n in enumerate(nodes)]
+            cluster = start_volume_cluster(runs, handle, copies, self.ray_node)
+            if cluster is None:
+                raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
+            handle.progress({"node": nodes[0].where, "index": 0, "phase": "launching"})
+            return self._launch(handle, spec_node, node, cluster.driver_env())
+        except BaseException:
+            stop_volume_cluster(runs, handle)
+            raise
+
+    def _upload(self, handle: RunHandle, spec_node: NodeSpec, node: Node
+                ) -> tuple[UploadPlan, dict[str, bytes], dict[str, int]]:
+        """What goes to the node: the plan, every file (node path → bytes: a fresh copy,
+        nothing asked of the node first), and the bytes by kind."""
         workdir = self._workdir(spec_node, node)
         upload = UploadPlan(workdir, handle, self.runner_package, load_spec(handle.spec_path))
         if upload.on_nodes or upload.evidence:
             what = "volume.inputs.on_nodes" if upload.on_nodes else "results.copy_to"
             raise DispatchError(f"run {handle.run_id}: {spec_node.label}: {what} is not "
                                 "offered by this node kind; nothing was started")
-        changes = upload.changes({})  # a fresh copy: every file goes
+        changes = upload.changes({})
         files = {**{dst: src.read_bytes() for src, dst in changes.send},
                  **upload.run_files(handle)}
-        stream = (upload.hash_request().encode() + b"tar\n" + _framed(_tar(files, workdir))
-                  + b"launch\n")
+        return upload, files, {**changes.sent, "run": sum(len(d) for d in files.values())}
+
+    def _copy(self, handle: RunHandle, index: int, where: SSHNode) -> NodeCopy:
+        """Volume node ``index``'s own copy of the run (with its card proof's spec), sent
+        under its workdir's lock, which is let go once it is written."""
+        spec_node = plan_of(handle).volume_nodes[index]
+        node = self.node_of(spec_node)
+        upload, files, sent = self._upload(handle, spec_node, node)
+        files.update(proof_files(upload))
+        stream = (upload.hash_request().encode() + b"tar\n"
+                  + _framed(_tar(files, upload.workdir)))  # no launch: the lock is let go
+        out = node.send_archive(upload.launch_command(where.python, False), stream)
+        _locked(out, node.where, upload.workdir)
+        handle.progress({"node": where.where, "index": index, "phase": "uploaded",
+                         "bytes": sum(sent.values())})
+        return NodeCopy.of(upload)
+
+    def _launch(self, handle: RunHandle, spec_node: NodeSpec, node: Node,
+                env: dict[str, str]) -> int:
+        upload, files, sent = self._upload(handle, spec_node, node)
+        launch = f"launch {json.dumps(env)}\n" if env else "launch\n"
+        stream = (upload.hash_request().encode() + b"tar\n"
+                  + _framed(_tar(files, upload.workdir)) + launch.encode())
         python = spec_node.python or "python3"
         layout = {"node": spec_node.model_dump(mode="json"), "run_dir": upload.remote_run_dir,
-                  "pid": None, "lock": upload.lock, "python": python,
-                  "uploaded": {**changes.sent, "run": sum(len(d) for d in files.values())}}
+                  "pid": None, "lock": upload.lock, "python": python, "uploaded": sent}
         # before the launch: a bot that dies from here on still finds the run ("starting")
         write_layout(handle.run_dir / "remote.json", layout)
         out = node.send_archive(upload.launch_command(python, handle.resume), stream)
-        pid = _launched(out, node.where, workdir)
+        pid = _launched(out, node.where, upload.workdir)
         write_layout(handle.run_dir / "remote.json", {**layout, "pid": pid})
         return pid
 
@@ -105,7 +164,11 @@ class NodeDispatcher:
             return True  # unknown is not dead
 
     def clean_up(self, handle: RunHandle) -> list[str]:
-        return []  # nothing is started beside the runner
+        """A several-node volume's Ray, stopped on every node; the problems met."""
+        try:
+            return stop_volume_cluster(_Runs(self, handle), handle)
+        except DispatchError as exc:
+            return [str(exc)]
 
     def exit_code(self, handle: RunHandle) -> int | None:
         node, layout = self._located(handle)
@@ -118,7 +181,9 @@ class NodeDispatcher:
 
     def fetch_results(self, handle: RunHandle) -> Path | None:
         """The node's run directory, file by file, into the run directory (the bot's own
-        records left out); no evidence copy (refused at the start)."""
+        records left out), a volume's Ray stopped on every node first; no evidence copy
+        (refused at the start)."""
+        self._stop_cluster(handle)
         node, layout = self._located(handle)
         run_dir = layout["run_dir"]
         names = _listing(node, run_dir, str(layout.get("python") or "python3"))
@@ -148,10 +213,16 @@ class NodeDispatcher:
         return out if code == 0 else ""
 
     def stop(self, handle: RunHandle) -> None:
-        if not (handle.run_dir / "remote.json").exists():
-            return  # stopped while starting: no runner yet
-        node, layout = self._located(handle)
-        node.stop(layout.get("pid"), layout["run_dir"])
+        if (handle.run_dir / "remote.json").exists():  # else stopped while starting
+            node, layout = self._located(handle)
+            node.stop(layout.get("pid"), layout["run_dir"])
+        self._stop_cluster(handle)
+
+    def _stop_cluster(self, handle: RunHandle) -> None:
+        problems = stop_volume_cluster(_Runs(self, handle), handle)
+        if problems:
+            raise DispatchError(f"run {handle.run_id}: Ray not stopped on every node: "
+                                + "; ".join(problems))
 
     def close(self) -> None:
         """Nothing held open: each call of a ``Node`` stands alone."""
@@ -208,9 +279,27 @@ def _framed(data: bytes) -> bytes:
     return b"".join(parts) + b"0\n"
 
 
-def _launched(out: str, where: str, workdir: str) -> int:
-    """The runner's pid from the launcher's output: its lock line first (ours, or who
-    holds the workdir), the pid last."""
+class _Runs:
+    """``volume_cluster``'s commands on a volume node (named by its ``SSHNode``: its
+    fields, workdir included, tell the nodes apart), run through that node's ``Node``."""
+
+    def __init__(self, dispatcher: NodeDispatcher, handle: RunHandle) -> None:
+        self.dispatcher, self.handle = dispatcher, handle
+
+    def run(self, node: SSHNode, command: str, stdin: str = "",
+            timeout: float = 120) -> tuple[int, str, str]:
+        specs = plan_of(self.handle).volume_nodes
+        listed = volume_nodes(self.handle)
+        try:
+            spec = specs[listed.index(node)]
+        except ValueError as exc:
+            raise DispatchError(f"run {self.handle.run_id}: {node.where} is not one of its "
+                                "volume.nodes") from exc
+        return self.dispatcher.node_of(spec).run(command, stdin.encode(), timeout)
+
+
+def _locked(out: str, where: str, workdir: str) -> list[str]:
+    """The launcher's output lines, once its first says the workdir's lock is ours."""
     lines = out.strip().splitlines()
     first = json_object(lines[0]) if lines else None
     if first is None or not first.get("locked"):
@@ -220,6 +309,12 @@ def _launched(out: str, where: str, workdir: str) -> int:
                                 f"{held.get('run')}: wait for it to end, or give this "
                                 "manifest another node.workdir")
         raise DispatchError(f"{where}: the launcher did not answer (got {out[:200]!r})")
+    return lines
+
+
+def _launched(out: str, where: str, workdir: str) -> int:
+    """The runner's pid from the launcher's output: its lock line first, the pid last."""
+    lines = _locked(out, where, workdir)
     try:
         return int(lines[-1])
     except ValueError as exc:

@@ -62,7 +62,8 @@ class SSHNode:
     def from_dict(cls, node: dict[str, Any]) -> SSHNode:
         missing = [k for k in ("host", "workdir") if not node.get(k)]
         if missing:
-            raise DispatchError(f"node.{missing[0]}: required for node.kind ssh")
+            raise DispatchError(f"node.{missing[0]}: required for a node reached over the "
+                                "network")
         return cls(host=str(node["host"]), workdir=str(node["workdir"]),
                    port=int(node.get("port") or 22), user=node.get("user") or None,
                    python=str(node.get("python") or "python3"),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from bot.dispatch.node_dispatcher import NodeDispatcher
+from bot.dispatch.volume_cluster import RayNodeOf, default_ray_node
 from bot.errors import DispatchError, NodeUnreachable
 from bot.manifest.nodes import NodeSpec
 from bot.manifest.types import NonEmpty
@@ -28,11 +29,16 @@ NO_CONTAINER = 125  # the fake exec's status for a container that does not run
 
 
 class ContainerNodeSpec(NodeSpec):
-    """A container on the bot host, reached through its runtime's ``exec``."""
+    """A container, reached through its runtime's ``exec``: another machine as far as the
+    bot is concerned (its own files; ``host``, its address, where its Ray listens)."""
 
     kind: Literal["container"]
     container: NonEmpty
-    is_remote: ClassVar[bool] = False
+    is_remote: ClassVar[bool] = True
+
+    @property
+    def identity(self) -> str:
+        return f"container://{self.container}"
 
     @property
     def words(self) -> str:
@@ -97,12 +103,13 @@ class ContainerNode:
         shell_stop(self, pid, run_dir)
 
 
-def container_kind(root: Path) -> NodeKind:
-    """The kind, its containers' folders under ``root``."""
+def container_kind(root: Path, ray_node: RayNodeOf = default_ray_node) -> NodeKind:
+    """The kind, its containers' folders under ``root`` (``ray_node``: a several-node
+    volume's Ray layout, the tests' free ports)."""
     def build(settings: Settings) -> NodeDispatcher:
         def node_of(spec: NodeSpec) -> ContainerNode:
             assert isinstance(spec, ContainerNodeSpec)
             return ContainerNode(root, spec.container)
-        return NodeDispatcher(node_of)
+        return NodeDispatcher(node_of, ray_node=ray_node)
 
     return NodeKind("container", ContainerNodeSpec, build)

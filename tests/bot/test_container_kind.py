@@ -32,7 +32,8 @@ def containers(tmp_path: Path) -> Iterator[Path]:
 
 
 def node_text(name: str = "box-1") -> str:
-    return f"node: {{kind: container, container: {name}, workdir: work, python: {sys.executable}}}"
+    return (f"node: {{kind: container, container: {name}, host: 127.0.0.1, workdir: work, "
+            f"python: {sys.executable}}}")
 
 
 def test_the_manifest_takes_a_registered_kind_and_forgets_it_after(tmp_path: Path) -> None:
