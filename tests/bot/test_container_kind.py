@@ -87,3 +87,16 @@ def test_a_missing_container_fails_the_dispatch_naming_it(tmp_path: Path,
             service.start(run_id)
     finally:
         service.close()
+
+
+def test_the_leases_ask_the_models_which_kinds_are_remote(tmp_path: Path) -> None:
+    """The store's lease queries name no kind: a registered remote kind's runs are found on
+    their host, and only while the kind is registered."""
+    store = Store(tmp_path / "p.db")
+    node = {"kind": "container", "container": "box-1", "host": "10.0.0.7"}
+    store.create_run({"id": "c1", "name": "demo", "attempt": 1, "run_dir": "/tmp/c",
+                      "status": "running", "node": node})
+    assert store.running_on_node("10.0.0.7") == []
+    with registry.registered(container_kind(tmp_path)):
+        assert store.running_on_node("10.0.0.7") == ["c1"]
+        assert [r.id for r in store.runs_on_node("10.0.0.7")] == ["c1"]
