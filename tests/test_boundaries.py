@@ -117,6 +117,14 @@ def kind_literals(path: Path, kinds: set[str]) -> list[tuple[int, str]]:
             found += [(node.lineno, f"defaults a kind to {k!r}") for k in literals(node.args[1])]
         elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("Literal"):
             found += [(node.lineno, f"types a value as {k!r}") for k in literals(node.slice)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            # SQL or shell text: ``json_extract(node, '$.kind') = 'ssh'``
+            found += [(node.lineno, f"quotes {k!r} in a text that names a kind")
+                      for k in sorted(kinds) if "kind" in node.value
+                      and re.search(rf"""['"]{re.escape(k)}['"]""", node.value)]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bot.nodes") \
+                and any(a.name == "KIND" for a in node.names):
+            found.append((node.lineno, f"imports the kind name of {node.module}"))
     return found
 
 
@@ -124,10 +132,14 @@ def test_the_kind_literal_finder_finds_them(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text('a = node.kind == "ssh"\nb = n.get("kind", "local")\n'
                       'c = run.node_kind in ("local",)\nd = {"ssh": 1}\ne = k == "local"\n'
-                      'f: Literal["local", "x"] = "x"\n', encoding="utf-8")
-    assert kind_literals(sample, {"local", "ssh"}) == [
+                      'f: Literal["local", "x"] = "x"\n'
+                      'g = "json_extract(v, \'$.kind\') = \'ssh\'"\n'
+                      'from bot.nodes.ssh import KIND as SSH_KIND\n', encoding="utf-8")
+    assert sorted(kind_literals(sample, {"local", "ssh"})) == [
         (1, "compares a kind with 'ssh'"), (2, "defaults a kind to 'local'"),
-        (3, "compares a kind with 'local'"), (6, "types a value as 'local'")]
+        (3, "compares a kind with 'local'"), (6, "types a value as 'local'"),
+        (7, "quotes 'ssh' in a text that names a kind"),
+        (8, "imports the kind name of bot.nodes.ssh")]
 
 
 def test_only_the_node_adapters_and_models_name_a_kind() -> None:
@@ -167,6 +179,31 @@ def test_the_service_touches_spec_json_only_where_listed() -> None:
     found = {_importer(p) for p in modules("bot/service")
              if touches.search(p.read_text(encoding="utf-8"))}
     assert found <= set(SPEC_TOUCHERS), sorted(found - set(SPEC_TOUCHERS))
+
+
+# Where the dispatch still reads a run's spec.json or manifest.yaml back (issue 33 wants
+# none: a start is handed its typed plan). A ratchet, like SPEC_TOUCHERS: a new reader is
+# an error; these say why they still read.
+DISPATCH_READERS = {
+    "bot/dispatch/plan.py": "read_plan: a handle built without its plan (a test, a tool)",
+    "bot/dispatch/base.py": "plan_of falls back to read_plan",
+    "bot/dispatch/upload.py": "load_spec, and the manifest copied to the node as its bytes",
+    "bot/dispatch/inputs_check.py": "the inputs checked again against the spec's folder",
+    "bot/dispatch/volume_cluster.py": "the spec's hardware, and the Ray address written in",
+    "bot/dispatch/corpus_head.py": "the spec's inputs pattern for the head's listing",
+    "bot/dispatch/node_dispatcher.py": "the spec rewritten for the node (UploadPlan)",
+}
+READS_RUN_FILES = re.compile(r"\bload_spec\(|\bread_plan\(|safe_load\(|spec_path\.read_"
+                             r"|/ \"manifest\.yaml\"")
+
+
+def test_the_dispatch_reads_run_files_only_where_listed() -> None:
+    found = {_importer(p) for p in modules("bot/dispatch")
+             if READS_RUN_FILES.search(p.read_text(encoding="utf-8"))}
+    assert found <= set(DISPATCH_READERS), sorted(found - set(DISPATCH_READERS))
+    bad = [_importer(p) for p in modules("bot/service")
+           if re.search(r"\bload_spec\(|\bread_plan\(|safe_load\(", p.read_text("utf-8"))]
+    assert bad == [], "the service reads no manifest.yaml or spec.json back as a dict"
 
 
 def test_only_settings_reads_the_environment() -> None:

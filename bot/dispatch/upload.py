@@ -38,8 +38,8 @@ from bot.dispatch.corpus import (
 )
 from bot.dispatch.inputs_check import CheckedInputs, checked_files, recheck_inputs
 from bot.errors import DispatchError
+from bot.manifest.nodes import is_remote_node
 from bot.node_programs import NODE_RAY, launcher_command
-from bot.nodes.ssh import KIND as SSH_KIND
 from runner.evidence import file_sha256
 from runner.files import write_json_atomic
 
@@ -63,7 +63,8 @@ class SSHNode:
     def from_dict(cls, node: dict[str, Any]) -> SSHNode:
         missing = [k for k in ("host", "workdir") if not node.get(k)]
         if missing:
-            raise DispatchError(f"node.{missing[0]}: required for node.kind ssh")
+            raise DispatchError(f"node.{missing[0]}: required for a node reached over the "
+                                "network")
         return cls(host=str(node["host"]), workdir=str(node["workdir"]),
                    port=int(node.get("port") or 22), user=node.get("user") or None,
                    python=str(node.get("python") or "python3"),
@@ -166,8 +167,11 @@ def locate(handle: RunHandle) -> tuple[SSHNode, dict[str, Any]]:
 
 
 def _ssh_only(node: Any, where: str) -> dict[str, Any]:
-    if not isinstance(node, dict) or node.get("kind") != SSH_KIND:
-        raise DispatchError(f"{where}: node.kind is not {SSH_KIND}; use the local dispatcher")
+    """A node section this upload can reach: another machine (its kind's ``is_remote``)."""
+    if not isinstance(node, dict) or not is_remote_node(node):
+        kind = node.get("kind") if isinstance(node, dict) else None
+        raise DispatchError(f"{where}: node.kind {kind!r} is not a node reached over the "
+                            "network; its own kind's dispatcher runs it")
     return node
 
 

@@ -1,10 +1,11 @@
 """A volume's Ray cluster around an SSH dispatch: started before the driver, stopped after.
 
-When a volume run's manifest lists more than one node in ``volume.nodes`` (all ``ssh``),
-the SSH dispatcher puts the run into every node's own workdir (``NodeCopy``), proves each
-node's cards there (``bot/dispatch/card_proof.py``), starts Ray on every one of them
-(``bot/dispatch/ray_cluster.py``: the head on ``volume.nodes[0]``, where the driver runs;
-each node offering the cards its proof left healthy), writes the head's address and the
+When a volume run's manifest lists more than one node in ``volume.nodes`` (all of the
+head's kind: the SSH adapter's today), the SSH dispatcher puts the run into every node's
+own workdir (``NodeCopy``), proves each node's cards there (``bot/dispatch/card_proof.py``),
+starts Ray on every one of them (``bot/dispatch/ray_cluster.py``: the head on
+``volume.nodes[0]``, where the driver runs; each node offering the cards its proof left
+healthy), writes the head's address and the
 proofs into the run's spec (``volume.address``, ``volume.nodes``) and hands the run's token
 to the launcher on its standard input, which puts it in the driver's environment only.
 Which nodes run Ray (never the token) is kept in the run directory's ``ray_cluster.json``
@@ -25,7 +26,6 @@ from bot.dispatch.card_proof import NodeCopy, NodeProof, head_proof, prove_nodes
 from bot.dispatch.ray_cluster import RayCluster, RayNode, RayPorts, start_cluster, stop_cluster
 from bot.dispatch.upload import SSHNode, load_spec
 from bot.errors import DispatchError
-from bot.nodes.ssh import KIND as SSH_KIND
 from runner.files import write_text_atomic
 from runner.spec import node_share
 
@@ -76,18 +76,20 @@ def apart(pairs: list[tuple[SSHNode, RayNode]]) -> list[tuple[SSHNode, RayNode]]
     return out
 
 
-def volume_nodes(handle: RunHandle) -> list[SSHNode]:
-    """The SSH nodes of a volume run that lists several in ``volume.nodes`` ([] for any
-    other run: one node's volume starts a local Ray on that node)."""
+def volume_nodes(handle: RunHandle, kind: str | None = None) -> list[SSHNode]:
+    """The nodes of a volume run that lists several in ``volume.nodes`` ([] for any other
+    run: one node's volume starts a local Ray on that node); with ``kind`` (the calling
+    adapter's own: this module names none), a DispatchError unless all are of it."""
     spec = load_spec(handle.spec_path)
     if not spec.get("volume"):
         return []
     nodes = plan_of(handle).volume_nodes
     if len(nodes) < 2:
         return []
-    if not all(n.kind == SSH_KIND for n in nodes):
+    other = next((n for n in nodes if kind is not None and n.kind != kind), None)
+    if other is not None:
         raise DispatchError(f"run {handle.run_id}: volume.nodes: several nodes must all be "
-                            f"kind {SSH_KIND}")
+                            f"kind {kind} (one is kind {other.kind})")
     return [SSHNode.from_dict(n.model_dump(mode="json")) for n in nodes]
 
 

@@ -214,7 +214,8 @@ def _report_error(error: Any, report: Report) -> None:
     loc = tuple(error["loc"])
     kind = error["type"]
     shown = (error.get("ctx") or {}).get("class_name")
-    if kind == "model_type" and shown in {m.__name__ for m in NODE_MODELS.values()}:
+    if kind == "model_type" and shown in {NodeSpec.__name__,
+                                          *(m.__name__ for m in NODE_MODELS.values())}:
         error = {**error, "msg": str(error["msg"]).replace(shown, "Node")}  # not one kind's
     if kind == "node_kind":  # the node union's tag: said of the section's own ``kind``
         given = error.get("input")

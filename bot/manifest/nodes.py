@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Discriminator, Field, Tag, TypeAdapter, ValidationError
+from pydantic import (
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+from pydantic_core import PydanticCustomError
 
 from bot.manifest.types import Int, NonEmpty, Section
 
@@ -89,26 +96,55 @@ class SSHNodeSpec(NodeSpec):
     is_remote: ClassVar[bool] = True
 
 
+# The kinds the manifest takes, by name: the two built in here, and any a registry adds
+# (``register_node_model``; ``bot.nodes.registry.register`` adds a kind's model and its
+# adapter together, so a kind defined elsewhere, a test's, needs no edit of this module).
 NODE_MODELS: dict[str, type[NodeSpec]] = {"local": LocalNode, "ssh": SSHNodeSpec}
 DEFAULT_NODE_KIND = "local"  # a node section that names no kind
 
 
-def _node_tag(value: Any) -> str | None:
-    """The union's tag of a node section: ``node[<kind>]`` (``local`` when it names none).
-    The brackets make pydantic's error paths skip it as a union tag (``source.format_loc``),
-    so an error reads ``node.port``, not ``node.ssh.port``."""
+def register_node_model(model: type[NodeSpec]) -> str:
+    """Make the manifest take ``model``'s kind (its ``kind`` field's one literal value);
+    returns that name. A name already taken by another model is refused."""
+    field = model.model_fields.get("kind")
+    args: tuple[Any, ...] = getattr(field.annotation, "__args__", ()) if field else ()
+    name = args[0] if len(args) == 1 else None
+    if not isinstance(name, str):
+        raise TypeError(f"{model.__name__}.kind must be typed Literal[\"<kind>\"]")
+    if NODE_MODELS.get(name, model) is not model:
+        raise ValueError(f"node kind {name!r} is already {NODE_MODELS[name].__name__}")
+    NODE_MODELS[name] = model
+    return name
+
+
+def unregister_node_model(name: str) -> None:
+    """Take a kind a registry added away again (a test's, at its end)."""
+    NODE_MODELS.pop(name, None)
+
+
+def _validate_node(value: Any, handler: ValidatorFunctionWrapHandler) -> NodeSpec:
+    """A node section as the model of its kind, looked up when it is validated (so a kind
+    registered after this module was imported is taken). Its errors keep the section's own
+    paths (``node.port``, never a union tag); an unknown kind is a ``node_kind`` error said
+    of the section's ``kind``."""
     if isinstance(value, NodeSpec):
-        return f"node[{value.kind}]"
-    kind = value.get("kind", DEFAULT_NODE_KIND) if isinstance(value, dict) else DEFAULT_NODE_KIND
-    return f"node[{kind}]" if isinstance(kind, str) and kind in NODE_MODELS else None
+        return value
+    if not isinstance(value, dict):
+        handler(value)  # raises pydantic's own "a valid dictionary or instance of" error
+        raise AssertionError("unreachable")  # pragma: no cover
+    kind = value.get("kind", DEFAULT_NODE_KIND)
+    model = NODE_MODELS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise PydanticCustomError(
+            "node_kind", "Input should be {kinds}",
+            {"kinds": " or ".join(repr(k) for k in NODE_MODELS)})
+    return model.model_validate(value)
 
 
-Node = Annotated[Annotated[LocalNode, Tag("node[local]")]
-                 | Annotated[SSHNodeSpec, Tag("node[ssh]")],
-                 Discriminator(_node_tag, custom_error_type="node_kind",
-                               custom_error_message="Input should be "
-                               + " or ".join(repr(k) for k in NODE_MODELS))]
-NODE_ADAPTER: TypeAdapter[LocalNode | SSHNodeSpec] = TypeAdapter(Node)
+# (the JSON schema, made once at import, shows the built-in kinds)
+Node = Annotated[NodeSpec, WrapValidator(_validate_node,
+                                         json_schema_input_type=LocalNode | SSHNodeSpec)]
+NODE_ADAPTER: TypeAdapter[NodeSpec] = TypeAdapter(Node)
 
 
 def node_model(node: Any) -> type[NodeSpec] | None:
@@ -117,6 +153,11 @@ def node_model(node: Any) -> type[NodeSpec] | None:
     for a kind that is not one."""
     kind = node.get("kind", DEFAULT_NODE_KIND) if isinstance(node, dict) else None
     return NODE_MODELS.get(kind) if isinstance(kind, str) else None
+
+
+def remote_kinds() -> list[str]:
+    """The kinds whose node is another machine than the bot host (leased, by host)."""
+    return sorted(name for name, model in NODE_MODELS.items() if model.is_remote)
 
 
 def is_remote_node(node: Any) -> bool:

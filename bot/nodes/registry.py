@@ -1,12 +1,28 @@
-"""The registry of node kinds: a kind's name → the function that builds its dispatcher
-from the bot's settings. The service is handed the dispatchers this builds
-(``bot/compose.py``) and picks a run's by its node's kind."""
+"""The registry of node kinds: a kind's name → its manifest model and the function that
+builds its dispatcher from the bot's settings. The service is handed the dispatchers this
+builds (``bot/compose.py``) and picks a run's by its node's kind.
+
+A kind is one module (or package) under ``bot/nodes/`` plus one line of ``KINDS`` below;
+a kind defined elsewhere (a test's ``container`` kind) is added with ``register``, which
+also makes the manifest take its model (``bot.manifest.nodes.register_node_model``), so
+the manifest's node union is never edited for it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 from bot.dispatch.base import Dispatcher
+from bot.manifest.nodes import (
+    NODE_MODELS,
+    LocalNode,
+    NodeSpec,
+    SSHNodeSpec,
+    register_node_model,
+    unregister_node_model,
+)
 from bot.nodes.local import KIND as LOCAL_KIND
 from bot.nodes.local import LocalDispatcher
 from bot.nodes.ssh import KIND as SSH_KIND
@@ -16,6 +32,16 @@ from bot.nodes.ssh.transfer import TransferLimits
 from bot.settings import Settings
 
 Factory = Callable[[Settings], Dispatcher]
+
+
+@dataclass(frozen=True)
+class NodeKind:
+    """One kind: its name (``kind:`` in a manifest), the model of its node section, and
+    what builds its dispatcher."""
+
+    name: str
+    model: type[NodeSpec]
+    build: Factory
 
 
 def local_node(settings: Settings) -> Dispatcher:
@@ -37,13 +63,39 @@ def ssh_node(settings: Settings) -> Dispatcher:
                          keep_out=(settings.runs_dir, settings.db_path.parent))
 
 
-KINDS: Mapping[str, Factory] = {
-    LOCAL_KIND: local_node,
-    SSH_KIND: ssh_node,
+KINDS: dict[str, NodeKind] = {
+    LOCAL_KIND: NodeKind(LOCAL_KIND, LocalNode, local_node),
+    SSH_KIND: NodeKind(SSH_KIND, SSHNodeSpec, ssh_node),
 }
 
 
+def register(kind: NodeKind) -> None:
+    """Add a kind: its adapter here, its model to the manifest's node union. A name
+    already taken by another kind is refused."""
+    if KINDS.get(kind.name, kind) != kind:
+        raise ValueError(f"node kind {kind.name!r} is already registered")
+    if register_node_model(kind.model) != kind.name:
+        raise ValueError(f"{kind.model.__name__}.kind is not {kind.name!r}")
+    KINDS[kind.name] = kind
+
+
+def unregister(name: str) -> None:
+    """Take a kind ``register`` added away again (its model too)."""
+    if KINDS.pop(name, None) is not None and name in NODE_MODELS:
+        unregister_node_model(name)
+
+
+@contextmanager
+def registered(kind: NodeKind) -> Iterator[NodeKind]:
+    """``kind`` registered for the block only (a test's kind)."""
+    register(kind)
+    try:
+        yield kind
+    finally:
+        unregister(kind.name)
+
+
 def make_dispatchers(settings: Settings,
-                     kinds: Mapping[str, Factory] = KINDS) -> dict[str, Dispatcher]:
+                     kinds: Mapping[str, NodeKind] | None = None) -> dict[str, Dispatcher]:
     """One dispatcher per registered kind, built from ``settings``."""
-    return {kind: build(settings) for kind, build in kinds.items()}
+    return {name: kind.build(settings) for name, kind in (kinds or KINDS).items()}

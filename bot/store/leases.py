@@ -7,10 +7,12 @@ and every change is kept in ``lease_changes`` with who and when.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import sqlite_utils
 
+from bot.manifest.nodes import remote_kinds
 from bot.pilot.leases import ENDED
 from bot.pilot.record import Run
 from bot.store.base import StoreBase
@@ -30,10 +32,17 @@ def migrate_leases(db: sqlite_utils.Database) -> None:
         note TEXT)""")
 
 
-# A node object ``{v}`` (a JSON column or value) that is the SSH node host:port (two
-# parameters: the host in lower case, as lease keys are, and the port).
-ON_NODE = ("json_extract({v}, '$.kind') = 'ssh' AND lower(json_extract({v}, '$.host')) = ? "
+# A node object ``{v}`` (a JSON column or value) that is the remote node host:port (three
+# parameters: the remote kinds as a JSON list, ``on_node_params``; the host in lower case,
+# as lease keys are; the port). Which kinds are remote is their models' to say.
+ON_NODE = ("json_extract({v}, '$.kind') IN (SELECT value FROM json_each(?)) "
+           "AND lower(json_extract({v}, '$.host')) = ? "
            "AND COALESCE(json_extract({v}, '$.port'), 22) = ?")
+
+
+def on_node_params(host: str, port: int) -> list[Any]:
+    """``ON_NODE``'s parameters for the node ``host:port``."""
+    return [json.dumps(remote_kinds()), host.lower(), int(port)]
 
 
 class LeasesMixin(StoreBase):
@@ -113,7 +122,7 @@ class LeasesMixin(StoreBase):
         """The runs whose own node is ``host:port`` and that meet ``cond``, oldest first."""
         rows = self.db.query(
             f"SELECT {RUN_SELECT} FROM runs WHERE {ON_NODE.format(v='node')} AND {cond} "
-            "ORDER BY id", [host.lower(), int(port), *params])
+            "ORDER BY id", [*on_node_params(host, port), *params])
         return [Run.from_row(decode_row(r)) for r in rows]
 
     def running_on_node(self, host: str, port: int = 22) -> list[str]:
@@ -123,6 +132,6 @@ class LeasesMixin(StoreBase):
             "SELECT id FROM runs WHERE status = 'running' AND ((" + ON_NODE.format(v="node")
             + ") OR EXISTS (SELECT 1 FROM json_each(runs.manifest_json, '$.volume.nodes') AS n "
             "WHERE json_type(n.value) = 'object' AND " + ON_NODE.format(v="n.value") + ")) "
-            "ORDER BY id", [host.lower(), int(port), host.lower(), int(port)])
+            "ORDER BY id", [*on_node_params(host, port), *on_node_params(host, port)])
         return [r["id"] for r in rows]
 

@@ -75,7 +75,7 @@ def _restarted_bot_finds_the_run_without_the_node_section(bot: Bot, run: dict[st
     with pytest.raises(DispatchError, match="missing or unreadable"):
         bot.dispatcher.read_events(handle, 0)
     (Path(run["run_dir"]) / "manifest.yaml").write_text("node: {kind: local}\n")
-    with pytest.raises(DispatchError, match="node.kind is not ssh"):
+    with pytest.raises(DispatchError, match="node.kind .local. is not a node reached over"):
         node_section(handle)
 
 

@@ -58,6 +58,7 @@ from bot.dispatch.volume_cluster import (
 from bot.errors import DispatchError, NodeUnreachable
 from bot.node_programs import probe_command, stop_command
 from bot.node_programs.ray_hold import HOLD_ENV
+from bot.nodes.ssh import KIND
 from bot.nodes.ssh.fetch import FetchLimits, fetch_results
 from bot.nodes.ssh.node import SSHNodes, release_launcher
 from bot.nodes.ssh.transfer import TransferLimits, TransferWatch, use_meter
@@ -121,7 +122,7 @@ class SSHDispatcher(SSHNodes):
 
     def _start(self, handle: RunHandle) -> int | None:
         env: dict[str, str] = {}
-        nodes = volume_nodes(handle)
+        nodes = volume_nodes(handle, KIND)
         # a corpus only the nodes hold: the head's listing first, every node's reference
         list_on_head(self, handle, nodes[0] if nodes else SSHNode.from_dict(self.node_of(handle)))
         if nodes:

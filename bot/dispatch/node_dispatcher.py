@@ -1,0 +1,357 @@
+"""NodeDispatcher: the Dispatcher protocol written once against ``bot.nodes.base.Node``.
+
+A kind that supplies a ``Node`` (run a command, send the launcher its stream, read a file,
+probe, stop) gets a start, a follower and a fetch from here: the run's files go to the
+node's workdir as one archive on the launcher's standard input, under the workdir's lock
+(``bot/node_programs/launcher.py``: ``hash`` makes the folders, ``tar`` unpacks, ``launch``
+starts the runner detached); ``remote.json`` keeps where the run is on the node and the
+runner's pid; the events are read from the node's ``events.jsonl`` by byte offset and
+mirrored into the run directory; the results are brought back file by file (the bot's own
+records never replaced). A several-node volume (``volume.nodes``, all of the head's kind)
+first gets a copy of the run into every node's workdir, then the card proofs and Ray on
+every node (``volume_cluster.py``, as the SSH adapter's), the driver handed the cluster's
+token on the launch line only; Ray is stopped on every node by a stop, ``clean_up`` or the
+fetch. What it does not do yet, it refuses before anything is sent: a corpus already on
+the nodes, an evidence home on the bot host (the SSH adapter's dispatcher does those);
+the workdir locks of the nodes other than the head are not held while their Ray lives
+(docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+import shlex
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, json_object, plan_of
+from bot.dispatch.bot_records import fetched_name
+from bot.dispatch.card_proof import NodeCopy, proof_files
+from bot.dispatch.upload import (
+    RUNNER_PACKAGE,
+    SSHNode,
+    UploadPlan,
+    load_spec,
+    mirror,
+    write_layout,
+)
+from bot.dispatch.volume_cluster import (
+    RayNodeOf,
+    default_ray_node,
+    end_earlier_cluster,
+    start_volume_cluster,
+    stop_volume_cluster,
+    volume_nodes,
+)
+from bot.errors import DispatchError, NodeUnreachable
+from bot.manifest.nodes import NodeSpec
+from bot.nodes.base import Node
+from runner.events import Event, EventFormatError, parse_chunk, read_complete
+from runner.files import write_bytes_atomic
+
+CHUNK = 1 << 20  # bytes per framed chunk of the archive on the launcher's stdin
+FETCH_MAX_FILES = 100_000  # files a fetch brings back from the node's run directory
+FETCH_MAX_BYTES = 8 << 30  # bytes, all files together
+
+
+class NodeDispatcher:
+    """The runner on a node reached through ``node_of`` (the kind's adapter: a node spec
+    → its ``Node``)."""
+
+    def __init__(self, node_of: Callable[[NodeSpec], Node], *,
+                 runner_package: Path | None = None,
+                 ray_node: RayNodeOf = default_ray_node) -> None:
+        self.node_of = node_of
+        self.runner_package = Path(runner_package or RUNNER_PACKAGE)
+        self.ray_node = ray_node  # a several-node volume's Ray layout (volume_cluster.py)
+
+    # -- the Dispatcher protocol -----------------------------------------------------
+    def start(self, handle: RunHandle) -> int | None:
+        spec_node, node = self._node(handle)
+        nodes = volume_nodes(handle, spec_node.kind)
+        if not nodes:
+            return self._launch(handle, spec_node, node, {})
+        runs = _Runs(self, handle)
+        end_earlier_cluster(runs, handle)  # a resume: nothing is sent under it
+        try:
+            copies = [self._copy(handle, i, n) for i, n in enumerate(nodes)]
+            cluster = start_volume_cluster(runs, handle, copies, self.ray_node)
+            if cluster is None:
+                raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
+            handle.progress({"node": nodes[0].where, "index": 0, "phase": "launching"})
+            return self._launch(handle, spec_node, node, cluster.driver_env())
+        except BaseException:
+            stop_volume_cluster(runs, handle)
+            raise
+
+    def _upload(self, handle: RunHandle, spec_node: NodeSpec, node: Node
+                ) -> tuple[UploadPlan, dict[str, bytes], dict[str, int]]:
+        """What goes to the node: the plan, every file (node path → bytes: a fresh copy,
+        nothing asked of the node first), and the bytes by kind."""
+        workdir = self._workdir(spec_node, node)
+        upload = UploadPlan(workdir, handle, self.runner_package, load_spec(handle.spec_path))
+        if upload.on_nodes or upload.evidence:
+            what = "volume.inputs.on_nodes" if upload.on_nodes else "results.copy_to"
+            raise DispatchError(f"run {handle.run_id}: {spec_node.label}: {what} is not "
+                                "offered by this node kind; nothing was started")
+        changes = upload.changes({})
+        files = {**{dst: src.read_bytes() for src, dst in changes.send},
+                 **upload.run_files(handle)}
+        return upload, files, {**changes.sent, "run": sum(len(d) for d in files.values())}
+
+    def _copy(self, handle: RunHandle, index: int, where: SSHNode) -> NodeCopy:
+        """Volume node ``index``'s own copy of the run (with its card proof's spec), sent
+        under its workdir's lock, which is let go once it is written."""
+        spec_node = plan_of(handle).volume_nodes[index]
+        node = self.node_of(spec_node)
+        upload, files, sent = self._upload(handle, spec_node, node)
+        files.update(proof_files(upload))
+        stream = (upload.hash_request().encode() + b"tar\n"
+                  + _framed(_tar(files, upload.workdir)))  # no launch: the lock is let go
+        out = node.send_archive(upload.launch_command(where.python, False), stream)
+        _locked(out, node.where, upload.workdir)
+        handle.progress({"node": where.where, "index": index, "phase": "uploaded",
+                         "bytes": sum(sent.values())})
+        return NodeCopy.of(upload)
+
+    def _launch(self, handle: RunHandle, spec_node: NodeSpec, node: Node,
+                env: dict[str, str]) -> int:
+        upload, files, sent = self._upload(handle, spec_node, node)
+        launch = f"launch {json.dumps(env)}\n" if env else "launch\n"
+        stream = (upload.hash_request().encode() + b"tar\n"
+                  + _framed(_tar(files, upload.workdir)) + launch.encode())
+        python = spec_node.python or "python3"
+        layout = {"node": spec_node.model_dump(mode="json"), "run_dir": upload.remote_run_dir,
+                  "pid": None, "lock": upload.lock, "python": python, "uploaded": sent}
+        # before the launch: a bot that dies from here on still finds the run ("starting")
+        write_layout(handle.run_dir / "remote.json", layout)
+        out = node.send_archive(upload.launch_command(python, handle.resume), stream)
+        pid = _launched(out, node.where, upload.workdir)
+        write_layout(handle.run_dir / "remote.json", {**layout, "pid": pid})
+        return pid
+
+    def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
+        node, layout = self._located(handle)
+        path = layout["run_dir"] + "/events.jsonl"
+        local = handle.run_dir / "events.jsonl"
+
+        def read(at: int, size: int) -> bytes:
+            try:
+                return node.read_file(path, at, size)
+            except FileNotFoundError:
+                return b""
+
+        chunk, start, _skipped = read_complete(read, offset,
+                                               keep=lambda at, data: mirror(local, at, data))
+        try:
+            events, new_offset = parse_chunk(chunk, start, expand=False)
+        except EventFormatError as exc:
+            raise events_error(handle, f"{path} on {node.where}", exc) from exc
+        if new_offset > start:
+            mirror(local, start, chunk[: new_offset - start])
+        return events, new_offset
+
+    def is_alive(self, handle: RunHandle) -> bool:
+        node, layout = self._located(handle)
+        try:
+            return node.probe(layout.get("pid"), layout["run_dir"]) not in ("dead", "done")
+        except NodeUnreachable:
+            return True  # unknown is not dead
+
+    def clean_up(self, handle: RunHandle) -> list[str]:
+        """A several-node volume's Ray, stopped on every node; the problems met."""
+        try:
+            return stop_volume_cluster(_Runs(self, handle), handle)
+        except DispatchError as exc:
+            return [str(exc)]
+
+    def exit_code(self, handle: RunHandle) -> int | None:
+        node, layout = self._located(handle)
+        try:
+            raw = node.read_file(layout["run_dir"] + "/exit_code")
+        except (FileNotFoundError, NodeUnreachable):
+            return None
+        text = raw.decode("ascii", errors="replace").strip()
+        return int(text) if text.isdigit() else None
+
+    def fetch_results(self, handle: RunHandle) -> Path | None:
+        """The node's run directory, file by file, into the run directory (the bot's own
+        records left out), a volume's Ray stopped on every node first; no evidence copy
+        (refused at the start)."""
+        self._stop_cluster(handle)
+        node, layout = self._located(handle)
+        run_dir = layout["run_dir"]
+        names = _listing(node, run_dir, str(layout.get("python") or "python3"))
+        total = 0
+        for rel in names:
+            parts = rel.split("/")
+            if not fetched_name(parts[0]) or rel.startswith("/") or ".." in parts:
+                continue
+            data = node.read_file(f"{run_dir}/{rel}")
+            total += len(data)
+            if total > FETCH_MAX_BYTES:
+                raise DispatchError(f"run {handle.run_id}: {node.where}: the run directory "
+                                    f"is over {FETCH_MAX_BYTES} bytes; fetch stopped")
+            dest = handle.run_dir.joinpath(*parts)
+            _safe_parent(handle.run_dir, dest)
+            write_bytes_atomic(dest, data)
+        return None
+
+    def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
+        try:
+            node, layout = self._located(handle)
+            code, out, _err = node.run(
+                f"tail -c {int(limit)} {shlex.quote(layout['run_dir'] + '/runner.log')}",
+                timeout=60)
+        except (DispatchError, NodeUnreachable):
+            return ""
+        return out if code == 0 else ""
+
+    def stop(self, handle: RunHandle) -> None:
+        if (handle.run_dir / "remote.json").exists():  # else stopped while starting
+            node, layout = self._located(handle)
+            node.stop(layout.get("pid"), layout["run_dir"])
+        self._stop_cluster(handle)
+
+    def _stop_cluster(self, handle: RunHandle) -> None:
+        problems = stop_volume_cluster(_Runs(self, handle), handle)
+        if problems:
+            raise DispatchError(f"run {handle.run_id}: Ray not stopped on every node: "
+                                + "; ".join(problems))
+
+    def close(self) -> None:
+        """Nothing held open: each call of a ``Node`` stands alone."""
+
+    # -- where ------------------------------------------------------------------------
+    def _node(self, handle: RunHandle) -> tuple[NodeSpec, Node]:
+        spec_node = plan_of(handle).node
+        if spec_node is None:
+            raise DispatchError(f"run {handle.run_id}: no node section; nothing was started")
+        return spec_node, self.node_of(spec_node)
+
+    def _located(self, handle: RunHandle) -> tuple[Node, dict[str, Any]]:
+        """The run's node and its layout there (``remote.json``, written by ``start``)."""
+        path = handle.run_dir / "remote.json"
+        try:
+            layout = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DispatchError(f"run {handle.run_id}: {path} is missing or unreadable; "
+                                "the run was never dispatched to its node") from exc
+        if not isinstance(layout, dict) or not isinstance(layout.get("run_dir"), str):
+            raise DispatchError(f"run {handle.run_id}: {path} names no run directory")
+        return self._node(handle)[1], layout
+
+    @staticmethod
+    def _workdir(spec_node: NodeSpec, node: Node) -> str:
+        """The node's workdir: as written when absolute, else under the node's home."""
+        workdir = spec_node.workdir or "preflight"
+        if workdir.startswith("/"):
+            return workdir.rstrip("/") or "/"
+        code, out, err = node.run("pwd", timeout=60)
+        home = out.strip()
+        if code != 0 or not home.startswith("/"):
+            raise DispatchError(f"{node.where}: cannot tell its home folder ({err.strip()!r})")
+        rel = workdir[2:] if workdir.startswith("~/") else workdir
+        return posixpath.join(home, rel)
+
+
+def _tar(files: dict[str, bytes], workdir: str) -> bytes:
+    """One archive of ``files`` (node path → bytes), named relative to ``workdir``."""
+    out = io.BytesIO()
+    now = time.time()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for dst, data in files.items():
+            info = tarfile.TarInfo(posixpath.relpath(dst, workdir))
+            info.size, info.mode, info.mtime = len(data), 0o644, now
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def _framed(data: bytes) -> bytes:
+    """The archive as the launcher reads it: ``<n>`` lines, n bytes each, ``0`` at the end."""
+    parts = [f"{len(data[i:i + CHUNK])}\n".encode() + data[i:i + CHUNK]
+             for i in range(0, len(data), CHUNK)]
+    return b"".join(parts) + b"0\n"
+
+
+class _Runs:
+    """``volume_cluster``'s commands on a volume node (named by its ``SSHNode``: its
+    fields, workdir included, tell the nodes apart), run through that node's ``Node``."""
+
+    def __init__(self, dispatcher: NodeDispatcher, handle: RunHandle) -> None:
+        self.dispatcher, self.handle = dispatcher, handle
+
+    def run(self, node: SSHNode, command: str, stdin: str = "",
+            timeout: float = 120) -> tuple[int, str, str]:
+        specs = plan_of(self.handle).volume_nodes
+        listed = volume_nodes(self.handle)
+        try:
+            spec = specs[listed.index(node)]
+        except ValueError as exc:
+            raise DispatchError(f"run {self.handle.run_id}: {node.where} is not one of its "
+                                "volume.nodes") from exc
+        return self.dispatcher.node_of(spec).run(command, stdin.encode(), timeout)
+
+
+def _locked(out: str, where: str, workdir: str) -> list[str]:
+    """The launcher's output lines, once its first says the workdir's lock is ours."""
+    lines = out.strip().splitlines()
+    first = json_object(lines[0]) if lines else None
+    if first is None or not first.get("locked"):
+        held = (first or {}).get("held")
+        if isinstance(held, dict):
+            raise DispatchError(f"{where}: workdir {workdir} is in use by run "
+                                f"{held.get('run')}: wait for it to end, or give this "
+                                "manifest another node.workdir")
+        raise DispatchError(f"{where}: the launcher did not answer (got {out[:200]!r})")
+    return lines
+
+
+def _launched(out: str, where: str, workdir: str) -> int:
+    """The runner's pid from the launcher's output: its lock line first, the pid last."""
+    lines = _locked(out, where, workdir)
+    try:
+        return int(lines[-1])
+    except ValueError as exc:
+        raise DispatchError(f"{where}: the launcher printed no pid: {out[-200:]!r}") from exc
+
+
+LISTING = ("import json, os, sys\nroot = sys.argv[1]\nout = []\n"
+           "for base, dirs, names in os.walk(root):\n"
+           "    dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(base, d))]\n"
+           "    for name in names:\n"
+           "        path = os.path.join(base, name)\n"
+           "        if os.path.isfile(path) and not os.path.islink(path):\n"
+           "            out.append(os.path.relpath(path, root))\n"
+           "print(json.dumps(out))\n")
+
+
+def _listing(node: Node, run_dir: str, python: str) -> list[str]:
+    """The regular files under the node's run directory (no link followed), relative."""
+    code, out, err = node.run(" ".join(shlex.quote(a) for a in
+                                       (python, "-c", LISTING, run_dir)), timeout=300)
+    try:
+        names = json.loads(out) if code == 0 else None
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise DispatchError(f"{node.where}: cannot list {run_dir} ({err.strip()[:200]!r})")
+    if len(names) > FETCH_MAX_FILES:
+        raise DispatchError(f"{node.where}: {run_dir} holds over {FETCH_MAX_FILES} files")
+    return sorted(names)
+
+
+def _safe_parent(root: Path, dest: Path) -> None:
+    """Make ``dest``'s folders under ``root``, refusing a link on the way (a node's name
+    never leads out of the run directory)."""
+    here = root
+    for part in dest.relative_to(root).parts[:-1]:
+        here = here / part
+        if here.is_symlink():
+            raise DispatchError(f"{here}: a link in the run directory; fetch refused")
+        here.mkdir(exist_ok=True)

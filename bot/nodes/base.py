@@ -1,0 +1,69 @@
+"""The ``Node`` protocol: one node, as the node-agnostic dispatch asks of it.
+
+A kind that can run a command on its node and read a file there is a ``Node``; the rest
+(what to send, the launcher's lock and launch, following the events, probing and
+stopping the runner, fetching the results) is written once above it
+(``bot/dispatch/node_dispatcher.py``). A Kubernetes pod is ``kubectl exec -i POD --``;
+the tests' ``container`` kind is a fake ``exec`` program. The SSH adapter (``ssh/``)
+still has its own dispatcher: its sessions stream the upload against the node's hashes
+and carry a several-node volume (docs/architecture.md, "How to add a node kind").
+
+This module imports nothing of ours: the dispatch above and the adapters below both
+import it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from bot.node_programs import probe_command, stop_command
+
+
+class Node(Protocol):
+    """One node of a run. Errors reaching the node are ``bot.errors.NodeUnreachable``
+    (try again later), anything it answers that cannot be used a ``DispatchError``."""
+
+    @property
+    def where(self) -> str:
+        """The node in a message's words (``container gpu-1``, ``pod/trainer-0``)."""
+        ...
+
+    def run(self, command: str, stdin: bytes = b"",
+            timeout: float = 120.0) -> tuple[int, str, str]:
+        """Run a shell command on the node, ``stdin`` fed to it: (exit status, stdout,
+        stderr). Output is capped by the adapter; the command runs in the node's home."""
+        ...
+
+    def send_archive(self, command: str, stream: bytes, timeout: float = 900.0) -> str:
+        """Run ``command`` (the node's launcher) with ``stream`` (its protocol's lines, the
+        archive in chunks among them) on its stdin; its stdout. The one transfer of a
+        start: a kind meters it as it can."""
+        ...
+
+    def read_file(self, path: str, offset: int = 0, size: int | None = None) -> bytes:
+        """``size`` bytes (all, when None) of a file on the node from ``offset``; b"" past
+        its end. ``FileNotFoundError`` when there is none."""
+        ...
+
+    def probe(self, pid: int | None, run_dir: str) -> str:
+        """``done``, ``alive``, ``dead``, ``starting`` or ``unknown`` of the runner whose
+        run directory on the node is ``run_dir`` (``shell_probe``: the shell's rule)."""
+        ...
+
+    def stop(self, pid: int | None, run_dir: str) -> None:
+        """Stop that runner (``shell_stop``: its process group, SIGTERM then SIGKILL)."""
+        ...
+
+
+def shell_probe(node: Node, pid: int | None, run_dir: str) -> str:
+    """``done``, ``alive``, ``dead`` or ``starting`` of the runner in ``run_dir`` (the shell's
+    rule, ``probe_command``); ``unknown`` when the node does not say."""
+    code, out, _err = node.run(probe_command(pid, run_dir), timeout=60)
+    state = out.strip()
+    return state if code == 0 and state in ("done", "alive", "dead", "starting") \
+        else "unknown"
+
+
+def shell_stop(node: Node, pid: int | None, run_dir: str) -> None:
+    """SIGTERM to the runner's process group, SIGKILL after a grace (``stop_command``)."""
+    node.run(stop_command(pid, run_dir), timeout=60)
