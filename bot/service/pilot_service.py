@@ -34,6 +34,7 @@ from bot.messages import views
 from bot.messages.model import Message, Notifier
 from bot.pilot.clock import now_utc
 from bot.pilot.plan import make_plan
+from bot.pilot.record import remember_manifest
 from bot.pilot.specbuild import build_spec
 from bot.pilot.states import S, resume_refusal
 from bot.pilot.volume_nodes import volume_node
@@ -43,7 +44,7 @@ from bot.policy.model import Origin
 from bot.service.decisions import Decider
 from bot.service.end_lock import end_lock
 from bot.service.follower import DISPATCH_GRACE_S, Follower
-from bot.service.handles import base_dir_of, dispatcher_for, handle_for
+from bot.service.handles import dispatcher_for, handle_for
 from bot.service.outputs import ItemOutput, OutputsPlace, item_output, outputs_place
 from bot.service.proven import ProvenForecast
 from bot.service.publisher import Publisher
@@ -55,7 +56,7 @@ from bot.service.run_dirs import create_run, new_run_dir
 from bot.service.starter import LeaseGuard, Starter
 from bot.service.watch import Watch
 from bot.settings import Settings
-from bot.store import RunRecord, Store
+from bot.store import Run, RunRecord, Store
 from runner.events import Event
 
 log = logging.getLogger(__name__)
@@ -256,7 +257,7 @@ class PilotService:
             spec_path.write_text(spec.to_json(), encoding="utf-8")
             record_listing(run_dir, spec.inputs.dir,  # held to it at dispatch
                            [f.location for f in loaded.listing(inputs).files])
-            manifest_json = m.model_dump(mode="json")
+            manifest_json = remember_manifest(m)  # the run's readers share ``m``
             create_run(self.store, run_dir, {
                 "id": run_id, "name": m.name, "attempt": attempt, "kind": kind,
                 "parent_run": parent, "plan": plan.to_dict(),
@@ -369,10 +370,10 @@ class PilotService:
         """Why a decision cannot be taken on this run now (None: it can)."""
         return self.decider.decision_refusal(run_id, who=who)
 
-    def _launch_volume(self, run_id: str) -> str | None:
-        run = self.store.run(run_id)
-        loaded = load_manifest(run.manifest_text or "", source=f"run {run_id}",
-                               base_dir=base_dir_of(run))
+    def _launch_volume(self, run: Run, loaded: LoadedManifest) -> str | None:
+        """Submit and start the volume run of ``run``, an approved pilot, from its manifest
+        as the approval checked it."""
+        run_id = run.id
         volume = loaded.manifest.volume
         if volume is None:
             return None

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from bot.errors import DecisionRefused, PreflightError, VolumeExists
+from bot.manifest.load import load_manifest
 from bot.messages.model import Actions, Heading
 from bot.service import PilotService
+from bot.service.handles import base_dir_of
 from bot.store import Store
 from tests.bot.fakes import pilot_script
 from tests.bot.test_service import IDS, make, submit
@@ -87,8 +89,10 @@ def test_the_store_refuses_a_second_volume_of_one_pilot(tmp_path: Path) -> None:
         service.store.create_run(again)
     # The service path too (a retried launch): refused, and no run directory left behind.
     before = {p.name for p in Path(row["run_dir"]).parent.iterdir()}
+    run = service.store.run(pilot)
+    loaded = load_manifest(run.manifest_text or "", source=pilot, base_dir=base_dir_of(run))
     with pytest.raises(VolumeExists):
-        service._launch_volume(pilot)
+        service._launch_volume(run, loaded)
     assert {p.name for p in Path(row["run_dir"]).parent.iterdir()} == before
 
 
