@@ -24,10 +24,10 @@ def test_submission_to_the_volumes_balance_validates_the_manifest_once(
     service, notifier = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
     validations = count_validations(monkeypatch)
     run_id = submit(service, tmp_path, extra=VOLUME)
-    assert service.follow(run_id, timeout=30)["outcome"] == "passed"
-    volume_id = service.decide(run_id, "approve", "pilot clean", "alice")["volume_run"]
-    assert service.follow(volume_id, timeout=30)["outcome"] == "passed"
-    service.show(volume_id)
+    assert service.follower.follow(run_id, timeout=30)["outcome"] == "passed"
+    volume_id = service.decider.decide(run_id, "approve", "pilot clean", "alice")["volume_run"]
+    assert service.follower.follow(volume_id, timeout=30)["outcome"] == "passed"
+    service.records.show(volume_id)
     assert validations == ["model_validate"], validations  # the manifest file, loaded
     # the pilot's and its volume's are the same manifest: one model, shared
     assert service.records.record(run_id).manifest is service.records.record(volume_id).manifest
@@ -37,11 +37,11 @@ def test_a_bot_that_never_saw_the_submission_validates_the_stored_manifest_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     service, notifier = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
     run_id = submit(service, tmp_path, extra=VOLUME)
-    assert service.follow(run_id, timeout=30)["outcome"] == "passed"
+    assert service.follower.follow(run_id, timeout=30)["outcome"] == "passed"
     validations = count_validations(monkeypatch)
-    volume_id = service.decide(run_id, "approve", "pilot clean", "alice")["volume_run"]
-    assert service.follow(volume_id, timeout=30)["outcome"] == "passed"
-    service.show(run_id)
+    volume_id = service.decider.decide(run_id, "approve", "pilot clean", "alice")["volume_run"]
+    assert service.follower.follow(volume_id, timeout=30)["outcome"] == "passed"
+    service.records.show(run_id)
     assert validations == ["model_validate_json"], validations  # the stored manifest
 
 

@@ -26,7 +26,7 @@ def started(tmp_path: Path) -> tuple[Settings, ScriptedDispatcher, str]:
                            RecordingNotifier())
     sub = service.submit(load_manifest_file(write_manifest(tmp_path, count=3)),
                          submitter="bob")
-    service.start(sub.run_id)
+    service.starter.start(sub.run_id)
     return settings, dispatcher, sub.run_id
 
 
