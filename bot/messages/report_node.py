@@ -20,6 +20,7 @@ from bot.messages.report_page import (
 from bot.pilot.cards import healthy_cards
 from bot.pilot.clock import read_time
 from bot.pilot.forecast import duration
+from bot.pilot.record import StopNote
 
 
 def stage_bars(stages: list[dict[str, Any]]) -> list[tuple[str, float, float, str]]:
@@ -146,10 +147,9 @@ def _attempts(engine: dict[str, Any]) -> str:
              for a in engine.get("attempts") or []]
     lines += [(s.get("at"), "stopped", f"during stage {s.get('stage')}")
               for s in engine.get("stops") or []]
-    stop = engine.get("stop") or {}
-    if stop.get("by"):
-        lines.append((stop.get("at"), "stop asked",
-                      f"by {stop.get('by')}: {stop.get('reason')}"))
+    stop = engine.get("stop")
+    if isinstance(stop, StopNote) and stop.by:
+        lines.append((stop.at, "stop asked", f"by {stop.by}: {stop.reason}"))
     if not lines:
         return ""
     return table(("when", "what", "detail"), sorted(lines, key=lambda x: str(x[0])))

@@ -163,10 +163,8 @@ def first_error_message(run: Run) -> Message | None:
         return None
     pairs = [("Stage reached", str(err.get("stage"))),
              ("Error", error_text(err))]
-    stop = run.stop
-    if stop:
-        pairs.insert(0, ("Stopped by", f"{stop.get('by')} at {stop.get('at')}: "
-                                       f"{stop.get('reason')}"))
+    if run.stop is not None:
+        pairs.insert(0, ("Stopped by", run.stop.told().removeprefix("by ")))
     if err.get("where"):
         pairs.append(("Where", str(err["where"])))
     if err.get("hint"):
@@ -281,9 +279,7 @@ def decision_message(run: Run, decisions: list[dict[str, Any]]) -> Message:
     if run.kind != "pilot":
         return _volume_decision(run)
     if run.status == S.STOPPED:
-        stop = run.stop or {}
-        who = (f" by {stop.get('by')} at {stop.get('at')}: {stop.get('reason')}"
-               if stop.get("by") else "")
+        who = f" {run.stop.told()}" if run.stop is not None and run.stop.by else ""
         then = (_PRUNED_NO_RESUME if run.items_pruned_at else
                 f"Nothing to decide yet: `preflight resume {run.id}` continues it from its "
                 "ledger.")

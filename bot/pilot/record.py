@@ -40,6 +40,30 @@ COLUMNS = ("id", "name", "attempt", "kind", "status", "parent_run", "outcome", "
 
 
 @dataclass(frozen=True)
+class StopNote:
+    """Who stopped a run, when and why (the ``stop`` column), checked once where the run
+    leaves the store."""
+
+    by: str
+    reason: str
+    at: str
+
+    @classmethod
+    def from_stored(cls, run: str, value: dict[str, Any]) -> StopNote:
+        """StoreError naming the run when the column does not hold a stop note."""
+        by, reason, at = (value.get(name) for name in ("by", "reason", "at"))
+        if not (isinstance(by, str) and isinstance(reason, str) and isinstance(at, str)):
+            raise StoreError(f"run {run}: column stop holds {value!r}, not a stop note (by, "
+                             "reason, at): the state database was changed by hand or by "
+                             "another program")
+        return cls(by, reason, at)
+
+    def told(self) -> str:
+        """``by <who> at <when>: <why>``, as a message says it."""
+        return f"by {self.by} at {self.at}: {self.reason}"
+
+
+@dataclass(frozen=True)
 class RunRecord:
     id: str
     name: str
@@ -143,7 +167,7 @@ class Run(RunRecord):
     evidence: dict[str, Any] | None = None
     environment: dict[str, Any] | None = None
     first_error: dict[str, Any] | None = None
-    stop: dict[str, Any] | None = None
+    stop: StopNote | None = None
     success: dict[str, Any] | None = None
     changes: tuple[dict[str, Any], ...] = ()
     approvers: tuple[str, ...] = ()
@@ -184,6 +208,8 @@ class Run(RunRecord):
         if row.get("manifest_text") is not None:
             values["manifest_text"] = _checked(run, "manifest_text", row["manifest_text"],
                                                str, str)
+        if values.get("stop") is not None:
+            values["stop"] = StopNote.from_stored(run, values["stop"])
         values["two_person"] = bool(row.get("two_person"))
         if row.get("plan") is not None:
             plan = _checked(run, "plan", row["plan"], dict, dict)
