@@ -245,11 +245,6 @@ class PilotService:
                 dispatcher_for(self.dispatchers, record).stop(handle_for(record))
         return self.follower.follow(run.id, timeout=timeout) if wait else self.store.get_run(run.id)
 
-    def may_act(self, run_id: str, action: str, user: str, *, channel: str | None) -> None:
-        """From Slack (a button): PolicyRefused, recorded, unless ``user`` may ``action``
-        (stop, approve, fix-env, revise) this run from ``channel``."""
-        self.guard.run_action(action, self.store.run(run_id), user, "slack", channel)
-
     def _launch_volume(self, run: Run, loaded: LoadedManifest) -> str | None:
         """Submit and start the volume run of ``run``, an approved pilot, from its manifest
         as the approval checked it."""

@@ -132,6 +132,11 @@ class Records:
         """True the first time a transport's event id is seen (a retried delivery: False)."""
         return self.store.claim_slack_event(event_id)
 
+    def may_act(self, run_id: str, action: str, user: str, *, channel: str | None) -> None:
+        """From Slack (a button): PolicyRefused, recorded, unless ``user`` may ``action``
+        (stop, approve, fix-env, revise) this run from ``channel``."""
+        self.guard.run_action(action, self.store.run(run_id), user, "slack", channel)
+
     # -- outputs (bot/service/outputs.py) ---------------------------------------------
     def outputs_place(self, run_id: str) -> OutputsPlace:
         """Where the run's outputs lie on this host, and what is there."""

@@ -193,7 +193,7 @@ class Handlers:
         run's channel; stop, fix-env, revise need its submitter, an approver or an admin);
         a refusal is recorded and told like any other."""
         try:
-            self.service.may_act(run_id, action, user, channel=channel)
+            self.service.records.may_act(run_id, action, user, channel=channel)
         except PolicyRefused as exc:
             self.refused(exc, user=user, channel=channel, thread_ts=thread_ts)
             return False
