@@ -58,15 +58,15 @@ def render_report(data: ReportData) -> str:
 
 def _header(data: ReportData) -> str:
     run = data.run
-    verdict = run.verdict or {}
-    passed = bool(verdict.get("passed"))
+    verdict = run.verdict
+    passed = verdict is not None and verdict.passed
     badge = (f'<span class="badge {"ok" if passed else "bad"}">'
-             f'{"PASSED" if passed else "FAILED"}</span>' if verdict else
+             f'{"PASSED" if passed else "FAILED"}</span>' if verdict is not None else
              f'<span class="badge bad">{escape(str(run.status))}</span>')
     kind = "Volume run" if run.kind == "volume" else "Pilot"
-    checks = "".join(f'<li class="{"warn" if c.get("warn") else "ok" if c.get("ok") else "bad"}">'
-                     f'{"⚠" if c.get("warn") else "✓" if c.get("ok") else "✗"} '
-                     f'{escape(str(c.get("text")))}</li>' for c in verdict.get("checks") or [])
+    checks = "".join(f'<li class="{"warn" if c.warn else "ok" if c.ok else "bad"}">'
+                     f'{c.mark} {escape(c.text)}</li>'
+                     for c in (verdict.checks if verdict is not None else ()))
     err = run.first_error or {}
     first = (f'<p class="bad">First error at stage <b>{escape(str(err.get("stage")))}</b>: '
              f'{escape(str(err.get("type") or ""))}: {escape(str(err.get("message") or ""))}'

@@ -264,13 +264,10 @@ def evidence_message(run: Run) -> Message | None:
 
 
 def verdict_message(run: Run) -> Message:
-    verdict = run.verdict or {}
-    passed = bool(verdict.get("passed"))
+    passed = run.verdict is not None and run.verdict.passed
     blocks: list[Any] = [Heading("Verdict: " + ("PASSED" if passed else "FAILED"))]
-    for check in verdict.get("checks") or []:
-        ok, warn = bool(check.get("ok")), bool(check.get("warn"))
-        blocks.append(Text(f"{'⚠' if warn else '✓' if ok else '✗'} {check.get('text')}",
-                           style="warn" if warn else "ok" if ok else "error"))
+    for check in run.verdict.checks if run.verdict is not None else ():
+        blocks.append(Text(f"{check.mark} {check.text}", style=check.style))
     return Message(run.id, "verdict", tuple(blocks),
                    summary=f"{run.name}: pilot {'passed' if passed else 'failed'}")
 

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -37,6 +37,37 @@ COLUMNS = ("id", "name", "attempt", "kind", "status", "parent_run", "outcome", "
            "spec_path", "run_dir", "node", "submitter", "channel", "thread_ts", "created_at",
            "started_at", "finished_at", "last_seq", "events_offset", "last_event_at", "pid",
            "exit_code", "base_dir", "project_dir", "resume_seq", "items_pruned_at")
+
+
+@dataclass(frozen=True)
+class VerdictCheck:
+    ok: bool
+    text: str
+    warn: bool = False  # passed, but worth a look (a refusal nobody expected)
+
+    @property
+    def mark(self) -> str:
+        return "⚠" if self.warn else "✓" if self.ok else "✗"
+
+    @property
+    def style(self) -> Literal["warn", "ok", "error"]:
+        return "warn" if self.warn else "ok" if self.ok else "error"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The pilot's rules' verdict (the ``verdict`` column), read once where the run leaves
+    the store: passed or not, and each check with its line."""
+
+    passed: bool
+    checks: tuple[VerdictCheck, ...] = ()
+
+    @classmethod
+    def from_stored(cls, value: dict[str, Any]) -> Verdict:
+        checks = value.get("checks")
+        return cls(bool(value.get("passed")), tuple(
+            VerdictCheck(bool(c.get("ok")), str(c.get("text")), bool(c.get("warn")))
+            for c in (checks if isinstance(checks, list) else []) if isinstance(c, dict)))
 
 
 @dataclass(frozen=True)
@@ -161,7 +192,7 @@ class Run(RunRecord):
     manifest_problem: str | None = None
     manifest_text: str | None = None
     two_person: bool = False
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None
     balance: dict[str, Any] | None = None
     forecast: dict[str, Any] | None = None
     evidence: dict[str, Any] | None = None
@@ -208,6 +239,8 @@ class Run(RunRecord):
         if row.get("manifest_text") is not None:
             values["manifest_text"] = _checked(run, "manifest_text", row["manifest_text"],
                                                str, str)
+        values["verdict"] = Verdict.from_stored(values["verdict"]) \
+            if values.get("verdict") else None
         if values.get("stop") is not None:
             values["stop"] = StopNote.from_stored(run, values["stop"])
         values["two_person"] = bool(row.get("two_person"))
