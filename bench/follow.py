@@ -107,7 +107,7 @@ def start_run(service: Any, manifest: Path) -> tuple[str, int]:
     from bot.manifest.load import load_manifest_file
 
     run_id = service.submit(load_manifest_file(manifest), submitter="bench").run_id
-    service.start(run_id)
+    service.starter.start(run_id)
     return run_id, int(service.store.get_run(run_id)["pid"])
 
 
@@ -126,9 +126,11 @@ def watch(service: Any, run_id: str, runner: int, follower: int) -> Readings:
     """Read the CPU of the runner's parent and of the follower, and the last seq the
     follower recorded (one row: next to nothing for this process), every 50 ms until the
     runner ends; mark when the first item reached events.jsonl."""
+    from bot.service.handles import handle_for
+
     out, tick = Readings(), threading.Event()
     run = service.store.run_record(run_id)
-    handle, events = service._handle(run), run.run_dir / "events.jsonl"
+    handle, events = handle_for(run), run.run_dir / "events.jsonl"
     offset = 0
     while service.dispatchers["local"].is_alive(handle):
         parent, cpu = own_cpu(runner), own_cpu(follower)

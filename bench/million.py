@@ -131,16 +131,16 @@ def main() -> int:
                     provision(service.store, s.lease_key)
                 t = time.perf_counter()
                 pilot = service.submit(load_manifest_file(manifest), submitter="bob").run_id
-                service.start(pilot)
-                run = service.follow(pilot, timeout=900)
+                service.starter.start(pilot)
+                run = service.follower.follow(pilot, timeout=900)
                 pilot_s = time.perf_counter() - t
                 if (run["status"], run["outcome"]) != ("awaiting_decision", "passed"):
                     print(f"the pilot did not pass: {run['first_error']}")
                     print("million_after_approval_s: n/a (target ≤ 900 at 1M) MISS")
                     return 1
                 t = time.perf_counter()
-                volume = service.decide(pilot, "approve", "bench", "alice")["volume_run"]
-                run = service.follow(volume, timeout=6 * 3600)
+                volume = service.decider.decide(pilot, "approve", "bench", "alice")["volume_run"]
+                run = service.follower.follow(volume, timeout=6 * 3600)
                 after_s = time.perf_counter() - t
                 # the stage events only: the volume's million item events stay in the store
                 events = service.store.events_of_type(volume, "stage.passed")

@@ -94,9 +94,9 @@ def main() -> int:
             loaded = load_manifest(manifest, source="pilote.yaml", base_dir=project / "manifests")
             began = time.perf_counter()
             run_id = service.submit(loaded, submitter="bench").run_id
-            service.start(run_id)
+            service.starter.start(run_id)
             started = time.perf_counter() - began
-            run = service.follow(run_id, timeout=110, poll=0.05)
+            run = service.follower.follow(run_id, timeout=110, poll=0.05)
             elapsed = time.perf_counter() - began
             events = store.events(run_id)
             span = (datetime.fromisoformat(events[-1].ts) - datetime.fromisoformat(events[0].ts))

@@ -117,7 +117,7 @@ def remind_evidence(service: PilotService, now: datetime) -> list[Message]:
 def prune_store(service: PilotService, now: datetime) -> int:
     """The daily retention pass (``PilotService.prune_store``, PREFLIGHT_RETENTION_DAYS;
     0 prunes nothing); how many runs it pruned."""
-    result = service.prune_store(now=now)
+    result = service.retention.prune(now=now)
     if result.runs:
         log.info("retention: pruned the item rows of %d run(s) ended over %g days ago",
                  len(result.runs), result.older_than_days)

@@ -97,7 +97,7 @@ def run(
         loaded = load_manifest_file(manifest)
         service = build_service(settings, notifier, create=True)
         sub = service.submit(loaded, submitter=user)
-        service.start(sub.run_id)
+        service.starter.start(sub.run_id)
         final = _follow(service, sub.run_id, notifier)
     except ManifestError as exc:
         _print_manifest_error(exc)
@@ -142,7 +142,7 @@ def by_hint(by: str | None, settings: Settings) -> str:
 def _follow(service: PilotService, run_id: str, notifier: ConsoleNotifier) -> dict[str, Any]:
     """Follow a run; Ctrl-C stops following, never the runner (it runs detached)."""
     try:
-        return dict(service.follow(run_id, poll=FOLLOW_POLL_S))
+        return dict(service.follower.follow(run_id, poll=FOLLOW_POLL_S))
     except KeyboardInterrupt:
         notifier.close_live()
         err_console.print(f"stopped following {run_id}; the run goes on: preflight follow "
@@ -184,7 +184,7 @@ def _after_run(service: PilotService, run: Run, decide: str | None, reason: str 
                       soft_wrap=True)
         return
     try:
-        record = service.decide(run.id, decide, reason or "", user, override=override,
+        record = service.decider.decide(run.id, decide, reason or "", user, override=override,
                                 source="cli")
     except DecisionRefused as exc:
         err_console.print(f"[red]decision refused (recorded):[/red] {escape(str(exc))}",
@@ -213,7 +213,8 @@ def decide(
     notifier = ConsoleNotifier(console)
     service = build_service(settings, notifier)
     try:
-        record = service.decide(run_id, decision, reason, who(by, settings), override=override)
+        record = service.decider.decide(run_id, decision, reason, who(by, settings),
+                                        override=override)
         if record.get("volume_run") and follow:
             _follow(service, str(record["volume_run"]), notifier)
     except DecisionRefused as exc:
@@ -246,7 +247,7 @@ def _follow_command(run_id: str, *, resume: bool) -> None:
         if resume:
             service.resume(found.id)
         else:
-            for message in service.thread_messages(found.id):
+            for message in service.publisher.thread_messages(found.id):
                 if message.key == "plan":
                     notifier.publish(message)
         final = _follow(service, found.id, notifier)
@@ -254,7 +255,7 @@ def _follow_command(run_id: str, *, resume: bool) -> None:
                 m.key for m in notifier.messages}:
             # It had already finished, or another process closed it (someone stopped it):
             # the outcome as it stands, its last status frame included, not "(running)".
-            for message in service.thread_messages(final["id"])[1:]:
+            for message in service.publisher.thread_messages(final["id"])[1:]:
                 notifier.publish(message)
     except PreflightError as exc:
         raise _fail(str(exc), exc.exit_code) from exc
@@ -293,7 +294,7 @@ def runs(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
 
     service = build_service(Settings.from_env(), NullNotifier())
     for active in service.records.running():
-        service.reap(active.id)  # record what runners wrote since; close runs that died
+        service.follower.reap(active.id)  # record what runners wrote since; close runs that died
         service.follower.ends.wait(active.id)  # a run that ended: fetched and judged now
     rows = service.records.records(limit)
     if as_json:
@@ -328,10 +329,10 @@ def show(run_id: str = typer.Argument(..., help="the run id (or its unique prefi
     """One run: stages with facts, first error, balance, verdict, decisions."""
     service = build_service(Settings.from_env(), NullNotifier())
     try:
-        found = service.find(run_id)["id"]
-        service.reap(found)  # bring a running run up to date
+        found = service.records.find(run_id)["id"]
+        service.follower.reap(found)  # bring a running run up to date
         service.follower.ends.wait(found)  # a run that ended: fetched and judged now
-        data = service.show(run_id)
+        data = service.records.show(run_id)
     except PreflightError as exc:
         raise _fail(str(exc), 2) from exc
     if as_json:
@@ -340,7 +341,7 @@ def show(run_id: str = typer.Argument(..., help="the run id (or its unique prefi
                               indent=2, default=str))
         return
     # The decision (buttons or outcome) is part of the thread once the pilot has finished.
-    for message in service.thread_messages(data["id"]):
+    for message in service.publisher.thread_messages(data["id"]):
         console.print(to_rich(message))
 
 

@@ -27,9 +27,9 @@ def register(app: typer.Typer) -> None:
         service = build_service(Settings.from_env(), NullNotifier())
         try:
             if item_id is None:
-                _place(service.outputs_place(run_id))
+                _place(service.records.outputs_place(run_id))
             else:
-                _item(service.item_output(run_id, item_id))
+                _item(service.records.item_output(run_id, item_id))
         except PreflightError as exc:
             raise fail_on(exc) from exc
         finally:

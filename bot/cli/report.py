@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         service = build_service(Settings.from_env(), NullNotifier())
         try:
             run = service.records.find_record(run_id)
-            files = service.write_report(run.id, strict=True)
+            files = service.publisher.write_report(run.id, strict=True)
         except RunNotFound as exc:
             raise fail(str(exc), 2) from exc
         except PreflightError as exc:

@@ -41,7 +41,7 @@ def store(ctx: typer.Context,
         return
     service = build_service(Settings.from_env(), NullNotifier())
     try:
-        usage = service.store_usage(older_than_days=older_than)
+        usage = service.retention.usage(older_than_days=older_than)
     finally:
         service.close()
     if as_json:
@@ -70,7 +70,7 @@ def prune(older_than: Optional[float] = typer.Option(None, "--older-than", min=0
                    "(PREFLIGHT_RETENTION_DAYS); give --older-than DAYS to prune anyway", 2)
     service = build_service(settings, NullNotifier())
     try:
-        result = service.prune_store(older_than_days=days, dry_run=dry_run, vacuum=vacuum)
+        result = service.retention.prune(older_than_days=days, dry_run=dry_run, vacuum=vacuum)
     finally:
         service.close()
     for line in prune_lines(result):

@@ -137,10 +137,13 @@ class LoadedManifest:
 def load_manifest(text: str, *, source: str, base_dir: Path,
                   catalog: Catalog | None = None,
                   parsed: ParsedText | None = None,
-                  bot_places: Sequence[tuple[str, Path]] = ()) -> LoadedManifest:
+                  bot_places: Sequence[tuple[str, Path]] = (),
+                  validated: Manifest | None = None) -> LoadedManifest:
     """Parse and check ``text``; raise ManifestError listing every problem found.
     ``parsed``: ``text`` already parsed (``parse_manifest``), so it is not parsed again.
-    ``bot_places``: the bot's own folders (what, path), which no evidence copy may touch."""
+    ``bot_places``: the bot's own folders (what, path), which no evidence copy may touch.
+    ``validated``: the model of ``text`` already validated (a stored run's): it is not
+    validated again, while the rules (the files it names, as they are now) run again."""
     if parsed is None or parsed.text != text:
         parsed = parse_manifest(text, source=source)
     data, source_map = parsed.data, parsed.marks
@@ -151,7 +154,7 @@ def load_manifest(text: str, *, source: str, base_dir: Path,
                                      column)], source=source)
     report = Report(source_map)
     report.errors += source_map.duplicates  # reported beside every other problem
-    manifest, parts = _validate(data, report)
+    manifest, parts = _validate(data, report, validated)
     listed = check_rules(parts, data, base_dir=Path(base_dir),
                          catalog=catalog or default_catalog(), report=report,
                          bot_places=bot_places)
@@ -190,10 +193,12 @@ def manifest_json_schema() -> dict[str, Any]:
             "$id": "https://preflight.invalid/schema/manifest-v1.json", **schema}
 
 
-def _validate(data: dict[str, Any], report: Report) -> tuple[Manifest | None, Parts]:
-    manifest: Manifest | None = None
+def _validate(data: dict[str, Any], report: Report,
+              validated: Manifest | None = None) -> tuple[Manifest | None, Parts]:
+    manifest: Manifest | None = validated
     try:
-        manifest = Manifest.model_validate(data)
+        if manifest is None:
+            manifest = Manifest.model_validate(data)
     except ValidationError as exc:
         bad: set[str] = set()
         for error in exc.errors(include_url=False):

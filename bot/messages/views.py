@@ -166,10 +166,8 @@ def first_error_message(run: Run) -> Message | None:
         return None
     pairs = [("Stage reached", str(err.get("stage"))),
              ("Error", error_text(err))]
-    stop = run.stop
-    if stop:
-        pairs.insert(0, ("Stopped by", f"{stop.get('by')} at {stop.get('at')}: "
-                                       f"{stop.get('reason')}"))
+    if run.stop is not None:
+        pairs.insert(0, ("Stopped by", run.stop.told().removeprefix("by ")))
     if err.get("where"):
         pairs.append(("Where", str(err["where"])))
     if err.get("hint"):
@@ -269,13 +267,10 @@ def evidence_message(run: Run) -> Message | None:
 
 
 def verdict_message(run: Run) -> Message:
-    verdict = run.verdict or {}
-    passed = bool(verdict.get("passed"))
+    passed = run.verdict is not None and run.verdict.passed
     blocks: list[Any] = [Heading("Verdict: " + ("PASSED" if passed else "FAILED"))]
-    for check in verdict.get("checks") or []:
-        ok, warn = bool(check.get("ok")), bool(check.get("warn"))
-        blocks.append(Text(f"{'⚠' if warn else '✓' if ok else '✗'} {check.get('text')}",
-                           style="warn" if warn else "ok" if ok else "error"))
+    for check in run.verdict.checks if run.verdict is not None else ():
+        blocks.append(Text(f"{check.mark} {check.text}", style=check.style))
     return Message(run.id, "verdict", tuple(blocks),
                    summary=f"{run.name}: pilot {'passed' if passed else 'failed'}")
 
@@ -284,9 +279,7 @@ def decision_message(run: Run, decisions: list[dict[str, Any]]) -> Message:
     if run.kind != "pilot":
         return _volume_decision(run)
     if run.status == S.STOPPED:
-        stop = run.stop or {}
-        who = (f" by {stop.get('by')} at {stop.get('at')}: {stop.get('reason')}"
-               if stop.get("by") else "")
+        who = f" {run.stop.told()}" if run.stop is not None and run.stop.by else ""
         then = (_PRUNED_NO_RESUME if run.items_pruned_at else
                 f"Nothing to decide yet: `preflight resume {run.id}` continues it from its "
                 "ledger.")

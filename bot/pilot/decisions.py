@@ -18,7 +18,7 @@ def end_state(run: Run) -> RunStatus:
     """Where a run goes when its runner ends: ``stopped`` when someone stopped it; else a
     pilot awaits its decision, and a volume run (the full corpus an approval launched),
     which has no decision of its own, is finished."""
-    if run.stop:
+    if run.stop is not None:
         return S.STOPPED  # someone asked for it: who, when and why are in ``stop``
     return S.AWAITING_DECISION if run.kind == "pilot" else S.FINISHED
 

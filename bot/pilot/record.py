@@ -18,11 +18,12 @@ decoded row (a dict), for tests and tools that look at the database itself.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -36,6 +37,61 @@ COLUMNS = ("id", "name", "attempt", "kind", "status", "parent_run", "outcome", "
            "spec_path", "run_dir", "node", "submitter", "channel", "thread_ts", "created_at",
            "started_at", "finished_at", "last_seq", "events_offset", "last_event_at", "pid",
            "exit_code", "base_dir", "project_dir", "resume_seq", "items_pruned_at")
+
+
+@dataclass(frozen=True)
+class VerdictCheck:
+    ok: bool
+    text: str
+    warn: bool = False  # passed, but worth a look (a refusal nobody expected)
+
+    @property
+    def mark(self) -> str:
+        return "⚠" if self.warn else "✓" if self.ok else "✗"
+
+    @property
+    def style(self) -> Literal["warn", "ok", "error"]:
+        return "warn" if self.warn else "ok" if self.ok else "error"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The pilot's rules' verdict (the ``verdict`` column), read once where the run leaves
+    the store: passed or not, and each check with its line."""
+
+    passed: bool
+    checks: tuple[VerdictCheck, ...] = ()
+
+    @classmethod
+    def from_stored(cls, value: dict[str, Any]) -> Verdict:
+        checks = value.get("checks")
+        return cls(bool(value.get("passed")), tuple(
+            VerdictCheck(bool(c.get("ok")), str(c.get("text")), bool(c.get("warn")))
+            for c in (checks if isinstance(checks, list) else []) if isinstance(c, dict)))
+
+
+@dataclass(frozen=True)
+class StopNote:
+    """Who stopped a run, when and why (the ``stop`` column), checked once where the run
+    leaves the store."""
+
+    by: str
+    reason: str
+    at: str
+
+    @classmethod
+    def from_stored(cls, run: str, value: dict[str, Any]) -> StopNote:
+        """StoreError naming the run when the column does not hold a stop note."""
+        by, reason, at = (value.get(name) for name in ("by", "reason", "at"))
+        if not (isinstance(by, str) and isinstance(reason, str) and isinstance(at, str)):
+            raise StoreError(f"run {run}: column stop holds {value!r}, not a stop note (by, "
+                             "reason, at): the state database was changed by hand or by "
+                             "another program")
+        return cls(by, reason, at)
+
+    def told(self) -> str:
+        """``by <who> at <when>: <why>``, as a message says it."""
+        return f"by {self.by} at {self.at}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -136,13 +192,13 @@ class Run(RunRecord):
     manifest_problem: str | None = None
     manifest_text: str | None = None
     two_person: bool = False
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None
     balance: dict[str, Any] | None = None
     forecast: dict[str, Any] | None = None
     evidence: dict[str, Any] | None = None
     environment: dict[str, Any] | None = None
     first_error: dict[str, Any] | None = None
-    stop: dict[str, Any] | None = None
+    stop: StopNote | None = None
     success: dict[str, Any] | None = None
     changes: tuple[dict[str, Any], ...] = ()
     approvers: tuple[str, ...] = ()
@@ -183,6 +239,10 @@ class Run(RunRecord):
         if row.get("manifest_text") is not None:
             values["manifest_text"] = _checked(run, "manifest_text", row["manifest_text"],
                                                str, str)
+        values["verdict"] = Verdict.from_stored(values["verdict"]) \
+            if values.get("verdict") else None
+        if values.get("stop") is not None:
+            values["stop"] = StopNote.from_stored(run, values["stop"])
         values["two_person"] = bool(row.get("two_person"))
         if row.get("plan") is not None:
             plan = _checked(run, "plan", row["plan"], dict, dict)
@@ -194,7 +254,7 @@ class Run(RunRecord):
                                  ) from exc
         if row.get("manifest_json") is not None:
             manifest = _checked(run, "manifest_json", row["manifest_json"], dict, dict)
-            checked, problem = stored_manifest(json.dumps(manifest, sort_keys=True))
+            checked, problem = stored_manifest(stored_text(manifest))
             if checked is not None:
                 values["manifest"] = checked
             else:
@@ -202,20 +262,76 @@ class Run(RunRecord):
         return cls(**values)
 
 
-@lru_cache(maxsize=64)
+class _StoredManifests:
+    """The stored manifests (their JSON, by field name) validated so far in this process,
+    the last ``size`` kept: a journey reads its run many times (the follower, the thread's
+    messages, the decision, the volume), and each read would validate the same manifest
+    again. The models are frozen and shared by the runs that read them."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._known: OrderedDict[str, tuple[Manifest | None, str | None]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> tuple[Manifest | None, str | None]:
+        with self._lock:
+            known = self._known.get(text)
+            if known is not None:
+                self._known.move_to_end(text)
+                return known
+        try:
+            known = Manifest.model_validate_json(text, by_name=True), None
+        except ValidationError as exc:
+            known = None, (f"no longer validates ({exc.error_count()} problem(s), first: "
+                           f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}: "
+                           f"{exc.errors()[0]['msg']}); shown without the manifest's details")
+        self._keep(text, known)
+        return known
+
+    def remember(self, manifest: Manifest) -> dict[str, Any]:
+        """Keep ``manifest``, validated where it came in (the submitted text), as the model
+        of the JSON the store records for it; that JSON (what to store)."""
+        stored: dict[str, Any] = manifest.model_dump(mode="json")
+        self._keep(stored_text(stored), (manifest, None))
+        return stored
+
+    def forget(self) -> None:
+        with self._lock:
+            self._known.clear()
+
+    def _keep(self, text: str, known: tuple[Manifest | None, str | None]) -> None:
+        with self._lock:
+            self._known[text] = known
+            self._known.move_to_end(text)
+            while len(self._known) > self._size:
+                self._known.popitem(last=False)
+
+
+_STORED = _StoredManifests()
+
+
+def stored_text(manifest_json: Mapping[str, Any]) -> str:
+    """The key of a stored manifest: its JSON, keys sorted."""
+    return json.dumps(manifest_json, sort_keys=True)
+
+
 def stored_manifest(text: str) -> tuple[Manifest | None, str | None]:
-    """A stored manifest (its JSON, by field name) validated by today's ``Manifest``, once
-    per text in this process: a journey reads its run many times (the follower, the
-    thread's messages, the decision, the volume), and each read would validate the same
-    manifest again. The model is frozen and shared by the runs that read it. (None, why)
-    when it no longer validates; ``stored_manifest.cache_info().misses`` counts the
-    validations (a test holds a journey to one)."""
-    try:
-        return Manifest.model_validate_json(text, by_name=True), None
-    except ValidationError as exc:
-        return None, (f"no longer validates ({exc.error_count()} problem(s), first: "
-                      f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}: "
-                      f"{exc.errors()[0]['msg']}); shown without the manifest's details")
+    """A stored manifest (its JSON, by field name, as ``stored_text`` writes it) validated
+    by today's ``Manifest``, once per text in this process (or never, when the submission
+    that stored it ran here: ``remember_manifest``). (None, why) when it no longer
+    validates."""
+    return _STORED.get(text)
+
+
+def remember_manifest(manifest: Manifest) -> dict[str, Any]:
+    """The JSON to store for a manifest validated at its submission, remembered as
+    ``manifest``: the run's readers share that model instead of validating it again."""
+    return _STORED.remember(manifest)
+
+
+def forget_stored_manifests() -> None:
+    """Forget every stored manifest validated so far (as a bot just started)."""
+    _STORED.forget()
 
 
 def _checked(run: str, column: str, value: Any, stored: type, make: Any) -> Any:

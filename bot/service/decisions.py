@@ -21,7 +21,7 @@ from bot.errors import (
     PolicyRefused,
     PreflightError,
 )
-from bot.manifest.load import load_manifest
+from bot.manifest.load import LoadedManifest, load_manifest
 from bot.messages import views
 from bot.pilot.volume_nodes import volume_node
 from bot.policy.guard import PolicyGuard
@@ -41,10 +41,11 @@ class Decider:
     def __init__(self, store: Store, guard: PolicyGuard, publisher: Publisher, *,
                  lease_guard: LeaseGuard | None,
                  refresh_forecast: Callable[[str], dict[str, Any] | None],
-                 launch_volume: Callable[[str], str | None]) -> None:
+                 launch_volume: Callable[[Run, LoadedManifest], str | None]) -> None:
         """``refresh_forecast``: the pilot's forecast again, from now (the lease gate
         judges an approval's finish from now); ``launch_volume``: create and start the
-        volume run of an approved pilot (its id; None without a volume section)."""
+        volume run of an approved pilot from its manifest as checked at the approval (its
+        id; None without a volume section)."""
         self.store = store
         self.guard = guard
         self.publisher = publisher
@@ -75,19 +76,22 @@ class Decider:
         if policy:
             self.store.record_decision({**base, "accepted": 0, "refusal": str(policy[0])})
             raise PolicyRefused("approve", policy)
+        loaded = None
         if refusal is None and decision == "approve":
-            refusal = self._volume_refusal(run)
+            loaded, refusal = self._volume_check(run)
         if refusal is not None:
             self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
             self.publisher.write_report(run.id)  # the report lists refused attempts too
             raise DecisionRefused(refusal)
-        return self._accept_decision(run.id, base)
+        return self._accept_decision(run, base, loaded)
 
-    def _accept_decision(self, run_id: str, base: dict[str, Any]) -> dict[str, Any]:
+    def _accept_decision(self, run: Run, base: dict[str, Any],
+                         loaded: LoadedManifest | None) -> dict[str, Any]:
         """Record an allowed decision (unless another won the race), publish it, and launch
-        the volume of an approval."""
+        the volume of an approval (``loaded``: the pilot's manifest, as checked now)."""
         from bot.pilot.decisions import already_decided, not_decidable
 
+        run_id = run.id
         # Under the run's lock: the outcome (with the buttons) is always published before the
         # decision replaces it, even when a click races the follower that finished the run.
         with self.publisher.run_lock(run_id):
@@ -100,8 +104,8 @@ class Decider:
             self.publisher.publish(views.decision_message(self.store.run(run_id),
                                                  self.store.decisions(run_id)))
         self.publisher.write_report(run_id)
-        if base["decision"] == "approve":
-            record["volume_run"] = self._launch_or_reopen(run_id, record)
+        if base["decision"] == "approve" and loaded is not None:
+            record["volume_run"] = self._launch_or_reopen(run, record, loaded)
             if record["volume_run"]:  # the decision message names the volume it launched
                 self.publisher.publish(views.decision_message(
                     self.store.run(run_id).joined(volume_run=record["volume_run"]),
@@ -122,17 +126,18 @@ class Decider:
         return run.joined(decision=accepted[-1] if accepted else None,
                           volume_run=self.store.volume_of(run.id))
 
-    def _volume_refusal(self, run: Run) -> str | None:
-        """Why the volume an approval would launch cannot be created or started (its inputs
-        folder, count, ids; its nodes' leases), checked before the approval is recorded;
-        None when it can."""
+    def _volume_check(self, run: Run) -> tuple[LoadedManifest | None, str | None]:
+        """The pilot's manifest as its files are now, and why the volume an approval would
+        launch cannot be created or started (its inputs folder, count, ids; its nodes'
+        leases), checked before the approval is recorded (None when it can). The run's
+        manifest, validated when it was read, is not validated again."""
         from bot.pilot.prechecks import volume_problems
 
         try:
             loaded = load_manifest(run.manifest_text or "", source=f"run {run.id}",
-                                   base_dir=base_dir_of(run))
+                                   base_dir=base_dir_of(run), validated=run.manifest)
         except ManifestError as exc:  # the project's files changed since the pilot
-            return self._cannot_launch([str(p) for p in exc.problems])
+            return None, self._cannot_launch([str(p) for p in exc.problems])
         problems = [str(p) for p in volume_problems(loaded)]
         if not problems and self.lease_guard is not None and loaded.manifest.volume:
             try:  # the volume's nodes, as its dispatch will check them
@@ -140,19 +145,21 @@ class Decider:
                     loaded.manifest).model_dump(mode="json")))
             except LeaseError as exc:
                 problems = [str(exc)]
-        return self._cannot_launch(problems) if problems else None
+        return loaded, self._cannot_launch(problems) if problems else None
 
     @staticmethod
     def _cannot_launch(problems: list[str]) -> str:
         return ("the volume cannot be launched: " + "; ".join(problems) + ". Fix it (the "
                 "folder, the lease, or the manifest in a new attempt) and approve again")
 
-    def _launch_or_reopen(self, run_id: str, record: dict[str, Any]) -> str | None:
+    def _launch_or_reopen(self, run: Run, record: dict[str, Any],
+                          loaded: LoadedManifest) -> str | None:
         """Launch the volume of an approval. When its run cannot even be created, the
         approval is undone (kept as refused, with why) and the pilot awaits its decision
         again; once the volume's run exists, a failed start is that run's to resume."""
+        run_id = run.id
         try:
-            return self.launch_volume(run_id)
+            return self.launch_volume(run, loaded)
         except Exception as exc:
             if not isinstance(exc, (PreflightError, RunnerError, OSError)):
                 log.exception("launching the volume of %s failed", run_id)

@@ -1,11 +1,13 @@
-"""PilotService: the one orchestrator. submit → plan → dispatch → follow → decide.
+"""PilotService: the commands of a run (submit, resume, stop, and an approval's volume)
+over the parts that do the rest. submit → plan → dispatch → follow → decide.
 
 It knows no Slack and no SQL: it is given a store, dispatchers (by node kind) and a
-notifier, and every transport (console, Slack) calls it. It is built by composition: it
-holds its ``Records`` (what transports read), a ``Publisher`` (the notifier, the message
-locks, posting), a ``Follower`` (pump, finish, reap), a ``Starter`` (``starter.py``), a
-``Decider`` (``decisions.py``) and the scheduled ``Watch``, and hands their public methods
-on; a new run's directory is ``run_dirs.py``'s.
+notifier. It is built by composition, and hands nothing on: a transport (console, Slack,
+CLI) uses the part it needs directly: ``records`` (what it reads, bot/service/records.py),
+``starter`` (start a run), ``decider`` (decide a pilot), ``follower`` (follow, pump,
+reap), ``publisher`` (the thread's messages, the report), ``watch`` (the scheduled looks)
+and ``retention`` (the database's usage and prune). The service's own methods are the
+commands that need several parts at once; a new run's directory is ``run_dirs.py``'s.
 Every event is recorded in the store before any message is published, and the follower's
 position is stored with it, so a restarted bot continues from the last consumed ``seq``
 without losing or repeating posts.
@@ -17,11 +19,10 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.base import Dispatcher, RunHandle
+from bot.dispatch.base import Dispatcher
 from bot.dispatch.inputs_check import record_listing
 from bot.errors import (
     DecisionRefused,
@@ -31,10 +32,11 @@ from bot.manifest.load import LoadedManifest, load_manifest, parse_manifest
 from bot.manifest.model import Inputs, VolumeInputs
 from bot.manifest.project_check import git_commit
 from bot.messages import views
-from bot.messages.model import Message, Notifier
+from bot.messages.model import Notifier
 from bot.pilot.clock import now_utc
 from bot.pilot.fetch_caps import caps_of
 from bot.pilot.plan import make_plan
+from bot.pilot.record import remember_manifest
 from bot.pilot.specbuild import build_spec
 from bot.pilot.states import S, resume_refusal
 from bot.pilot.volume_nodes import volume_node
@@ -44,20 +46,17 @@ from bot.policy.model import Origin
 from bot.service.decisions import Decider
 from bot.service.end_lock import end_lock
 from bot.service.follower import DISPATCH_GRACE_S, Follower
-from bot.service.handles import base_dir_of, dispatcher_for, handle_for
-from bot.service.outputs import ItemOutput, OutputsPlace, item_output, outputs_place
+from bot.service.handles import dispatcher_for, handle_for
 from bot.service.proven import ProvenForecast
 from bot.service.publisher import Publisher
 from bot.service.records import Records
-from bot.service.report_files import ReportFiles
-from bot.service.retention import PruneResult, StoreUsage, prune_store, store_usage
+from bot.service.retention import Retention
 from bot.service.run_checks import refuse_evidence_place
 from bot.service.run_dirs import create_run, new_run_dir
 from bot.service.starter import LeaseGuard, Starter
 from bot.service.watch import Watch
 from bot.settings import Settings
-from bot.store import RunRecord, Store
-from runner.events import Event
+from bot.store import Run, Store
 
 log = logging.getLogger(__name__)
 
@@ -81,127 +80,24 @@ class PilotService:
         policy's roles that name a group."""
         self.settings = settings
         self.store = store
-        self._guard = PolicyGuard(policy or default_policy(settings.home, settings.policy_path,
+        # The policy's guard, one object shared with the records and the decider.
+        self.guard = PolicyGuard(policy or default_policy(settings.home, settings.policy_path,
                                                            settings.approvers), store,
                                   directory=directory)
-        self._dispatchers = dict(dispatchers)
+        self.dispatchers = dict(dispatchers)  # by node kind, shared with the parts
         self.precheck = precheck
         self._lock = threading.Lock()  # one new run directory at a time
-        self.records = Records(store, self._guard)
+        self.records = Records(store, self.guard)
+        self.retention = Retention(store, settings.retention_days)
         self.publisher = Publisher(store, notifier, progress_interval=progress_interval)
-        self.follower = Follower(settings, store, self._dispatchers, self.publisher)
-        self.starter = Starter(store, self._dispatchers, self.publisher,
+        self.follower = Follower(settings, store, self.dispatchers, self.publisher)
+        self.starter = Starter(store, self.dispatchers, self.publisher,
                                ProvenForecast(store), lease_guard=lease_guard)
         self.watch = Watch(store, self.follower, self.publisher, self.stop)
-        self.decider = Decider(store, self._guard, self.publisher,
+        self.decider = Decider(store, self.guard, self.publisher,
                                lease_guard=lease_guard,
                                refresh_forecast=self.follower.refresh_forecast,
                                launch_volume=self._launch_volume)
-
-    # -- the parts it holds ----------------------------------------------------------
-    @property
-    def guard(self) -> PolicyGuard:
-        """The policy's guard (shared with the records and the decider)."""
-        return self._guard
-
-    @guard.setter
-    def guard(self, guard: PolicyGuard) -> None:
-        self._guard = self.records.guard = self.decider.guard = guard
-
-    @property
-    def lease_guard(self) -> LeaseGuard | None:
-        """What a start, and an approval for its volume's nodes, asks of a node's lease."""
-        return self.starter.lease_guard
-
-    @lease_guard.setter
-    def lease_guard(self, guard: LeaseGuard | None) -> None:
-        self.starter.lease_guard = self.decider.lease_guard = guard
-
-    @property
-    def dispatchers(self) -> dict[str, Dispatcher]:
-        """The dispatchers by node kind (one mapping, shared with the follower)."""
-        return self._dispatchers
-
-    @dispatchers.setter
-    def dispatchers(self, dispatchers: Mapping[str, Dispatcher]) -> None:
-        self._dispatchers.clear()
-        self._dispatchers.update(dispatchers)
-
-    @property
-    def notifier(self) -> Notifier:
-        return self.publisher.notifier
-
-    def _dispatcher(self, run: RunRecord) -> Dispatcher:
-        return dispatcher_for(self._dispatchers, run)
-
-    def _handle(self, run: RunRecord, *, resume: bool = False) -> RunHandle:
-        return handle_for(run, resume=resume)
-
-    def _publish(self, message: Message) -> None:
-        self.publisher.publish(message)
-
-    # -- reading (Records) -------------------------------------------------------------
-    # Transports read the typed records and the leases on ``service.records``
-    # (bot/service/records.py); these four stored rows (dicts) stay here for the scripts,
-    # ``--json`` and the tests that read a run as the database holds it.
-    def run(self, run_id: str) -> dict[str, Any]:
-        return self.records.run(run_id)
-
-    def find(self, run_id: str) -> dict[str, Any]:
-        return self.records.find(run_id)
-
-    def runs(self, limit: int = 50, *, channel: str | None = None) -> list[dict[str, Any]]:
-        return self.records.runs(limit, channel=channel)
-
-    def show(self, run_id: str, *, channel: str | None = None) -> dict[str, Any]:
-        return self.records.show(run_id, channel=channel)
-
-    # -- publishing (Publisher) and following (Follower) ---------------------------------
-    def thread_messages(self, run_id: str) -> list[Message]:
-        """Every message of the run's thread as it stands now (for re-rendering)."""
-        return self.publisher.thread_messages(run_id)
-
-    def outputs_place(self, run_id: str) -> OutputsPlace:
-        """Where the run's outputs lie on this host, and what is there."""
-        return outputs_place(self.records.find_record(run_id))
-
-    def item_output(self, run_id: str, item_id: str) -> ItemOutput:
-        """Input ``item_id``'s outcome and its output, found by its id."""
-        return item_output(self.store, self.records.find_record(run_id), item_id)
-
-    def store_usage(self, *, older_than_days: float | None = None,
-                    now: datetime | None = None) -> StoreUsage:
-        """What the state database holds, per table and per run, and what the retention
-        (``older_than_days``, else the settings') would prune now."""
-        days = self.settings.retention_days if older_than_days is None else older_than_days
-        return store_usage(self.store, days, now or datetime.now(timezone.utc))
-
-    def prune_store(self, *, older_than_days: float | None = None,
-                    now: datetime | None = None, dry_run: bool = False,
-                    vacuum: bool = False) -> PruneResult:
-        """Prune the runs ended for good longer than the retention ago (bot/store/retention.py);
-        the settings' ``retention_days`` unless given; 0 prunes nothing."""
-        days = self.settings.retention_days if older_than_days is None else older_than_days
-        return prune_store(self.store, days, now or datetime.now(timezone.utc),
-                           dry_run=dry_run, vacuum=vacuum)
-
-    def write_report(self, run_id: str, *, strict: bool = False) -> ReportFiles | None:
-        """(Re)write the run's report.html and picture (``Publisher.write_report``)."""
-        return self.publisher.write_report(run_id, strict=strict)
-
-    def follow(self, run_id: str, *, stop: threading.Event | None = None,
-               poll: float = 0.1, timeout: float | None = None) -> dict[str, Any]:
-        """Consume the run's events until it finishes (``Follower.follow``)."""
-        return self.follower.follow(run_id, stop=stop, poll=poll, timeout=timeout)
-
-    def pump(self, run_id: str) -> list[Event]:
-        """Read, record, then publish whatever the runner appended since last time."""
-        return self.follower.pump(run_id)
-
-    def reap(self, run_id: str, *, now: datetime | None = None) -> bool:
-        """Close a run whose runner ended, or whose start was interrupted, while nobody
-        followed it; True if closed (``Follower.reap``)."""
-        return self.follower.reap(run_id, now=now)
 
     # -- submit -------------------------------------------------------------------
     def submit_text(self, text: str, *, source: str, base_dir: Path, submitter: str,
@@ -257,7 +153,7 @@ class PilotService:
             spec_path.write_text(spec.to_json(), encoding="utf-8")
             record_listing(run_dir, spec.inputs.dir,  # held to it at dispatch
                            [f.location for f in loaded.listing(inputs).files])
-            manifest_json = m.model_dump(mode="json")
+            manifest_json = remember_manifest(m)  # the run's readers share ``m``
             create_run(self.store, run_dir, {
                 "id": run_id, "name": m.name, "attempt": attempt, "kind": kind,
                 "parent_run": parent, "plan": plan.to_dict(),
@@ -278,21 +174,18 @@ class PilotService:
                 "approvers": approvers, "two_person": int(two_person),
             })
         if kind == "pilot":
-            self._publish(views.plan_message(self.store.run(run_id)))
+            self.publisher.publish(views.plan_message(self.store.run(run_id)))
         return Submission(run_id, run_dir, loaded)
 
-    # -- dispatch (Starter) ---------------------------------------------------------
-    def start(self, run_id: str, *, resume: bool = False) -> None:
-        """Start (or resume) the run's runner on its node (``Starter.start``)."""
-        self.starter.start(run_id, resume=resume)
-
+    # -- commands that need several parts --------------------------------------------
     def fetch(self, run_id: str) -> dict[str, Any]:
         """Bring an ended run's results back again, and judge it again on them while it
         awaits its decision (``bot/service/refetch.py``)."""
         from bot.service.refetch import fetch_again
 
         run = self.store.find(run_id)
-        return fetch_again(self.store, self._dispatcher(run), self.publisher, run.id)
+        return fetch_again(self.store, dispatcher_for(self.dispatchers, run), self.publisher,
+                           run.id)
 
     def resume(self, run_id: str) -> None:
         """Start a stopped run again from its ledger, or a run never started (a dispatch
@@ -300,10 +193,10 @@ class PilotService:
         run = self.store.run(run_id)
         self.guard.nodes_again(run, self.settings.user)  # a Slack run: its nodes, checked now
         if run.status == S.PLANNED:
-            self.start(run_id)
+            self.starter.start(run_id)
             return
         if run.status == S.DISPATCHING:
-            self.reap(run_id)  # settles a start interrupted more than DISPATCH_GRACE_S ago
+            self.follower.reap(run_id)  # settles a start interrupted more than DISPATCH_GRACE_S ago
             run = self.store.run(run_id)
             if run.status == S.DISPATCHING:
                 raise DispatchError(f"run {run_id} is being started; if the bot that started "
@@ -313,9 +206,10 @@ class PilotService:
         finished = resume_refusal(run)
         if finished is not None:
             raise DispatchError(finished)
-        if run.status == S.RUNNING and self._dispatcher(run).is_alive(self._handle(run)):
+        if run.status == S.RUNNING and \
+                dispatcher_for(self.dispatchers, run).is_alive(handle_for(run)):
             raise DispatchError(f"run {run_id} is still running; nothing to resume")
-        self.start(run_id, resume=True)
+        self.starter.start(run_id, resume=True)
 
     def stop(self, run_id: str, *, by: str, reason: str, timeout: float = 60,
              wait: bool = True, origin: Origin = "cli",
@@ -338,7 +232,7 @@ class PilotService:
             # Being started: the start ends at its next step (DispatchStopped) and stops
             # what it started; what is already up (Ray on the nodes) is stopped here too,
             # also when the bot that started it is gone.
-            self.starter.stop_quietly(run.id, self._handle(self.store.run_record(run.id)))
+            self.starter.stop_quietly(run.id, handle_for(self.store.run_record(run.id)))
             self.publisher.publish_outcome(run.id)
             return self.store.get_run(run.id)
         if not self.store.transition(run.id, (S.RUNNING,), S.RUNNING, stop=stop):
@@ -349,31 +243,13 @@ class PilotService:
             # another bot process may be ending it meanwhile: then nothing is left to stop
             record = self.store.run_record(run.id)
             if record.status == S.RUNNING:
-                self._dispatcher(record).stop(self._handle(record))
-        return self.follow(run.id, timeout=timeout) if wait else self.store.get_run(run.id)
+                dispatcher_for(self.dispatchers, record).stop(handle_for(record))
+        return self.follower.follow(run.id, timeout=timeout) if wait else self.store.get_run(run.id)
 
-    def may_act(self, run_id: str, action: str, user: str, *, channel: str | None) -> None:
-        """From Slack (a button): PolicyRefused, recorded, unless ``user`` may ``action``
-        (stop, approve, fix-env, revise) this run from ``channel``."""
-        self.guard.run_action(action, self.store.run(run_id), user, "slack", channel)
-
-    # -- decide (Decider) -----------------------------------------------------------
-    def decide(self, run_id: str, decision: str, reason: str, by: str, *,
-               override: bool = False, source: str = "cli",
-               channel: str | None = None) -> dict[str, Any]:
-        """Record a decision on a pilot (``Decider.decide``): approve launches its volume."""
-        return self.decider.decide(run_id, decision, reason, by, override=override,
-                                     source=source, channel=channel)
-
-    def decision_refusal(self, run_id: str, *,
-                         who: Callable[[str], str] = str) -> str | None:
-        """Why a decision cannot be taken on this run now (None: it can)."""
-        return self.decider.decision_refusal(run_id, who=who)
-
-    def _launch_volume(self, run_id: str) -> str | None:
-        run = self.store.run(run_id)
-        loaded = load_manifest(run.manifest_text or "", source=f"run {run_id}",
-                               base_dir=base_dir_of(run))
+    def _launch_volume(self, run: Run, loaded: LoadedManifest) -> str | None:
+        """Submit and start the volume run of ``run``, an approved pilot, from its manifest
+        as the approval checked it."""
+        run_id = run.id
         volume = loaded.manifest.volume
         if volume is None:
             return None
@@ -381,7 +257,7 @@ class PilotService:
                           thread_ts=run.thread_ts, kind="volume", parent=run_id,
                           inputs=volume.inputs, origin="slack" if run.channel else "cli",
                           forecast=run.forecast)  # the volume's time limit
-        self.start(sub.run_id)
+        self.starter.start(sub.run_id)
         return sub.run_id
 
     def close(self) -> None:

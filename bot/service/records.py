@@ -1,8 +1,8 @@
-"""What the transports read, and the lease records they change: through the service.
+"""What the transports read, and the lease records they change: the records reader.
 
-``PilotService`` holds a ``Records`` and hands its methods on, so that Slack, the console
-and the CLI never reach into the store: they ask the service for a run, the runs, the
-decisions, a thread's run, or record a lease change (whose rules are ``bot.pilot.leases``,
+``PilotService`` holds a ``Records`` (``service.records``), so that Slack, the console
+and the CLI never reach into the store: they ask it for a run, the runs, the decisions,
+a thread's run, a run's outputs, or record a lease change (whose rules are ``bot.pilot.leases``,
 applied on the store by ``bot.service.leases``).
 """
 
@@ -17,6 +17,7 @@ from bot.policy import checks
 from bot.policy.guard import PolicyGuard
 from bot.policy.model import Origin
 from bot.service.leases import set_state
+from bot.service.outputs import ItemOutput, OutputsPlace, item_output, outputs_place
 from bot.store import Run, Store
 
 
@@ -130,6 +131,20 @@ class Records:
     def claim_event(self, event_id: str) -> bool:
         """True the first time a transport's event id is seen (a retried delivery: False)."""
         return self.store.claim_slack_event(event_id)
+
+    def may_act(self, run_id: str, action: str, user: str, *, channel: str | None) -> None:
+        """From Slack (a button): PolicyRefused, recorded, unless ``user`` may ``action``
+        (stop, approve, fix-env, revise) this run from ``channel``."""
+        self.guard.run_action(action, self.store.run(run_id), user, "slack", channel)
+
+    # -- outputs (bot/service/outputs.py) ---------------------------------------------
+    def outputs_place(self, run_id: str) -> OutputsPlace:
+        """Where the run's outputs lie on this host, and what is there."""
+        return outputs_place(self.find_record(run_id))
+
+    def item_output(self, run_id: str, item_id: str) -> ItemOutput:
+        """Input ``item_id``'s outcome and its output, found by its id."""
+        return item_output(self.store, self.find_record(run_id), item_id)
 
     # -- leases ---------------------------------------------------------------------
     def leases(self, *, include_ended: bool = True) -> list[dict[str, Any]]:

@@ -103,7 +103,7 @@ def _engine(store: Store, run: Run, stages: list[dict[str, Any]],
             "items": items, "notes": engine_notes(store, run.id),
             "work_s": sum(spans) if spans else work_seconds(stages),
             "work_attempts": max(1, len(spans)), "attempts": attempts, "stops": stops,
-            "stop": run.stop}
+            "stop": run.stop}  # a StopNote (or None)
 
 
 def engine_notes(store: Store, run_id: str) -> dict[str, Any]:

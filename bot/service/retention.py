@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from bot.store import Store
@@ -78,3 +78,29 @@ def prune_store(store: Store, older_than_days: float, now: datetime, *,
     if vacuumed:
         store.vacuum()
     return PruneResult(older_than_days, dry_run, runs, pruned, usage.prunable_bytes, vacuumed)
+
+
+class Retention:
+    """What the state database holds and the prune, over the store and the settings'
+    ``retention_days`` (the service holds one; `preflight store` and the scheduler use it)."""
+
+    def __init__(self, store: Store, retention_days: float) -> None:
+        self.store = store
+        self.retention_days = retention_days
+
+    def usage(self, *, older_than_days: float | None = None,
+              now: datetime | None = None) -> StoreUsage:
+        """What the database holds, per table and per run, and what the retention
+        (``older_than_days``, else the settings') would prune now."""
+        return store_usage(self.store, self._days(older_than_days),
+                           now or datetime.now(timezone.utc))
+
+    def prune(self, *, older_than_days: float | None = None, now: datetime | None = None,
+              dry_run: bool = False, vacuum: bool = False) -> PruneResult:
+        """Prune the runs ended for good longer than the retention ago (bot/store/
+        retention.py); the settings' ``retention_days`` unless given; 0 prunes nothing."""
+        return prune_store(self.store, self._days(older_than_days),
+                           now or datetime.now(timezone.utc), dry_run=dry_run, vacuum=vacuum)
+
+    def _days(self, older_than_days: float | None) -> float:
+        return self.retention_days if older_than_days is None else older_than_days

@@ -67,7 +67,7 @@ class Followers:
         delay = RETRY_FIRST_S
         while not self._stop.is_set():
             try:
-                self.service.follow(run_id, stop=self._stop, poll=self.poll)
+                self.service.follower.follow(run_id, stop=self._stop, poll=self.poll)
                 return
             except RunNotFound as exc:
                 log.warning("following %s stopped: %s", run_id, exc)

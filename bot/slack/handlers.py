@@ -89,7 +89,7 @@ class Handlers:
             self.post(channel, thread_ts, f":x: {escape(str(exc))}")
             return None
         try:
-            self.service.start(sub.run_id)
+            self.service.starter.start(sub.run_id)
         except PreflightError as exc:
             log.warning("run %s could not start: %s", sub.run_id, exc)
             self.tell_not_started(sub.run_id, channel, thread_ts, exc)
@@ -117,7 +117,7 @@ class Handlers:
             self.ephemeral(channel, user, thread_ts, f":x: {escape(why)}")
             return None
         try:
-            record = self.service.decide(run_id, decision, reason, user, source="slack",
+            record = self.service.decider.decide(run_id, decision, reason, user, source="slack",
                                          channel=channel)
         except PolicyRefused as exc:
             self.refused(exc, user=user, channel=channel, thread_ts=thread_ts)
@@ -193,7 +193,7 @@ class Handlers:
         run's channel; stop, fix-env, revise need its submitter, an approver or an admin);
         a refusal is recorded and told like any other."""
         try:
-            self.service.may_act(run_id, action, user, channel=channel)
+            self.service.records.may_act(run_id, action, user, channel=channel)
         except PolicyRefused as exc:
             self.refused(exc, user=user, channel=channel, thread_ts=thread_ts)
             return False
@@ -205,7 +205,7 @@ class Handlers:
         if why is not None:
             return False, why
         try:
-            refusal = self.service.decision_refusal(run_id, who=lambda user: f"<@{user}>")
+            refusal = self.service.decider.decision_refusal(run_id, who=lambda user: f"<@{user}>")
         except PreflightError as exc:
             return False, str(exc)
         return refusal is None, refusal or ""

@@ -72,3 +72,25 @@ def problems(root: Path, text: str) -> list[Problem]:
 
 def locs(root: Path, text: str) -> dict[str, Problem]:
     return {p.loc: p for p in problems(root, text)}
+
+
+def count_validations(monkeypatch: Any) -> list[str]:
+    """Count every ``Manifest`` validation from now on, by its entry point
+    (``model_validate``, ``model_validate_json``), and forget the stored manifests
+    validated so far (as a bot just started): the list the counts go to."""
+    from bot.manifest.model import Manifest
+    from bot.pilot.record import forget_stored_manifests
+
+    calls: list[str] = []
+    for name in ("model_validate", "model_validate_json"):
+        entry = getattr(Manifest, name).__func__
+
+        def counted(cls: type[Manifest], *args: Any, _name: str = name, _entry: Any = entry,
+                    **kwargs: Any) -> Manifest:
+            if cls is Manifest:
+                calls.append(_name)
+            return _entry(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(Manifest, name, classmethod(counted))
+    forget_stored_manifests()
+    return calls

@@ -47,13 +47,13 @@ def _passed_pilot(tmp_path: Path, store: type[Store] = Store,
     _corpus(tmp_path)
     sub = service.submit(load_manifest_file(write_manifest(tmp_path, extra=VOLUME)),
                          submitter="bob")
-    service.start(sub.run_id)
-    assert service.follow(sub.run_id, timeout=30)["outcome"] == "passed"
+    service.starter.start(sub.run_id)
+    assert service.follower.follow(sub.run_id, timeout=30)["outcome"] == "passed"
     return service, sub.run_id
 
 
 def _buttons(service: PilotService, run_id: str) -> list[str]:
-    decision = [m for m in service.thread_messages(run_id) if m.key == "decision"][-1]
+    decision = [m for m in service.publisher.thread_messages(run_id) if m.key == "decision"][-1]
     return [b.action for block in decision.blocks if isinstance(block, Actions)
             for b in block.buttons]
 
@@ -62,7 +62,7 @@ def test_a_volume_folder_gone_refuses_the_approval_before_it_is_recorded(tmp_pat
     service, pilot = _passed_pilot(tmp_path)
     (tmp_path / "corpus").rename(tmp_path / "corpsu")
     with pytest.raises(DecisionRefused, match=r"volume\.inputs\.dir") as caught:
-        service.decide(pilot, "approve", "pilot clean", "alice")
+        service.decider.decide(pilot, "approve", "pilot clean", "alice")
     assert "corpus is not a directory" in str(caught.value)
     run = service.store.get_run(pilot)
     assert run["status"] == "awaiting_decision" and service.store.volume_of(pilot) is None
@@ -70,7 +70,7 @@ def test_a_volume_folder_gone_refuses_the_approval_before_it_is_recorded(tmp_pat
     assert refused["accepted"] == 0 and "volume.inputs.dir" in refused["refusal"]
     assert _buttons(service, pilot) == ["approve", "fix-env", "revise"]
     (tmp_path / "corpsu").rename(tmp_path / "corpus")  # fixed: the same pilot is approved
-    record = service.decide(pilot, "approve", "pilot clean", "alice")
+    record = service.decider.decide(pilot, "approve", "pilot clean", "alice")
     assert record["volume_run"] == service.store.volume_of(pilot)
 
 
@@ -78,14 +78,14 @@ def test_a_volume_count_changed_since_the_pilot_refuses_the_approval(tmp_path: P
     service, pilot = _passed_pilot(tmp_path)
     (tmp_path / "corpus" / "doc-03.txt").unlink()
     with pytest.raises(DecisionRefused, match=r"volume\.inputs\.expected_count.*found 2"):
-        service.decide(pilot, "approve", "pilot clean", "alice")
+        service.decider.decide(pilot, "approve", "pilot clean", "alice")
     assert service.store.get_run(pilot)["status"] == "awaiting_decision"
 
 
 def test_a_volume_row_that_cannot_be_written_leaves_the_pilot_approvable(tmp_path: Path) -> None:
     service, pilot = _passed_pilot(tmp_path, FullStore)
     with pytest.raises(DecisionRefused, match="database or disk is full") as caught:
-        service.decide(pilot, "approve", "pilot clean", "alice")
+        service.decider.decide(pilot, "approve", "pilot clean", "alice")
     message = str(caught.value)
     assert "not recorded" in message and "awaits its decision again" in message
     run = service.store.get_run(pilot)
@@ -93,10 +93,10 @@ def test_a_volume_row_that_cannot_be_written_leaves_the_pilot_approvable(tmp_pat
     [undone] = service.store.decisions(pilot)
     assert undone["accepted"] == 0 and "the volume run was not created" in undone["refusal"]
     # `show` tells the truth: no "Scale-up approved", the buttons again, the reason listed.
-    texts = " ".join(str(b) for m in service.thread_messages(pilot) for b in m.blocks)
+    texts = " ".join(str(b) for m in service.publisher.thread_messages(pilot) for b in m.blocks)
     assert "Scale-up approved" not in texts and "database or disk is full" in texts
     assert _buttons(service, pilot) == ["approve", "fix-env", "revise"]
-    assert service.decision_refusal(pilot) is None
+    assert service.decider.decision_refusal(pilot) is None
 
 
 def test_a_volume_node_without_a_lease_refuses_the_approval_before_it_is_recorded(
@@ -107,7 +107,7 @@ def test_a_volume_node_without_a_lease_refuses_the_approval_before_it_is_recorde
 
     service, pilot = _passed_pilot(tmp_path, lease_guard=lease_guard)
     with pytest.raises(DecisionRefused, match="no lease recorded"):
-        service.decide(pilot, "approve", "pilot clean", "alice")
+        service.decider.decide(pilot, "approve", "pilot clean", "alice")
     assert service.store.get_run(pilot)["status"] == "awaiting_decision"
     assert service.store.volume_of(pilot) is None
 
@@ -126,7 +126,7 @@ def test_a_volume_created_but_not_started_keeps_the_approval_and_says_resume(
     service, pilot = _passed_pilot(tmp_path)
     service.dispatchers["local"] = RefusingStart(service.dispatchers["local"].script)
     with pytest.raises(DispatchError, match="connection refused") as caught:
-        service.decide(pilot, "approve", "pilot clean", "alice")
+        service.decider.decide(pilot, "approve", "pilot clean", "alice")
     volume = service.store.volume_of(pilot)
     assert volume is not None and f"preflight resume {volume}" in str(caught.value)
     assert service.store.get_run(pilot)["status"] == "decided"
@@ -139,9 +139,9 @@ def test_approving_a_pilot_without_a_volume_says_nothing_was_launched_and_why(
     service = PilotService(settings, Store(settings.db_path), {"local": ScriptedDispatcher(
         lambda run: pilot_script(IDS, refuse=()))}, RecordingNotifier())
     sub = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
-    service.start(sub.run_id)
-    service.follow(sub.run_id, timeout=30)
-    assert service.decide(sub.run_id, "approve", "clean", "alice")["volume_run"] is None
-    decision = [m for m in service.thread_messages(sub.run_id) if m.key == "decision"][-1]
+    service.starter.start(sub.run_id)
+    service.follower.follow(sub.run_id, timeout=30)
+    assert service.decider.decide(sub.run_id, "approve", "clean", "alice")["volume_run"] is None
+    decision = [m for m in service.publisher.thread_messages(sub.run_id) if m.key == "decision"][-1]
     text = " ".join(str(b) for b in decision.blocks)
     assert "nothing launched: the manifest has no volume section" in text

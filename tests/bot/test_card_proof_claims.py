@@ -100,7 +100,7 @@ def test_a_bare_error_from_a_start_never_leaves_the_run_dispatching(tmp_path: Pa
                            RecordingNotifier())
     sub = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
     with pytest.raises(TypeError):
-        service.start(sub.run_id)
+        service.starter.start(sub.run_id)
     run = service.store.get_run(sub.run_id)
     assert run["status"] == "dispatch_failed"
     assert run["first_error"]["type"] == "TypeError"

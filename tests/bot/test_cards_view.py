@@ -90,9 +90,9 @@ def test_the_service_keeps_the_healthy_cards_of_a_run(tmp_path: Path) -> None:
 
     service, notifier = make(tmp_path, script, step=5)
     run_id = submit(service, tmp_path)
-    service.follow(run_id, timeout=30)
+    service.follower.follow(run_id, timeout=30)
     assert service.records.healthy_cards(run_id) == [0, 1, 2, 4, 6, 7]
-    assert service.show(run_id)["healthy_cards"] == [0, 1, 2, 4, 6, 7]
+    assert service.records.show(run_id)["healthy_cards"] == [0, 1, 2, 4, 6, 7]
     shown = notifier.latest[(run_id, "cards")]
     assert "2 bad card(s) of 8" in shown.summary
 

@@ -238,7 +238,7 @@ def test_through_the_service_the_heads_listing_gives_the_volume_its_ids_and_coun
                  if (m.run_id, m.key) == (volume, "dispatch") for b in m.blocks]
         assert any("volume.nodes[0] gpu@gpu-1.example.net:2222: corpus listed (40 inputs"
                    in line for line in shown)
-        done = service.follow(volume, timeout=30)
+        done = service.follower.follow(volume, timeout=30)
         assert done["balance"]["recheck"]["ok"] is True
         assert done["balance"]["recheck"]["total"] == 40
         # the balance is the nodes' word on both sides, and says so (issue 32)

@@ -78,7 +78,7 @@ def start_in_thread(service: PilotService, run_id: str) -> tuple[threading.Threa
 
     def run() -> None:
         try:
-            service.start(run_id)
+            service.starter.start(run_id)
         except BaseException as exc:  # noqa: BLE001 - the test reads it
             errors.append(exc)
 
@@ -110,7 +110,7 @@ def test_a_long_start_that_gives_signs_of_life_is_followed_not_failed(tmp_path: 
     assert [(e.seq, e.data["phase"]) for e in steps][:4] == [
         (1, "uploaded"), (2, "uploaded"), (3, "uploaded"), (4, "proved")]
     assert service.store.events(run_id) == []  # the runner's own events stay its own
-    assert service.follow(run_id, timeout=30)["outcome"] == "passed"
+    assert service.follower.follow(run_id, timeout=30)["outcome"] == "passed"
 
 
 def test_a_start_silent_past_the_grace_is_still_settled_by_the_watch(tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ def test_stop_while_dispatching_ends_the_start_and_what_it_started(tmp_path: Pat
         service.stop(run_id, by="alice", reason="again", wait=False)
     dispatcher.go_on.set()
     service.resume(run_id)  # and it can be started again later
-    assert service.follow(run_id, timeout=30)["status"] == "awaiting_decision"
+    assert service.follower.follow(run_id, timeout=30)["status"] == "awaiting_decision"
 
 
 def test_a_start_with_no_steps_is_kept_alive_by_its_heartbeat(tmp_path: Path) -> None:

@@ -64,12 +64,12 @@ def test_two_processes_ending_one_run_fetch_once(tmp_path: Path,
     fetches = Fetches()
     first, second = service_of(tmp_path, fetches), service_of(tmp_path, fetches)
     run_id = first.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob").run_id
-    first.start(run_id)
+    first.starter.start(run_id)
     results: dict[str, Any] = {}
 
     def follow(name: str, service: PilotService) -> None:
         try:
-            results[name] = service.follow(run_id, timeout=60)
+            results[name] = service.follower.follow(run_id, timeout=60)
         except Exception as exc:  # noqa: BLE001 - told by the assertion below
             results[name] = exc
 

@@ -102,8 +102,8 @@ def test_the_fetch_refuses_an_evidence_home_among_the_bot_s_records(tmp_path: Pa
 def started(service: PilotService, root: Path) -> str:
     sub = service.submit(load_manifest_file(write_manifest(root, copy_to=True)),
                          submitter="bob")
-    service.start(sub.run_id)
-    service.follow(sub.run_id, timeout=30)
+    service.starter.start(sub.run_id)
+    service.follower.follow(sub.run_id, timeout=30)
     return sub.run_id
 
 

@@ -188,10 +188,10 @@ def test_the_pilot_thread_shows_the_calibration_its_ids_time_and_cost(tmp_path: 
 
     service, _notifier = make(tmp_path, script)
     run_id = submit(service, tmp_path, count=6, extra=VOLUME)
-    service.follow(run_id, timeout=30)
+    service.follower.follow(run_id, timeout=30)
     fc = service.store.get_run(run_id)["forecast"]
     assert fc["possible"] and fc["calibrated"] is True and fc["ray_start_s"] == 4.0
-    thread = {m.key: m for m in service.thread_messages(run_id)}
+    thread = {m.key: m for m in service.publisher.thread_messages(run_id)}
     shown = texts(thread["forecast"])
     assert "Calibration (the volume's own inputs) | 6 batches of 16" in shown
     assert "sample: doc-01, doc-02" in shown and "not counted in the volume" in shown

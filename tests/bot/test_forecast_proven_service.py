@@ -96,9 +96,9 @@ def approved(tmp_path: Path, *, limit: str = "", dispatcher: ProvingDispatcher |
     path = tmp_path / "manifest.yaml"
     loaded = load_manifest_file(path if path.exists() else manifest(tmp_path, limit=limit))
     sub = service.submit(loaded, submitter="bob")
-    service.start(sub.run_id)
-    service.follow(sub.run_id, timeout=30)
-    volume = service.decide(sub.run_id, "approve", "pilot clean", "alice")["volume_run"]
+    service.starter.start(sub.run_id)
+    service.follower.follow(sub.run_id, timeout=30)
+    volume = service.decider.decide(sub.run_id, "approve", "pilot clean", "alice")["volume_run"]
     return service, dispatcher, notifier, sub.run_id, volume
 
 
@@ -126,7 +126,7 @@ def test_the_forecast_on_the_proven_nodes_is_stored_shown_and_widens_the_limit(
     assert "(14 workers), was " in line and "(16 workers)" in line
     assert "time limit widened to" in line
     # after the volume: scored against the forecast for the cards really used
-    service.follow(volume, timeout=30)
+    service.follower.follow(volume, timeout=30)
     check = service.store.get_run(volume)["forecast"]
     assert check["workers_forecast"] == 14 and check["proven"]["healthy"] == 14
     # one Ray start (the attempt) + the processing of 600 items × 0.5 s ÷ 14

@@ -38,7 +38,7 @@ def finished_pilot(tmp_path: Path, starts: datetime, script: Any = timed
                    ) -> tuple[PilotService, Any, str]:
     service, notifier = make(tmp_path, script)
     run_id = submit(service, tmp_path, count=6, extra=f"{VOLUME}\n{lease(starts)}")
-    service.follow(run_id, timeout=30)
+    service.follower.follow(run_id, timeout=30)
     return service, notifier, run_id
 
 
@@ -67,7 +67,7 @@ def test_the_forecast_is_stored_and_shown_with_the_verdict(tmp_path: Path) -> No
     shown = texts(notifier.latest[(run_id, "forecast")])
     assert "6 items × 0.5 s mean ÷ 1 worker = 3 s" in shown
     assert "fits in the lease" in shown
-    record = service.decide(run_id, "approve", "forecast fits", "alice")
+    record = service.decider.decide(run_id, "approve", "forecast fits", "alice")
     assert record["override"] == 0 and record["override_of"] is None
 
 
@@ -76,8 +76,8 @@ def test_a_volume_past_the_lease_is_refused_unless_overridden(tmp_path: Path) ->
     assert service.store.get_run(run_id)["forecast"]["fits"] is False
     assert "AFTER the lease" in texts(notifier.latest[(run_id, "forecast")])
     with pytest.raises(DecisionRefused, match="after the lease ends .*explicit override"):
-        service.decide(run_id, "approve", "looks good", "alice")
-    record = service.decide(run_id, "approve", "override: we extend the lease tomorrow",
+        service.decider.decide(run_id, "approve", "looks good", "alice")
+    record = service.decider.decide(run_id, "approve", "override: we extend the lease tomorrow",
                             "alice")
     assert record["override"] == 1 and "after the lease ends" in record["override_of"]
     rows = service.store.decisions(run_id)
@@ -93,14 +93,14 @@ def test_a_pilot_without_timings_says_so_and_does_not_block(tmp_path: Path) -> N
     fc = service.store.get_run(run_id)["forecast"]
     assert fc["possible"] is False and "no per-item time" in fc["reason"]
     assert "No forecast" in texts(notifier.latest[(run_id, "forecast")])
-    assert service.decide(run_id, "approve", "fine", "alice")["override"] == 0
+    assert service.decider.decide(run_id, "approve", "fine", "alice")["override"] == 0
 
 
 def test_after_the_volume_its_actual_time_is_set_beside_the_forecast(tmp_path: Path) -> None:
     service, notifier, run_id = finished_pilot(
         tmp_path, datetime.now(timezone.utc) - timedelta(hours=1))
-    volume_id = service.decide(run_id, "approve", "go", "alice")["volume_run"]
-    service.follow(volume_id, timeout=30)
+    volume_id = service.decider.decide(run_id, "approve", "go", "alice")["volume_run"]
+    service.follower.follow(volume_id, timeout=30)
     check = service.store.get_run(volume_id)["forecast"]
     # the volume's work stage against one Ray start + the processing of its 6 items
     assert check["forecast_mid_s"] == 4.6 + 3.0 and check["actual_s"] >= 0
@@ -128,7 +128,7 @@ def test_the_forecast_is_judged_again_at_approval_time(tmp_path: Path) -> None:
     stale = {**service.store.get_run(run_id)["forecast"], "fits": True, "margin_s": 3600.0}
     service.store.update_run(run_id, forecast=stale)
     with pytest.raises(DecisionRefused, match="after the lease ends"):
-        service.decide(run_id, "approve", "it fitted yesterday", "alice")
+        service.decider.decide(run_id, "approve", "it fitted yesterday", "alice")
     assert service.store.get_run(run_id)["forecast"]["fits"] is False
 
 
@@ -175,11 +175,11 @@ def test_after_a_kill_and_a_resume_actual_is_the_attempts_running_time(tmp_path:
 
     service, notifier, run_id = finished_pilot(
         tmp_path, datetime.now(timezone.utc) - timedelta(hours=1), script=script)
-    volume_id = service.decide(run_id, "approve", "go", "alice")["volume_run"]
-    killed = service.follow(volume_id, timeout=30)
+    volume_id = service.decider.decide(run_id, "approve", "go", "alice")["volume_run"]
+    killed = service.follower.follow(volume_id, timeout=30)
     assert killed["first_error"]["type"] == "RunnerExited"
     service.resume(volume_id)
-    assert service.follow(volume_id, timeout=30)["status"] == "finished"
+    assert service.follower.follow(volume_id, timeout=30)["status"] == "finished"
     check = service.store.get_run(volume_id)["forecast"]
     assert (check["attempts"], check["attempt_s"], check["actual_s"]) == (2, [30.0, 60.0], 90.0)
     assert check["scored"] == "whole" and check["items_done"] == 6
@@ -217,8 +217,8 @@ def test_a_volume_that_ran_part_of_its_items_is_scored_on_them(tmp_path: Path) -
 
     service, notifier, run_id = finished_pilot(
         tmp_path, datetime.now(timezone.utc) - timedelta(hours=1), script=script)
-    volume_id = service.decide(run_id, "approve", "go", "alice")["volume_run"]
-    service.follow(volume_id, timeout=30)
+    volume_id = service.decider.decide(run_id, "approve", "go", "alice")["volume_run"]
+    service.follower.follow(volume_id, timeout=30)
     check = service.store.get_run(volume_id)["forecast"]
     assert check["scored"] == "partial" and (check["items_done"], check["items_total"]) == (3, 6)
     assert check["actual_s"] == 1.5 and check["forecast_mid_s"] == 4.6 + 1.5
@@ -229,8 +229,8 @@ def test_a_finished_passed_volume_is_not_resumed(tmp_path: Path) -> None:
     """A resume of a volume that finished and passed is refused with the reason, and
     changes nothing: no new attempt, no stage time, no forecast score moved (issue 37)."""
     service, _, run_id = finished_pilot(tmp_path, datetime.now(timezone.utc) - timedelta(hours=1))
-    volume_id = service.decide(run_id, "approve", "go", "alice")["volume_run"]
-    done = service.follow(volume_id, timeout=30)
+    volume_id = service.decider.decide(run_id, "approve", "go", "alice")["volume_run"]
+    done = service.follower.follow(volume_id, timeout=30)
     assert (done["status"], done["outcome"]) == ("finished", "passed")
     before = (service.store.get_run(volume_id), service.store.stages(volume_id),
               len(service.store.events(volume_id)))

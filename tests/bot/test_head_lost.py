@@ -44,7 +44,7 @@ def test_a_follower_that_gives_up_on_the_head_stops_the_other_nodes(tmp_path: Pa
                            RecordingNotifier())
     run_id = submit(service, tmp_path)
     with pytest.raises(ContactLost):
-        service.follow(run_id, timeout=30)
+        service.follower.follow(run_id, timeout=30)
     assert dispatcher.stopped_others == [run_id]
 
 
@@ -67,7 +67,7 @@ def test_a_runner_found_dead_is_cleaned_up_by_the_follower(tmp_path: Path) -> No
     service = PilotService(settings, Store(settings.db_path), {"local": dispatcher},
                            RecordingNotifier())
     run_id = submit(service, tmp_path)
-    run = service.follow(run_id, timeout=30)
+    run = service.follower.follow(run_id, timeout=30)
     assert run["outcome"] == "failed"  # died: no run.finished
     assert dispatcher.released == [run_id]
 
@@ -88,8 +88,8 @@ def test_a_start_interrupted_before_its_runner_is_cleaned_up_when_settled(
                            RecordingNotifier())
     crashed = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
     service.store.transition(crashed.run_id, ("planned",), "dispatching", started_at=now_utc())
-    assert service.reap(crashed.run_id, now=datetime.now(timezone.utc)) is False
+    assert service.follower.reap(crashed.run_id, now=datetime.now(timezone.utc)) is False
     assert dispatcher.released == []  # within the grace: maybe still being started
-    service.reap(crashed.run_id, now=datetime.now(timezone.utc) + timedelta(seconds=300))
+    service.follower.reap(crashed.run_id, now=datetime.now(timezone.utc) + timedelta(seconds=300))
     assert service.store.get_run(crashed.run_id)["status"] == "dispatch_failed"
     assert dispatcher.released == [crashed.run_id]

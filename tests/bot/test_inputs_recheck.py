@@ -58,7 +58,7 @@ def test_a_folder_swapped_for_a_link_before_dispatch_is_refused(tmp_path: Path) 
     sub = service.submit(load_manifest_file(write_manifest(project)), submitter="bob")
     swap_for_link(project / "data" / "pilote", ssh)  # while the run waits for its lease
     with pytest.raises(DispatchError) as info:
-        service.start(sub.run_id)
+        service.starter.start(sub.run_id)
     message = str(info.value)
     assert "inputs.dir" in message and "no longer resolves" in message
     assert str(ssh) not in message  # where the link leads is not told

@@ -58,7 +58,7 @@ def evidence_run(tmp_path: Path, claim: Any) -> tuple[PilotService, str]:
                            {"local": ScriptedDispatcher(script)}, RecordingNotifier())
     loaded = load_manifest_file(write_manifest(project, copy_to=True))
     run_id = service.submit(loaded, submitter="bob").run_id
-    service.start(run_id)
+    service.starter.start(run_id)
     return service, run_id
 
 
@@ -70,7 +70,7 @@ def test_a_forged_evidence_dest_writes_nothing_outside_the_bots_evidence_folder(
     (victim / "keep").write_text("the bot user's own file\n", encoding="utf-8")
     before = tree_digest(tmp_path / "bot-home")
     service, run_id = evidence_run(tmp_path, lambda run_id, real: str(victim))
-    run = service.follow(run_id, timeout=30)
+    run = service.follower.follow(run_id, timeout=30)
     assert tree_digest(tmp_path / "bot-home") == before  # no report.html, SUMS untouched
     evidence = run["evidence"]
     home = str(tmp_path / "project" / "evidence" / run_id)
@@ -83,7 +83,7 @@ def test_a_forged_evidence_dest_writes_nothing_outside_the_bots_evidence_folder(
 
 def test_an_honest_evidence_dest_gets_the_report_added(tmp_path: Path) -> None:
     service, run_id = evidence_run(tmp_path, lambda run_id, real: str(real))
-    run = service.follow(run_id, timeout=30)
+    run = service.follower.follow(run_id, timeout=30)
     home = tmp_path / "project" / "evidence" / run_id
     assert run["evidence"]["dest"] == str(home) and "dest_refused" not in run["evidence"]
     assert run["evidence"]["verified"] is True and run["outcome"] == "passed"
@@ -113,8 +113,8 @@ def test_url_evidence_from_an_ssh_node_is_recorded_as_the_node_s_claim(
         "results: {copy_to: 'memory://bucket/ev'}\n"
         "node: {kind: ssh, host: gpu-1.example, workdir: /srv/w}"))
     run_id = service.submit(load_manifest_file(manifest), submitter="bob").run_id
-    service.start(run_id)
-    run = service.follow(run_id, timeout=30)
+    service.starter.start(run_id)
+    run = service.follower.follow(run_id, timeout=30)
     evidence = run["evidence"]
     assert evidence["dest"] == f"memory://bucket/ev/{run_id}"
     assert evidence["verified"] is True and evidence["verified_by"] == "node"

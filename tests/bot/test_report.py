@@ -74,8 +74,8 @@ def test_the_report_of_a_pilot_has_every_section_and_the_run_s_figures(
     service, notifier, run_id = finished_pilot(
         tmp_path, datetime.now(timezone.utc) - timedelta(hours=1))
     with pytest.raises(DecisionRefused):
-        service.decide(run_id, "approve", "ok", "mallory")
-    service.decide(run_id, "approve", "forecast fits", "alice")
+        service.decider.decide(run_id, "approve", "ok", "mallory")
+    service.decider.decide(run_id, "approve", "forecast fits", "alice")
     run = service.store.get_run(run_id)
     html_path = Path(run["run_dir"]) / "report.html"
     text = html_path.read_text(encoding="utf-8")
@@ -132,7 +132,7 @@ def test_a_run_whose_runner_died_still_gets_its_report(tmp_path: Path) -> None:
     from tests.bot.test_service import IDS, make, submit
 
     service, _ = make(tmp_path, lambda run: pilot_script(IDS, finish=False), exit_code=-9)
-    run = service.follow(submit(service, tmp_path), timeout=30)
+    run = service.follower.follow(submit(service, tmp_path), timeout=30)
     text = (Path(run["run_dir"]) / "report.html").read_text(encoding="utf-8")
     page = parse(text)
     assert "FAILED" in page.sections["verdict"] and "RunnerExited" in page.sections["verdict"]

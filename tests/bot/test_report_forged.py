@@ -36,7 +36,7 @@ def forged_script(run_id: str) -> list[dict[str, Any]]:
 def test_a_forged_balance_event_is_flagged_and_never_drawn(tmp_path: Path) -> None:
     service, notifier = make(tmp_path, forged_script)
     run_id = submit(service, tmp_path)
-    run = service.follow(run_id, timeout=30)
+    run = service.follower.follow(run_id, timeout=30)
     assert run["outcome"] == "failed"
     assert run["balance"]["ok"] is False and run["balance"]["malformed"]
     assert not any(c["ok"] for c in run["verdict"]["checks"]

@@ -74,11 +74,11 @@ def test_prune_removes_only_the_old_ended_runs_items_and_progress(
         service: PilotService) -> None:
     store = service.store
     before = {r: store.events(r) for r in (OLD, RECENT, RUNNING)}
-    assert [r.run for r in service.store_usage(now=NOW).prunable] == [OLD]
-    dry = service.prune_store(now=NOW, dry_run=True)
+    assert [r.run for r in service.retention.usage(now=NOW).prunable] == [OLD]
+    dry = service.retention.prune(now=NOW, dry_run=True)
     assert [r.run for r in dry.runs] == [OLD] and not dry.pruned
     assert _rows(store, OLD) == (ITEMS, ITEMS, 1)  # a dry run deletes nothing
-    done = service.prune_store(now=NOW)
+    done = service.retention.prune(now=NOW)
     assert [(p.run, p.items, p.expected_ids, p.progress) for p in done.pruned] == [
         (OLD, ITEMS, ITEMS, 1)]
     assert _rows(store, OLD) == (0, 0, 0)
@@ -90,28 +90,28 @@ def test_prune_removes_only_the_old_ended_runs_items_and_progress(
                                  if e.type not in ("item.done", "progress")]
     assert store.events(RECENT) == before[RECENT] and store.events(RUNNING) == before[RUNNING]
     assert (old.run_dir / "balance.csv").is_file()
-    assert service.prune_store(now=NOW).runs == []  # pruned once: nothing again
+    assert service.retention.prune(now=NOW).runs == []  # pruned once: nothing again
     # later, the recent run's turn; the running one is never pruned however old
-    later = service.prune_store(now=NOW + timedelta(days=60))
+    later = service.retention.prune(now=NOW + timedelta(days=60))
     assert [r.run for r in later.runs] == [RECENT]
     assert _rows(store, RUNNING) == (ITEMS, ITEMS, 1)
 
 
 def test_a_pruned_run_still_shows_its_balance_and_says_when_and_where(
         service: PilotService, monkeypatch: pytest.MonkeyPatch) -> None:
-    service.prune_store(now=NOW)
-    [balance] = [m for m in service.thread_messages(OLD) if m.key == "balance"]
+    service.retention.prune(now=NOW)
+    [balance] = [m for m in service.publisher.thread_messages(OLD) if m.key == "balance"]
     text = " ".join(str(b) for b in balance.blocks)
     assert "Item rows pruned from the state database on " in text
     assert str(service.store.run(OLD).run_dir / "balance.csv") in text
-    [recent] = [m for m in service.thread_messages(RECENT) if m.key == "balance"]
+    [recent] = [m for m in service.publisher.thread_messages(RECENT) if m.key == "balance"]
     assert "pruned" not in " ".join(str(b) for b in recent.blocks)
-    [decision] = [m for m in service.thread_messages(OLD) if m.key == "decision"]
+    [decision] = [m for m in service.publisher.thread_messages(OLD) if m.key == "decision"]
     assert "can no longer be resumed" in " ".join(str(b) for b in decision.blocks)
     with pytest.raises(DispatchError, match="item rows were pruned .* submit the manifest"):
         service.resume(OLD)
     with pytest.raises(PreflightError, match="report written now would lack them"):
-        service.write_report(OLD, strict=True)
+        service.publisher.write_report(OLD, strict=True)
     monkeypatch.setenv("PREFLIGHT_HOME", str(service.settings.home))
     monkeypatch.setenv("COLUMNS", "200")
     shown = CliRunner().invoke(app, ["show", OLD])
@@ -198,7 +198,7 @@ def test_rows_go_in_chunks_and_a_prune_cut_short_is_finished_by_the_next(
     store.db.execute("UPDATE runs SET finished_at = '2026-10-01T00:00:00+00:00' "
                      "WHERE id = ?", [RECENT])
     assert [r.run for r in store.prunable(30, NOW)] == [RECENT]
-    [again] = service.prune_store(now=NOW).pruned
+    [again] = service.retention.prune(now=NOW).pruned
     assert (again.run, again.items, again.at) == (RECENT, ITEMS, "2026-12-01T00:00:00+00:00")
     assert store.prunable(30, NOW) == []
 

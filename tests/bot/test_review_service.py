@@ -12,6 +12,7 @@ from bot.errors import RunNotFound
 from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
 from bot.service import PilotService
+from bot.service.handles import handle_for
 from bot.settings import Settings
 from bot.store import Store
 from tests.bot.fakes import ScriptedDispatcher, pilot_script, write_manifest
@@ -30,7 +31,7 @@ def make(tmp_path: Path, script: Any, **kw: Any) -> tuple[PilotService, Scripted
 
 def start(service: PilotService, manifest: Path) -> str:
     sub = service.submit(load_manifest_file(manifest), submitter="bob")
-    service.start(sub.run_id)
+    service.starter.start(sub.run_id)
     return sub.run_id
 
 
@@ -40,14 +41,14 @@ def test_resume_after_a_finished_attempt_follows_the_new_runner(tmp_path: Path) 
                 pilot_script(IDS, refuse=(), drop=("doc-01", "doc-03", "doc-04"), lie=True)]
     service, _ = make(tmp_path, lambda run: attempts.pop(0), step=3)
     run_id = start(service, write_manifest(tmp_path))
-    first = service.follow(run_id, timeout=30)
+    first = service.follower.follow(run_id, timeout=30)
     assert (first["status"], first["outcome"]) == ("awaiting_decision", "failed")
     seen = first["last_seq"]
     service.resume(run_id)
-    run = service.follow(run_id, timeout=30)
+    run = service.follower.follow(run_id, timeout=30)
     # The resumed runner's events are all consumed: the old run.finished does not end it.
     assert run["last_seq"] > seen and not service.dispatchers["local"].is_alive(
-        service._handle(service.store.run_record(run_id)))
+        handle_for(service.store.run_record(run_id)))
     assert (run["status"], run["outcome"]) == ("awaiting_decision", "passed")
 
 
@@ -56,9 +57,9 @@ def test_resume_clears_the_first_error_of_the_dead_attempt(tmp_path: Path) -> No
                 pilot_script(IDS, refuse=(), drop=tuple(IDS), lie=True)]
     service, _ = make(tmp_path, lambda run: attempts.pop(0))
     run_id = start(service, write_manifest(tmp_path))
-    assert service.follow(run_id, timeout=30)["first_error"]["type"] == "RunnerExited"
+    assert service.follower.follow(run_id, timeout=30)["first_error"]["type"] == "RunnerExited"
     service.resume(run_id)
-    run = service.follow(run_id, timeout=30)
+    run = service.follower.follow(run_id, timeout=30)
     assert run["outcome"] == "passed"
     assert run["first_error"] is None
 
@@ -84,7 +85,7 @@ def test_training_pilot_without_categories_passes_the_recheck(tmp_path: Path) ->
     path.write_text(TRAIN, encoding="utf-8")
     ids = ["shard-1", "shard-2"]
     service, _ = make(tmp_path, lambda run: pilot_script(ids, refuse=(), category="train"))
-    run = service.follow(start(service, path), timeout=30)
+    run = service.follower.follow(start(service, path), timeout=30)
     assert run["balance"]["recheck"]["ok"] is True, run["balance"]["problems"]
     assert run["outcome"] == "passed"
 
@@ -103,12 +104,12 @@ def test_dispatch_failed_run_shows_why(tmp_path: Path) -> None:
     sub = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
     service.store.update_run(sub.run_id, node={"kind": "nowhere"})
     with pytest.raises(Exception, match="no dispatcher"):
-        service.start(sub.run_id)
+        service.starter.start(sub.run_id)
     service.store.transition(sub.run_id, ("planned",), "dispatching")
     service.store.transition(sub.run_id, ("dispatching",), "dispatch_failed",
                              first_error={"stage": "dispatch", "type": "DispatchError",
                                           "message": "cannot start the runner"})
-    keys = [m.key for m in service.thread_messages(sub.run_id)]
+    keys = [m.key for m in service.publisher.thread_messages(sub.run_id)]
     assert "first_error" in keys
 
 
@@ -129,7 +130,7 @@ def test_show_prints_the_decision_once_and_only_when_one_can_be_made(
     service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
     manifest = write_manifest(tmp_path)
     done = start(service, manifest)
-    service.follow(done, timeout=30)
+    service.follower.follow(done, timeout=30)
     planned = service.submit(load_manifest_file(manifest), submitter="bob").run_id
     out = show_output(tmp_path, monkeypatch, done)
     assert out.count("Approve scale-up") == 1

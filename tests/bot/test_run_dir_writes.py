@@ -17,6 +17,7 @@ from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
 from bot.nodes.local import LocalDispatcher
 from bot.service import PilotService
+from bot.service.handles import handle_for
 from bot.service.report_files import ReportError, add_to_evidence
 from bot.settings import Settings
 from bot.store import Store
@@ -78,7 +79,7 @@ def test_a_local_resume_never_appends_the_runner_log_through_a_link(
                            RecordingNotifier())
     loaded = load_manifest_file(write_manifest(tmp_path / "project"))
     run = service.store.run_record(service.submit(loaded, submitter="bob").run_id)
-    h = service._handle(run, resume=True)
+    h = handle_for(run, resume=True)
     (h.run_dir / "runner.log").symlink_to(bashrc)  # left by the run's code before
     with pytest.raises(DispatchError, match="runner.log"):
         local.start(h)

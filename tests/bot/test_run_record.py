@@ -94,3 +94,34 @@ def test_a_plan_column_that_holds_no_plan_is_named_not_trusted(tmp_path: Path) -
     store.update_run(run_id, plan=None, verdict=["passed"])
     with pytest.raises(StoreError, match=f"run {run_id}: column verdict holds list"):
         store.run(run_id)
+
+
+def test_a_stop_note_is_typed_once_and_a_broken_one_is_named(tmp_path: Path) -> None:
+    from bot.pilot.record import StopNote
+
+    store, run_id = _submitted(tmp_path)
+    assert store.run(run_id).stop is None
+    store.update_run(run_id, stop={"by": "alice", "reason": "wrong data",
+                                   "at": "2026-12-03T10:00:00Z"})
+    note = store.run(run_id).stop
+    assert note == StopNote("alice", "wrong data", "2026-12-03T10:00:00Z")
+    assert note.told() == "by alice at 2026-12-03T10:00:00Z: wrong data"
+    store.update_run(run_id, stop={"by": "alice"})
+    with pytest.raises(StoreError, match=f"run {run_id}: column stop holds .* not a stop note"):
+        store.run(run_id)
+
+
+def test_a_verdict_is_typed_once_with_its_checks(tmp_path: Path) -> None:
+    from bot.pilot.record import Verdict, VerdictCheck
+
+    store, run_id = _submitted(tmp_path)
+    assert store.run(run_id).verdict is None
+    store.update_run(run_id, verdict={"passed": True, "checks": [
+        {"ok": True, "text": "accepted 4 ≥ 4 required"},
+        {"ok": True, "warn": True, "text": "1 refusal outside expected_refusals"},
+        "not a check"]})
+    verdict = store.run(run_id).verdict
+    assert verdict == Verdict(True, (VerdictCheck(True, "accepted 4 ≥ 4 required"),
+                                     VerdictCheck(True, "1 refusal outside expected_refusals",
+                                                  warn=True)))
+    assert [(c.mark, c.style) for c in verdict.checks] == [("✓", "ok"), ("⚠", "warn")]

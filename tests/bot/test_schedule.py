@@ -42,12 +42,12 @@ def start(service: PilotService, tmp_path: Path, *, ssh: bool = False, name: str
     root = tmp_path / name
     loaded = load_manifest_file(write_manifest(root, name=name, extra=extra))
     run_id = service.submit(loaded, submitter="bob").run_id
-    service.start(run_id)
+    service.starter.start(run_id)
     return run_id
 
 
 def published(service: PilotService) -> list[str]:
-    return [m.key for m in service.notifier.history if m.key.startswith("alert")]  # type: ignore[attr-defined]
+    return [m.key for m in service.publisher.notifier.history if m.key.startswith("alert")]  # type: ignore[attr-defined]
 
 
 def test_stall_alert_once_then_recovery_once(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_lease_reminders_24h_and_2h_once_each_listing_what_is_not_secured(tmp_pa
     service = make(tmp_path, lambda run: pilot_script(IDS, refuse=()), step=100)
     _lease(service)
     run_id = start(service, tmp_path, ssh=True)
-    service.follow(run_id, timeout=30)
+    service.follower.follow(run_id, timeout=30)
     assert check_leases(service, END - timedelta(hours=25)) == []
     [day] = check_leases(service, END - timedelta(hours=23))
     assert day.key == "alert-lease-remind-24" and day.run_id == run_id
@@ -129,7 +129,7 @@ def test_a_reminder_missed_during_downtime_is_sent_late_only_the_closest(tmp_pat
 def test_evidence_reminder_once_after_30_minutes(tmp_path: Path) -> None:
     service = make(tmp_path, lambda run: pilot_script(IDS, refuse=()), step=100)
     run_id = start(service, tmp_path)
-    service.follow(run_id, timeout=30)
+    service.follower.follow(run_id, timeout=30)
     balance_at = parse_time(service.store.events_of_type(run_id, "balance")[-1].ts)
     assert remind_evidence(service, balance_at + timedelta(minutes=29)) == []
     [reminder] = remind_evidence(service, balance_at + timedelta(minutes=31))
@@ -145,7 +145,7 @@ def test_no_evidence_reminder_when_the_evidence_is_verified(tmp_path: Path) -> N
 
     service = make(tmp_path, script, step=100)
     run_id = start(service, tmp_path)
-    service.follow(run_id, timeout=30)
+    service.follower.follow(run_id, timeout=30)
     assert remind_evidence(service, datetime.now(timezone.utc) + timedelta(hours=1)) == []
 
 
@@ -183,7 +183,7 @@ def test_a_lease_reminder_lists_only_the_runs_of_its_own_port(tmp_path: Path) ->
     on_22 = start(service, tmp_path, ssh=True, name="on22")
     on_2222 = start(service, tmp_path, ssh=True, name="on2222", port=2222)
     for run_id in (on_22, on_2222):
-        service.follow(run_id, timeout=30)
+        service.follower.follow(run_id, timeout=30)
     sent = {m.run_id: " ".join(getattr(b, "text", "") for b in m.blocks)
             for m in check_leases(service, END - timedelta(hours=1))}
     assert sorted(sent) == sorted([on_22, on_2222])  # one reminder per lease, in its own thread
@@ -201,7 +201,7 @@ def test_one_run_failing_unexpectedly_does_not_stop_the_watch_of_the_others(
 
     service = make(tmp_path, lambda run: pilot_script(IDS, refuse=()), step=100)
     fake = Broken(lambda run: pilot_script(IDS, refuse=()), step=100)
-    service.dispatchers = {"local": fake, "ssh": fake}
+    service.dispatchers.update({"local": fake, "ssh": fake})  # the mapping the parts share
     broken = start(service, tmp_path, name="broken")
     healthy = start(service, tmp_path, name="healthy")
     watch_runs(service, datetime.now(timezone.utc))

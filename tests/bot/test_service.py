@@ -11,6 +11,7 @@ from bot.errors import DecisionRefused, DispatchError
 from bot.manifest.load import load_manifest_file
 from bot.messages.model import RecordingNotifier
 from bot.service import PilotService
+from bot.service.handles import handle_for
 from bot.settings import Settings
 from bot.store import Run, Store
 from tests.bot.fakes import ScriptedDispatcher, pilot_script, write_manifest
@@ -31,14 +32,14 @@ def make(tmp_path: Path, script: Any, **kw: Any) -> tuple[PilotService, Recordin
 def submit(service: PilotService, tmp_path: Path, **kw: Any) -> str:
     loaded = load_manifest_file(write_manifest(tmp_path, **kw))
     sub = service.submit(loaded, submitter="bob")
-    service.start(sub.run_id)
+    service.starter.start(sub.run_id)
     return sub.run_id
 
 
 def test_events_recorded_in_order_and_verdict_passes(tmp_path: Path) -> None:
     service, notifier = make(tmp_path, lambda run: pilot_script(IDS, refuse=()), step=5)
     run_id = submit(service, tmp_path)
-    run = service.follow(run_id, timeout=30)
+    run = service.follower.follow(run_id, timeout=30)
     assert run["status"] == "awaiting_decision" and run["outcome"] == "passed"
     assert_recorded_whole(service.store, run_id)  # progress as each attempt's latest
     assert run["last_seq"] == len(pilot_script(IDS, refuse=()))
@@ -52,7 +53,7 @@ def test_events_recorded_in_order_and_verdict_passes(tmp_path: Path) -> None:
 def test_runner_that_lies_about_its_balance_is_caught(tmp_path: Path) -> None:
     service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=(), lie=True,
                                                          drop=("doc-03",)))
-    run = service.follow(submit(service, tmp_path), timeout=30)
+    run = service.follower.follow(submit(service, tmp_path), timeout=30)
     assert run["outcome"] == "failed"
     kinds = {p["kind"] for p in run["balance"]["problems"]}
     assert "recheck" in kinds
@@ -61,7 +62,7 @@ def test_runner_that_lies_about_its_balance_is_caught(tmp_path: Path) -> None:
 
 def test_runner_dying_without_finishing_is_a_failed_run_with_the_stage(tmp_path: Path) -> None:
     service, notifier = make(tmp_path, lambda run: pilot_script(IDS, finish=False), exit_code=-9)
-    run = service.follow(submit(service, tmp_path), timeout=30)
+    run = service.follower.follow(submit(service, tmp_path), timeout=30)
     assert run["outcome"] == "failed"
     assert run["first_error"]["type"] == "RunnerExited"
     assert run["first_error"]["stage"] == "balance"  # the last stage that started
@@ -76,15 +77,15 @@ def test_restart_neither_loses_nor_repeats_events(tmp_path: Path) -> None:
     script = pilot_script(IDS, refuse=())
     service, notifier = make(tmp_path, lambda run: script, step=7)
     run_id = submit(service, tmp_path)
-    service.pump(run_id)
-    service.pump(run_id)
+    service.follower.pump(run_id)
+    service.follower.pump(run_id)
     seen = service.store.get_run(run_id)["last_seq"]
     assert 0 < seen < len(script)
     # A new service on the same database and the same (still running) dispatcher.
     dispatcher = service.dispatchers["local"]
     again = PilotService(service.settings, Store(service.settings.db_path),
                          {"local": dispatcher}, notifier)
-    run = again.follow(run_id, timeout=30)
+    run = again.follower.follow(run_id, timeout=30)
     assert_recorded_whole(again.store, run_id)
     assert run["last_seq"] == len(script)
     assert run["outcome"] == "passed"
@@ -93,11 +94,11 @@ def test_restart_neither_loses_nor_repeats_events(tmp_path: Path) -> None:
 def test_same_lines_read_twice_are_recorded_once(tmp_path: Path) -> None:
     service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
     run_id = submit(service, tmp_path)
-    service.follow(run_id, timeout=30)
+    service.follower.follow(run_id, timeout=30)
     before = len(service.store.events(run_id))
     # Replay the whole file from offset 0, as a follower that lost its offset would.
     dispatcher = service.dispatchers["local"]
-    events, offset = dispatcher.read_events(service._handle(service.store.run_record(run_id)), 0)
+    events, offset = dispatcher.read_events(handle_for(service.store.run_record(run_id)), 0)
     assert service.store.record_events(run_id, events, offset) == []
     assert len(service.store.events(run_id)) == before
     assert len(service.store.items(run_id)) == 4
@@ -111,23 +112,23 @@ def test_each_attempt_gets_a_new_directory(tmp_path: Path) -> None:
     assert a["run_dir"] != b["run_dir"] and (a["attempt"], b["attempt"]) == (1, 2)
     assert sorted([first, second]) == [first, second]  # ids sort by time
     with pytest.raises(DispatchError):
-        service.start(first)  # an attempt is never started twice
+        service.starter.start(first)  # an attempt is never started twice
 
 
 def test_decision_rules(tmp_path: Path) -> None:
     service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
     run_id = submit(service, tmp_path, two_person="true", approvers="[alice, bob]")
-    service.follow(run_id, timeout=30)
+    service.follower.follow(run_id, timeout=30)
     with pytest.raises(DecisionRefused, match="not an approver"):
-        service.decide(run_id, "approve", "looks good", "mallory")
+        service.decider.decide(run_id, "approve", "looks good", "mallory")
     with pytest.raises(DecisionRefused, match="two-person"):
-        service.decide(run_id, "approve", "looks good", "bob")
+        service.decider.decide(run_id, "approve", "looks good", "bob")
     with pytest.raises(DecisionRefused, match="reason is required"):
-        service.decide(run_id, "approve", "  ", "alice")
-    record = service.decide(run_id, "approve", "11 of 12 as expected", "alice")
+        service.decider.decide(run_id, "approve", "  ", "alice")
+    record = service.decider.decide(run_id, "approve", "11 of 12 as expected", "alice")
     assert record["decision"] == "approve" and record["override"] == 0
     with pytest.raises(DecisionRefused, match="already decided"):
-        service.decide(run_id, "revise", "second thoughts", "alice")
+        service.decider.decide(run_id, "revise", "second thoughts", "alice")
     rows = service.store.decisions(run_id)
     assert [(r["by"], r["accepted"]) for r in rows] == [
         ("mallory", 0), ("bob", 0), ("alice", 0), ("alice", 1), ("alice", 0)]
@@ -137,10 +138,11 @@ def test_decision_rules(tmp_path: Path) -> None:
 def test_failed_pilot_needs_an_explicit_override(tmp_path: Path) -> None:
     service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=(), drop=("doc-02",)))
     run_id = submit(service, tmp_path)
-    assert service.follow(run_id, timeout=30)["outcome"] == "failed"
+    assert service.follower.follow(run_id, timeout=30)["outcome"] == "failed"
     with pytest.raises(DecisionRefused, match="override"):
-        service.decide(run_id, "approve", "ship it", "alice")
-    record = service.decide(run_id, "approve", "override: doc-02 is a known bad scan", "alice")
+        service.decider.decide(run_id, "approve", "ship it", "alice")
+    record = service.decider.decide(run_id, "approve", "override: doc-02 is a known bad scan",
+                                    "alice")
     assert record["override"] == 1
 
 
@@ -165,13 +167,13 @@ def test_approval_with_a_volume_launches_the_full_run(tmp_path: Path) -> None:
     volume = ('volume: {inputs: {dir: data/pilote, pattern: "doc-*.txt", expected_count: 4}, '
               'nodes: 1}')
     run_id = submit(service, tmp_path, extra=volume)
-    service.follow(run_id, timeout=30)
-    record = service.decide(run_id, "approve", "pilot clean", "alice")
+    service.follower.follow(run_id, timeout=30)
+    record = service.decider.decide(run_id, "approve", "pilot clean", "alice")
     volume_id = record["volume_run"]
     assert volume_id and volume_id.endswith("-v1")
     vol = service.store.get_run(volume_id)
     assert (vol["kind"], vol["parent_run"], vol["status"]) == ("volume", run_id, "running")
-    assert service.follow(volume_id, timeout=30)["outcome"] == "passed"
+    assert service.follower.follow(volume_id, timeout=30)["outcome"] == "passed"
     # The volume's messages go to the pilot's thread: same channel/thread as the pilot.
     assert vol["thread_ts"] == service.store.get_run(run_id)["thread_ts"]
     assert (volume_id, "verdict") in notifier.latest
@@ -180,21 +182,21 @@ def test_approval_with_a_volume_launches_the_full_run(tmp_path: Path) -> None:
 def test_approval_without_a_volume_only_records(tmp_path: Path) -> None:
     service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
     run_id = submit(service, tmp_path)
-    service.follow(run_id, timeout=30)
-    record = service.decide(run_id, "approve", "pilot clean", "alice")
+    service.follower.follow(run_id, timeout=30)
+    record = service.decider.decide(run_id, "approve", "pilot clean", "alice")
     assert record["volume_run"] is None
-    assert [r["kind"] for r in service.runs()] == ["pilot"]
+    assert [r["kind"] for r in service.records.runs()] == ["pilot"]
 
 
 def test_reap_closes_a_run_whose_runner_ended_unseen(tmp_path: Path) -> None:
     service, _ = make(tmp_path, lambda run: pilot_script(IDS, finish=False), exit_code=137)
     run_id = submit(service, tmp_path)
-    assert service.reap(run_id) is False  # events were read: not a dead runner yet
-    assert service.reap(run_id) is True
+    assert service.follower.reap(run_id) is False  # events were read: not a dead runner yet
+    assert service.follower.reap(run_id) is True
     run = service.store.get_run(run_id)
     assert (run["status"], run["outcome"]) == ("awaiting_decision", "failed")
     assert "status 137 (128 + signal 9, SIGKILL)" in run["first_error"]["message"]
-    assert service.reap(run_id) is False
+    assert service.follower.reap(run_id) is False
 
 
 class FailingFetch(ScriptedDispatcher):
@@ -211,7 +213,7 @@ def test_evidence_that_fails_to_verify_on_the_bot_host_fails_the_pilot(tmp_path:
     settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path)})
     service = PilotService(settings, Store(settings.db_path),
                            {"local": FailingFetch(lambda run: script)}, RecordingNotifier())
-    run = service.follow(submit(service, tmp_path, copy_to=True), timeout=30)
+    run = service.follower.follow(submit(service, tmp_path, copy_to=True), timeout=30)
     assert run["evidence"]["verified"] is False
     assert "does not verify" in run["evidence"]["fetch_error"]
     assert run["outcome"] == "failed"
@@ -248,16 +250,16 @@ def test_a_run_being_dispatched_is_not_taken_for_dead(tmp_path: Path) -> None:
     service = PilotService(settings, Store(settings.db_path), {"local": slow},
                            RecordingNotifier())
     sub = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
-    starter = threading.Thread(target=service.start, args=(sub.run_id,))
+    starter = threading.Thread(target=service.starter.start, args=(sub.run_id,))
     starter.start()
     assert slow.entered.wait(timeout=30)
     assert service.store.get_run(sub.run_id)["status"] == "dispatching"
     assert service.store.active_runs() == []  # the watch does not look at it yet
-    assert service.reap(sub.run_id) is False
+    assert service.follower.reap(sub.run_id) is False
     slow.go_on.set()
     starter.join(timeout=30)
     assert service.store.get_run(sub.run_id)["status"] == "running"
-    assert service.follow(sub.run_id, timeout=30)["outcome"] == "passed"
+    assert service.follower.follow(sub.run_id, timeout=30)["outcome"] == "passed"
 
 
 def test_two_resumes_of_one_run_cannot_both_start(tmp_path: Path) -> None:
@@ -275,7 +277,7 @@ def test_two_resumes_of_one_run_cannot_both_start(tmp_path: Path) -> None:
                            RecordingNotifier())
     slow.go_on.set()
     run_id = submit(service, tmp_path)
-    assert service.follow(run_id, timeout=30)["status"] == "awaiting_decision"
+    assert service.follower.follow(run_id, timeout=30)["status"] == "awaiting_decision"
     slow.entered.clear()
     slow.go_on.clear()
     first = threading.Thread(target=service.resume, args=(run_id,))
@@ -283,13 +285,13 @@ def test_two_resumes_of_one_run_cannot_both_start(tmp_path: Path) -> None:
     assert slow.entered.wait(timeout=30)
     assert service.store.get_run(run_id)["status"] == "dispatching"
     with pytest.raises(DispatchError, match="being started by another start or resume"):
-        service.start(run_id, resume=True)  # the second resume, past its own state check
+        service.starter.start(run_id, resume=True)  # the second resume, past its own state check
     with pytest.raises(DispatchError, match="being started"):
         service.resume(run_id)
     slow.go_on.set()
     first.join(timeout=30)
     assert len(slow.started) == 2  # the first start and one resume, never a third
-    assert service.follow(run_id, timeout=30)["status"] == "awaiting_decision"
+    assert service.follower.follow(run_id, timeout=30)["status"] == "awaiting_decision"
 
 
 def test_a_run_refused_by_its_lease_can_be_started_later(tmp_path: Path) -> None:
@@ -307,14 +309,14 @@ def test_a_run_refused_by_its_lease_can_be_started_later(tmp_path: Path) -> None
                            RecordingNotifier(), lease_guard=guard)
     sub = service.submit(load_manifest_file(write_manifest(tmp_path)), submitter="bob")
     with pytest.raises(LeaseError):
-        service.start(sub.run_id)
+        service.starter.start(sub.run_id)
     row = service.store.get_run(sub.run_id)
     assert row["status"] == "planned"
     # not planned and forgotten: refused (lease), with why (issue 37, point 9)
     assert (row["first_error"]["stage"], row["first_error"]["message"]) == (
         "lease", "lease of gpu-1 is 'ordered': not provisioned")
     assert f"`preflight resume {sub.run_id}`" in row["first_error"]["hint"]
-    thread = {m.key: m for m in service.thread_messages(sub.run_id)}
+    thread = {m.key: m for m in service.publisher.thread_messages(sub.run_id)}
     assert thread["status"].blocks[0].text.endswith("(refused (lease))")
     assert "not provisioned" in str(thread["first_error"].blocks)
     from bot.console.runs import runs_lines
@@ -323,7 +325,7 @@ def test_a_run_refused_by_its_lease_can_be_started_later(tmp_path: Path) -> None
     assert "refused (lease)" in line and "lease: lease of gpu-1 is 'ordered'" in line
     provisioned["ok"] = True
     service.resume(sub.run_id)  # what `preflight resume RUN` does once provisioned
-    run = service.follow(sub.run_id, timeout=30)
+    run = service.follower.follow(sub.run_id, timeout=30)
     assert (run["status"], run["first_error"]) == ("awaiting_decision", None)
 
 
@@ -348,7 +350,7 @@ def test_a_start_interrupted_by_a_bot_crash_is_settled_by_the_watch(tmp_path: Pa
     assert service.store.get_run(crashed.run_id)["first_error"]["type"] == "DispatchInterrupted"
     assert service.store.get_run(started)["status"] in ("running", "awaiting_decision")
     service.resume(crashed.run_id)  # and it can be started again
-    assert service.follow(crashed.run_id, timeout=30)["outcome"] == "passed"
+    assert service.follower.follow(crashed.run_id, timeout=30)["outcome"] == "passed"
 
 
 def _iso_now() -> str:
@@ -364,7 +366,7 @@ def test_a_runner_that_sees_more_problems_than_the_events_is_not_called_a_liar(
     balance.update(ok=False, problems=[{"kind": "invented", "id": "doc-99",
                                         "detail": "the handler returned an id not asked for"}])
     service, _ = make(tmp_path, lambda run: script)
-    run = service.follow(submit(service, tmp_path), timeout=30)
+    run = service.follower.follow(submit(service, tmp_path), timeout=30)
     kinds = [p["kind"] for p in run["balance"]["problems"]]
     assert kinds == ["invented"] and run["balance"]["ok"] is False
     assert run["outcome"] == "failed"
@@ -392,7 +394,7 @@ def test_a_large_balance_keeps_the_rows_shown_and_names_the_total(tmp_path: Path
     ids = [f"doc-{n:02d}" for n in range(1, 61)]
     service, _ = make(tmp_path, lambda run: pilot_script(ids, refuse=()), step=20)
     run_id = submit(service, tmp_path, count=60)
-    run = service.follow(run_id, timeout=30)
+    run = service.follower.follow(run_id, timeout=30)
     assert run["outcome"] == "passed" and run["balance"]["recheck"]["total"] == 60
     assert run["balance"]["items_total"] == 60
     assert [i["id"] for i in run["balance"]["items"]] == ids[:MAX_TABLE_ROWS]
@@ -411,7 +413,7 @@ def test_the_balance_box_shows_the_refusals_and_the_first_ids_in_order(tmp_path:
     ids = [f"doc-{n:05d}" for n in range(60)]
     order = ids[50:] + ids[:50]  # the second worker's batch came back first
     service, _ = make(tmp_path, lambda run: pilot_script(order, refuse=("doc-00055",)))
-    run = service.follow(submit(service, tmp_path, count=60), timeout=30)
+    run = service.follower.follow(submit(service, tmp_path, count=60), timeout=30)
     shown = [i["id"] for i in run["balance"]["items"]]
     assert shown == sorted(shown) and len(shown) == 40 and run["balance"]["items_total"] == 60
     assert shown[:3] == ["doc-00000", "doc-00001", "doc-00002"] and "doc-00055" in shown
@@ -430,7 +432,7 @@ def test_a_volume_s_per_worker_rates_stay_shown_between_the_events_that_carry_th
     run_id = submit(service, tmp_path)
     paces = []
     for _ in range(at[-1] + 1):
-        service.pump(run_id)
+        service.follower.pump(run_id)
         meter = service.publisher._progress.get(run_id)
         if meter is not None and meter.done:
             paces.append(meter.pace)

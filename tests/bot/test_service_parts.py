@@ -26,7 +26,7 @@ def started(tmp_path: Path) -> tuple[Settings, ScriptedDispatcher, str]:
                            RecordingNotifier())
     sub = service.submit(load_manifest_file(write_manifest(tmp_path, count=3)),
                          submitter="bob")
-    service.start(sub.run_id)
+    service.starter.start(sub.run_id)
     return settings, dispatcher, sub.run_id
 
 
@@ -61,3 +61,29 @@ def test_a_publisher_alone_renders_and_posts_a_thread_from_the_store(tmp_path: P
     publisher.publish_outcome(run_id)  # everything after the plan, and the report written
     assert [m.key for m in notifier.history] == thread[1:]
     assert (Path(store.get_run(run_id)["run_dir"]) / "report.html").is_file()
+
+
+def test_the_service_hands_nothing_on() -> None:
+    """Issue 33: no forwarders. A method of ``PilotService`` whose whole body is one call
+    of a part's method (``return self.part.method(...)``) is a forwarder: the transports
+    use the part instead. The module stays small (<= 300 lines)."""
+    import ast
+
+    path = Path(__file__).resolve().parents[2] / "bot" / "service" / "pilot_service.py"
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    cls = next(n for n in ast.parse(text).body
+               if isinstance(n, ast.ClassDef) and n.name == "PilotService")
+    forwarders = []
+    for fn in cls.body:
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        body = [s for s in fn.body if not (isinstance(s, ast.Expr)
+                                           and isinstance(s.value, ast.Constant))]
+        value = body[0].value if len(body) == 1 and isinstance(
+            body[0], (ast.Return, ast.Expr)) else None
+        target = value.func if isinstance(value, ast.Call) else value
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute) \
+                and isinstance(target.value.value, ast.Name) and target.value.value.id == "self":
+            forwarders.append(fn.name)
+    assert forwarders == [], forwarders

@@ -125,7 +125,7 @@ def test_the_policys_file_check_runs_once_per_slack_submission(tmp_path: Path) -
     manifest = write_manifest(tmp_path / "projects" / "proj", approvers="[U0LEAD]")
     service = make(tmp_path)
     service.guard = CountingGuard(service.guard.policy, service.store)
-    service.records.guard = service.guard
+    service.records.guard = service.decider.guard = service.guard
     service.submit_text(manifest.read_text(encoding="utf-8"), source=str(manifest),
                         base_dir=manifest.parent, submitter="U0MEMBER", channel="C0CHAN",
                         thread_ts="1.0", origin="slack")

@@ -15,8 +15,8 @@ VOLUME = ('volume: {inputs: {dir: data/pilote, pattern: "doc-*.txt", expected_co
 def test_the_volume_run_carries_its_engine_settings_and_first_node(tmp_path: Path) -> None:
     service, _ = make(tmp_path, lambda run: pilot_script(IDS, refuse=()))
     pilot = submit(service, tmp_path, extra=VOLUME)
-    service.follow(pilot, timeout=30)
-    volume = service.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
+    service.follower.follow(pilot, timeout=30)
+    volume = service.decider.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
     run = service.store.get_run(volume)
     assert run["node"]["kind"] == "local"
     spec = json.loads(Path(run["spec_path"]).read_text())

@@ -68,7 +68,7 @@ def test_the_approved_volume_s_spec_carries_the_limits_shown_in_the_forecast(
            f"{duration(high)} + 30 min 0 s for the setup" in shown
     assert "Batch timeout | 1 min 0 s | 10 × the slowest batch, at least 60 s" in shown
     assert "Item timeout | 5 s | 10 × the pilot's 0.5 s p90 per item, at least 5 s" in shown
-    volume_id = service.decide(run_id, "approve", "go", "alice")["volume_run"]
+    volume_id = service.decider.decide(run_id, "approve", "go", "alice")["volume_run"]
     spec = json.loads(Path(service.store.get_run(volume_id)["spec_path"]).read_text())
     assert spec["volume"]["time_limit_s"] == limit
     size = spec["volume"]["batch_size"] or spec["task"]["batch_size"]

@@ -37,10 +37,10 @@ def test_the_volume_report_names_its_pilot_approval_workers_and_pace(tmp_path: P
                            {"local": ScriptedDispatcher(_script)}, RecordingNotifier())
     sub = service.submit(load_manifest_file(write_manifest(tmp_path, extra=VOLUME)),
                          submitter="bob")
-    service.start(sub.run_id)
-    service.follow(sub.run_id, timeout=30)
-    volume = service.decide(sub.run_id, "approve", "pilot clean", "alice")["volume_run"]
-    service.follow(volume, timeout=30)
+    service.starter.start(sub.run_id)
+    service.follower.follow(sub.run_id, timeout=30)
+    volume = service.decider.decide(sub.run_id, "approve", "pilot clean", "alice")["volume_run"]
+    service.follower.follow(volume, timeout=30)
 
     page = parse(render_report(gather(service.store, volume)))
     decision = " ".join(page.sections["decisions"].split()).replace(" :", ":")
@@ -101,10 +101,10 @@ def test_the_engine_section_names_nodes_by_address_and_tells_what_the_terminal_t
                            {"local": ScriptedDispatcher(_two_node_script)}, RecordingNotifier())
     sub = service.submit(load_manifest_file(write_manifest(tmp_path, extra=VOLUME)),
                          submitter="bob")
-    service.start(sub.run_id)
-    service.follow(sub.run_id, timeout=30)
-    volume = service.decide(sub.run_id, "approve", "pilot clean", "alice")["volume_run"]
-    service.follow(volume, timeout=30)
+    service.starter.start(sub.run_id)
+    service.follower.follow(sub.run_id, timeout=30)
+    volume = service.decider.decide(sub.run_id, "approve", "pilot clean", "alice")["volume_run"]
+    service.follower.follow(volume, timeout=30)
     engine = " ".join(parse(render_report(gather(service.store, volume))).sections[
         "engine"].split())
     assert "4 on 2 node(s)" in engine

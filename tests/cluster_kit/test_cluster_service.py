@@ -175,13 +175,13 @@ def test_a_4_node_gpu_volume_through_the_service_loses_a_node_a_hung_input_and_i
         for s in four_sshd:
             provision(service.store, s.lease_key)
         pilot = service.submit(load_manifest_file(manifest), submitter="bob").run_id
-        service.start(pilot)
-        run = service.follow(pilot, timeout=300)
+        service.starter.start(pilot)
+        run = service.follower.follow(pilot, timeout=300)
         assert (run["status"], run["outcome"]) == ("awaiting_decision", "passed"), (
             run["first_error"], run["verdict"])
         _check_pilot(service, pilot)
         (tmp_path / "project" / "slow").touch()
-        volume = service.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
+        volume = service.decider.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
         # attempt 1: a node lost mid-run, then the driver SIGKILLed
         wait_until(lambda: len(_remote_ledger(service, volume)) >= 16,
                    "the volume to record a few batches", 400)
@@ -190,13 +190,13 @@ def test_a_4_node_gpu_volume_through_the_service_loses_a_node_a_hung_input_and_i
                    "the driver to drop the lost node", 120)
         at_kill = _remote_ledger(service, volume)
         os.killpg(int(service.store.get_run(volume)["pid"]), signal.SIGKILL)
-        run = service.follow(volume, timeout=180)
+        run = service.follower.follow(volume, timeout=180)
         assert (run["status"], run["outcome"]) == ("finished", "failed"), run["first_error"]
         assert len(at_kill) < COUNT
         # attempt 2: resumed on a fresh 4-node cluster, fast, to the end
         (tmp_path / "project" / "slow").unlink()
         service.resume(volume)
-        run = service.follow(volume, timeout=400)
+        run = service.follower.follow(volume, timeout=400)
         print(_timings(service, pilot, volume))  # where the time goes (pytest -s)
     finally:
         _cleanup(service, layout)

@@ -32,8 +32,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     for name in ("keyword-sentiment", "keyword-sentiment", "other"):
         sub = service.submit(load_manifest_file(write_manifest(root, name=name)),
                              submitter="bob")
-        service.start(sub.run_id)
-        service.follow(sub.run_id, timeout=30)
+        service.starter.start(sub.run_id)
+        service.follower.follow(sub.run_id, timeout=30)
         ids.append(sub.run_id)
     (root / "src" / "deeper").mkdir(parents=True)
     return root, ids

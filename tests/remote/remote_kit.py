@@ -114,7 +114,7 @@ def submit(bot: Bot, manifest: Path | LoadedManifest, *, submitter: str = "bob")
 def start_run(bot: Bot, manifest: Path | LoadedManifest, *, submitter: str = "bob") -> str:
     """Submit ``manifest`` and dispatch it to its node: the run's id."""
     run_id = submit(bot, manifest, submitter=submitter)
-    bot.service.start(run_id)
+    bot.service.starter.start(run_id)
     return run_id
 
 
@@ -163,7 +163,7 @@ def pump_until(bot: Bot, run_id: str, predicate: Callable[[list[Event]], bool], 
                timeout: float = 30) -> list[Event]:
     """Pump the run until the recorded events satisfy ``predicate``."""
     def step() -> bool:
-        bot.service.pump(run_id)
+        bot.service.follower.pump(run_id)
         return predicate(bot.store.events(run_id))
 
     wait_for(step, timeout=timeout, what=f"events of {run_id}")

@@ -25,7 +25,7 @@ def test_a_site_hook_that_prints_does_not_touch_the_launcher(tmp_path: Path,
                                                     "python": str(python)})
     with provisioned_bot(tmp_path / "home", sshd) as bot:
         run_id = start_run(bot, manifest)
-        run = bot.service.follow(run_id, timeout=60)
+        run = bot.service.follower.follow(run_id, timeout=60)
         assert run["outcome"] == "passed", run.get("first_error")
     log = (tmp_path / "node" / "runs" / run_id / "runner.log").read_text()
     assert "conda says hello" in log  # the runner's own interpreter has its site

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from bot.cli.app import app
 from bot.dispatch.bot_records import BOT_RECORDS
 from bot.dispatch.evidence_home import EvidenceHomeRefused
+from bot.service.handles import handle_for
 from bot.settings import Settings
 from bot.store import Store
 from tests.remote.remote_kit import provisioned_bot, start_run, write_project
@@ -47,7 +48,7 @@ def test_a_node_that_renames_its_listing_writes_and_removes_nothing_outside_the_
                                 {"path": "decoy-dir/x", "bytes": 3}])
         with provisioned_bot(home, sshd) as bot:
             run_id = start_run(bot, manifest)
-            run = bot.service.follow(run_id, timeout=60)
+            run = bot.service.follower.follow(run_id, timeout=60)
     assert (home / "victim.txt").read_text(encoding="utf-8") == "the bot's own file\n"
     assert (home / "keep" / "canary").is_file() and not (home / "keep" / "from-node").exists()
     error = run["evidence"]["fetch_error"]
@@ -67,7 +68,7 @@ def test_no_record_of_the_bot_is_ever_replaced_by_the_node_s_copy(
     manifest = write_project(tmp_path / "project", sshd.node(workdir))
     with provisioned_bot(tmp_path / "home", sshd) as bot:
         run_id = start_run(bot, manifest)
-        run = bot.service.follow(run_id, timeout=60)
+        run = bot.service.follower.follow(run_id, timeout=60)
         local, remote = Path(run["run_dir"]), workdir / "runs" / run_id
         kept = {name: (local / name).read_bytes() if (local / name).exists() else None
                 for name in BOT_RECORDS}
@@ -75,7 +76,7 @@ def test_no_record_of_the_bot_is_ever_replaced_by_the_node_s_copy(
         for name in BOT_RECORDS:
             (remote / name).write_text('{"forged": "by the node"}\n', encoding="utf-8")
         (remote / "runner.log").write_text("the node's own log\n", encoding="utf-8")
-        bot.dispatcher.fetch_results(bot.service._handle(bot.store.run_record(run_id)))
+        bot.dispatcher.fetch_results(handle_for(bot.store.run_record(run_id)))
     for name, data in kept.items():
         assert ((local / name).read_bytes() if (local / name).exists() else None) == data, name
     assert (local / "runner.log").read_text(encoding="utf-8") == "the node's own log\n"
@@ -93,7 +94,7 @@ def test_a_refused_fetch_loses_nothing_and_preflight_fetch_tries_again(
     home = tmp_path / "home"
     with provisioned_bot(home, sshd) as bot:
         run_id = start_run(bot, manifest)
-        run = bot.service.follow(run_id, timeout=60)
+        run = bot.service.follower.follow(run_id, timeout=60)
         events = [e.seq for e in bot.store.events(run_id)]
     assert run["status"] == "awaiting_decision" and run["outcome"] == "failed"
     assert run["balance"]["ok"] is True and events
@@ -127,14 +128,14 @@ def test_the_fetch_refuses_an_evidence_home_that_is_the_run_directory(
                              copy_to=str(tmp_path / "evidence"))
     with provisioned_bot(tmp_path / "home", sshd) as bot:
         run_id = start_run(bot, manifest)
-        run = bot.service.follow(run_id, timeout=60)
+        run = bot.service.follower.follow(run_id, timeout=60)
         local = Path(run["run_dir"])
         layout = json.loads((local / "remote.json").read_text(encoding="utf-8"))
         layout["evidence"]["local"] = str(local.parent)  # home: runs/<run id>, the run dir
         (local / "remote.json").write_text(json.dumps(layout), encoding="utf-8")
         kept = {n: (local / n).read_bytes() for n in ("spec.json", "remote.json")}
         with pytest.raises(EvidenceHomeRefused) as caught:
-            bot.dispatcher.fetch_results(bot.service._handle(bot.store.run_record(run_id)))
+            bot.dispatcher.fetch_results(handle_for(bot.store.run_record(run_id)))
     assert f"run {run_id}: the evidence copy would be fetched to {local}" in str(caught.value)
     assert "it is the run directory" in str(caught.value)
     assert {n: (local / n).read_bytes() for n in kept} == kept

@@ -29,7 +29,7 @@ def test_fake_runner_dispatched_end_to_end_with_the_node_python(tmp_path: Path, 
     manifest = write_project(tmp_path / "project", sshd.node(workdir))
     with provisioned_bot(tmp_path / "home", sshd) as bot:
         run_id = start_run(bot, manifest)
-        run = bot.service.follow(run_id, timeout=60)
+        run = bot.service.follower.follow(run_id, timeout=60)
         assert run["status"] == "awaiting_decision", run
         assert run["outcome"] == "passed", run["verdict"]
         prepare = {s["stage"]: s for s in bot.store.stages(run_id)}["prepare"]["facts"]
@@ -86,7 +86,7 @@ def test_a_node_python_that_prints_no_hashes_fails_the_dispatch_clearly(tmp_path
     with provisioned_bot(tmp_path / "home", sshd) as bot:
         run_id = submit(bot, manifest)
         with pytest.raises(DispatchError, match="node.python .echo. did not answer the launcher"):
-            bot.service.start(run_id)
+            bot.service.starter.start(run_id)
         assert bot.store.get_run(run_id)["status"] == "dispatch_failed"
 
 
@@ -96,11 +96,11 @@ def test_second_dispatch_uploads_only_the_run_files(tmp_path: Path, sshd: Sshd) 
     manifest = write_project(project, sshd.node(workdir))
     with provisioned_bot(tmp_path / "home", sshd) as bot:
         first = start_run(bot, manifest)
-        bot.service.follow(first, timeout=60)
+        bot.service.follower.follow(first, timeout=60)
         assert bot.dispatcher.uploaded[first]["project"] > 0
         assert bot.dispatcher.uploaded[first]["runner"] > 0
         second = start_run(bot, manifest)
-        bot.service.follow(second, timeout=60)
+        bot.service.follower.follow(second, timeout=60)
         sent = bot.dispatcher.uploaded[second]
         assert sent["project"] == 0 and sent["runner"] == 0 and sent["run"] > 0
         # a changed input is uploaded again, a removed one disappears from the node
@@ -115,7 +115,7 @@ def test_second_dispatch_uploads_only_the_run_files(tmp_path: Path, sshd: Sshd) 
         (remote_project / "runs").mkdir()
         (remote_project / "runs" / "keep.txt").write_text("node output")
         third = start_run(bot, manifest)
-        bot.service.follow(third, timeout=60)
+        bot.service.follower.follow(third, timeout=60)
         assert bot.dispatcher.uploaded[third]["project"] == len("contract changed")
         assert not (remote_project / "src" / "app.py").exists()
         assert (venv / "lib" / "torch.so").exists()
@@ -135,7 +135,7 @@ def test_changed_host_key_is_refused(tmp_path: Path, sshd: Sshd) -> None:
     with provisioned_bot(tmp_path / "home", sshd, sshd.dispatcher(known_hosts=known)) as bot:
         run_id = submit(bot, manifest)
         with pytest.raises(DispatchError, match="host key refused"):
-            bot.service.start(run_id)
+            bot.service.starter.start(run_id)
         run = bot.store.get_run(run_id)
         assert run["status"] == "dispatch_failed"
         assert "known_hosts" in run["first_error"]["message"]
@@ -154,10 +154,10 @@ def test_pinned_fingerprint_accepts_the_right_key_and_refuses_another(tmp_path: 
                         name="pinned-bad")
     with provisioned_bot(tmp_path / "home", sshd, sshd.dispatcher(known_hosts=empty)) as bot:
         ok = start_run(bot, good)
-        assert bot.service.follow(ok, timeout=60)["outcome"] == "passed"
+        assert bot.service.follower.follow(ok, timeout=60)["outcome"] == "passed"
         refused = submit(bot, bad)
         with pytest.raises(DispatchError, match="pinned node.host_key_fingerprint"):
-            bot.service.start(refused)
+            bot.service.starter.start(refused)
 
 
 def test_unknown_host_key_is_refused(tmp_path: Path, sshd: Sshd) -> None:
@@ -166,7 +166,7 @@ def test_unknown_host_key_is_refused(tmp_path: Path, sshd: Sshd) -> None:
     manifest = write_project(tmp_path / "project", sshd.node(tmp_path / "node"))
     with provisioned_bot(tmp_path / "home", sshd, sshd.dispatcher(known_hosts=empty)) as bot:
         with pytest.raises(DispatchError, match="host key refused"):
-            bot.service.start(submit(bot, manifest))
+            bot.service.starter.start(submit(bot, manifest))
 
 
 def test_dispatch_to_a_lease_not_provisioned_is_refused(tmp_path: Path, sshd: Sshd) -> None:
@@ -175,7 +175,7 @@ def test_dispatch_to_a_lease_not_provisioned_is_refused(tmp_path: Path, sshd: Ss
     try:
         run_id = submit(bot, manifest)
         with pytest.raises(LeaseError, match="not provisioned"):
-            bot.service.start(run_id)
+            bot.service.starter.start(run_id)
         lease = bot.store.current_lease(sshd.lease_key)
         assert lease is not None and lease["state"] == "ordered" and lease["days"] == 3
         for state in ("payment-notified", "funds-confirmed"):
@@ -183,7 +183,7 @@ def test_dispatch_to_a_lease_not_provisioned_is_refused(tmp_path: Path, sshd: Ss
 
             set_state(bot.store, sshd.lease_key, state, "alice")
             with pytest.raises(LeaseError, match=f"'{state}'"):
-                bot.service.start(run_id)
+                bot.service.starter.start(run_id)
         assert bot.store.get_run(run_id)["status"] == "planned"
         assert not (tmp_path / "node").exists()
     finally:
@@ -196,7 +196,7 @@ def test_a_runner_that_died_on_the_node_is_quoted_from_the_nodes_log(tmp_path: P
     manifest = write_project(tmp_path / "project", sshd.node(workdir), die_after=2)
     with provisioned_bot(tmp_path / "home", sshd) as bot:
         run_id = start_run(bot, manifest)
-        run = bot.service.follow(run_id, timeout=60)
+        run = bot.service.follower.follow(run_id, timeout=60)
         assert run["outcome"] == "failed" and run["first_error"]["type"] == "RunnerExited"
         # runner.log exists on the node only: the dispatcher read its tail over SSH
         assert not (Path(run["run_dir"]) / "runner.log").exists()

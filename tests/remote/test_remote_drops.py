@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from bot.dispatch.upload import SSHNode
 from bot.node_programs.fetch_stream import HELD
 from bot.nodes.ssh.dispatcher import RUNNER_PACKAGE, SSHDispatcher
+from bot.service.handles import handle_for
 from tests.remote.remote_kit import (
     REPO,
     assert_exactly_once,
@@ -115,10 +116,10 @@ def test_drop_during_upload_dispatch_is_redone_and_the_pilot_passes(tmp_path: Pa
     with provisioned_bot(tmp_path / "home", sshd, faulty(sshd)) as bot:
         run_id = submit(bot, manifest)
         bot.dispatcher.armed = "upload"  # type: ignore[attr-defined]
-        bot.service.start(run_id)
+        bot.service.starter.start(run_id)
         assert bot.dispatcher.fired == ["upload"]  # type: ignore[attr-defined]
         assert bot.dispatcher.connects >= 2
-        run = bot.service.follow(run_id, timeout=60)
+        run = bot.service.follower.follow(run_id, timeout=60)
         assert run["outcome"] == "passed", run["verdict"]
         assert_exactly_once(bot, run_id, workdir / "runs" / run_id)
         assert sorted(i["id"] for i in bot.store.items(run_id)) == [
@@ -133,11 +134,11 @@ def test_probe_cut_off_is_no_contact_not_a_failure(tmp_path: Path, sshd: Sshd) -
         run_id = start_run(bot, manifest)
         pump_until(bot, run_id, items_done(2))
         bot.dispatcher.armed = "probe"  # type: ignore[attr-defined]
-        handle = bot.service._handle(bot.store.run_record(run_id))
+        handle = handle_for(bot.store.run_record(run_id))
         assert bot.dispatcher.is_alive(handle)  # unknown is not dead
         assert bot.dispatcher.fired == ["probe"]  # type: ignore[attr-defined]
         (workdir / "runs" / run_id / "go").write_text("")
-        run = bot.service.follow(run_id, timeout=60)
+        run = bot.service.follower.follow(run_id, timeout=60)
         assert run["outcome"] == "passed", run["verdict"]
         assert_exactly_once(bot, run_id, workdir / "runs" / run_id)
 
@@ -215,8 +216,8 @@ def test_drop_during_evidence_fetch_retries_and_verifies_only_the_whole_copy(
     with pilote_bot(tmp_path, sshd, dispatcher=faults) as (bot, pilote):
         run_id = submit(bot, pilote, submitter="alice")
         bot.dispatcher.armed = "evidence"  # type: ignore[attr-defined]
-        bot.service.start(run_id)
-        run = bot.service.follow(run_id, timeout=120)
+        bot.service.starter.start(run_id)
+        run = bot.service.follower.follow(run_id, timeout=120)
         assert bot.dispatcher.fired == ["evidence"]  # type: ignore[attr-defined]
         assert run["outcome"] == "passed", (run["first_error"], run["verdict"])
         assert run["evidence"]["verified"] and "fetch_error" not in run["evidence"]

@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+from bot.service.handles import handle_for
 from runner.evidence import copy_evidence, show_output, verify_evidence
 from tests.remote.remote_kit import pilote_bot, start_run
 from tests.remote.sshd_server import Sshd
@@ -16,14 +17,14 @@ def test_a_sharded_evidence_copy_is_fetched_and_verified(tmp_path: Path, sshd: S
     workdir, evidence = tmp_path / "node", tmp_path / "evidence"
     with pilote_bot(tmp_path, sshd) as (bot, pilote):
         run_id = start_run(bot, pilote, submitter="alice")
-        run = bot.service.follow(run_id, timeout=120)
+        run = bot.service.follower.follow(run_id, timeout=120)
         assert run["evidence"]["verified"], run["evidence"]
         # the node's copy made again in shards (a pilot this small keeps plain files)
         [node_copy] = (workdir / "evidence").glob(f"*/{run_id}")
         node_run = workdir / "runs" / run_id
         again = copy_evidence(str(node_run), str(node_copy), plain_max=2, shard_files=5)
         assert again.verified and again.shards >= 2, again.problems
-        handle = bot.service._handle(bot.store.run_record(run_id))
+        handle = handle_for(bot.store.run_record(run_id))
         fetched = bot.dispatcher.fetch_results(handle)
         assert fetched is not None and fetched.parent == evidence
         assert sorted(p.name for p in (fetched / "shards").iterdir())[:2] == [

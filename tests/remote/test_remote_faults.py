@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from bot.schedule import BotScheduler, watch_runs
+from bot.service.handles import handle_for
 from tests.remote.remote_kit import (
     assert_exactly_once,
     items_done,
@@ -38,7 +39,7 @@ def test_connection_killed_mid_run_runner_continues_and_bot_reconnects(tmp_path:
         assert sshd.kill_connections() >= 1
         remote_run = workdir / "runs" / run_id
         (remote_run / "go").write_text("")  # the runner may go on; the bot is disconnected
-        run = bot.service.follow(run_id, timeout=60)
+        run = bot.service.follower.follow(run_id, timeout=60)
         assert run["outcome"] == "passed", run["verdict"]
         assert bot.dispatcher.connects > connects  # it reconnected
         assert_exactly_once(bot, run_id, remote_run)
@@ -57,7 +58,7 @@ def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
     try:
         provision(first.store, sshd.lease_key)
         run_id = submit(first, manifest)
-        first.service.start(run_id)
+        first.service.starter.start(run_id)
         pump_until(first, run_id, items_done(3))
         seen = first.store.get_run(run_id)
         assert scheduler.job_ids() == JOB_IDS
@@ -72,7 +73,7 @@ def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
         assert restored.job_ids() == JOB_IDS
         run = second.store.get_run(run_id)
         assert (run["last_seq"], run["events_offset"]) == (seen["last_seq"], seen["events_offset"])
-        handle = second.service._handle(second.store.run_record(run_id))
+        handle = handle_for(second.store.run_record(run_id))
         assert second.dispatcher.is_alive(handle)
         (workdir / "runs" / run_id / "go").write_text("")
 

@@ -29,7 +29,7 @@ def test_inputs_swapped_for_a_link_after_submission_never_reach_the_node(
         inputs.rename(inputs.with_name("pilote.checked"))  # while the run waits ...
         inputs.symlink_to(ssh)  # ... its inputs folder becomes a link to the keys
         with pytest.raises(DispatchError, match="inputs.dir .* no longer resolves"):
-            bot.service.start(run_id)
+            bot.service.starter.start(run_id)
         assert bot.store.get_run(run_id)["status"] == "dispatch_failed"
         sent = [p for p in workdir.rglob("*") if p.is_file()] if workdir.exists() else []
         assert all(CANARY.encode() not in p.read_bytes() for p in sent)

@@ -44,8 +44,8 @@ def _passes(bot: Bot, manifest: Path, workdir: Path | None = None) -> str:
     if workdir is not None:
         (workdir / "runs" / run_id).mkdir(parents=True)
         (workdir / "runs" / run_id / "go").write_text("")
-    bot.service.start(run_id)
-    assert bot.service.follow(run_id, timeout=60)["outcome"] == "passed"
+    bot.service.starter.start(run_id)
+    assert bot.service.follower.follow(run_id, timeout=60)["outcome"] == "passed"
     return run_id
 
 
@@ -63,7 +63,7 @@ def test_a_second_bot_is_refused_while_a_runner_works_in_the_same_workdir(tmp_pa
         (project / "src" / "app.py").write_text("VALUE = 2\n")  # would be sent under the runner
         refused = submit(second, manifest)
         with pytest.raises(DispatchError) as info:
-            second.service.start(refused)
+            second.service.starter.start(refused)
         where = SSHNode.from_dict(sshd.node(workdir)).where
         for part in (where, f"workdir {workdir} ", f"in use by run {busy} (pid {lock['pid']}"):
             assert part in str(info.value)
@@ -71,7 +71,7 @@ def test_a_second_bot_is_refused_while_a_runner_works_in_the_same_workdir(tmp_pa
         assert remote_app.read_text() == "VALUE = 1\n"  # nothing uploaded, nothing removed
         assert not (workdir / "runs" / refused).exists()
         (workdir / "runs" / busy / "go").write_text("")
-        assert first.service.follow(busy, timeout=60)["outcome"] == "passed"
+        assert first.service.follower.follow(busy, timeout=60)["outcome"] == "passed"
         assert not (workdir / "dispatch.lock").exists()  # the runner's end drops it
         again = _passes(second, manifest, workdir)
         assert second.dispatcher.uploaded[again]["project"] == len("VALUE = 2\n")
@@ -112,7 +112,7 @@ def test_the_lock_is_held_before_the_launch_and_dropped_when_the_bot_goes(tmp_pa
         assert json.loads(uploading.stdout.readline()) == {"locked": "other-run"}
         provision(bot.store, sshd.lease_key)
         with pytest.raises(DispatchError, match=f"in use by run other-run \\(pid {uploading.pid}"):
-            bot.service.start(submit(bot, manifest))
+            bot.service.starter.start(submit(bot, manifest))
         uploading.stdin.close()  # what a dead bot's dropped connection does
         assert uploading.wait(30) == 0 and not lock.exists()
         _passes(bot, manifest)
@@ -150,7 +150,7 @@ def _crash_then_restart(tmp_path: Path, sshd: Sshd, manifest: Path,
     with provisioned_bot(tmp_path / "home", sshd, sshd.dispatcher(cls=cls)) as crashed:
         run_id = submit(crashed, manifest)
         with pytest.raises(_Crash):
-            crashed.service.start(run_id)
+            crashed.service.starter.start(run_id)
     bot = make_bot(tmp_path / "home", sshd.dispatcher())  # the restarted bot
     run = bot.store.get_run(run_id)
     assert (run["status"], run["pid"]) == ("dispatching", None)
@@ -176,7 +176,7 @@ def test_a_bot_dying_after_the_launch_leaves_a_run_it_finds_again(tmp_path: Path
                  what="the lost runner's events")
         # the lock is the runner's: nothing else is dispatched into its workdir meanwhile
         with pytest.raises(DispatchError, match=f"in use by run {run_id} "):
-            bot.service.start(submit(bot, manifest))
+            bot.service.starter.start(submit(bot, manifest))
         bot.dispatcher.stop(handle)  # by the node's runner.pid too
         wait_for(lambda: not bot.dispatcher.is_alive(handle), what="the runner to stop")
         _passes(bot, manifest, workdir)  # its lock is stale now: taken over

@@ -14,7 +14,7 @@ def test_pilote_dispatched_over_ssh_evidence_fetched_and_verified(tmp_path: Path
     workdir, evidence = tmp_path / "node", tmp_path / "evidence"
     with pilote_bot(tmp_path, sshd) as (bot, pilote):
         run_id = start_run(bot, pilote, submitter="alice")
-        run = bot.service.follow(run_id, timeout=120)
+        run = bot.service.follower.follow(run_id, timeout=120)
         assert run["outcome"] == "passed", (run["first_error"], run["verdict"])
         assert (run["balance"]["accepted"], run["balance"]["refused"]) == (11, 1)
         assert run["evidence"]["verified"]
@@ -24,7 +24,7 @@ def test_pilote_dispatched_over_ssh_evidence_fetched_and_verified(tmp_path: Path
         # "Copied to" names that verified copy on the bot's side, the node's path beside it
         assert run["evidence"]["dest"] == str(evidence / run_id)
         assert run["evidence"]["node_dest"] != run["evidence"]["dest"]
-        panel = {m.key: m for m in bot.service.thread_messages(run_id)}["evidence"]
+        panel = {m.key: m for m in bot.service.publisher.thread_messages(run_id)}["evidence"]
         fields = dict(next(b for b in panel.blocks if hasattr(b, "pairs")).pairs)
         assert fields["Copied to"] == str(evidence / run_id)
         assert (Path(run["run_dir"]) / "balance.csv").exists()
@@ -39,7 +39,7 @@ def test_bare_node_without_torch_reports_the_stage_instead_of_dying(tmp_path: Pa
                                                                      sshd: Sshd) -> None:
     with pilote_bot(tmp_path, sshd, BARE_PYTHON) as (bot, pilote):
         run_id = start_run(bot, pilote, submitter="alice")
-        run = bot.service.follow(run_id, timeout=120)
+        run = bot.service.follower.follow(run_id, timeout=120)
         assert run["outcome"] == "failed"
         error = run["first_error"]
         assert error["stage"] in ("environment", "torch") and "torch" in error["message"], error

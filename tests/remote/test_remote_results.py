@@ -15,6 +15,7 @@ from typing import Any
 from bot.errors import DispatchError
 from bot.nodes.ssh.fetch import FetchLimits
 from bot.service import PilotService
+from bot.service.handles import handle_for
 from bot.service.leases import lease_guard_for
 from bot.settings import Settings
 from bot.slack.app import make_client
@@ -107,8 +108,8 @@ def test_links_and_fifos_left_by_the_team_refuse_the_fetch_and_leak_nothing(
             run_id = submit(bot, manifest)
             bot.store.update_run(run_id, channel=CHANNEL,
                                  thread_ts=emulator.user_message(CHANNEL, "pilot", "U1"))
-            bot.service.start(run_id)
-            run = bot.service.follow(run_id, timeout=60)
+            bot.service.starter.start(run_id)
+            run = bot.service.follower.follow(run_id, timeout=60)
             assert bot.notifier.flush(30)  # type: ignore[attr-defined]
         finally:
             bot.close()
@@ -141,12 +142,12 @@ def test_each_entry_that_is_not_a_file_or_folder_is_refused_by_name(
     manifest = write_project(tmp_path / "project", sshd.node(workdir))
     with provisioned_bot(tmp_path / "home", sshd) as bot:
         run_id = start_run(bot, manifest)
-        run = bot.service.follow(run_id, timeout=60)
+        run = bot.service.follower.follow(run_id, timeout=60)
         assert run["outcome"] == "passed", run["verdict"]  # a normal run fetches as before
         local, remote = Path(run["run_dir"]), workdir / "runs" / run_id
         assert (local / "exit_code").read_text().strip() == "0"
         assert (local / "events.jsonl").read_bytes() == (remote / "events.jsonl").read_bytes()
-        handle = bot.service._handle(bot.store.run_record(run_id))
+        handle = handle_for(bot.store.run_record(run_id))
         (remote / "out" / "deep").mkdir(parents=True)
         (remote / "out" / "deep" / "ok.txt").write_text("fetched\n")
         bot.dispatcher.fetch_results(handle)
@@ -205,12 +206,12 @@ def test_a_link_in_the_nodes_evidence_copy_refuses_the_fetch_and_keeps_the_bots_
     workdir, evidence = tmp_path / "node", tmp_path / "evidence"
     with pilote_bot(tmp_path, sshd) as (bot, pilote):
         run_id = start_run(bot, pilote, submitter="alice")
-        run = bot.service.follow(run_id, timeout=120)
+        run = bot.service.follower.follow(run_id, timeout=120)
         assert run["evidence"]["verified"], run["evidence"]
         kept = tree_digest(evidence)
         [node_copy] = (workdir / "evidence").glob(f"*/{run_id}")
         (node_copy / "outputs" / "leak").symlink_to("../../../../../bot-home/.bashrc")
-        handle = bot.service._handle(bot.store.run_record(run_id))
+        handle = handle_for(bot.store.run_record(run_id))
         try:
             bot.dispatcher.fetch_results(handle)
             raise AssertionError("fetched a link")

@@ -109,8 +109,8 @@ def _gone(procs: dict[int, str], run_dir: Path, layout: TwoNodesOneHost) -> None
 
 def _pilot(service: PilotService, manifest: Path) -> str:
     pilot = service.submit(load_manifest_file(manifest), submitter="bob").run_id
-    service.start(pilot)
-    run = service.follow(pilot, timeout=180)
+    service.starter.start(pilot)
+    run = service.follower.follow(pilot, timeout=180)
     assert (run["status"], run["outcome"]) == ("awaiting_decision", "passed"), (
         run["first_error"], run["verdict"])
     return pilot
@@ -120,7 +120,7 @@ def _killed(service: PilotService, volume: str, layout: TwoNodesOneHost) -> set[
     """Attempt 1: the driver SIGKILLed on the head; the service sees it end, failed."""
     procs = _mid_run(service, volume, layout, 0)
     os.killpg(int(service.store.get_run(volume)["pid"]), signal.SIGKILL)
-    run = service.follow(volume, timeout=120)
+    run = service.follower.follow(volume, timeout=120)
     assert (run["status"], run["outcome"]) == ("finished", "failed"), run["first_error"]
     assert (run["first_error"]["stage"], run["first_error"]["type"]) == ("pilot",
                                                                           "RunnerExited")
@@ -145,7 +145,7 @@ def _finished(service: PilotService, volume: str, layout: TwoNodesOneHost,
     service.resume(volume)
     procs = _mid_run(service, volume, layout, len(_ledger(service, volume)))
     (project / "slow").unlink()
-    run = service.follow(volume, timeout=240)
+    run = service.follower.follow(volume, timeout=240)
     _gone(procs, Path(run["run_dir"]), layout)
     return run
 
@@ -175,7 +175,7 @@ def test_a_two_node_volume_approved_killed_stopped_and_resumed_through_the_servi
         assert len(list((copy / "pilot").iterdir())) == 6 and not (copy / "corpus").exists()
         (project / "slow").touch()
         seen = [executed(project)]
-        volume = service.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
+        volume = service.decider.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
         at_kill = _killed(service, volume, layout)
         seen.append(executed(project))
         at_stop = _stopped(service, volume, layout, at_kill)
@@ -285,7 +285,7 @@ def _check_token(sent: list[tuple[str, str]], service: PilotService, roots: list
     in no file of the run (the state database included), no Ray temp dir, no message."""
     tokens = {stdin.strip() for _, stdin in sent if stdin}
     assert len(tokens) == 3 and all(len(t) == 64 for t in tokens), len(tokens)
-    published = repr(service.notifier.history)  # type: ignore[attr-defined]
+    published = repr(service.publisher.notifier.history)  # type: ignore[attr-defined]
     for token in tokens:
         assert not [c for c, _ in sent if token in c] and token not in published
         for root in roots:

@@ -53,15 +53,15 @@ def test_a_stop_while_another_process_follows_ends_the_volume_once(
         for s in (sshd, sshd2):
             provision(service.store, s.lease_key)
         pilot = service.submit(load_manifest_file(manifest), submitter="bob").run_id
-        service.start(pilot)
-        assert service.follow(pilot, timeout=180)["outcome"] == "passed"
+        service.starter.start(pilot)
+        assert service.follower.follow(pilot, timeout=180)["outcome"] == "passed"
         (project / "slow").touch()
-        volume = service.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
+        volume = service.decider.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
         wait_until(lambda: len(_ledger(service, volume)) >= 16, "a few batches recorded", 240)
 
         def follow() -> None:  # `preflight follow VOLUME` in another terminal
             try:
-                followed["run"] = other.follow(volume, timeout=180)
+                followed["run"] = other.follower.follow(volume, timeout=180)
             except Exception as exc:  # noqa: BLE001 - told by the assertion below
                 followed["run"] = exc
 

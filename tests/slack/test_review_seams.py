@@ -54,7 +54,7 @@ def test_a_lease_refusal_at_dispatch_is_told_in_the_thread(
         tmp_path: Path, emulator: SlackEmulator, make_harness: Any) -> None:
     text = make_project(tmp_path)
     h: Harness = make_harness(ReplayDispatcher())
-    h.service.lease_guard = refuse_lease
+    h.service.starter.lease_guard = h.service.decider.lease_guard = refuse_lease
     ts, _ = h.mention(f"```{text}```")
     assert emulator.wait_for(lambda: "provisioned lease" in thread_texts(emulator, ts), 10), \
         "the refusal never reached the thread"
@@ -69,7 +69,7 @@ def test_a_lease_refusal_of_the_volume_run_is_told_in_the_thread(
     emulator.wait_for(lambda: h.store.list_runs())
     run_id = str(h.store.list_runs()[0]["id"])
     h.settle(run_id)
-    h.service.lease_guard = refuse_lease
+    h.service.starter.lease_guard = h.service.decider.lease_guard = refuse_lease
     h.mention("approve balance reviewed", user=APPROVER, thread_ts=ts)
     # The approval is refused before it is recorded (issue 27), told to the approver in the
     # thread (privately, as every refused decision), naming the lease.
