@@ -87,8 +87,8 @@ class Watch:
             if seen > alerted and store.mark_recovered(run_id, stamp):
                 return recovered_message(run, quiet_since=state["alerted_at"])
             return None
-        if run.status != S.RUNNING:
-            return None
+        if run.status != S.RUNNING or self.follower.ends.pending(run_id):
+            return None  # a runner that finished, its results being fetched, is no stall
         stall_after = timedelta(seconds=_stall_after(run))
         if quiet >= stall_after and store.mark_stalled(run_id, stamp):
             return stall_message(run, stall_after)

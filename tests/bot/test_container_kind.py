@@ -63,8 +63,8 @@ def test_a_pilot_passes_on_a_container(tmp_path: Path, containers: Path) -> None
     try:
         loaded = load_manifest_file(write_manifest(tmp_path / "project", extra=node_text()))
         run_id = service.submit(loaded, submitter="bob").run_id
-        service.start(run_id)
-        run = service.follow(run_id, timeout=180)
+        service.starter.start(run_id)
+        run = service.follower.follow(run_id, timeout=180)
         assert run["status"] == "awaiting_decision", run.get("first_error")
         assert run["balance"]["total"] == 4 and run["balance"]["accepted"] == 4
         on_node = containers / "box-1" / "work" / "runs" / run_id
@@ -84,7 +84,7 @@ def test_a_missing_container_fails_the_dispatch_naming_it(tmp_path: Path,
                                                    extra=node_text("box-9")))
         run_id = service.submit(loaded, submitter="bob").run_id
         with pytest.raises(DispatchError, match="box-9"):
-            service.start(run_id)
+            service.starter.start(run_id)
     finally:
         service.close()
 

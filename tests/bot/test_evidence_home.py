@@ -138,6 +138,7 @@ def test_a_resume_refuses_a_spec_whose_paths_left_the_run_s_roots(
 
 def test_every_record_the_bot_keeps_in_a_run_directory_is_one_the_fetch_leaves() -> None:
     from bot.dispatch.bot_records import BOT_RECORDS, fetched_name
+    from bot.dispatch.calibration_sample import SAMPLE_DIR
     from bot.dispatch.corpus import LISTING_FILE
     from bot.dispatch.inputs_check import INPUTS_FILE
     from bot.dispatch.volume_cluster import CLUSTER_FILE
@@ -145,7 +146,7 @@ def test_every_record_the_bot_keeps_in_a_run_directory_is_one_the_fetch_leaves()
     from bot.service.report_files import PICTURE, REPORT
 
     ours = {INPUTS_FILE, LISTING_FILE, CLUSTER_FILE, REPORT, PICTURE, LOCK_FILE, "spec.json",
-            "manifest.yaml", "remote.json", "evidence-fetch.json"}
+            "manifest.yaml", "remote.json", "evidence-fetch.json", SAMPLE_DIR}
     assert ours == BOT_RECORDS
     assert not any(fetched_name(n) for n in ours | {".fetch", ".fetch-r1"})
     assert fetched_name("events.jsonl") and fetched_name("outputs")

@@ -37,17 +37,17 @@ def test_a_slow_fetch_holds_neither_the_follower_nor_the_watch(tmp_path: Path) -
     service = PilotService(service.settings, Store(service.settings.db_path),
                            {"local": slow}, notifier)
     run_id = submit(service, tmp_path)
-    service.pump(run_id)  # run.finished read: its end starts, and pump returns
+    service.follower.pump(run_id)  # run.finished read: its end starts, and pump returns
     assert slow.fetching.wait(30)
     assert slow.fetcher[0].startswith("run-end") and slow.fetcher[0] != \
         threading.current_thread().name
     assert service.store.run_record(run_id).status == "running"
     # the watch's look: the runner has exited, but its end is under way: not a death
-    assert not service.reap(run_id)
+    assert not service.follower.reap(run_id)
     assert service.store.run_record(run_id).status == "running"
-    assert service.pump(run_id) == []  # the follower reads on; no second end started
+    assert service.follower.pump(run_id) == []  # the follower reads on; no second end started
     slow.go.set()
-    run = service.follow(run_id, timeout=30)
+    run = service.follower.follow(run_id, timeout=30)
     assert run["outcome"] == "passed" and run["status"] == "awaiting_decision"
     assert len(slow.fetcher) == 1
     assert "verdict" in [m.key for m in notifier.history]

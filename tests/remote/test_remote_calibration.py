@@ -33,7 +33,7 @@ def test_an_ssh_pilot_calibrates_on_its_node_a_sample_the_bot_sent(tmp_path: Pat
     dispatcher = sshd.dispatcher(runner_package=RUNNER_PACKAGE)
     with provisioned_bot(tmp_path / "home", sshd, dispatcher) as bot:
         run_id = start_run(bot, manifest)
-        run = bot.service.follow(run_id, timeout=300)
+        run = bot.service.follower.follow(run_id, timeout=300)
         assert run["outcome"] == "passed", (run["first_error"], run["verdict"])
         remote_run = workdir / "runs" / run_id
         ends = {e["stage"]: e for e in remote_events(remote_run)

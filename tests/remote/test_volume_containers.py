@@ -49,12 +49,12 @@ def test_a_two_node_volume_passes_on_containers(tmp_path: Path,
                                registry.make_dispatchers(settings), RecordingNotifier())
         try:
             pilot = service.submit(load_manifest_file(manifest), submitter="bob").run_id
-            service.start(pilot)
-            run = service.follow(pilot, timeout=180)
+            service.starter.start(pilot)
+            run = service.follower.follow(pilot, timeout=180)
             assert (run["status"], run["outcome"]) == ("awaiting_decision", "passed"), (
                 run["first_error"], run["verdict"])
-            volume = service.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
-            run = service.follow(volume, timeout=300)
+            volume = service.decider.decide(pilot, "approve", "pilot clean", "alice")["volume_run"]
+            run = service.follower.follow(volume, timeout=300)
         finally:
             stop_everything(service, layout.groups)
     assert (run["kind"], run["status"], run["outcome"]) == ("volume", "finished", "passed"), (

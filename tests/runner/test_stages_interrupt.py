@@ -31,7 +31,7 @@ from tests.runner.test_stages_kit import (
 )
 
 ALL = ["prepare", "interpreter", "environment", "torch", "device", "compute", "interconnect",
-       "extensions", "memory", "pilot", "balance", "calibrate", "evidence"]
+       "extensions", "memory", "pilot", "collect", "balance", "calibrate", "evidence"]
 
 
 def _started(run_dir: Path, stage: str) -> Callable[[], bool]:
