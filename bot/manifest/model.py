@@ -328,5 +328,6 @@ class Manifest(Section):
     blender: Blender | None = None
 
     def to_data(self) -> dict[str, Any]:
-        """JSON-able dict with the field names a user writes (Decimal and dates as strings)."""
-        return self.model_dump(mode="json", by_alias=True)
+        """JSON-able dict with the field names a user writes (Decimal and dates as strings);
+        a node of a registered kind dumped with its own fields, not only NodeSpec's."""
+        return self.model_dump(mode="json", by_alias=True, serialize_as_any=True)

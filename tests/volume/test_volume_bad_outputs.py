@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from runner.inputs import list_dir
 from runner.ledger import Ledger
 from runner.outputs import MAX_OUTPUT_BYTES, read_output
@@ -55,11 +57,12 @@ GOOD = ["g1", "g2", "g3"]
 
 
 def test_a_bad_output_refuses_its_input_and_the_rest_of_its_batch_is_recorded(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from runner import volume_ray
     from runner.volume_driver import Driver
     from runner.volume_queue import Batch
     from runner.volume_workers import start_workers, worker_factory
+    from tests.volume.kit import cluster_env
 
     inputs, log = tmp_path / "inputs", tmp_path / "log"
     inputs.mkdir()
@@ -80,7 +83,10 @@ def test_a_bad_output_refuses_its_input_and_the_rest_of_its_batch_is_recorded(
     ctx = StageContext(spec=spec, run_dir=str(run_dir))
     items = list_dir(spec.inputs.dir, spec.inputs.pattern)
     ledger = Ledger.open(str(run_dir / "ledger.sqlite"), new_attempt=True)
-    volume_ray.prepare_env(spec.volume)
+    # the process's one Ray token (tests/volume/kit.py): prepare_env would make a new one,
+    # and Ray reads it once a process, so a later cluster test here could not start its GCS
+    for name, value in cluster_env().items():
+        monkeypatch.setenv(name, value)
     ray = volume_ray.import_ray()
     volume_ray.start(ray, spec.volume, str(run_dir), 1)
     try:
