@@ -42,6 +42,11 @@ BENCH_TEST = "tests/test_bench.py"
 # may start one (make test saw "Failed to start GCS" with the two beside each other): it
 # stays in the "ray" lane, one after those.
 CLUSTER_TEST = "tests/volume/test_volume_cluster.py"
+# The tests that start their Ray in the test process with the kit's one token per process
+# (tests/volume/kit.py cluster_env): together, in the "ray" lane, whose other files start
+# Ray only in subprocesses (make test saw InvalidAuthToken beside the local-Ray tests).
+KIT_TOKEN_TESTS = (CLUSTER_TEST, "tests/volume/test_volume_collect.py",
+                   "tests/volume/test_volume_bad_outputs.py")
 
 
 def _bench_starts_ray(nodeid: str) -> bool:
@@ -57,7 +62,7 @@ def _bench_starts_ray(nodeid: str) -> bool:
 
 def _scope(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
-    if path.startswith("tests/volume/") and path != CLUSTER_TEST:
+    if path.startswith("tests/volume/") and path not in KIT_TOKEN_TESTS:
         return "ray-volume"  # a lane of its own beside "ray": its checks see only its Ray
     if path == BENCH_TEST:
         return "ray" if _bench_starts_ray(nodeid) else nodeid
