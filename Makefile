@@ -43,14 +43,16 @@ system-deps:
 	  echo "warning: cannot install$$missing (needs apt-get as root); install them yourself" >&2; \
 	fi
 
-# Two pytest workers (pytest-xdist), each test file whole on one of them (a session
-# fixture, e.g. the remote tests' sshd, is set up once per worker), the files that start a
-# local Ray one after another (their group: tests/conftest.py); PYTEST_ARGS= runs the
-# suite in one process as before.
+# Four pytest workers (pytest-xdist) on two cores: the suite waits far more than it
+# computes (subprocesses, sshd, Ray starts, sleeps that stand for device time: 45% CPU with
+# two workers), so four fill the cores. Each test file runs whole on one worker (a session
+# fixture, e.g. the remote tests' sshd, is set up once per worker); the files that start a
+# Ray run in two lanes, one after another within each (tests/conftest.py). PYTEST_ARGS=
+# runs the suite in one process as before.
 # The 4 x 8 simulated cluster through the service (two dispatches of four nodes, 32 card
 # proofs; about 4 min alone on 2 cores, 8 min under load) would take make test past its
 # 8 minutes: it runs with `make test-cluster` (its card stages, test_cluster_kit.py, stay).
-PYTEST_ARGS ?= -n 2 --dist loadfile -m "not cluster"
+PYTEST_ARGS ?= -n 4 --dist loadfile -m "not cluster"
 test: $(STAMP) system-deps
 	$(BIN)/ruff check bot runner tests bench
 	$(BIN)/mypy

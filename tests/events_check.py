@@ -45,6 +45,9 @@ def assert_recorded_whole(store: _Store, run_id: str,
     assert store.event_count(run_id) == last, (store.event_count(run_id), last)
     if written is not None:
         assert [e.seq for e in written] == list(range(1, len(written) + 1))
-        assert seqs == [e.seq for e in kept(written)]
+        want = [e.seq for e in kept(written)]
+        assert seqs == want, (f"recorded {len(seqs)}, written {len(want)} kept: "
+                              f"only recorded {sorted(set(seqs) - set(want))[:20]}, "
+                              f"only written {sorted(set(want) - set(seqs))[:20]}")
         assert last == len(written)
     return events

@@ -77,9 +77,13 @@ def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
         assert second.dispatcher.is_alive(handle)
         (workdir / "runs" / run_id / "go").write_text("")
 
-        def finished() -> bool:
+        events_file = workdir / "runs" / run_id / "events.jsonl"
+
+        def finished() -> bool:  # the verdict in, and the runner's file read to its end
             watch_runs(second.service, datetime.now(timezone.utc))
-            return second.store.get_run(run_id)["status"] == "awaiting_decision"
+            run = second.store.get_run(run_id)
+            return (run["status"] == "awaiting_decision" and run["finished_at"] is not None
+                    and run["events_offset"] == events_file.stat().st_size)
 
         wait_for(finished, timeout=60, what="the watch to consume the rest of the run")
         assert_exactly_once(second, run_id, workdir / "runs" / run_id)

@@ -83,7 +83,10 @@ def write_project(root: Path, nodes: list[dict[str, Any]], count: int) -> tuple[
         "success": {"min_accepted": 6, "max_refused": 0, "balance_ok": True},
         "approvals": {"approvers": ["alice"]},
         "volume": {"inputs": {"dir": "corpus", "pattern": "item-*.txt",
-                              "expected_count": count}, "nodes": nodes, "batch_size": 16},
+                              "expected_count": count}, "nodes": nodes, "batch_size": 16,
+                   # the volume's path is tested here; the calibration has its own tests
+                   # (tests/remote/test_remote_calibration.py): one Ray start less a pilot
+                   "calibrate": False},
     }
     path = root / "manifest.yaml"
     path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
