@@ -29,7 +29,7 @@ busy), the driver process's peak RSS (ru_maxrss) < 1 GB, and the recording >= 20
 items/s; the verdict covers all three. Ray's start and the actors' start are printed apart
 (paid once per volume). The last line is the verdict.
 Usage: .venv/bin/python bench/volume_scale.py [ITEMS] [DELAY_MS];
-PREFLIGHT_BENCH_SMOKE=1: 2,000 inputs on 4 x 2 simulated cards (a smoke run that checks the
+PREFLIGHT_BENCH_SMOKE=1: 2,000 inputs on 2 x 2 simulated cards (a smoke run that checks the
 bench runs to its verdict line, not the target).
 """
 
@@ -53,7 +53,7 @@ from runner.stage import StageContext  # noqa: E402
 from runner.stages.pilot import Recorder  # noqa: E402
 
 SMOKE = os.environ.get("PREFLIGHT_BENCH_SMOKE") == "1"
-NODES = 4
+NODES = 2 if SMOKE else 4
 CARDS = 2 if SMOKE else 8
 BATCH = 64
 IN_FLIGHT = 2

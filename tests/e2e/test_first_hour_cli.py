@@ -11,8 +11,11 @@ import pytest
 
 from tests.e2e.test_pilot_cli import preflight, project
 
+# The first hour's words are tested here, not the calibration (tests/runner/test_calibrate.py,
+# tests/e2e/test_demo_cli.py): one Ray start less per pilot.
 VOLUME = """volume:
   inputs: {dir: corpus, pattern: "doc-*.txt", expected_count: 12}
+  calibrate: false
 """
 NO_USER = {"USER": "", "LOGNAME": ""}
 Pilot = tuple[Path, str, subprocess.CompletedProcess[str]]

@@ -9,8 +9,11 @@ from pathlib import Path
 
 from tests.e2e.test_pilot_cli import preflight, project
 
+# The lease, the override and the forecast's score are tested here; the calibration has its
+# own tests (tests/runner/test_calibrate.py, bench/forecast.py): one Ray start less.
 PAST_LEASE = """volume:
   inputs: {dir: data/pilote, pattern: "doc-*.txt", expected_count: 12}
+  calibrate: false
 lease:
   starts_at: "2020-01-01T00:00:00Z"
 """
