@@ -23,6 +23,7 @@ from bot.errors import (
 )
 from bot.manifest.load import LoadedManifest, load_manifest
 from bot.messages import views
+from bot.pilot.payloads import StoredForecast
 from bot.pilot.volume_nodes import volume_node
 from bot.policy.guard import PolicyGuard
 from bot.policy.model import Origin
@@ -40,7 +41,7 @@ class Decider:
 
     def __init__(self, store: Store, guard: PolicyGuard, publisher: Publisher, *,
                  lease_guard: LeaseGuard | None,
-                 refresh_forecast: Callable[[str], dict[str, Any] | None],
+                 refresh_forecast: Callable[[str], StoredForecast | None],
                  launch_volume: Callable[[Run, LoadedManifest], str | None]) -> None:
         """``refresh_forecast``: the pilot's forecast again, from now (the lease gate
         judges an approval's finish from now); ``launch_volume``: create and start the
