@@ -311,10 +311,11 @@ class Follower:
             log.exception("forecast of run %s failed", run.id)
             return None
 
-    def refresh_forecast(self, run_id: str) -> StoredForecast | None:
+    def refresh_forecast(self, run_id: str, run: Run | None = None) -> StoredForecast | None:
         """The pilot's forecast again, from now (an approval may come days after the
-        pilot): stored when it changed; a volume run's check is left as it is."""
-        run = self.store.run(run_id)
+        pilot): stored when it changed; a volume run's check is left as it is. ``run``: the
+        run as the caller's step read it (else read here)."""
+        run = run if run is not None else self.store.run(run_id)
         old = run.forecast
         if run.kind != "pilot" or run.status != "awaiting_decision" or old is None:
             return old

@@ -253,11 +253,11 @@ class PilotService:
         volume = loaded.manifest.volume
         if volume is None:
             return None
+        # the pilot's forecast gives the volume's time limit
         sub = self.submit(loaded, submitter=str(run.submitter), channel=run.channel,
                           thread_ts=run.thread_ts, kind="volume", parent=run_id,
                           inputs=volume.inputs, origin="slack" if run.channel else "cli",
                           forecast=run.forecast.values if run.forecast else None)
-        # (the pilot's forecast gives the volume's time limit)
         self.starter.start(sub.run_id)
         return sub.run_id
 
