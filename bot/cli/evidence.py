@@ -54,8 +54,8 @@ def _copy_of_run(run_id: str) -> str:
         raise typer.Exit(2) from exc
     finally:
         service.close()
-    dest = (run.evidence or {}).get("dest")
-    if not isinstance(dest, str) or not dest:
+    dest = run.evidence.dest if run.evidence is not None else None
+    if not dest:
         typer.echo(f"error: run {run.id} has no evidence copy on record (no results.copy_to, "
                    "or it was not brought back); name the copy's folder or URL instead",
                    err=True)

@@ -8,38 +8,40 @@ from typing import Any
 
 from bot.messages.model import Fields, Heading, Message, Table, Text
 from bot.pilot.forecast import duration
+from bot.pilot.payloads import StoredForecast
 from bot.pilot.record import Run
 from bot.pilot.volume_limits import VolumeLimits, volume_limits
 
 
 def forecast_message(run: Run) -> Message | None:
     fc = run.forecast
-    if not fc:
+    if fc is None:
         return None
-    if "actual_s" in fc:
+    if fc.is_check:
         return _check_message(run, fc)
     limits = _limits(run, fc)
-    if not fc.get("possible"):
+    if not fc.possible:
         return Message(run.id, "forecast",
                        (Heading("Forecast of the volume"),
-                        Text(f"No forecast: {fc.get('reason')}", style="warn"),
+                        Text(f"No forecast: {fc.reason}", style="warn"),
                         *_limit_lines(limits)),
                        summary=f"{run.name}: no forecast of the volume")
-    rows = tuple((str(f["label"]), str(f["value"]), str(f["formula"]))
-                 for f in fc.get("figures") or []) + (limits.rows() if limits else ())
+    rows = tuple((f.label, f.value, f.formula) for f in fc.figures) + \
+        (limits.rows() if limits else ())
     verdict = fit_line(fc)
     blocks: list[Any] = [Heading("Forecast of the volume"),
-                         Text(verdict, style="ok" if fc.get("fits") else
-                              "error" if fc.get("fits") is False else "plain"),
+                         Text(verdict, style="ok" if fc.fits else
+                              "error" if fc.fits is False else "plain"),
                          Table(("figure", "value", "formula"), rows)]
-    for note in [*(fc.get("notes") or []), *(limits.notes if limits else ())]:
-        blocks.append(Text(str(note), style="warn"))
+    for note in [*fc.notes, *(limits.notes if limits else ())]:
+        blocks.append(Text(note, style="warn"))
     return Message(run.id, "forecast", tuple(blocks), summary=f"{run.name}: {verdict}")
 
 
-def _limits(run: Run, fc: dict[str, Any]) -> VolumeLimits | None:
+def _limits(run: Run, fc: StoredForecast) -> VolumeLimits | None:
     """The volume's time limit and batch timeout as an approval now would set them."""
-    return volume_limits(run.manifest_json, run.plan.to_dict() if run.plan else {}, fc,
+    return volume_limits(run.manifest_json, run.plan.to_dict() if run.plan else {},
+                         fc.as_dict(),
                          datetime.now(timezone.utc))
 
 
@@ -51,27 +53,29 @@ def _limit_lines(limits: VolumeLimits | None) -> tuple[Text, ...]:
             *(Text(note, style="warn") for note in limits.notes))
 
 
-def fit_line(fc: dict[str, Any]) -> str:
+def fit_line(forecast: StoredForecast) -> str:
     """One sentence: does the high estimate end before the lease does? The figure is the
     wall time, and says so (its setup and processing apart): the one scored after the
     volume is its work stage alone (``check_rows``)."""
+    fc = forecast.values
     wall = f"{duration(float(fc['low_s']))} – {duration(float(fc['high_s']))} of wall time"
     if isinstance(fc.get("setup_s"), (int, float)) and "proc_low_s" in fc:
         wall += (f" (setup {duration(float(fc['setup_s']))} + processing "
                  f"{duration(float(fc['proc_low_s']))} – {duration(float(fc['proc_high_s']))})")
-    if fc.get("fits") is None:
+    if forecast.fits is None:
         return f"The volume takes {wall}; the lease's end is unknown (no lease.starts_at)"
     margin = duration(abs(float(fc.get("margin_s") or 0)))
-    if fc["fits"]:
+    if forecast.fits:
         return f"The volume takes {wall} and fits in the lease with {margin} to spare"
     return (f"The volume takes {wall}: the high estimate ends {margin} AFTER the lease "
             "ends; approving needs an override reason")
 
 
-def check_rows(fc: dict[str, Any]) -> list[tuple[str, str]]:
+def check_rows(check: StoredForecast) -> list[tuple[str, str]]:
     """The volume's actual time beside its forecast, each labelled with what it spans: the
     work stage (Ray's start and the items), not the wall time shown before approval,
     which adds the setup and is shown beside them, not scored."""
+    fc = check.values
     actual, low, high = (float(fc[k]) for k in ("actual_s", "forecast_low_s", "forecast_high_s"))
     mid = float(fc.get("forecast_mid_s") or low)
     error = fc.get("error_pct")
@@ -96,9 +100,10 @@ def check_rows(fc: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def _check_message(run: Run, fc: dict[str, Any]) -> Message:
+def _check_message(run: Run, check: StoredForecast) -> Message:
+    fc = check.values
     actual, low, high = (float(fc[k]) for k in ("actual_s", "forecast_low_s", "forecast_high_s"))
-    pairs: tuple[tuple[str, str], ...] = tuple(check_rows(fc))
+    pairs: tuple[tuple[str, str], ...] = tuple(check_rows(check))
     if fc.get("workers_started") is not None:
         pairs += (("Workers", f"{fc['workers_started']} started (the last attempt), "
                               f"{fc.get('workers_forecast')} forecast"),)
@@ -111,7 +116,7 @@ def _check_message(run: Run, fc: dict[str, Any]) -> Message:
 def proven_message(run: Run) -> Message | None:
     """A volume's forecast made again on its proven nodes (``bot.service.proven``): one line
     in the thread, when it differs from the approved one; None otherwise."""
-    proven = (run.forecast or {}).get("proven") or {}
+    proven = run.forecast.proven if run.forecast is not None else {}
     if not proven.get("differs") or not proven.get("line"):
         return None
     line = str(proven["line"])

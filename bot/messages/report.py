@@ -29,7 +29,6 @@ from bot.messages.report_page import (
     REPORT_ROWS,
     ReportData,
     as_text,
-    count,
     drawn,
     more,
     section,
@@ -98,71 +97,64 @@ def _plan(run: Run) -> str:
 
 def _forecast(data: ReportData) -> str:
     fc = data.run.forecast
-    if not fc:
+    if fc is None:
         return section("forecast", "Forecast of the volume",
                         '<p class="muted">No volume section: nothing to forecast.</p>')
-    if "actual_s" in fc:
+    if fc.is_check:
         body = (table(("figure", "value"), check_rows(fc))
-                + f'<p class="formula">{escape(str(fc.get("formula") or ""))}</p>')
-        parent = data.parent_forecast or {}
-        if parent.get("figures"):
+                + f'<p class="formula">{escape(fc.text("formula") or "")}</p>')
+        parent = data.parent_forecast
+        if parent is not None and parent.figures:
             body += "<p><b>The pilot's forecast</b>, as the approver saw it</p>" + table(
                 ("figure", "value", "formula"),
-                [(f["label"], f["value"], f["formula"]) for f in parent["figures"]])
+                [(f.label, f.value, f.formula) for f in parent.figures])
         return section("forecast", "Forecast against the actual", body)
-    if not fc.get("possible"):
+    if not fc.possible:
         return section("forecast", "Forecast of the volume",
-                        f'<p class="note">No forecast: {escape(str(fc.get("reason")))}</p>')
-    fits = fc.get("fits")
-    cls = "ok" if fits else "bad" if fits is False else ""
+                        f'<p class="note">No forecast: {escape(str(fc.reason))}</p>')
+    cls = "ok" if fc.fits else "bad" if fc.fits is False else ""
     body = f'<p class="{cls}">{escape(fit_line(fc))}</p>'
     body += table(("figure", "value", "formula"),
-                   [(f["label"], f["value"], f["formula"]) for f in fc.get("figures") or []])
-    body += "".join(f'<p class="note">{escape(str(n))}</p>' for n in fc.get("notes") or [])
+                   [(f.label, f.value, f.formula) for f in fc.figures])
+    body += "".join(f'<p class="note">{escape(n)}</p>' for n in fc.notes)
     if data.item_points and any(b for b, _ in data.item_points):
-        body += drawn(plots.time_against_size, data.item_points, fc.get("fit"))
+        body += drawn(plots.time_against_size, data.item_points, fc.values.get("fit"))
     return section("forecast", "Forecast of the volume", body)
 
 
 def _balance(run: Run) -> str:
     bal = run.balance
-    if not bal:
+    if bal is None:
         return section("balance", "Balance", '<p class="bad">No balance was produced.</p>')
-    if bal.get("malformed"):  # the node's event did not type-check: never drawn
-        recheck = bal.get("recheck") or {}
+    if bal.malformed:  # the node's event did not type-check: never drawn
+        recheck = bal.recheck
         body = ('<p class="bad">The runner\'s balance cannot be read, so it is not shown: '
-                f'{escape("; ".join(map(str, bal["malformed"])))}. FAILS</p>')
-        if recheck:
+                f'{escape("; ".join(bal.malformed))}. FAILS</p>')
+        if recheck is not None:
             body += ("<p>Recounted from the item events the bot recorded: "
-                     f"{escape(as_text(recheck.get('accepted')))} accepted + "
-                     f"{escape(as_text(recheck.get('refused')))} refused of "
-                     f"{escape(as_text(recheck.get('total')))} expected</p>")
+                     f"{escape(as_text(recheck.accepted))} accepted + "
+                     f"{escape(as_text(recheck.refused))} refused of "
+                     f"{escape(as_text(recheck.total))} expected</p>")
         return section("balance", "Balance", body)
-    ok = bool(bal.get("ok"))
-    accepted, refused = count(bal.get("accepted")), count(bal.get("refused"))
-    body = (f'<p class="{"ok" if ok else "bad"}">{accepted} accepted + {refused} refused = '
-            f'{accepted + refused} of {escape(as_text(bal.get("total")))} expected: '
-            f'{"holds" if ok else "FAILS"}</p>')
+    accepted, refused = bal.accepted or 0, bal.refused or 0
+    body = (f'<p class="{"ok" if bal.ok else "bad"}">{accepted} accepted + {refused} refused = '
+            f'{accepted + refused} of {escape(as_text(bal.total))} expected: '
+            f'{"holds" if bal.ok else "FAILS"}</p>')
     if node_listed(run):
         body += f'<p class="note">Balance {escape(NODE_LISTED)}.</p>'
-    by_cat = bal.get("by_category") or {}
-    if by_cat:
-        body += table(("category", "items"),
-                       sorted(by_cat.items(), key=lambda kv: str(kv[0]))[:REPORT_ROWS], num=(1,))
-        body += more(len(by_cat), f"balance.csv in the run directory {run.run_dir}")
-    problems = [p for p in bal.get("problems") or [] if isinstance(p, dict)]
-    if problems:
-        body += f'<p class="bad">{len(problems)} problem(s)</p>' + table(
+    if bal.by_category:
+        body += table(("category", "items"), list(bal.by_category[:REPORT_ROWS]), num=(1,))
+        body += more(len(bal.by_category), f"balance.csv in the run directory {run.run_dir}")
+    if bal.problems:
+        body += f'<p class="bad">{len(bal.problems)} problem(s)</p>' + table(
             ("problem", "id", "detail"),
-            [(p.get("kind"), p.get("id"), p.get("detail")) for p in problems[:REPORT_ROWS]])
-        body += more(len(problems), f"balance.json in the run directory {run.run_dir}")
-    sample = [s for s in bal.get("sample") or [] if isinstance(s, dict) and s.get("id")]
+            [(p.kind, p.id, p.detail) for p in bal.problems[:REPORT_ROWS]])
+        body += more(len(bal.problems), f"balance.json in the run directory {run.run_dir}")
+    sample = [s for s in bal.sample if s.id]
     if sample:
         body += "<p><b>Sample review</b>: each result beside the beginning of its input</p>"
         body += table(("id", "result", "input begins"),
-                       [(s.get("id"), s.get("category") or s.get("reason"),
-                         s.get("input_head") or s.get("excerpt") or "")
-                        for s in sample[:REPORT_ROWS]])
+                       [(s.id, s.result, s.input_head) for s in sample[:REPORT_ROWS]])
         body += more(len(sample), f"the balance event in events.jsonl of {run.run_dir}")
     return section("balance", "Balance", body)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
+from bot.pilot.payloads import StoredForecast
 from bot.pilot.record import Run
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class ReportData:
     checksums_from: str = ""
     checksums_total: int | None = None  # how many there are in all (None: those shown)
     checksums_rest: str = ""  # where the ones not shown are listed
-    parent_forecast: dict[str, Any] | None = None
+    parent_forecast: StoredForecast | None = None
     # A volume run: the pilot and the approval that launched it, and its engine (workers,
     # items, work seconds, attempts and stops). A pilot: the volume run it launched.
     launched_by: dict[str, Any] | None = None
@@ -116,12 +117,6 @@ def more(total: int, where: str, shown: int = REPORT_ROWS) -> str:
 def num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
         else None
-
-
-def count(value: Any) -> int:
-    """A count as an integer (a balance is type-checked where it is taken in; a record
-    from before that check shows 0 rather than whatever it held)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def stage_facts(data: ReportData, stage: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from bot.messages.model import (
 from bot.messages.progress import epoch, seconds_between
 from bot.messages.targets import spend_pairs
 from bot.pilot.balance_check import NODE_LISTED, node_listed
+from bot.pilot.payloads import Balance
 from bot.pilot.plan import describe_lots, describe_price, format_usd, plural
 from bot.pilot.record import Run, RunRecord
 from bot.pilot.states import ENDED, S
@@ -179,40 +180,31 @@ def first_error_message(run: Run) -> Message | None:
 
 def balance_message(run: Run, csv_path: str | None = None) -> Message | None:
     bal = run.balance
-    if not bal:
+    if bal is None:
         return None
-    if bal.get("malformed"):
+    if bal.malformed:
         return _malformed_balance(run, bal)
-    ok = bool(bal.get("ok"))
     blocks: list[Any] = [
         Heading("Balance"),
-        Fields((("Accepted", str(bal.get("accepted"))), ("Refused", str(bal.get("refused"))),
-                ("Expected", str(bal.get("total"))),
-                ("Check", "accepted + refused = expected" if ok else "FAILED"))),
+        Fields((("Accepted", str(bal.accepted)), ("Refused", str(bal.refused)),
+                ("Expected", str(bal.total)),
+                ("Check", "accepted + refused = expected" if bal.ok else "FAILED"))),
     ]
     if node_listed(run):
         blocks.append(Text(f"Balance {NODE_LISTED}."))
-    by_cat = bal.get("by_category") or {}
-    if by_cat:
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(by_cat.items()))
+    if bal.by_category:
+        counts = ", ".join(f"{k} {v}" for k, v in bal.by_category)
         blocks.append(Text(f"By category: {counts}"))
-    problems = bal.get("problems") or []
-    if problems:
-        rows = tuple((str(p.get("kind")), str(p.get("id", "")), str(p.get("detail", "")))
-                     for p in problems)
-        blocks.append(Text(f"{len(problems)} problem(s):", style="error"))
+    if bal.problems:
+        rows = tuple((p.kind, p.id, p.detail) for p in bal.problems)
+        blocks.append(Text(f"{len(rows)} problem(s):", style="error"))
         blocks.append(Table(("problem", "id", "detail"), rows[:MAX_TABLE_ROWS], len(rows)))
-    items = bal.get("items") or []
-    if items:
-        rows = tuple((str(i.get("id")), str(i.get("status")),
-                      str(i.get("category") or i.get("reason") or ""))
-                     for i in items[:MAX_TABLE_ROWS])
-        total = int(bal.get("items_total") or len(items))  # items: the first rows only
-        blocks.append(Table(("id", "status", "category / reason"), rows, total))
-    sample = bal.get("sample") or []
-    if sample:
-        rows = tuple((str(s.get("id")), str(s.get("category") or s.get("reason") or ""),
-                      _short(s.get("input_head"), 80)) for s in sample)
+    if bal.items:
+        rows = tuple((i.id, i.status, i.result) for i in bal.items[:MAX_TABLE_ROWS])
+        # items: the first rows only
+        blocks.append(Table(("id", "status", "category / reason"), rows, bal.rows))
+    if bal.sample:
+        rows = tuple((s.id, s.result, _short(s.input_head, 80)) for s in bal.sample)
         blocks.append(Text("Sample review — check these results against their inputs:"))
         blocks.append(Table(("id", "result", "input begins"), rows[:MAX_TABLE_ROWS], len(rows)))
     if run.items_pruned_at:
@@ -220,50 +212,48 @@ def balance_message(run: Run, csv_path: str | None = None) -> Message | None:
             f"Item rows pruned from the state database on {run.items_pruned_at[:10]} "
             f"(retention); the full balance, one row per input: "
             f"{csv_path or run.run_dir / 'balance.csv'}"))
-    if csv_path and int(bal.get("items_total") or len(items)) > MAX_TABLE_ROWS:
+    if csv_path and bal.rows > MAX_TABLE_ROWS:
         blocks.append(Attachment(csv_path, "balance.csv"))
     return Message(run.id, "balance", tuple(blocks),
-                   summary=f"Balance {bal.get('accepted')} accepted + {bal.get('refused')} refused"
-                           f" of {bal.get('total')}: {'ok' if ok else 'FAILED'}")
+                   summary=f"Balance {bal.accepted} accepted + {bal.refused} refused"
+                           f" of {bal.total}: {'ok' if bal.ok else 'FAILED'}")
 
 
-def _malformed_balance(run: Run, bal: dict[str, Any]) -> Message:
+def _malformed_balance(run: Run, bal: Balance) -> Message:
     """A balance whose event did not type-check: the flag and the bot's own recount, none
     of the node's figures."""
-    recheck = bal.get("recheck") or {}
+    recheck = bal.recheck
     blocks: list[Any] = [
         Heading("Balance"),
         Text("The runner's balance cannot be read, so it is not shown: "
-             + "; ".join(map(str, bal["malformed"])), style="error")]
-    if recheck:
+             + "; ".join(bal.malformed), style="error")]
+    if recheck is not None:
         blocks.append(Text(f"Recounted from the item events the bot recorded: "
-                           f"{recheck.get('accepted')} accepted + {recheck.get('refused')} "
-                           f"refused of {recheck.get('total')} expected"))
+                           f"{recheck.accepted} accepted + {recheck.refused} "
+                           f"refused of {recheck.total} expected"))
     return Message(run.id, "balance", tuple(blocks),
                    summary="Balance: the runner's balance cannot be read: FAILED")
 
 
 def evidence_message(run: Run) -> Message | None:
     ev = run.evidence
-    if not ev:
+    if ev is None:
         return None
-    verified = bool(ev.get("verified"))
     said = ("as claimed by the node (not checked by the bot host)"
-            if verified and ev.get("verified_by") == "node" else "yes" if verified else "NO")
-    shards = ev.get("shards")
-    files = str(ev.get("files")) + (f" (the outputs in {shards} shards, docs/evidence.md)"
-                                    if isinstance(shards, int) and shards > 0 else "")
-    pairs = [("Copied to", str(ev.get("dest"))), ("Files", files),
-             ("Bytes", str(ev.get("bytes", "?"))), ("Verified", said)]
-    if ev.get("node_dest"):
-        pairs.insert(1, ("Node's copy", str(ev["node_dest"])))
+            if ev.verified and ev.verified_by == "node" else "yes" if ev.verified else "NO")
+    files = str(ev.files) + (f" (the outputs in {ev.shards} shards, docs/evidence.md)"
+                             if ev.shards else "")
+    pairs = [("Copied to", str(ev.dest)), ("Files", files),
+             ("Bytes", "?" if ev.bytes is None else str(ev.bytes)), ("Verified", said)]
+    if ev.node_dest:
+        pairs.insert(1, ("Node's copy", ev.node_dest))
     # why the bot did not take the node's word: the fetch refused, or a claimed dest
-    why = tuple(Text(str(ev[k]), style="error") for k in ("fetch_error", "dest_refused")
-                if ev.get(k))
+    why = tuple(Text(text, style="error")
+                for text in (ev.fetch_error, ev.dest_refused, ev.malformed) if text)
     return Message(run.id, "evidence", (Heading("Evidence copy"), Fields(tuple(pairs)),
                                            *why),
-                   summary=f"Evidence {'verified' if verified else 'NOT verified'} "
-                           f"at {ev.get('dest')}")
+                   summary=f"Evidence {'verified' if ev.verified else 'NOT verified'} "
+                           f"at {ev.dest}")
 
 
 def verdict_message(run: Run) -> Message:

@@ -114,9 +114,9 @@ def override_needs(run: Run) -> list[str]:
     needs = []
     if run.outcome != "passed":
         needs.append("the pilot failed")
-    forecast = run.forecast or {}
-    if forecast.get("fits") is False:
-        late = duration(-float(forecast.get("margin_s") or 0))
+    forecast = run.forecast
+    if forecast is not None and forecast.fits is False:
+        late = duration(-(forecast.number("margin_s") or 0.0))
         needs.append(f"the volume's high estimate ends {late} after the lease ends "
-                     f"({forecast.get('lease_end')})")
+                     f"({forecast.text('lease_end')})")
     return needs

@@ -169,7 +169,7 @@ def unsecured(runs: Sequence[Run]) -> list[str]:
         if run.status == S.RUNNING:
             out.append(f"{run.id}: still running")
         if run.kind == "pilot" and run.status != S.DISPATCH_FAILED \
-                and not (run.evidence or {}).get("verified"):
+                and not (run.evidence is not None and run.evidence.verified):
             out.append(f"{run.id}: evidence not verified")
         if run.status == S.AWAITING_DECISION:
             out.append(f"{run.id}: decision not taken")

@@ -23,75 +23,31 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
 from bot.errors import StoreError
 from bot.manifest.model import Manifest
 from bot.manifest.nodes import DEFAULT_NODE_KIND, is_remote_node
+from bot.pilot.payloads import (
+    Balance,
+    Evidence,
+    StopNote,
+    StoredForecast,
+    Verdict,
+    VerdictCheck,
+)
 from bot.pilot.plan import Plan
+
+__all__ = ["COLUMNS", "RUN_COLUMNS", "Balance", "Evidence", "Run", "RunRecord", "StopNote",
+           "StoredForecast", "Verdict", "VerdictCheck"]
 
 # The columns a RunRecord is read from (Store.run_record selects only these).
 COLUMNS = ("id", "name", "attempt", "kind", "status", "parent_run", "outcome", "stage_reached",
            "spec_path", "run_dir", "node", "submitter", "channel", "thread_ts", "created_at",
            "started_at", "finished_at", "last_seq", "events_offset", "last_event_at", "pid",
            "exit_code", "base_dir", "project_dir", "resume_seq", "items_pruned_at")
-
-
-@dataclass(frozen=True)
-class VerdictCheck:
-    ok: bool
-    text: str
-    warn: bool = False  # passed, but worth a look (a refusal nobody expected)
-
-    @property
-    def mark(self) -> str:
-        return "⚠" if self.warn else "✓" if self.ok else "✗"
-
-    @property
-    def style(self) -> Literal["warn", "ok", "error"]:
-        return "warn" if self.warn else "ok" if self.ok else "error"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The pilot's rules' verdict (the ``verdict`` column), read once where the run leaves
-    the store: passed or not, and each check with its line."""
-
-    passed: bool
-    checks: tuple[VerdictCheck, ...] = ()
-
-    @classmethod
-    def from_stored(cls, value: dict[str, Any]) -> Verdict:
-        checks = value.get("checks")
-        return cls(bool(value.get("passed")), tuple(
-            VerdictCheck(bool(c.get("ok")), str(c.get("text")), bool(c.get("warn")))
-            for c in (checks if isinstance(checks, list) else []) if isinstance(c, dict)))
-
-
-@dataclass(frozen=True)
-class StopNote:
-    """Who stopped a run, when and why (the ``stop`` column), checked once where the run
-    leaves the store."""
-
-    by: str
-    reason: str
-    at: str
-
-    @classmethod
-    def from_stored(cls, run: str, value: dict[str, Any]) -> StopNote:
-        """StoreError naming the run when the column does not hold a stop note."""
-        by, reason, at = (value.get(name) for name in ("by", "reason", "at"))
-        if not (isinstance(by, str) and isinstance(reason, str) and isinstance(at, str)):
-            raise StoreError(f"run {run}: column stop holds {value!r}, not a stop note (by, "
-                             "reason, at): the state database was changed by hand or by "
-                             "another program")
-        return cls(by, reason, at)
-
-    def told(self) -> str:
-        """``by <who> at <when>: <why>``, as a message says it."""
-        return f"by {self.by} at {self.at}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -185,7 +141,8 @@ class Run(RunRecord):
     stored manifest validated again by today's ``Manifest``; None when the run has none or
     it no longer validates (a field since renamed), and then ``manifest_problem`` says why:
     an old run is still shown, followed and decided, without the manifest's details.
-    The objects (verdict, balance, forecast, ...) are the JSON the pilot's rules wrote."""
+    The payloads (verdict, balance, forecast, evidence, stop) are typed once here
+    (``bot.pilot.payloads``); the other objects are the JSON the pilot's rules wrote."""
 
     plan: Plan | None = None
     manifest: Manifest | None = None
@@ -193,9 +150,9 @@ class Run(RunRecord):
     manifest_text: str | None = None
     two_person: bool = False
     verdict: Verdict | None = None
-    balance: dict[str, Any] | None = None
-    forecast: dict[str, Any] | None = None
-    evidence: dict[str, Any] | None = None
+    balance: Balance | None = None
+    forecast: StoredForecast | None = None
+    evidence: Evidence | None = None
     environment: dict[str, Any] | None = None
     first_error: dict[str, Any] | None = None
     stop: StopNote | None = None
@@ -243,6 +200,11 @@ class Run(RunRecord):
             if values.get("verdict") else None
         if values.get("stop") is not None:
             values["stop"] = StopNote.from_stored(run, values["stop"])
+        for column, parse in (("balance", Balance.from_stored),
+                              ("evidence", Evidence.from_stored),
+                              ("forecast", StoredForecast.from_stored)):
+            # an empty object, as a run that never had one (what the readers always did)
+            values[column] = parse(run, values[column]) if values.get(column) else None
         values["two_person"] = bool(row.get("two_person"))
         if row.get("plan") is not None:
             plan = _checked(run, "plan", row["plan"], dict, dict)

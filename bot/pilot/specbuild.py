@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from runner.spec import (
 
 def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                inputs: Inputs | VolumeInputs | None = None, kind: str = "pilot",
-               forecast: dict[str, Any] | None = None) -> RunSpec:
+               forecast: Mapping[str, Any] | None = None) -> RunSpec:
     """The spec for one attempt. ``inputs`` overrides the pilot inputs (the volume run);
     ``forecast``: the pilot's (its high estimate gives the volume's time limit)."""
     m = loaded.manifest
@@ -158,7 +159,7 @@ def _blender(section: Blender | None) -> BlenderSpec:
 
 
 def _limits(loaded: LoadedManifest, plan: Plan,
-            forecast: dict[str, Any] | None) -> VolumeLimits | None:
+            forecast: Mapping[str, Any] | None) -> VolumeLimits | None:
     """The volume's time limit, batch timeout and item timeout (bot/pilot/volume_limits.py)."""
     return volume_limits(loaded.manifest.model_dump(mode="json"), plan.to_dict(), forecast,
                          datetime.now(timezone.utc))

@@ -35,13 +35,13 @@ class Score:
 def score_of(run: RunRecord) -> Score | None:
     """A volume run's score, when its forecast was checked against its actual time."""
     fc = run.forecast if isinstance(run, Run) else None
-    if run.kind != "volume" or not isinstance(fc, dict):
+    if run.kind != "volume" or fc is None:
         return None
-    error = fc.get("error_pct")
-    if not isinstance(error, (int, float)) or isinstance(error, bool):
+    error = fc.number("error_pct")
+    if error is None:
         return None
-    return Score(run.id, run.name, float(error), bool(fc.get("within_range")),
-                 fc.get("scored") == "partial", bool(fc.get("calibrated")))
+    return Score(run.id, run.name, error, fc.values.get("within_range") is True,
+                 fc.values.get("scored") == "partial", fc.values.get("calibrated") is True)
 
 
 def record_line(runs: Sequence[RunRecord]) -> str | None:

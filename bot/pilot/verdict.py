@@ -6,6 +6,7 @@ from typing import Any
 
 from bot.pilot.balance_check import NODE_LISTED, node_listed
 from bot.pilot.cards import CARD_STAGES, healthy_cards
+from bot.pilot.payloads import Balance, Evidence
 from bot.pilot.record import Run
 
 
@@ -23,18 +24,18 @@ def judge(run: Run, stages: list[dict[str, Any]],
     balance = run.balance
     if balance is None:
         checks.append(_check(False, "no balance was produced"))
-    elif balance.get("malformed"):
+    elif balance.malformed:
         checks.append(_check(False, "the runner's balance cannot be read: "
-                                    + "; ".join(map(str, balance["malformed"]))))
+                                    + "; ".join(balance.malformed)))
     else:
-        accepted, refused = _int(balance.get("accepted")), _int(balance.get("refused"))
-        total = _int(balance.get("total"))
+        accepted, refused = balance.accepted or 0, balance.refused or 0
+        total = balance.total or 0
         if success.get("balance_ok", True):
-            n = len(balance.get("problems") or [])
+            n = len(balance.problems)
             listed = f" ({NODE_LISTED})" if node_listed(run) else ""
-            checks.append(_check(bool(balance.get("ok")),
+            checks.append(_check(balance.ok,
                                  f"balance holds: {accepted} accepted + {refused} refused = "
-                                 f"{total}{listed}" if balance.get("ok") else
+                                 f"{total}{listed}" if balance.ok else
                                  f"balance fails with {n} problem(s){listed}"))
         if success.get("min_accepted") is not None:
             want = int(success["min_accepted"])
@@ -46,11 +47,11 @@ def judge(run: Run, stages: list[dict[str, Any]],
         if unexpected is not None:
             checks.append(unexpected)
     evidence = run.evidence
-    if evidence and evidence.get("fetch_error"):
+    if evidence and evidence.fetch_error:
         # the results stayed on the node: what the events said is kept, but not taken as
         # proven until a fetch brings the results back (`preflight fetch RUN`)
         checks.append(_check(False, f"the results were not brought back from the node: "
-                                    f"{evidence['fetch_error']} (`preflight fetch {run.id}` "
+                                    f"{evidence.fetch_error} (`preflight fetch {run.id}` "
                                     "tries again)"))
     if success.get("require_evidence") or success.get("copy_to"):
         checks.append(_evidence_check(evidence))
@@ -59,15 +60,14 @@ def judge(run: Run, stages: list[dict[str, Any]],
     return {"passed": all(c["ok"] for c in checks), "checks": checks}
 
 
-def _evidence_check(evidence: dict[str, Any] | None) -> dict[str, Any]:
+def _evidence_check(evidence: Evidence | None) -> dict[str, Any]:
     """The evidence copy verified, saying who verified it when the bot host did not: a URL
     copy made from an SSH node is checked by that node only (its claim)."""
-    verified = bool(evidence and evidence.get("verified"))
-    if not verified or evidence is None:
+    if evidence is None or not evidence.verified:
         return _check(False, "evidence copy missing or not verified")
-    if evidence.get("verified_by") == "node":
+    if evidence.verified_by == "node":
         return _check(True, f"evidence copy verified as claimed by the node at "
-                            f"{evidence.get('dest')} (the bot host did not check it: run "
+                            f"{evidence.dest} (the bot host did not check it: run "
                             "`preflight verify` on it from a machine that can read it)")
     return _check(True, "evidence copy verified")
 
@@ -75,24 +75,23 @@ def _evidence_check(evidence: dict[str, Any] | None) -> dict[str, Any]:
 UNEXPECTED_SHOWN = 5  # refusals outside expected_refusals named in the verdict's line
 
 
-def _unexpected_refusals(balance: dict[str, Any]) -> dict[str, Any] | None:
+def _unexpected_refusals(balance: Balance) -> dict[str, Any] | None:
     """A warning line naming the refusals outside ``expected_refusals`` (the balance's
     ``unexpected_refusal`` warnings), each with its reason: a passed verdict no longer
     hides an input nobody expected to be refused (they still count against
     ``success.max_refused``). None when there are none."""
-    warnings = [w for w in balance.get("warnings") or []
-                if isinstance(w, dict) and w.get("kind") == "unexpected_refusal"]
+    warnings = [w for w in balance.warnings if w.kind == "unexpected_refusal"]
     if not warnings:
         return None
-    count = balance.get("warnings_count")
-    total = count if isinstance(count, int) and count >= len(warnings) else len(warnings)
+    count = balance.warnings_count
+    total = count if count is not None and count >= len(warnings) else len(warnings)
     prefix = "refused but not an expected refusal: "
-    named = "; ".join(f"{w.get('id')} ({str(w.get('detail') or '').removeprefix(prefix)})"
+    named = "; ".join(f"{w.id} ({w.detail.removeprefix(prefix)})"
                       for w in warnings[:UNEXPECTED_SHOWN])
     more = f"; and {total - UNEXPECTED_SHOWN} more (balance.csv)" \
         if total > UNEXPECTED_SHOWN else ""
     where = "; where the handler raised: handler_errors.jsonl in the run directory" \
-        if any("task.handler raised" in str(w.get("detail")) for w in warnings) else ""
+        if any("task.handler raised" in w.detail for w in warnings) else ""
     return {"ok": True, "warn": True,
             "text": f"{total} refusal(s) outside expected_refusals, counted against "
                     f"max_refused: {named}{more}{where}"}
@@ -132,10 +131,6 @@ def _cards_check(run: Run, stages: list[dict[str, Any]]) -> dict[str, Any] | Non
 def _facts(row: dict[str, Any]) -> dict[str, Any]:
     facts = row.get("facts")
     return facts if isinstance(facts, dict) else {}
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _check(ok: bool, text: str) -> dict[str, Any]:

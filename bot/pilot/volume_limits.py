@@ -20,6 +20,7 @@ docs/volume.md, "Time limits".
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -87,9 +88,10 @@ class VolumeLimits:
 
 
 def volume_limits(manifest: dict[str, Any], plan: dict[str, Any],
-                  forecast: dict[str, Any] | None, now: datetime) -> VolumeLimits | None:
+                  forecast: Mapping[str, Any] | None, now: datetime) -> VolumeLimits | None:
     """The limits of the volume a pilot would launch (None: the manifest has no volume).
-    ``manifest``: the manifest as JSON (``manifest_json``); ``plan``: ``Plan.to_dict()``."""
+    ``manifest``: the manifest as JSON (``manifest_json``); ``plan``: ``Plan.to_dict()``;
+    ``forecast``: the pilot's as stored (``StoredForecast.values``)."""
     volume = manifest.get("volume")
     if not volume:
         return None
@@ -175,7 +177,7 @@ def item_timeout_for(given: float | None, per_item: float) -> tuple[float, str]:
         "not set)"
 
 
-def _lease_end(plan: dict[str, Any], forecast: dict[str, Any] | None) -> datetime | None:
+def _lease_end(plan: dict[str, Any], forecast: Mapping[str, Any] | None) -> datetime | None:
     for value in ((forecast or {}).get("lease_end"), plan.get("ends_at")):
         moment = read_time(value) if isinstance(value, str) else None
         if moment is not None:

@@ -23,6 +23,7 @@ from bot.errors import (
 )
 from bot.manifest.load import LoadedManifest, load_manifest
 from bot.messages import views
+from bot.pilot.payloads import StoredForecast
 from bot.pilot.volume_nodes import volume_node
 from bot.policy.guard import PolicyGuard
 from bot.policy.model import Origin
@@ -40,7 +41,7 @@ class Decider:
 
     def __init__(self, store: Store, guard: PolicyGuard, publisher: Publisher, *,
                  lease_guard: LeaseGuard | None,
-                 refresh_forecast: Callable[[str], dict[str, Any] | None],
+                 refresh_forecast: Callable[[str, Run], StoredForecast | None],
                  launch_volume: Callable[[Run, LoadedManifest], str | None]) -> None:
         """``refresh_forecast``: the pilot's forecast again, from now (the lease gate
         judges an approval's finish from now); ``launch_volume``: create and start the
@@ -63,7 +64,7 @@ class Decider:
         self.guard.run_action(decision, run, by, "slack" if source == "slack" else "cli",
                               channel)
         if decision == "approve":  # the lease gate judges the finish from now, not from then
-            run = replace(run, forecast=self.refresh_forecast(run.id))
+            run = replace(run, forecast=self.refresh_forecast(run.id, run))
         reason = (reason or "").strip()
         origin: Origin = "slack" if source == "slack" else "cli"
         refusal, is_override = check_decision(run, decision, reason, by, override=override,
@@ -101,14 +102,15 @@ class Decider:
                 refusal = not_decidable(current) or already_decided(current)
                 self.store.record_decision({**base, "accepted": 0, "refusal": refusal})
                 raise DecisionRefused(refusal)
-            self.publisher.publish(views.decision_message(self.store.run(run_id),
+            decided = self.store.run(run_id)  # read once: the message, the report
+            self.publisher.publish(views.decision_message(decided,
                                                  self.store.decisions(run_id)))
-        self.publisher.write_report(run_id)
+        self.publisher.write_report(run_id, run=decided)
         if base["decision"] == "approve" and loaded is not None:
             record["volume_run"] = self._launch_or_reopen(run, record, loaded)
             if record["volume_run"]:  # the decision message names the volume it launched
                 self.publisher.publish(views.decision_message(
-                    self.store.run(run_id).joined(volume_run=record["volume_run"]),
+                    decided.joined(volume_run=record["volume_run"]),
                     self.store.decisions(run_id)))
         return record
 

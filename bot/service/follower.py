@@ -30,6 +30,7 @@ from bot.pilot.cards import CARD_STAGES
 from bot.pilot.clock import now_utc
 from bot.pilot.death import runner_death
 from bot.pilot.decisions import end_state
+from bot.pilot.payloads import Balance, Evidence, StoredForecast
 from bot.pilot.states import S
 from bot.pilot.verdict import judge
 from bot.service.end_lock import end_lock
@@ -248,10 +249,12 @@ class Follower:
                 self._finish_locked(run_id)
 
     def _finish_locked(self, run_id: str) -> None:
-        record = self.store.run(run_id)
-        finished = self._since_resume(run_id, RUN_FINISHED)[-1]
-        balance = self._recorded(run_id, BALANCE)
-        evidence = self._recorded(run_id, EVIDENCE)
+        record = self.store.run(run_id)  # read once, carried through the end
+        finished = self._since_resume(run_id, RUN_FINISHED, record)[-1]
+        balance = self._recorded(record, BALANCE)
+        evidence = self._recorded(record, EVIDENCE)
+        if evidence is not None:  # a node's word: a forged field is named, never stored
+            evidence = Evidence.from_event(evidence)
         if balance is not None:  # typed first: a forged one is flagged, never drawn
             balance = self._recheck_balance(record, checked_balance(balance) or {})
         handle = self._handle(record)
@@ -266,7 +269,9 @@ class Follower:
             log.warning("could not fetch results of %s: %s", run_id, exc)
             evidence = {**(settle_evidence(record, evidence, None) or {}), "verified": False,
                         "fetch_error": str(exc)}
-        record = replace(record, balance=balance, evidence=evidence)
+        record = replace(  # typed as the store will read them back (bot.pilot.payloads)
+            record, balance=Balance.from_stored(run_id, balance) if balance else None,
+            evidence=Evidence.from_stored(run_id, evidence) if evidence else None)
         stages = self.store.stages(run_id)
         environment = {s["stage"]: s["facts"] for s in stages if s.get("facts")}
         verdict = judge(record, stages, finished.data)
@@ -292,10 +297,11 @@ class Follower:
                             None)
                 # scored on the forecast for the cards really used, once the nodes proved
                 # them (bot/service/proven.py); else on the approved one
-                own = run.forecast or {}
-                basis = own if own.get("proven") and "actual_s" not in own else \
+                own = run.forecast
+                basis = own if own is not None and own.proven and not own.is_check else \
                     (parent.forecast if parent else None)
-                return check_volume(run, stages, basis, events, done)
+                return check_volume(run, stages, basis.as_dict() if basis else None,
+                                    events, done)
             if run.manifest is None or run.manifest.volume is None:
                 return None  # nothing to forecast: the item outcomes are not even read
             started = self.store.events_of_type(run.id, "run.started")
@@ -305,17 +311,18 @@ class Follower:
             log.exception("forecast of run %s failed", run.id)
             return None
 
-    def refresh_forecast(self, run_id: str) -> dict[str, Any] | None:
+    def refresh_forecast(self, run_id: str, run: Run | None = None) -> StoredForecast | None:
         """The pilot's forecast again, from now (an approval may come days after the
-        pilot): stored when it changed; a volume run's check is left as it is."""
-        run = self.store.run(run_id)
+        pilot): stored when it changed; a volume run's check is left as it is. ``run``: the
+        run as the caller's step read it (else read here)."""
+        run = run if run is not None else self.store.run(run_id)
         old = run.forecast
-        if run.kind != "pilot" or run.status != "awaiting_decision" or not old:
+        if run.kind != "pilot" or run.status != "awaiting_decision" or old is None:
             return old
         new = self._forecast(run, self.store.stages(run_id))
-        if new is not None and new != old:
+        if new is not None and new != old.values:
             self.store.update_run(run_id, forecast=new)
-            return new
+            return StoredForecast.from_stored(run_id, new)
         return old
 
     def _clean_up(self, run: RunRecord, why: str = "") -> None:
@@ -376,13 +383,15 @@ class Follower:
         merged["recheck"] = {k: ours.get(k) for k in ("accepted", "refused", "total", "ok")}
         return merged
 
-    def _recorded(self, run_id: str, etype: str) -> dict[str, Any] | None:
-        events = self._since_resume(run_id, etype)
+    def _recorded(self, run: RunRecord, etype: str) -> dict[str, Any] | None:
+        events = self._since_resume(run.id, etype, run)
         return dict(events[-1].data) if events else None
 
-    def _since_resume(self, run_id: str, etype: str) -> list[Event]:
-        """Events of a type written by the current runner (after the last resume)."""
-        after = self.store.run_record(run_id).resume_seq
+    def _since_resume(self, run_id: str, etype: str,
+                      run: RunRecord | None = None) -> list[Event]:
+        """Events of a type written by the current runner (after the last resume);
+        ``run``: the run as the caller read it (else its record is read here)."""
+        after = (run if run is not None else self.store.run_record(run_id)).resume_seq
         return self.store.events_of_type(run_id, etype, after_seq=after)
 
 

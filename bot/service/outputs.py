@@ -110,7 +110,7 @@ def _elsewhere(run: Run, rel: str) -> str:
         if isinstance(files, dict) and inner in files:
             return (f"kept on its node: {doc.get('where')} ({doc.get('run_dir')}/{rel}), "
                     f"listed with its SHA-256 in {listing.relative_to(run.run_dir)}")
-    dest = (run.evidence or {}).get("dest")
+    dest = run.evidence.dest if run.evidence is not None else None
     if dest:  # an SSH run's fetch brings its evidence copy only, not the run directory
         return (f"{rel} is not in {run.run_dir} on this host; the run's evidence copy "
                 f"{dest} holds its output: `preflight evidence show {run.id} ITEM`")

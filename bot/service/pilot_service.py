@@ -126,7 +126,7 @@ class PilotService:
     def submit(self, loaded: LoadedManifest, *, submitter: str, channel: str | None = None,
                thread_ts: str | None = None, kind: str = "pilot", parent: str | None = None,
                inputs: Inputs | VolumeInputs | None = None, origin: Origin = "cli",
-               forecast: dict[str, Any] | None = None) -> Submission:
+               forecast: Mapping[str, Any] | None = None) -> Submission:
         """Plan an attempt and prepare its own new run directory; nothing is started yet.
 
         The policy is checked here whoever calls (PolicyRefused, recorded, nothing created).
@@ -253,10 +253,11 @@ class PilotService:
         volume = loaded.manifest.volume
         if volume is None:
             return None
+        # the pilot's forecast gives the volume's time limit
         sub = self.submit(loaded, submitter=str(run.submitter), channel=run.channel,
                           thread_ts=run.thread_ts, kind="volume", parent=run_id,
                           inputs=volume.inputs, origin="slack" if run.channel else "cli",
-                          forecast=run.forecast)  # the volume's time limit
+                          forecast=run.forecast.values if run.forecast else None)
         self.starter.start(sub.run_id)
         return sub.run_id
 

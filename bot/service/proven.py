@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,8 @@ class ProvenForecast:
             if run.kind != "volume" or not run.parent_run \
                     or not isinstance(listed, list) or len(listed) < 2:
                 return None
-            stored = run.forecast or {}
-            if (stored.get("proven") or {}).get("started_at") == run.started_at:
+            proven = run.forecast.proven if run.forecast is not None else {}
+            if proven.get("started_at") == run.started_at:
                 return None  # this attempt's is made already
             steps = [e.data for e in self.store.dispatch_events(run_id,
                                                                 since=run.started_at)]
@@ -107,7 +108,7 @@ class ProvenForecast:
     def _forecast(self, run: Run, cards: tuple[int | None, ...]
                   ) -> dict[str, Any] | None:
         pilot = self.store.run(str(run.parent_run))
-        approved = pilot.forecast or {}
+        approved = pilot.forecast.values if pilot.forecast is not None else {}
         started = self.store.events_of_type(pilot.id, "run.started")
         new = forecast_for(pilot, self.store.stages(pilot.id),
                            self.store.item_outcomes(pilot.id),
@@ -167,7 +168,7 @@ def _listed(run_dir: Path) -> tuple[int, int | None, int | None, str] | None:
             f"on the head node {head_node(run_dir)} at the volume's dispatch")
 
 
-def _shape(fc: dict[str, Any]) -> tuple[Any, ...]:
+def _shape(fc: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a reader compares: whether there is a forecast, its workers and its range."""
     if not fc.get("possible"):
         return (False,)
@@ -175,7 +176,7 @@ def _shape(fc: dict[str, Any]) -> tuple[Any, ...]:
             round(float(fc.get("high_s") or 0)))
 
 
-def _range(fc: dict[str, Any]) -> dict[str, Any]:
+def _range(fc: Mapping[str, Any]) -> dict[str, Any]:
     if not fc.get("possible"):
         return {"possible": False, "reason": fc.get("reason")}
     return {"possible": True, "workers": fc.get("workers"), "low_s": fc.get("low_s"),

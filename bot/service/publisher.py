@@ -44,10 +44,11 @@ class Publisher:
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
 
-    def thread_messages(self, run_id: str) -> list[Message]:
-        """Every message of the run's thread as it stands now (for re-rendering)."""
-        run = self.store.run(run_id)
-        out: list[Message | None] = [views.plan_message(run), self.status(run_id),
+    def thread_messages(self, run_id: str, run: Run | None = None) -> list[Message]:
+        """Every message of the run's thread as it stands now (for re-rendering); ``run``:
+        the run as this step read it (else read here), carried to every message."""
+        run = run if run is not None else self.store.run(run_id)
+        out: list[Message | None] = [views.plan_message(run), self.status(run_id, run=run),
                                      cards_message(run, self.store.stages(run_id)),
                                      self.volume_notes(run), proven_message(run)]
         if run.status == S.DISPATCH_FAILED or views.lease_refused(run):
@@ -65,13 +66,14 @@ class Publisher:
         with self._lock:
             return self._run_locks.setdefault(run_id, threading.Lock())
 
-    def status(self, run_id: str, *, cached: bool = False) -> Message:
+    def status(self, run_id: str, *, cached: bool = False, run: Run | None = None) -> Message:
         """The status message; ``cached``: the run and stages as last read (a progress
-        update changes only the counts, so it reads nothing from the store)."""
+        update changes only the counts, so it reads nothing from the store); ``run``: the
+        run as the caller's step read it."""
         base = self._status_base.get(run_id) if cached else None
         if base is None:
-            base = self._status_base[run_id] = (self.store.run(run_id),
-                                                self.store.stages(run_id))
+            base = self._status_base[run_id] = (
+                run if run is not None else self.store.run(run_id), self.store.stages(run_id))
         meter = self._progress.get(run_id)
         return views.status_message(*base, meter.block() if meter else None)
 
@@ -109,16 +111,20 @@ class Publisher:
             self.publish(self.status(run_id, cached=True))
 
     def publish_outcome(self, run_id: str) -> None:
-        """The report written, then every message of the thread after the plan."""
-        self.write_report(run_id)  # every run that ended has one, whichever way it ended
-        for message in self.thread_messages(run_id)[1:]:
+        """The report written, then every message of the thread after the plan: the run
+        read once, and that one ``Run`` carried to the report and every message."""
+        run = self.store.run(run_id)
+        self.write_report(run_id, run=run)  # every run that ended has one, however it ended
+        for message in self.thread_messages(run_id, run)[1:]:
             self.publish(message)
 
-    def write_report(self, run_id: str, *, strict: bool = False) -> ReportFiles | None:
+    def write_report(self, run_id: str, *, strict: bool = False,
+                     run: Run | None = None) -> ReportFiles | None:
         """(Re)write the run's report.html and picture; a failure is logged, never fatal
-        to the run (``strict`` raises it instead, for `preflight report`)."""
+        to the run (``strict`` raises it instead, for `preflight report`). ``run``: the
+        run as the caller's step read it."""
         try:
-            return write_report(self.store, run_id)
+            return write_report(self.store, run_id, run)
         except Exception:
             if strict:
                 raise

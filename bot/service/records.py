@@ -18,7 +18,7 @@ from bot.policy.guard import PolicyGuard
 from bot.policy.model import Origin
 from bot.service.leases import set_state
 from bot.service.outputs import ItemOutput, OutputsPlace, item_output, outputs_place
-from bot.store import Run, Store
+from bot.store import Run, RunRecord, Store
 
 
 class Records:
@@ -32,6 +32,11 @@ class Records:
     def record(self, run_id: str) -> Run:
         """The run with exactly this id (RunNotFound otherwise)."""
         return self.store.run(run_id)
+
+    def head(self, run_id: str) -> RunRecord:
+        """The run's record with exactly this id: its identity, state, thread and place,
+        none of its payloads parsed (what a check of where or whether reads)."""
+        return self.store.run_record(run_id)
 
     def find_record(self, run_id: str, *, channel: str | None = None) -> Run:
         """The run with this id, ``latest``, a pilot's name or a unique id prefix, as a

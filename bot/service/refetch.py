@@ -18,6 +18,7 @@ from typing import Any
 
 from bot.dispatch.base import Dispatcher
 from bot.errors import DispatchError, PreflightError
+from bot.pilot.payloads import Evidence
 from bot.pilot.states import ENDED, S
 from bot.pilot.verdict import judge
 from bot.service.handles import handle_for
@@ -46,7 +47,7 @@ def fetch_again(store: Store, dispatcher: Dispatcher, publisher: Publisher,
             raise DispatchError(f"run {record.id}: its runner did not finish, so there are no "
                                 f"results to fetch; `preflight resume {record.id}` runs it on")
         claims = store.events_of_type(record.id, EVIDENCE, after_seq=after)
-        claimed = dict(claims[-1].data) if claims else None
+        claimed = Evidence.from_event(claims[-1].data) if claims else None
         error: PreflightError | None = None
         try:
             evidence = settle_evidence(record, claimed,
@@ -57,7 +58,8 @@ def fetch_again(store: Store, dispatcher: Dispatcher, publisher: Publisher,
                         "fetch_error": str(exc)}
         fields: dict[str, Any] = {"evidence": evidence}
         if record.status in JUDGED_AGAIN:
-            verdict = judge(replace(record, evidence=evidence), store.stages(record.id),
+            typed = Evidence.from_stored(record.id, evidence) if evidence else None
+            verdict = judge(replace(record, evidence=typed), store.stages(record.id),
                             finished[-1].data)
             fields.update(verdict=verdict, outcome="passed" if verdict["passed"] else "failed")
         store.update_run(record.id, **fields)

@@ -47,8 +47,10 @@ class ReportFiles:
     note: str = ""  # why the evidence copy was not updated, when it was not
 
 
-def gather(store: Store, run_id: str) -> ReportData:
-    run = store.run(run_id)
+def gather(store: Store, run_id: str, run: Run | None = None) -> ReportData:
+    """What the report shows; ``run``: the run as the caller's step read it (else read
+    here)."""
+    run = run if run is not None else store.run(run_id)
     stages = store.stages(run_id)
     starts = [t for t in (read_time(s.get("started_at")) for s in stages) if t is not None]
     zero = min(starts) if starts else None
@@ -198,7 +200,7 @@ def first_outputs(index: Path, rows: int) -> tuple[list[tuple[str, str]], int]:
 def _local_evidence(run: Run) -> str | None:
     """The run's local evidence copy, only where the bot itself put it (``evidence_home``):
     a ``dest`` the node claimed elsewhere is never written to."""
-    dest = str((run.evidence or {}).get("dest") or "")
+    dest = (run.evidence.dest if run.evidence is not None else None) or ""
     if not dest or is_url(dest) or not os.path.isabs(dest) or dest != evidence_home(run):
         return None
     return dest if _regular(Path(dest) / SUMS) else None
@@ -276,18 +278,19 @@ def _read_text_nofollow(path: Path) -> str:
         return fh.read().decode("utf-8")
 
 
-def write_report(store: Store, run_id: str) -> ReportFiles:
+def write_report(store: Store, run_id: str, run: Run | None = None) -> ReportFiles:
     """Write (or rewrite) the run's report.html and summary picture; update the evidence.
     Refused for a run whose item rows retention pruned: the report written at its end
-    stays, rather than one without its items."""
-    pruned = store.run_record(run_id).items_pruned_at
+    stays, rather than one without its items. ``run``: the run as the caller's step read
+    it (else read here, once)."""
+    run = run if run is not None else store.run(run_id)
+    pruned = run.items_pruned_at
     if pruned:
         raise PreflightError(
             f"run {run_id}: its item rows were pruned from the state database on "
             f"{pruned[:10]} (retention): a report written now would lack them; the one "
-            f"written when it ended is {store.run_record(run_id).run_dir / REPORT}")
-    data = gather(store, run_id)
-    run = data.run
+            f"written when it ended is {run.run_dir / REPORT}")
+    data = gather(store, run_id, run)
     run_dir = run.run_dir
     html = render_report(data).encode("utf-8")
     target = run_dir / REPORT

@@ -102,7 +102,7 @@ class Handlers:
         """A start refused before the runner was tried (a lease, a missing dispatcher) is
         said in the thread; a failed dispatch (``dispatch_failed``) the service posted."""
         try:
-            status: str | None = self.service.records.record(run_id).status
+            status: str | None = self.service.records.head(run_id).status
         except PreflightError:
             status = None
         if status == S.DISPATCH_FAILED:
@@ -127,7 +127,7 @@ class Handlers:
                            f":no_entry: Decision refused (and recorded): {escape(str(exc))}")
             return None
         except PreflightError as exc:
-            if decision == "approve" and self.service.records.record(run_id).status == S.DECIDED:
+            if decision == "approve" and self.service.records.head(run_id).status == S.DECIDED:
                 # Recorded, then the full-volume run could not start: the thread must know.
                 self.post(channel, thread_ts, ":x: The decision is recorded, but the "
                           f"full-volume run was not started: {escape(str(exc))}")
@@ -169,7 +169,7 @@ class Handlers:
         this very channel (and thread, when known) counts, never a prefix of another one.
         """
         try:
-            run = self.service.records.record(run_id)
+            run = self.service.records.head(run_id)
         except PreflightError:
             return f"there is no run {run_id}"
         if run.channel != channel or (thread_ts and run.thread_ts not in (None, thread_ts)):
@@ -181,7 +181,7 @@ class Handlers:
         why = self.not_here(run_id, channel, thread_ts)
         if why is not None:
             return False, why
-        status = self.service.records.record(run_id).status
+        status = self.service.records.head(run_id).status
         if status in (S.RUNNING, S.DISPATCHING):  # being started: the start is ended
             return True, ""
         return False, (f"run {run_id} is {status}: only a running run can be stopped, "

@@ -8,6 +8,7 @@ from typing import Any
 
 from bot.errors import Problem
 from bot.pilot.leases import PROVISIONED, STATE_PATH
+from bot.pilot.payloads import StoredForecast
 from bot.pilot.record import Run, RunRecord
 from bot.slack.blocks import clip, context, escape, fit_blocks, section
 
@@ -79,14 +80,14 @@ def submit_modal(channel: str, response_url: str | None = None) -> dict[str, Any
 
 
 def decide_modal(run_id: str, decision: str, channel: str, thread_ts: str | None,
-                 forecast: dict[str, Any] | None = None,
+                 forecast: StoredForecast | None = None,
                  spend: list[str] | None = None) -> dict[str, Any]:
     """``spend``: what approving launches (bot.messages.targets.spend_lines)."""
     label = DECISION_LABELS.get(decision, decision)
     hint = {"approve": "Approving a failed pilot needs the word `override` and why.",
             "stop": "Stops the runner and all it started; finished items are kept."}.get(
         decision, "Recorded with your name and the time.")
-    if decision == "approve" and forecast and forecast.get("fits") is False:
+    if decision == "approve" and forecast is not None and forecast.fits is False:
         hint = ("The volume's high estimate ends after the lease: approving needs the word "
                 "`override` and why.")
     shown = forecast_blocks(forecast) if decision == "approve" else []
@@ -112,23 +113,23 @@ def decide_modal(run_id: str, decision: str, channel: str, thread_ts: str | None
     }
 
 
-def forecast_blocks(forecast: dict[str, Any] | None) -> list[dict[str, Any]]:
+def forecast_blocks(forecast: StoredForecast | None) -> list[dict[str, Any]]:
     """The volume's forecast in the Approve modal: the verdict line and the key figures."""
-    if not forecast:
+    if forecast is None:
         return []
-    if not forecast.get("possible"):
-        return [context(f"No forecast of the volume: {escape(str(forecast.get('reason')))}")]
+    if not forecast.possible:
+        return [context(f"No forecast of the volume: {escape(str(forecast.reason))}")]
     from bot.messages.forecast_view import fit_line
 
-    fits = forecast.get("fits")
+    fits = forecast.fits
     mark = ":white_check_mark:" if fits is True else ":warning:" if fits is False else ""
     lines = [f"{mark} *{escape(fit_line(forecast))}*"]
-    for fig in forecast.get("figures") or []:
-        if fig.get("key") in ("workers", "setup", "wall", "finish", "lease_end", "margin",
-                              "share", "cost"):
-            lines.append(f"• {escape(str(fig['label']))}: *{escape(str(fig['value']))}* "
-                         f"— {escape(str(fig['formula']))}")
-    lines += [f"• _{escape(str(note))}_" for note in forecast.get("notes") or []]
+    for fig in forecast.figures:
+        if fig.key in ("workers", "setup", "wall", "finish", "lease_end", "margin",
+                       "share", "cost"):
+            lines.append(f"• {escape(fig.label)}: *{escape(fig.value)}* "
+                         f"— {escape(fig.formula)}")
+    lines += [f"• _{escape(note)}_" for note in forecast.notes]
     return [section(clip("\n".join(lines), 2900))]
 
 

@@ -85,7 +85,7 @@ def test_prune_removes_only_the_old_ended_runs_items_and_progress(
     assert _rows(store, RECENT) == _rows(store, RUNNING) == (ITEMS, ITEMS, 1)
     # what stays: the run row, its balance summary, its other events, the files on disk
     old = store.run(OLD)
-    assert old.items_pruned_at and old.balance and old.balance["accepted"] == ITEMS
+    assert old.items_pruned_at and old.balance and old.balance.accepted == ITEMS
     assert store.events(OLD) == [e for e in before[OLD]
                                  if e.type not in ("item.done", "progress")]
     assert store.events(RECENT) == before[RECENT] and store.events(RUNNING) == before[RUNNING]
