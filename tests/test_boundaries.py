@@ -185,13 +185,8 @@ def test_the_service_touches_spec_json_only_where_listed() -> None:
 # none: a start is handed its typed plan). A ratchet, like SPEC_TOUCHERS: a new reader is
 # an error; these say why they still read.
 DISPATCH_READERS = {
-    "bot/dispatch/plan.py": "read_plan: a handle built without its plan (a test, a tool)",
-    "bot/dispatch/base.py": "plan_of falls back to read_plan",
-    "bot/dispatch/upload.py": "load_spec, and the manifest copied to the node as its bytes",
-    "bot/dispatch/inputs_check.py": "the inputs checked again against the spec's folder",
-    "bot/dispatch/volume_cluster.py": "the spec's hardware, and the Ray address written in",
-    "bot/dispatch/corpus_head.py": "the spec's inputs pattern for the head's listing",
-    "bot/dispatch/node_dispatcher.py": "the spec rewritten for the node (UploadPlan)",
+    "bot/dispatch/plan.py": "the one reader: the spec once per start (spec_text_of), and "
+                            "read_plan for a handle built without its plan (a test, a tool)",
 }
 READS_RUN_FILES = re.compile(r"\bload_spec\(|\bread_plan\(|safe_load\(|spec_path\.read_"
                              r"|/ \"manifest\.yaml\"")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from bot.dispatch.plan import LaunchPlan, read_plan
+from bot.dispatch.plan import LaunchPlan
 from bot.errors import DispatchError
 from runner.events import Event, EventFormatError
 
@@ -51,7 +51,7 @@ class RunHandle:
     resume: bool = False
     node: dict[str, Any] | None = None  # the manifest's node section, when the caller has it
     # what a start needs of the run's manifest, taken once by the service (bot/dispatch/
-    # plan.py); None: read from the run directory by ``plan_of`` (a test, a tool)
+    # plan.py); None: read from the run directory by ``plan.plan_of`` (a test, a tool)
     plan: LaunchPlan | None = field(default=None, compare=False, repr=False)
     # Where ``start`` reports each step of a several-node volume's dispatch (uploaded,
     # proved, Ray up per node); the service records and shows them, and stops the dispatch
@@ -98,11 +98,6 @@ class Dispatcher(Protocol):
         """Release what the dispatcher holds open (connections, an event loop); a later
         call opens them again."""
 
-
-
-def plan_of(handle: RunHandle) -> LaunchPlan:
-    """The handle's launch plan, else the one its run directory's manifest gives."""
-    return handle.plan if handle.plan is not None else read_plan(handle.run_dir)
 
 
 def json_object(text: str) -> dict[str, Any] | None:

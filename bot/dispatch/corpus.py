@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.base import RunHandle, first_difference, json_object, plan_of
+from bot.dispatch.base import RunHandle, first_difference, json_object
 from bot.dispatch.inputs_check import CheckedInputs, checked_files
 from bot.dispatch.node_names import node_name
 from bot.dispatch.node_output import NODE_OUTPUT_CAP
+from bot.dispatch.plan import plan_of
 from bot.errors import DispatchError
 from bot.node_programs import NODE_CORPUS_SCRIPT
 from bot.node_programs.corpus_listing import Row, listing_digest

@@ -25,7 +25,8 @@ from bot.dispatch.corpus import (
     listing_cap,
     write_listing,
 )
-from bot.dispatch.upload import SSHNode, load_spec
+from bot.dispatch.plan import plan_of
+from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
 from bot.node_programs.corpus_listing import Row, listing_digest
 from runner.inputs import item_id
@@ -42,7 +43,7 @@ class Runs(Protocol):
 def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> int | None:
     """The head's listing of a corpus only the nodes hold, checked and written to the run
     directory; how many inputs it holds (None: the run's corpus is not such a one)."""
-    spec = load_spec(handle.spec_path)
+    spec = plan_of(handle).spec()
     on_nodes = corpus_on_nodes(handle, spec)
     if not on_nodes or not corpus_node_only(handle, spec):
         return None

@@ -105,15 +105,6 @@ def recheck_inputs(run_dir: Path, spec: dict[str, Any]) -> CheckedInputs:
     return CheckedInputs(Path(checked), {name: Path(target) for name, target in now.items()})
 
 
-def recheck_run(run_dir: Path, spec_path: Path) -> CheckedInputs:
-    """``recheck_inputs`` for the run whose spec is at ``spec_path``."""
-    try:
-        spec = json.loads(spec_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DispatchError(f"cannot read the spec {spec_path}: {exc}") from exc
-    return recheck_inputs(run_dir, spec if isinstance(spec, dict) else {})
-
-
 def checked_files(inputs: CheckedInputs) -> dict[str, tuple[Path, str]]:
     """The checked files to send (name -> (resolved path, sha256)), each read without
     following a link: one swapped since the check is a DispatchError."""

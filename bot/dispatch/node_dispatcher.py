@@ -29,14 +29,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, json_object, plan_of
+from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, json_object
 from bot.dispatch.bot_records import fetched_name
 from bot.dispatch.card_proof import NodeCopy, proof_files
+from bot.dispatch.plan import plan_of
 from bot.dispatch.upload import (
     RUNNER_PACKAGE,
     SSHNode,
     UploadPlan,
-    load_spec,
     mirror,
     write_layout,
 )
@@ -75,26 +75,28 @@ class NodeDispatcher:
         spec_node, node = self._node(handle)
         nodes = volume_nodes(handle, spec_node.kind)
         if not nodes:
-            return self._launch(handle, spec_node, node, {})
+            return self._launch(handle, spec_node, node, {}, plan_of(handle).spec())
         runs = _Runs(self, handle)
         end_earlier_cluster(runs, handle)  # a resume: nothing is sent under it
         try:
             copies = [self._copy(handle, i, n) for i, n in enumerate(nodes)]
-            cluster = start_volume_cluster(runs, handle, copies, self.ray_node)
-            if cluster is None:
+            started = start_volume_cluster(runs, handle, copies, self.ray_node)
+            if started is None:
                 raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
             handle.progress({"node": nodes[0].where, "index": 0, "phase": "launching"})
-            return self._launch(handle, spec_node, node, cluster.driver_env())
+            return self._launch(handle, spec_node, node, started.cluster.driver_env(),
+                                started.spec)
         except BaseException:
             stop_volume_cluster(runs, handle)
             raise
 
-    def _upload(self, handle: RunHandle, spec_node: NodeSpec, node: Node
-                ) -> tuple[UploadPlan, dict[str, bytes], dict[str, int]]:
+    def _upload(self, handle: RunHandle, spec_node: NodeSpec, node: Node,
+                spec: dict[str, Any]) -> tuple[UploadPlan, dict[str, bytes], dict[str, int]]:
         """What goes to the node: the plan, every file (node path → bytes: a fresh copy,
-        nothing asked of the node first), and the bytes by kind."""
+        nothing asked of the node first), and the bytes by kind; ``spec`` is the run's
+        (its launch plan's, or a volume head's with its cluster), rewritten for the node."""
         workdir = self._workdir(spec_node, node)
-        upload = UploadPlan(workdir, handle, self.runner_package, load_spec(handle.spec_path))
+        upload = UploadPlan(workdir, handle, self.runner_package, spec)
         if upload.on_nodes or upload.evidence:
             what = "volume.inputs.on_nodes" if upload.on_nodes else "results.copy_to"
             raise DispatchError(f"run {handle.run_id}: {spec_node.label}: {what} is not "
@@ -109,7 +111,7 @@ class NodeDispatcher:
         under its workdir's lock, which is let go once it is written."""
         spec_node = plan_of(handle).volume_nodes[index]
         node = self.node_of(spec_node)
-        upload, files, sent = self._upload(handle, spec_node, node)
+        upload, files, sent = self._upload(handle, spec_node, node, plan_of(handle).spec())
         files.update(proof_files(upload))
         stream = (upload.hash_request().encode() + b"tar\n"
                   + _framed(_tar(files, upload.workdir)))  # no launch: the lock is let go
@@ -120,8 +122,8 @@ class NodeDispatcher:
         return NodeCopy.of(upload)
 
     def _launch(self, handle: RunHandle, spec_node: NodeSpec, node: Node,
-                env: dict[str, str]) -> int:
-        upload, files, sent = self._upload(handle, spec_node, node)
+                env: dict[str, str], spec: dict[str, Any]) -> int:
+        upload, files, sent = self._upload(handle, spec_node, node, spec)
         launch = f"launch {json.dumps(env)}\n" if env else "launch\n"
         stream = (upload.hash_request().encode() + b"tar\n"
                   + _framed(_tar(files, upload.workdir)) + launch.encode())

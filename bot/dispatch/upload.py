@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import runner
-from bot.dispatch.base import RunHandle, plan_of
+from bot.dispatch.base import RunHandle
 from bot.dispatch.calibration_sample import calibration_copy
 from bot.dispatch.corpus import (
     Reference,
@@ -37,6 +37,7 @@ from bot.dispatch.corpus import (
     reference_rows,
 )
 from bot.dispatch.inputs_check import CheckedInputs, checked_files, recheck_inputs
+from bot.dispatch.plan import plan_of
 from bot.errors import DispatchError
 from bot.manifest.nodes import is_remote_node
 from bot.node_programs import NODE_RAY, launcher_command
@@ -140,7 +141,7 @@ def node_section(handle: RunHandle) -> dict[str, Any]:
     """The manifest's node section: the handle's, else its launch plan's (``plan_of``)."""
     if handle.node is not None:
         return _ssh_only(handle.node, f"run {handle.run_id}")
-    where = str(handle.run_dir / "manifest.yaml") if handle.plan is None \
+    where = f"{handle.run_dir}/manifest.yaml" if handle.plan is None \
         else f"run {handle.run_id}"
     node = plan_of(handle).node
     return _ssh_only(node.model_dump(mode="json") if node is not None else None, where)
@@ -312,11 +313,12 @@ class UploadPlan:
             return None
 
     def run_files(self, handle: RunHandle) -> dict[str, bytes]:
-        """The run's own files on the node: the rewritten spec and the manifest."""
+        """The run's own files on the node: the spec rewritten for it and the manifest as
+        submitted (the launch plan's, ``plan_of``)."""
         remote_spec = json.dumps(self.rewrite_spec(), indent=2, sort_keys=True).encode()
         return {f"{self.remote_run_dir}/spec.json": remote_spec,
                 f"{self.remote_run_dir}/manifest.yaml":
-                    _read_or_empty(handle.run_dir / "manifest.yaml")}
+                    plan_of(handle).manifest_text.encode("utf-8")}
 
     def hash_request(self) -> str:
         """The launcher's stdin line asking it to make ``remote_dirs()`` and print the
@@ -408,24 +410,9 @@ def verify_fetched(handle: RunHandle, dest: Path) -> None:
                             f"verify: {'; '.join(report.problems[:5])}")
 
 
-def load_spec(path: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DispatchError(f"cannot read the spec {path}: {exc}") from exc
-    return data
-
-
 def _tag(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 def _under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
-
-
-def _read_or_empty(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""

@@ -17,14 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from bot.dispatch.base import Decision, RunHandle, plan_of
+from bot.dispatch.base import Decision, RunHandle
 from bot.dispatch.card_proof import NodeCopy, NodeProof, head_proof, prove_nodes
+from bot.dispatch.plan import plan_of
 from bot.dispatch.ray_cluster import RayCluster, RayNode, RayPorts, start_cluster, stop_cluster
-from bot.dispatch.upload import SSHNode, load_spec
+from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
 from runner.files import write_text_atomic
 from runner.spec import node_share
@@ -80,10 +81,10 @@ def volume_nodes(handle: RunHandle, kind: str | None = None) -> list[SSHNode]:
     """The nodes of a volume run that lists several in ``volume.nodes`` ([] for any other
     run: one node's volume starts a local Ray on that node); with ``kind`` (the calling
     adapter's own: this module names none), a DispatchError unless all are of it."""
-    spec = load_spec(handle.spec_path)
-    if not spec.get("volume"):
+    plan = plan_of(handle)
+    if not plan.spec().get("volume"):
         return []
-    nodes = plan_of(handle).volume_nodes
+    nodes = plan.volume_nodes
     if len(nodes) < 2:
         return []
     other = next((n for n in nodes if kind is not None and n.kind != kind), None)
@@ -101,12 +102,23 @@ def end_earlier_cluster(runs: Runs, handle: RunHandle) -> None:
                             "be stopped: " + "; ".join(left))
 
 
+@dataclass(frozen=True)
+class VolumeStart:
+    """A several-node volume's Ray, up, and the spec its head's driver is to be sent: the
+    run's spec (the launch plan's) with the cluster's address, the nodes' proofs and the
+    time limit the service decided, a new value."""
+
+    cluster: RayCluster
+    spec: dict[str, Any]
+
+
 def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCopy],
-                         ray_node: RayNodeOf = default_ray_node) -> RayCluster | None:
+                         ray_node: RayNodeOf = default_ray_node) -> VolumeStart | None:
     """Prove every node's cards from its own copy of the run (``copies``, one per node of
-    ``volume.nodes``, already uploaded), then start Ray on every node and point the spec at
-    its head; None for any other run. A failed proof refuses before any Ray starts; the
-    nodes are recorded before the first ``ray start``."""
+    ``volume.nodes``, already uploaded), then start Ray on every node; the head's spec
+    points at it. None for any other run. A failed proof refuses before any Ray starts;
+    the nodes are recorded before the first ``ray start``. The head's spec is also kept in
+    the run directory (``spec.json``: what the head was sent, read by no dispatch)."""
     nodes = volume_nodes(handle)
     if not nodes:
         return None
@@ -114,7 +126,7 @@ def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCop
         raise DispatchError(f"run {handle.run_id}: {len(nodes)} volume node(s) but "
                             f"{len(copies)} copies of the run")
     end_earlier_cluster(runs, handle)
-    spec = load_spec(handle.spec_path)
+    spec = plan_of(handle).spec()
     gpus = bool(spec["volume"].get("gpus"))
     decisions: list[Decision] = []
 
@@ -140,7 +152,7 @@ def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCop
                       "nodes": [p.to_dict() for p in proofs],
                       "head_proof": head_proof(copies[0], handle.run_id, proofs[0])}
     _write(handle.spec_path, spec)
-    return cluster
+    return VolumeStart(cluster, spec)
 
 
 def node_cards(spec: dict[str, Any], nodes: int) -> int | None:

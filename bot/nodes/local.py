@@ -18,7 +18,8 @@ from pathlib import Path
 
 import runner
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, read_tail
-from bot.dispatch.inputs_check import recheck_run
+from bot.dispatch.inputs_check import recheck_inputs
+from bot.dispatch.plan import plan_of
 from bot.errors import DispatchError
 from bot.node_programs.launcher import running
 from runner.events import Event, EventFormatError, read_events
@@ -52,7 +53,8 @@ class LocalDispatcher:
         return found
 
     def start(self, handle: RunHandle) -> int | None:
-        recheck_run(handle.run_dir, handle.spec_path)  # the inputs are still those checked
+        # the inputs are still those checked (the spec of the run's launch plan)
+        recheck_inputs(handle.run_dir, plan_of(handle).spec())
         python = self.python_for(handle)
         argv = [python, "-m", "runner", str(handle.spec_path),
                 "--run-dir", str(handle.run_dir)]

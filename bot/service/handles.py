@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bot.dispatch.base import Dispatcher, RunHandle
-from bot.dispatch.plan import LaunchPlan
+from bot.dispatch.plan import LaunchPlan, spec_text_of
 from bot.errors import DispatchError
 from bot.store import Run, RunRecord
 
@@ -29,12 +29,15 @@ def handle_for(run: RunRecord, *, resume: bool = False) -> RunHandle:
 
 
 def launch_plan(run: Run) -> LaunchPlan | None:
-    """What a start hands the dispatch of the run's manifest, taken from the manifest the
-    store checked once (``Run.manifest``); None for a run whose stored manifest no longer
+    """What a start hands the dispatch of the run: its manifest, taken from the one the
+    store checked once (``Run.manifest``, its text as submitted), and its spec as the
+    submission wrote it, read here once; None for a run whose stored manifest no longer
     validates (the dispatch then reads its run directory's)."""
     if run.manifest is None:
         return None
-    return LaunchPlan.of(run.node, run.manifest.to_data().get("volume"))
+    spec_text, problem = spec_text_of(Path(str(run.spec_path)))
+    return LaunchPlan.of(run.node, run.manifest.to_data().get("volume"), spec_text=spec_text,
+                         spec_problem=problem, manifest_text=run.manifest_text or "")
 
 
 def base_dir_of(run: RunRecord) -> Path:

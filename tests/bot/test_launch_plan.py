@@ -35,10 +35,10 @@ def _answers(handle: RunHandle, spec: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def test_the_dispatch_reads_its_plan_and_no_manifest(tmp_path: Path) -> None:
-    run_dir = _run_dir(tmp_path)
-    plan = LaunchPlan.of(NODES[0], VOLUME)
+    run_dir = tmp_path  # no spec.json, no manifest.yaml: the plan holds both
+    plan = LaunchPlan.of(NODES[0], VOLUME, spec_text=json.dumps(SPEC))
     handle = RunHandle("r", run_dir, run_dir / "spec.json", run_dir, plan=plan)
-    assert not (run_dir / "manifest.yaml").exists()  # nothing to read back: the plan holds it
+    assert not (run_dir / "manifest.yaml").exists() and not (run_dir / "spec.json").exists()
     spec = {"volume": {"gpus": False}}
     assert _answers(handle, spec) == (["gpu-0", "gpu-1"], "/data/corpus", True, "gpu-0")
     # a pilot's spec has no volume: the plan's volume part does not apply
@@ -52,7 +52,8 @@ def test_a_handle_without_a_plan_reads_the_same_from_the_run_directory(
                                                             "volume": VOLUME}))
     handle = RunHandle("r", run_dir, run_dir / "spec.json", run_dir)
     planned = RunHandle("r", run_dir, run_dir / "spec.json", run_dir,
-                        plan=LaunchPlan.of(NODES[0], VOLUME))
+                        plan=LaunchPlan.of(NODES[0], VOLUME,
+                                           spec_text=(run_dir / "spec.json").read_text()))
     assert _answers(handle, SPEC) == _answers(planned, SPEC) == (
         ["gpu-0", "gpu-1"], "/data/corpus", True, "gpu-0")
 

@@ -64,12 +64,13 @@ def test_a_resume_stops_the_earlier_attempts_ray_before_starting_anew(tmp_path: 
     kinds = [k for k, _ in node.ran]
     assert first is not None and kinds == ["proof"] * 2 + ["probe"] * 2 + ["start"] * 2
     record = (tmp_path / CLUSTER_FILE).read_text()
-    assert first.token not in record and "gpu-b" in record
+    assert first.cluster.token not in record and "gpu-b" in record
     node.ran.clear()
     second = start_volume_cluster(node, handle, COPIES)  # the resume
-    assert second is not None and second.token != first.token
+    assert second is not None and second.cluster.token != first.cluster.token
     assert node.ran[:2] == [("stop", "gpu-b"), ("stop", "gpu-a")]  # the head last
     assert json.loads(handle.spec_path.read_text())["volume"]["address"] == "gpu-a:6380"
+    assert second.spec["volume"]["address"] == "gpu-a:6380"  # the head's spec, as a value
 
 
 def test_an_earlier_ray_that_cannot_be_stopped_refuses_the_new_start(tmp_path: Path) -> None:

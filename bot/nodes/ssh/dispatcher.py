@@ -35,13 +35,12 @@ from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.corpus import check_listing, listing_cap
 from bot.dispatch.corpus_head import list_on_head
-from bot.dispatch.ray_cluster import RayCluster
+from bot.dispatch.plan import plan_of
 from bot.dispatch.upload import (
     RUNNER_PACKAGE,
     SSHNode,
     UploadPlan,
     conn_key,
-    load_spec,
     locate,
     mirror,
     node_section,
@@ -49,6 +48,7 @@ from bot.dispatch.upload import (
 )
 from bot.dispatch.volume_cluster import (
     RayNodeOf,
+    VolumeStart,
     default_ray_node,
     end_earlier_cluster,
     start_volume_cluster,
@@ -122,12 +122,14 @@ class SSHDispatcher(SSHNodes):
 
     def _start(self, handle: RunHandle) -> int | None:
         env: dict[str, str] = {}
+        spec = plan_of(handle).spec()  # a volume head's: the cluster's (VolumeStart.spec)
         nodes = volume_nodes(handle, KIND)
         # a corpus only the nodes hold: the head's listing first, every node's reference
         list_on_head(self, handle, nodes[0] if nodes else SSHNode.from_dict(self.node_of(handle)))
         if nodes:
             end_earlier_cluster(self, handle)  # a resume: nothing is sent under it
-            env = self._volume_cluster(handle, nodes).driver_env()
+            started = self._volume_cluster(handle, nodes)
+            env, spec = started.cluster.driver_env(), started.spec
         try:
             node = SSHNode.from_dict(self.node_of(handle))
             if nodes:  # the last step a stop can still end before the driver starts
@@ -135,7 +137,7 @@ class SSHDispatcher(SSHNodes):
             watch = TransferWatch(self.transfer_limits, DISPATCH_FIXED_S)
             return self._call(self.watched(
                 self._tries(f"dispatch run {handle.run_id}",
-                            lambda: self._dispatch(handle, node, env)),
+                            lambda: self._dispatch(handle, node, env, spec)),
                 watch, watch.meter(node.where, "upload"), [node]), None)
         except BaseException:
             stop_volume_cluster(self, handle)
@@ -227,7 +229,7 @@ class SSHDispatcher(SSHNodes):
                                 + "; ".join(problems))
 
     # -- start -------------------------------------------------------------------------
-    def _volume_cluster(self, handle: RunHandle, nodes: list[SSHNode]) -> RayCluster:
+    def _volume_cluster(self, handle: RunHandle, nodes: list[SSHNode]) -> VolumeStart:
         """Each node's own copy of the run, then its card proof and Ray, each step reported
         per node (``handle.progress``). The copies are made ``PREPARE_AT_ONCE`` nodes at a
         time. The nodes other than the head keep their workdir's lock from the copy on: a
@@ -239,20 +241,20 @@ class SSHDispatcher(SSHNodes):
         try:
             copies = self._call(self.watched(self._prepare_all(handle, nodes, held, watch),
                                              watch, nodes=nodes), None)
-            cluster = start_volume_cluster(self, handle, copies, self.ray_node)
-            if cluster is None:
+            started = start_volume_cluster(self, handle, copies, self.ray_node)
+            if started is None:
                 raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
         except BaseException:
             for _node, launcher in held:
                 self._call(release_launcher(launcher), 30)
             raise
-        for (node, launcher), ray in zip(held, cluster.nodes[1:]):
+        for (node, launcher), ray in zip(held, started.cluster.nodes[1:]):
             try:
                 self._call(self._launch(node, launcher, {HOLD_ENV: ray.temp_dir}), 60)
             except DispatchError as exc:  # the volume can run; only the lock is lost
                 log.warning("run %s: %s keeps no workdir lock during the run: %s",
                             handle.run_id, node.where, exc)
-        return cluster
+        return started
 
     async def _prepare_all(self, handle: RunHandle, nodes: list[SSHNode],
                            held: list[tuple[SSHNode, Any]],
@@ -312,7 +314,7 @@ class SSHDispatcher(SSHNodes):
                              "bytes_done": done, "bytes_total": total})
 
         plan = UploadPlan(await self._workdir(node), handle, self.runner_package,
-                          load_spec(handle.spec_path))
+                          plan_of(handle).spec())
         launcher, hashes = await self._lock(node, plan, plan.hold_command(node.python) if hold
                                             else None)
         try:
@@ -345,9 +347,9 @@ class SSHDispatcher(SSHNodes):
         return {**changes.sent, "run": sum(len(d) for d in run_files.values())}, \
             [dst for _, dst in changes.send]
 
-    async def _dispatch(self, handle: RunHandle, node: SSHNode,
-                        env: dict[str, str]) -> int | None:
-        spec = load_spec(handle.spec_path)
+    async def _dispatch(self, handle: RunHandle, node: SSHNode, env: dict[str, str],
+                        spec: dict[str, Any]) -> int | None:
+        """``spec``: the run's (a volume head's with its cluster), rewritten for the node."""
         plan = UploadPlan(await self._workdir(node), handle, self.runner_package, spec)
         # The workdir's lock first: nothing is hashed, sent or removed under a live runner.
         # Nothing else is opened before the launch: the SFTP channel the follower reads the
