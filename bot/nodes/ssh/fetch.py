@@ -39,6 +39,7 @@ import logging
 import os
 import posixpath
 import tarfile
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,14 @@ from bot.dispatch.upload import Backoff, SSHNode, verify_fetched
 from bot.errors import DispatchError, NodeUnreachable
 from bot.node_programs import fetch_command
 from bot.node_programs.fetch_stream import MISSING, SOCKET
-from bot.nodes.ssh.fetch_staging import Budget, FetchLimits, held_files, link_records, prune
+from bot.nodes.ssh.fetch_staging import (
+    Budget,
+    FetchLimits,
+    held_files,
+    link_records,
+    prune,
+    record_fetched,
+)
 from bot.nodes.ssh.tar_reader import Member, TarReader, TarStreamError
 from bot.nodes.ssh.transfer import current_meter
 from runner.evidence import SUMS, parse_sums
@@ -140,11 +148,12 @@ async def fetch_results(dispatcher: SSHDispatcher, handle: RunHandle, node: SSHN
     if home is not None:
         refuse_evidence_home(handle, home, dispatcher.keep_out)
     try:
-        await _fetch(dispatcher, job, node)
+        measured = await _fetch(dispatcher, job, node)
     except FolderMissing:
         if not job.evidence:
             raise
-        await _fetch(dispatcher, job_of(handle, {**layout, "evidence": {}}), node)
+        measured = await _fetch(dispatcher, job_of(handle, {**layout, "evidence": {}}), node)
+    record_fetched(handle.run_dir, measured)
     if home is None:
         return None
     verify_fetched(handle, home)
@@ -152,23 +161,29 @@ async def fetch_results(dispatcher: SSHDispatcher, handle: RunHandle, node: SSHN
     return home
 
 
-async def _fetch(dispatcher: SSHDispatcher, job: FetchJob, node: SSHNode) -> None:
-    """``dispatcher.attempts`` tries, with its backoff between them."""
+async def _fetch(dispatcher: SSHDispatcher, job: FetchJob, node: SSHNode
+                 ) -> tuple[float, int, int]:
+    """``dispatcher.attempts`` tries, with its backoff between them; the complete try's
+    (seconds, files, bytes) its stream carried."""
     for attempt in range(dispatcher.attempts):
         try:
-            await dispatcher.guarded(node, lambda conn: _try(dispatcher, conn, job, node))
-            return
+            return await dispatcher.guarded(node,
+                                            lambda conn: _try(dispatcher, conn, job, node))
         except NodeUnreachable as exc:
             if attempt + 1 == dispatcher.attempts:
                 raise NodeUnreachable(f"cannot fetch the results of {job.run_id} after "
                                       f"{dispatcher.attempts} tries (what arrived is kept "
                                       f"for the next fetch): {exc}") from exc
             await asyncio.sleep(dispatcher.backoff.delay(attempt))
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
-async def _try(dispatcher: SSHDispatcher, conn: Any, job: FetchJob, node: SSHNode) -> None:
+async def _try(dispatcher: SSHDispatcher, conn: Any, job: FetchJob, node: SSHNode
+               ) -> tuple[float, int, int]:
     """One try: the stream read into the kept staging folder; complete, it replaces what
-    the bot host had. A cut keeps the staging folder; a refusal removes it."""
+    the bot host had, and returns the seconds, files and bytes its stream carried (the
+    files a cut try left held aside). A cut keeps the staging folder; a refusal removes it."""
+    began = time.monotonic()
     budget = Budget(job.run_id, dispatcher.fetch_limits.for_inputs(job.inputs),
                     current_meter())
     if budget.meter is not None:
@@ -185,6 +200,7 @@ async def _try(dispatcher: SSHDispatcher, conn: Any, job: FetchJob, node: SSHNod
             for name in sorted(os.listdir(staging.path)):
                 staging.replace_into(name, dest, name)
         dest.remove(job.staging)
+        return time.monotonic() - began, budget.sent_files, budget.sent_bytes
     except DispatchError:
         _drop_staging(dest, job.staging)
         raise
