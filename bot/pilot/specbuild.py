@@ -179,7 +179,8 @@ def _volume(loaded: LoadedManifest, plan: Plan,
                       prefetch=volume.prefetch,
                       time_limit_s=limits.time_limit_s, limit_adapts=limits.adapts,
                       lease_ends_at=limits.lease_ends_at,
-                      outputs_on_nodes=volume.outputs_on_nodes)
+                      outputs_on_nodes=volume.outputs_on_nodes,
+                      collect_max_bytes=volume.collect_max_bytes or 0)
 
 
 def _calibration(loaded: LoadedManifest, plan: Plan, run_id: str) -> CalibrationSpec | None:
