@@ -18,14 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import asyncssh
-
 from bot.dispatch.node_output import NODE_OUTPUT_CAP, read_capped, read_lines, too_large
 from bot.dispatch.upload import SSHNode, UploadPlan
 from bot.errors import DispatchError
 from bot.node_programs.launcher import stat_fields
 from bot.nodes.ssh.answers import HashAnswer, launched_pid, lock_holder
 from bot.nodes.ssh.archive import Entry, write_archive
+from bot.nodes.ssh.library import asyncssh
 from bot.nodes.ssh.session import SSHSessions
 from bot.nodes.ssh.transfer import current_meter
 

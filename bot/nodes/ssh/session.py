@@ -11,11 +11,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import asyncssh
-
 from bot.dispatch.node_output import NODE_OUTPUT_CAP, run_capped
 from bot.dispatch.upload import Backoff, ConnKey, SSHNode, conn_key, host_key_refused
 from bot.errors import DispatchError, NodeUnreachable
+from bot.nodes.ssh.library import asyncssh
 from bot.nodes.ssh.transfer import Meter, TransferWatch, use_meter
 
 T = TypeVar("T")
