@@ -18,6 +18,10 @@ def after_items(inp: ForecastInputs, figures: list[Figure], numbers: dict[str, A
     total = 0.0
     if grown is not None:
         files_v, bytes_v, out_files, out_bytes, basis = grown
+        # the volume's expected evidence copy: what its fetch's caps are sized from
+        # (bot/pilot/fetch_caps.py)
+        numbers["evidence_files"], numbers["evidence_bytes"] = round(files_v), round(bytes_v)
+        numbers["evidence_basis"] = basis
         total += _collection(inp, out_files, out_bytes, figures, numbers)
         total += _evidence(inp, files_v, bytes_v, basis, figures, numbers)
         total += _fetch(inp, files_v, bytes_v, figures, numbers)

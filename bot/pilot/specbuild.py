@@ -10,6 +10,7 @@ from typing import Any
 from bot.manifest.catalog import default_catalog
 from bot.manifest.load import LoadedManifest
 from bot.manifest.model import Blender, Inputs, Manifest, VolumeInputs
+from bot.pilot.fetch_caps import sized_bytes
 from bot.pilot.plan import Plan
 from bot.pilot.volume_limits import ITEM_DEFAULT_S, VolumeLimits, volume_limits
 from bot.pilot.volume_nodes import node_count
@@ -65,7 +66,8 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                             require_evidence=m.success.require_evidence),
         results=ResultsSpec(copy_to=paths["results.copy_to"],
                             sample_per_category=m.results.sample_per_category,
-                            sample_chars=m.results.sample_chars),
+                            sample_chars=m.results.sample_chars,
+                            fetch_max_bytes=sized_bytes(forecast) if kind == "volume" else 0),
         training=TrainingSpec(steps=task.steps, resume_steps=task.resume_steps,
                               tolerance=task.tolerance, seed=task.seed),
         preparation=m.preparation,

@@ -21,6 +21,7 @@ from bot.manifest.nodes import is_remote_node, node_identity
 from bot.pilot.calibration import calibration_of
 from bot.pilot.cards import healthy_cards as run_healthy_cards
 from bot.pilot.clock import read_time
+from bot.pilot.fetch_caps import FetchCaps, with_fetch_caps
 from bot.pilot.forecast import ForecastInputs, ItemOutcome, Sample, Setup, forecast, plural
 from bot.pilot.record import Run, RunRecord
 from runner.events import Event, list_total
@@ -34,14 +35,15 @@ def forecast_for(run: Run, stages: list[dict[str, Any]],
                  items: list[ItemOutcome], now: datetime | None = None,
                  runner_started: str | None = None,
                  node_cards: tuple[int | None, ...] | None = None,
-                 listing: tuple[int, int | None, int | None, str] | None = None
-                 ) -> dict[str, Any] | None:
+                 listing: tuple[int, int | None, int | None, str] | None = None,
+                 caps: FetchCaps | None = None) -> dict[str, Any] | None:
     """The forecast of a pilot's volume as stored with the run; None when it has no volume.
     ``runner_started``: when the pilot's runner started (its last ``run.started``), for the
     dispatch time it measured; ``node_cards``: each volume node's healthy cards as its card
     proof found them (the forecast again at the volume's dispatch, ``bot.service.proven``);
     ``listing``: (count, bytes, largest, where) of a corpus only the nodes hold, as the head
-    node listed it at that dispatch."""
+    node listed it at that dispatch; ``caps``: the bot host's fetch ceiling, for the
+    volume's fetch caps sized from its expected evidence (``bot.pilot.fetch_caps``)."""
     manifest = run.manifest
     if manifest is None or manifest.volume is None:
         return None
@@ -86,7 +88,8 @@ def forecast_for(run: Run, stages: list[dict[str, Any]],
         pilot_timed_out=_timed_out(stages), item_timeout_s=task.item_timeout_s,
         fetch=pilot_transfers(run.run_dir)[1], collect=_collected(stages),
         outputs_on_nodes=manifest.volume.outputs_on_nodes)
-    return forecast(inputs).to_dict()
+    out = forecast(inputs).to_dict()
+    return out if caps is None else with_fetch_caps(out, caps, count)
 
 
 def _timed_out(stages: list[dict[str, Any]]) -> int:

@@ -193,6 +193,25 @@ def test_a_member_over_a_cap_is_stopped_at_its_header_and_named(setup: Any) -> N
     assert d.fetch_results(handle) is not None
 
 
+def test_a_volume_past_its_own_sized_cap_is_stopped_and_an_explicit_fetch_uses_the_ceiling(
+        setup: Any) -> None:
+    from dataclasses import replace
+
+    d, handle, node_copy = setup
+    total = sum(p.stat().st_size for p in node_copy.rglob("*") if p.is_file())
+    handle.spec_path.write_text(json.dumps(  # the cap the bot sized from its pilot
+        {"inputs": {"expected_count": 60}, "results": {"fetch_max_bytes": total // 2}}))
+    with pytest.raises(DispatchError) as over:
+        d.fetch_results(handle)
+    said = str(over.value)
+    assert "larger than its pilot foretold" in said
+    assert f"over this run's cap of {total // 2} bytes" in said
+    assert "`preflight fetch RUN` brings it back" in said
+    assert sorted((handle.run_dir.parent.parent / "evidence").iterdir()) == []
+    home = d.fetch_results(replace(handle, ceiling=True))  # a person asked: the ceiling
+    assert home is not None and tree(home) == tree(node_copy)
+
+
 @pytest.mark.parametrize("make,what", [
     (lambda p: p.symlink_to("/etc/hostname"), "a symbolic link (to '/etc/hostname')"),
     (os.mkfifo, "a FIFO")])

@@ -110,6 +110,7 @@ class FetchJob:
     skip: tuple[str, ...]  # top-level names the node leaves out
     evidence: bool  # an evidence copy: every file is checked against its SHA256SUMS
     inputs: int = 0  # the run's expected inputs: its caps are sized for them (0: unknown)
+    max_bytes: int = 0  # the run's own bytes cap, sized by the bot in its spec (0: none)
 
     def shown(self, rel: str) -> str:
         return f"evidence copy {self.src}/{rel}" if self.evidence else rel
@@ -117,23 +118,31 @@ class FetchJob:
 
 def job_of(handle: RunHandle, layout: dict[str, Any]) -> FetchJob:
     evidence = layout.get("evidence") or {}
-    inputs = _expected_inputs(handle)
+    inputs, max_bytes = _sized_for(handle)
+    max_bytes = 0 if handle.ceiling else max_bytes
     if evidence.get("local") and evidence.get("remote"):
         return FetchJob(handle.run_id, f"{evidence['remote']}/{handle.run_id}",
                         Path(evidence["local"]), handle.run_id,
-                        f"{STAGING}-{handle.run_id}", (), True, inputs)
+                        f"{STAGING}-{handle.run_id}", (), True, inputs, max_bytes)
     return FetchJob(handle.run_id, layout["run_dir"], handle.run_dir, None, STAGING,
-                    tuple(sorted(BOT_RECORDS)), False, inputs)
+                    tuple(sorted(BOT_RECORDS)), False, inputs, max_bytes)
 
 
-def _expected_inputs(handle: RunHandle) -> int:
-    """The run's expected inputs, from the spec the bot wrote (0 when it cannot tell)."""
+def _sized_for(handle: RunHandle) -> tuple[int, int]:
+    """The run's expected inputs and its own bytes cap, from the spec the bot wrote (0
+    where it cannot tell)."""
     try:
         spec = json.loads(handle.spec_path.read_text(encoding="utf-8"))
-        count = spec["inputs"]["expected_count"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0
-    return count if isinstance(count, int) and count > 0 else 0
+    except (OSError, ValueError):
+        return 0, 0
+    return (_count(spec, "inputs", "expected_count"),
+            _count(spec, "results", "fetch_max_bytes"))
+
+
+def _count(spec: Any, section: str, key: str) -> int:
+    value = spec.get(section, {}).get(key) \
+        if isinstance(spec, dict) and isinstance(spec.get(section), dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 async def fetch_results(dispatcher: SSHDispatcher, handle: RunHandle, node: SSHNode,
@@ -184,7 +193,8 @@ async def _try(dispatcher: SSHDispatcher, conn: Any, job: FetchJob, node: SSHNod
     the bot host had, and returns the seconds, files and bytes its stream carried (the
     files a cut try left held aside). A cut keeps the staging folder; a refusal removes it."""
     began = time.monotonic()
-    budget = Budget(job.run_id, dispatcher.fetch_limits.for_inputs(job.inputs),
+    budget = Budget(job.run_id,
+                    dispatcher.fetch_limits.for_inputs(job.inputs).under(job.max_bytes),
                     current_meter())
     if budget.meter is not None:
         budget.meter.start()  # its bytes are learnt as the members arrive

@@ -79,6 +79,14 @@ class Budget:
             raise self._over(rel, f"{size} bytes, over the cap of {self.limits.file_bytes} "
                                   "bytes per file", "PREFLIGHT_FETCH_MAX_FILE_BYTES")
         if self.total + size > self.limits.total_bytes:
+            if self.limits.sized:
+                raise DispatchError(
+                    f"run {self.run_id}: the results on the node are larger than its pilot "
+                    f"foretold: {rel!r}: it would bring the fetch to {self.total + size} "
+                    f"bytes, over this run's cap of {self.limits.total_bytes} bytes (sized "
+                    "from its pilot's evidence copy); the fetch is stopped there and nothing "
+                    "was replaced. Look at why, then `preflight fetch RUN` brings it back "
+                    "under the bot host's PREFLIGHT_FETCH_MAX_BYTES")
             raise self._over(rel, f"it would bring the fetch to {self.total + size} bytes, "
                                   f"over the cap of {self.limits.total_bytes} bytes",
                              "PREFLIGHT_FETCH_MAX_BYTES")
