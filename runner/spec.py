@@ -190,6 +190,9 @@ class ResultsSpec:
     copy_to: Optional[str] = None
     sample_per_category: int = 2
     sample_chars: int = 160
+    # the bytes the bot's fetch brings back of this run at most, sized by the bot for the
+    # run (bot/pilot/fetch_caps.py; 0: the bot host's setting). The bot's, read by its fetch
+    fetch_max_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ others are written under a temporary name and renamed only once their size and S
 match the worker's record (a handler's own file: the node's listing). So a resume, or a
 restarted runner, collects only what is missing.
 
+Before a byte moves, the head's free disk (its run directory's file system) is checked
+against the bytes every node's missing files announce: short of room, the stage fails
+naming each node, the bytes it needs and the bytes free, and nothing is collected.
 The stage fails, naming the node and the file, when a shard differs from its record, a
 node passes its cap (``volume.collect_max_bytes``), a node does not answer, or a file the
 ledger or the record names is on no node; what was collected stays, and ``preflight
@@ -27,7 +30,7 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from runner.ledger import Ledger, LedgerError, ledger_path
 from runner.outputs import OUTPUTS, file_of
@@ -38,6 +41,7 @@ from runner.volume_stream import Beat, NodeResult, Piece, Source, Want, plan, pr
 BOOK = "node_shards.jsonl"
 ANSWER_S = 600.0              # a node's listing or chunk must come within this
 DEFAULT_CAP = 64 << 30        # bytes of outputs a node may send in a run
+DISK_RESERVE = 1 << 30        # bytes the collection leaves free on the head (ledger, evidence)
 PROBLEMS_SHOWN = 20
 Listing = Dict[str, Any]
 
@@ -124,12 +128,42 @@ class RaySource:
         return list(self.ray.get(token, timeout=ANSWER_S))
 
 
+def disk_free(path: str) -> int:
+    """Bytes an unprivileged writer may still write on the file system of ``path``."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _room(head: str, plans: List[Tuple[List[Want], NodeResult]],
+          free: Callable[[str], int]) -> bool:
+    """Whether the head's run directory has room for every node's missing files (their
+    sizes as the worker's record and the node's listing announce them) and
+    ``DISK_RESERVE`` beside; if not, each node with files to send is refused, naming the
+    bytes it needs and the bytes free, before a byte moves."""
+    needed = sum(w.size for wants, _r in plans for w in wants)
+    if needed == 0:
+        return True
+    have = free(head)
+    if needed + DISK_RESERVE <= have:
+        return True
+    for wants, result in plans:
+        if wants:
+            result.refuse({w.rel for w in wants}, (
+                f"{result.where}: {sum(w.size for w in wants):,} bytes of outputs to collect "
+                f"({len(wants):,} file(s)), but the head's run directory {head} has "
+                f"{have:,} bytes free for the {needed:,} bytes of every node "
+                f"(+ {DISK_RESERVE:,} kept free): nothing collected"))
+    return False
+
+
 def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int,
-                  beat: Beat, keep_on_nodes: bool = False) -> Dict[str, Any]:
+                  beat: Beat, keep_on_nodes: bool = False,
+                  free: Callable[[str], int] = disk_free) -> Dict[str, Any]:
     """Bring every node's outputs listed in ``nodes`` (a source and its listing) into
-    ``run_dir/outputs``, the nodes in parallel; then check every file the ledger or the
-    record names is on the head. Returns the facts; ``problems`` lists what failed, each
-    naming the node and the file (the stage fails on any)."""
+    ``run_dir/outputs``, the nodes in parallel, once the head is found to have room for
+    them (``free``: its free bytes); then check every file the ledger or the record names
+    is on the head. Returns the facts; ``problems`` lists what failed, each naming the node
+    and the file (the stage fails on any)."""
     began = time.monotonic()
     book = ShardBook(run_dir).read()
     recorded = {path: (size, sha) for path, (size, sha, _w) in book.items()}
@@ -155,13 +189,20 @@ def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int
             continue
         jobs.append((source, files))
 
-    def one(n: int) -> NodeResult:  # a node's plan (the head's copies checked), its stream
+    def planned(n: int) -> Tuple[List[Want], NodeResult]:  # the head's copies checked
         source, files = jobs[n]
-        wants, result = plan(top, source.where, files, recorded, cap, beat)
-        return stream(source, top, wants, result, beat, tag=f"c{n}")
+        return plan(top, source.where, files, recorded, cap, beat)
+
+    def one(n: int) -> NodeResult:
+        wants, result = plans[n]
+        return stream(jobs[n][0], top, wants, result, beat, tag=f"c{n}")
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), 16))) as pool:
-        done = list(pool.map(one, range(len(jobs))))
+        plans = list(pool.map(planned, range(len(jobs))))
+        if _room(head, plans, free):
+            done = list(pool.map(one, range(len(jobs))))
+        else:
+            done = [result for _w, result in plans]
     for result in done:
         problems += result.problems
         named |= {f"{OUTPUTS}/{rel}" for rel in result.named}

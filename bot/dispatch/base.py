@@ -50,6 +50,9 @@ class RunHandle:
     pid: int | None = None
     resume: bool = False
     node: dict[str, Any] | None = None  # the manifest's node section, when the caller has it
+    # an explicit fetch (`preflight fetch RUN`): the run's own caps, sized from its pilot
+    # (bot/pilot/fetch_caps.py), give way to the bot host's ceiling
+    ceiling: bool = False
     # what a start needs of the run's manifest, taken once by the service (bot/dispatch/
     # plan.py); None: read from the run directory by ``plan.plan_of`` (a test, a tool)
     plan: LaunchPlan | None = field(default=None, compare=False, repr=False)

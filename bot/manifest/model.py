@@ -245,6 +245,11 @@ class Volume(Section):
                     "them (<workdir>/runs/<run>/outputs/ of each node); the head keeps each "
                     "node's list of them with their SHA-256 (outputs/on_nodes/), in the "
                     "evidence. false: they are collected to the head")
+    collect_max_bytes: Int | None = Field(
+        default=None, ge=1 << 20,
+        description="bytes of outputs one node other than the head may send it in the "
+                    "collect stage; a node past it is named and the stage fails, what came "
+                    "kept (null: 64 GiB)")
     in_flight: Int = Field(default=2, ge=1, le=16,
                            description="batches each worker holds at once (run one after "
                                        "another, so its cards do not wait for the driver)")

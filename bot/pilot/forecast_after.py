@@ -18,6 +18,10 @@ def after_items(inp: ForecastInputs, figures: list[Figure], numbers: dict[str, A
     total = 0.0
     if grown is not None:
         files_v, bytes_v, out_files, out_bytes, basis = grown
+        # the volume's expected evidence copy: what its fetch's caps are sized from
+        # (bot/pilot/fetch_caps.py)
+        numbers["evidence_files"], numbers["evidence_bytes"] = round(files_v), round(bytes_v)
+        numbers["evidence_basis"] = basis
         total += _collection(inp, out_files, out_bytes, figures, numbers)
         total += _evidence(inp, files_v, bytes_v, basis, figures, numbers)
         total += _fetch(inp, files_v, bytes_v, figures, numbers)
@@ -94,8 +98,9 @@ def _fetch(inp: ForecastInputs, files_v: float, bytes_v: float, figures: list[Fi
 def _collection(inp: ForecastInputs, out_files: float, out_bytes: float,
                 figures: list[Figure], numbers: dict[str, Any]) -> float:
     """The outputs the other nodes' workers wrote, collected to the head: their share of
-    the outputs ((nodes − 1) ÷ nodes) at the rates of the pilot's fetch (a node's files
-    sent over the network); none with one node or ``volume.outputs_on_nodes``."""
+    the outputs ((nodes − 1) ÷ nodes) at the rates of a ``collect`` stage the run measured,
+    else (estimated, said so) at those of the pilot's fetch (a node's files sent over the
+    network); none with one node or ``volume.outputs_on_nodes``."""
     nodes = max(1, inp.nodes)
     if nodes < 2:
         return 0.0
@@ -107,9 +112,13 @@ def _collection(inp: ForecastInputs, out_files: float, out_bytes: float,
         return 0.0
     share = (nodes - 1) / nodes
     files_o, bytes_o = out_files * share, out_bytes * share
-    if inp.fetch is not None and inp.fetch[0] > 0:
+    if inp.collect is not None and inp.collect[0] > 0 and inp.collect[1] > 0:
+        total, how = _scaled(inp.collect, files_o, bytes_o)
+        how = how.replace("measured", "the run's own collect stage, measured")
+    elif inp.fetch is not None and inp.fetch[0] > 0:
         total, how = _scaled(inp.fetch, files_o, bytes_o)
-        how = how.replace("measured", "the pilot's own fetch")
+        how = how.replace("measured", "estimated: no collection measured, the pilot's own "
+                                      "fetch")
     else:
         total = bytes_o / UPLOAD_BYTES_PER_S
         how = (f"{bytes_o:,.0f} B ÷ {UPLOAD_BYTES_PER_S / 1e6:g} MB/s (estimated: no fetch "

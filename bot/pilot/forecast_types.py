@@ -78,6 +78,9 @@ class ForecastInputs:
     # SSH pilot; None: not measured); ``outputs_on_nodes``: volume.outputs_on_nodes
     fetch: tuple[float, int, int] | None = None
     outputs_on_nodes: bool = False
+    # A ``collect`` stage the run measured: (seconds, files, bytes it brought to the head);
+    # None: none ran (a pilot on one node), the collection is estimated from the fetch
+    collect: tuple[float, int, int] | None = None
     pilot_refused: int = 0
     pilot_timed_out: int = 0
     item_timeout_s: float | None = None

@@ -18,7 +18,7 @@ from bot.errors import PreflightError
 from bot.manifest.catalog import Catalog, GpuModel, default_catalog
 from bot.manifest.load import LoadedManifest
 from bot.manifest.model import Manifest
-from bot.pilot.fetch_caps import FetchCaps
+from bot.pilot.fetch_caps import FetchCaps, expected_evidence, volume_caps
 
 CENT = Decimal("0.01")
 
@@ -122,9 +122,10 @@ def describe_price(price: str, gpu: str, cards_per_lot: int) -> str:
 
 
 def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None,
-              caps: FetchCaps | None = None) -> Plan:
+              caps: FetchCaps | None = None, forecast: Mapping[str, Any] | None = None) -> Plan:
     """The order summary of a validated manifest; ``caps``: the bot host's fetch caps
-    (its settings), sized here for the pilot and the volume."""
+    (its settings), sized here for the pilot and the volume (``forecast``: the pilot's,
+    for a volume: its bytes cap sized from the expected evidence)."""
     manifest = loaded.manifest
     hardware = manifest.hardware
     gpu = (catalog or default_catalog()).get(hardware.gpu)
@@ -149,17 +150,23 @@ def make_plan(loaded: LoadedManifest, catalog: Catalog | None = None,
         bf16_floor_tflops=gpu.bf16_floor_tflops,
         allreduce_busbw_gbps=dict(gpu.allreduce_busbw_gbps),
         volume=describe_volume(manifest, gpu.key, total_cards),
-        fetch=describe_fetch(manifest, caps or FetchCaps()),
+        fetch=describe_fetch(manifest, caps or FetchCaps(), forecast),
     )
 
 
-def describe_fetch(manifest: Manifest, caps: FetchCaps) -> str:
+def describe_fetch(manifest: Manifest, caps: FetchCaps,
+                   forecast: Mapping[str, Any] | None = None) -> str:
     """The results fetch's caps for the pilot and the volume, in one line ("pilot: up
-    to 1,048 files, 4.00 GiB in all, 2.00 GiB per file; volume: ...")."""
+    to 1,048 files, 4.00 GiB in all, 2.00 GiB per file; volume: ..."). The volume's
+    bytes are sized from the pilot's forecast when there is one; before the pilot, the
+    line says they will be."""
     out = f"pilot: {caps.for_inputs(manifest.inputs.expected_count).words()}"
     if manifest.volume is not None:
-        volume = caps.for_inputs(manifest.volume.inputs.expected_count)
-        out += f"; volume: {volume.words()}"
+        volume, _how = volume_caps(caps, manifest.volume.inputs.expected_count, forecast)
+        sized = expected_evidence(forecast) is not None
+        out += (f"; volume: {volume.words()}"
+                + (" (bytes sized from the pilot's evidence copy)" if sized else
+                   " (at most: its bytes are sized after the pilot, from its evidence copy)"))
     return out
 
 

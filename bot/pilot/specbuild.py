@@ -11,6 +11,7 @@ from typing import Any
 from bot.manifest.catalog import default_catalog
 from bot.manifest.load import LoadedManifest
 from bot.manifest.model import Blender, Inputs, Manifest, VolumeInputs
+from bot.pilot.fetch_caps import sized_bytes
 from bot.pilot.plan import Plan
 from bot.pilot.volume_limits import ITEM_DEFAULT_S, VolumeLimits, volume_limits
 from bot.pilot.volume_nodes import node_count
@@ -66,7 +67,8 @@ def build_spec(loaded: LoadedManifest, plan: Plan, run_id: str, *,
                             require_evidence=m.success.require_evidence),
         results=ResultsSpec(copy_to=paths["results.copy_to"],
                             sample_per_category=m.results.sample_per_category,
-                            sample_chars=m.results.sample_chars),
+                            sample_chars=m.results.sample_chars,
+                            fetch_max_bytes=sized_bytes(forecast) if kind == "volume" else 0),
         training=TrainingSpec(steps=task.steps, resume_steps=task.resume_steps,
                               tolerance=task.tolerance, seed=task.seed),
         preparation=m.preparation,
@@ -180,7 +182,8 @@ def _volume(loaded: LoadedManifest, plan: Plan,
                       prefetch=volume.prefetch,
                       time_limit_s=limits.time_limit_s, limit_adapts=limits.adapts,
                       lease_ends_at=limits.lease_ends_at,
-                      outputs_on_nodes=volume.outputs_on_nodes)
+                      outputs_on_nodes=volume.outputs_on_nodes,
+                      collect_max_bytes=volume.collect_max_bytes or 0)
 
 
 def _calibration(loaded: LoadedManifest, plan: Plan, run_id: str) -> CalibrationSpec | None:

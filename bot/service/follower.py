@@ -30,6 +30,7 @@ from bot.pilot.cards import CARD_STAGES
 from bot.pilot.clock import now_utc
 from bot.pilot.death import runner_death
 from bot.pilot.decisions import end_state
+from bot.pilot.fetch_caps import caps_of
 from bot.pilot.payloads import Balance, Evidence, StoredForecast
 from bot.pilot.states import S
 from bot.pilot.verdict import judge
@@ -306,7 +307,8 @@ class Follower:
                 return None  # nothing to forecast: the item outcomes are not even read
             started = self.store.events_of_type(run.id, "run.started")
             return forecast_for(run, stages, self.store.item_outcomes(run.id),
-                                runner_started=started[-1].ts if started else None)
+                                runner_started=started[-1].ts if started else None,
+                                caps=caps_of(self.settings))
         except Exception:  # a forecast must never cost the run its verdict
             log.exception("forecast of run %s failed", run.id)
             return None

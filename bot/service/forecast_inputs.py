@@ -21,6 +21,7 @@ from bot.manifest.nodes import is_remote_node, node_identity
 from bot.pilot.calibration import calibration_of
 from bot.pilot.cards import healthy_cards as run_healthy_cards
 from bot.pilot.clock import read_time
+from bot.pilot.fetch_caps import FetchCaps, with_fetch_caps
 from bot.pilot.forecast import ForecastInputs, ItemOutcome, Sample, Setup, forecast, plural
 from bot.pilot.record import Run, RunRecord
 from runner.events import Event, list_total
@@ -34,14 +35,15 @@ def forecast_for(run: Run, stages: list[dict[str, Any]],
                  items: list[ItemOutcome], now: datetime | None = None,
                  runner_started: str | None = None,
                  node_cards: tuple[int | None, ...] | None = None,
-                 listing: tuple[int, int | None, int | None, str] | None = None
-                 ) -> dict[str, Any] | None:
+                 listing: tuple[int, int | None, int | None, str] | None = None,
+                 caps: FetchCaps | None = None) -> dict[str, Any] | None:
     """The forecast of a pilot's volume as stored with the run; None when it has no volume.
     ``runner_started``: when the pilot's runner started (its last ``run.started``), for the
     dispatch time it measured; ``node_cards``: each volume node's healthy cards as its card
     proof found them (the forecast again at the volume's dispatch, ``bot.service.proven``);
     ``listing``: (count, bytes, largest, where) of a corpus only the nodes hold, as the head
-    node listed it at that dispatch."""
+    node listed it at that dispatch; ``caps``: the bot host's fetch ceiling, for the
+    volume's fetch caps sized from its expected evidence (``bot.pilot.fetch_caps``)."""
     manifest = run.manifest
     if manifest is None or manifest.volume is None:
         return None
@@ -84,9 +86,10 @@ def forecast_for(run: Run, stages: list[dict[str, Any]],
         evidence=_evidence(stages), pilot_items=len({item.id for item in items}),
         pilot_refused=len({item.id for item in items if item.status == "refused"}),
         pilot_timed_out=_timed_out(stages), item_timeout_s=task.item_timeout_s,
-        fetch=pilot_transfers(run.run_dir)[1],
+        fetch=pilot_transfers(run.run_dir)[1], collect=_collected(stages),
         outputs_on_nodes=manifest.volume.outputs_on_nodes)
-    return forecast(inputs).to_dict()
+    out = forecast(inputs).to_dict()
+    return out if caps is None else with_fetch_caps(out, caps, count)
 
 
 def _timed_out(stages: list[dict[str, Any]]) -> int:
@@ -99,12 +102,24 @@ def _timed_out(stages: list[dict[str, Any]]) -> int:
 
 def _evidence(stages: list[dict[str, Any]]) -> tuple[float, int, int] | None:
     """The pilot's evidence copy: (seconds, files, bytes), when its stage measured them."""
-    row = next((s for s in stages if s.get("stage") == "evidence"), None)
+    return _measured(stages, "evidence")
+
+
+def _collected(stages: list[dict[str, Any]]) -> tuple[float, int, int] | None:
+    """A ``collect`` stage the run passed: (seconds, files, bytes it brought to the head)."""
+    return _measured(stages, "collect")
+
+
+def _measured(stages: list[dict[str, Any]], name: str) -> tuple[float, int, int] | None:
+    """(seconds, files, bytes) of stage ``name`` when it passed and its facts count both
+    (a node's numbers: what is not a whole number is dropped, never trusted)."""
+    row = next((s for s in stages if s.get("stage") == name), None)
     if row is None or row.get("state") != "passed":
         return None
     facts, seconds = row.get("facts") or {}, stage_seconds(row)
     files, size = facts.get("files"), facts.get("bytes")
-    if seconds is None or not isinstance(files, int) or not isinstance(size, int):
+    if seconds is None or not isinstance(files, int) or not isinstance(size, int) \
+            or isinstance(files, bool) or isinstance(size, bool):
         return None
     return seconds, max(0, files), max(0, size)
 
@@ -153,7 +168,7 @@ def _volume_node(node: dict[str, Any], volume: dict[str, Any]) -> dict[str, Any]
 
 # The stages a node's card proof runs (bot/dispatch/card_proof.py) and those after the items.
 PROOF_STAGES = ("prepare", "interpreter", "torch", "device", "compute", "interconnect")
-AFTER_STAGES = ("pilot", "balance", "evidence")
+AFTER_STAGES = ("pilot", "collect", "balance", "evidence")
 
 
 def measured_setup(run: RunRecord, stages: list[dict[str, Any]],

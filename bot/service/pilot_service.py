@@ -139,7 +139,7 @@ class PilotService:
             self.precheck(loaded)
         m = loaded.manifest
         refuse_evidence_place(loaded, self.settings)  # never a run directory (issue 32)
-        plan = make_plan(loaded, caps=caps_of(self.settings))
+        plan = make_plan(loaded, caps=caps_of(self.settings), forecast=forecast)
         ids = expected_inputs(loaded, inputs)
         with self._lock:
             attempt, run_id, run_dir = new_run_dir(self.store, loaded, kind,

@@ -50,8 +50,9 @@ def fetch_again(store: Store, dispatcher: Dispatcher, publisher: Publisher,
         claimed = Evidence.from_event(claims[-1].data) if claims else None
         error: PreflightError | None = None
         try:
-            evidence = settle_evidence(record, claimed,
-                                       dispatcher.fetch_results(handle_for(record)))
+            # asked for by a person: the bot host's ceiling, not the run's sized caps
+            evidence = settle_evidence(record, claimed, dispatcher.fetch_results(
+                replace(handle_for(record), ceiling=True)))
         except PreflightError as exc:
             error = exc
             evidence = {**(settle_evidence(record, claimed, None) or {}), "verified": False,

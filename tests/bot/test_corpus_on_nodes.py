@@ -191,3 +191,31 @@ def test_outputs_on_nodes_reaches_the_volumes_spec(tmp_path: Path) -> None:
 
     assert volume_spec("").outputs_on_nodes is False  # collected to the head
     assert volume_spec("  outputs_on_nodes: true\n").outputs_on_nodes is True
+
+
+def test_collect_max_bytes_reaches_the_volumes_spec_and_a_tiny_one_is_refused(
+        tmp_path: Path) -> None:
+    from bot.errors import ManifestError
+    from bot.manifest.load import load_manifest_file
+    from bot.pilot.plan import make_plan
+    from bot.pilot.specbuild import build_spec
+    from runner.spec import RunSpec
+    from runner.volume_collect import DEFAULT_CAP
+    from tests.bot.fakes import write_manifest
+
+    def manifest(extra: str) -> Any:
+        return load_manifest_file(write_manifest(
+            tmp_path, extra="volume:\n  inputs: {dir: data/pilote, expected_count: 4}\n"
+                            + extra))
+
+    def volume_spec(extra: str) -> Any:
+        loaded = manifest(extra)
+        spec = build_spec(loaded, make_plan(loaded), "v1",
+                          inputs=loaded.manifest.volume.inputs, kind="volume")
+        return RunSpec.from_dict(spec.to_dict()).volume
+
+    assert volume_spec("").collect_max_bytes == 0  # the runner's default, 64 GiB
+    assert DEFAULT_CAP == 64 << 30
+    assert volume_spec(f"  collect_max_bytes: {8 << 30}\n").collect_max_bytes == 8 << 30
+    with pytest.raises(ManifestError, match="volume.collect_max_bytes"):
+        manifest("  collect_max_bytes: 1000\n")

@@ -96,6 +96,8 @@ def test_evidence_fetch_and_collection_scale_the_pilots_own_rates() -> None:
     assert "the pilot's own fetch: 20 files, 2,000,000 B in 2 s" in fc.figure("fetch").formula
     assert "the outputs of the 1 other node (1 ÷ 2 of them)" in \
         fc.figure("collection").formula
+    assert "estimated: no collection measured, the pilot's own fetch" in \
+        fc.figure("collection").formula
     assert "after the items (collection, evidence, fetch)" in fc.figure("wall").formula
     assert n["mid_s"] == pytest.approx(n["setup_s"] + n["proc_mid_s"] + n["after_s"],
                                        abs=1e-2)
@@ -145,3 +147,32 @@ def test_a_sample_drawn_on_the_bot_host_is_said_in_the_calibration_figure() -> N
         "pilot's node" in fc.figure("calibration").formula
     bad = calibration_of([{**row, "facts": {**row["facts"], "drawn_on": ["x"]}}])
     assert bad is not None and bad.drawn_on is None
+
+
+def test_a_measured_collect_stage_sets_the_collections_rate_and_is_no_setup() -> None:
+    # the run's own collect stage: 40 files, 8 MB in 4 s (0.1 s a file, 0.5 s/MB)
+    c = replace(cal(), output_files=128, output_bytes=1_280_000)
+    fc = forecast(inputs(calibration=c, nodes=2, rented_cards=2, lots=2, pilot_items=12,
+                         evidence=(0.5, 10, 1_000_000), fetch=(2.0, 20, 2_000_000),
+                         collect=(4.0, 40, 8_000_000), setup=ssh()))
+    assert fc.numbers["collection_s"] == pytest.approx(max(5_000 * 0.1, 50_000_000 * 5e-7),
+                                                       abs=1e-3)
+    formula = fc.figure("collection").formula
+    assert "the run's own collect stage, measured: 40 files, 8,000,000 B in 4 s" in formula
+    assert "estimated" not in formula
+
+
+def test_the_collect_stages_seconds_and_sizes_are_read_from_its_row() -> None:
+    from bot.service.forecast_inputs import _collected, measured_setup
+    from tests.bot.runs import run_of
+
+    row = {"stage": "collect", "state": "passed", "started_at": "2026-01-01T00:00:00Z",
+           "ended_at": "2026-01-01T00:00:06Z", "facts": {"files": 3, "bytes": 900}}
+    proof = {"stage": "device", "state": "passed", "started_at": "2026-01-01T00:00:00Z",
+             "ended_at": "2026-01-01T00:00:02Z", "facts": {}}
+    assert _collected([proof, row]) == (6.0, 3, 900)
+    assert _collected([{**row, "state": "failed"}]) is None
+    assert _collected([{**row, "facts": {"files": "3", "bytes": True}}]) is None
+    # the collection runs after the items: not part of the setup the pilot measured
+    setup = measured_setup(run_of(id="r-c1", name="demo", attempt=1), [proof, row], None, {})
+    assert setup.diagnostics_s == 2.0

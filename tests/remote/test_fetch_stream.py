@@ -21,6 +21,7 @@ from bot.errors import DispatchError, NodeUnreachable
 from bot.node_programs.fetch_stream import HELD
 from bot.nodes.ssh.dispatcher import SSHDispatcher
 from bot.nodes.ssh.fetch import FetchLimits
+from bot.service.forecast_inputs import pilot_transfers
 from runner.evidence import copy_evidence
 from tests.remote.sshd_server import Sshd
 from tests.runner.test_evidence_shards import make_run
@@ -126,6 +127,12 @@ def test_a_fetch_brings_the_evidence_copy_only_in_one_stream(setup: Any) -> None
     # the balance the thread uploads: the verified copy's own file, linked
     assert (handle.run_dir / "balance.csv").stat().st_ino == (home / "balance.csv").stat().st_ino
     assert not any(p.name.startswith(".fetch") for p in home.parent.iterdir())
+    # what the stream carried, in remote.json: the forecast's fetch rate (issue 36)
+    files = sum(1 for p in node_copy.rglob("*") if p.is_file())
+    fetched = json.loads((handle.run_dir / "remote.json").read_text())["fetched"]
+    assert (fetched["files"], fetched["bytes"]) == (files, copy_bytes)
+    _sent, measured = pilot_transfers(handle.run_dir)
+    assert measured is not None and measured[0] > 0 and measured[1:] == (files, copy_bytes)
 
 
 def test_a_cut_stream_resumes_and_does_not_send_what_verifies_again(setup: Any) -> None:
@@ -146,6 +153,9 @@ def test_a_cut_stream_resumes_and_does_not_send_what_verifies_again(setup: Any) 
                if rel != "SHA256SUMS" and tree(node_copy).get(rel) == kept[rel])
     assert held >= total // 3
     assert resent <= total - held + 64 * 1024, (resent, total, held)
+    # the measure is the complete try's: the files it sent, not those the cut one left
+    fetched = json.loads((handle.run_dir / "remote.json").read_text())["fetched"]
+    assert fetched["bytes"] <= total - held and fetched["files"] < len(tree(node_copy))
 
 
 def test_a_shard_that_differs_from_its_line_is_refused_by_name(setup: Any) -> None:
@@ -181,6 +191,25 @@ def test_a_member_over_a_cap_is_stopped_at_its_header_and_named(setup: Any) -> N
     assert sorted(p.name for p in home.iterdir()) == []  # nothing placed, no staging left
     d.fetch_limits = FetchLimits()
     assert d.fetch_results(handle) is not None
+
+
+def test_a_volume_past_its_own_sized_cap_is_stopped_and_an_explicit_fetch_uses_the_ceiling(
+        setup: Any) -> None:
+    from dataclasses import replace
+
+    d, handle, node_copy = setup
+    total = sum(p.stat().st_size for p in node_copy.rglob("*") if p.is_file())
+    handle.spec_path.write_text(json.dumps(  # the cap the bot sized from its pilot
+        {"inputs": {"expected_count": 60}, "results": {"fetch_max_bytes": total // 2}}))
+    with pytest.raises(DispatchError) as over:
+        d.fetch_results(handle)
+    said = str(over.value)
+    assert "larger than its pilot foretold" in said
+    assert f"over this run's cap of {total // 2} bytes" in said
+    assert "`preflight fetch RUN` brings it back" in said
+    assert sorted((handle.run_dir.parent.parent / "evidence").iterdir()) == []
+    home = d.fetch_results(replace(handle, ceiling=True))  # a person asked: the ceiling
+    assert home is not None and tree(home) == tree(node_copy)
 
 
 @pytest.mark.parametrize("make,what", [

@@ -25,7 +25,7 @@ from runner.evidence import copy_evidence
 from runner.ledger import Ledger, Row, ledger_path
 from runner.outputs import ShardWriter, read_output
 from runner.spec import NODE_RUN_DIR_ENV
-from runner.volume_collect import BOOK, NodeOutputs, ShardBook, collect_nodes
+from runner.volume_collect import BOOK, DISK_RESERVE, NodeOutputs, ShardBook, collect_nodes
 from runner.volume_stream import CHUNK, Piece
 
 
@@ -197,6 +197,39 @@ def test_a_node_over_its_cap_is_named_and_the_rest_kept(
     assert f"at {big[2]}: 2 file(s) from there on left on the node" in cut
     assert [(head / b).exists() for b in big] == [True, True, False, False]
     assert (head / small[0]).exists()  # the other node's, kept
+
+
+def test_a_head_without_room_for_the_nodes_outputs_collects_nothing_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head, n1, n2 = dirs(tmp_path, "head", "n1", "n2")
+    first = shards(head, n1, "a1-w1", 2)
+    second = shards(head, n2, "a1-w2", 1)
+    sizes = [sum((n / s).stat().st_size for s in got)
+             for n, got in ((n1, first), (n2, second))]
+    asked: list[str] = []
+
+    def free(path: str) -> int:  # the head's file system: a little short of room
+        asked.append(path)
+        return sum(sizes) + DISK_RESERVE - 1
+
+    nodes = [node(monkeypatch, n1), node(monkeypatch, n2)]
+    facts = collect_nodes(str(head), nodes, cap=1 << 30, beat=beat, free=free)
+    assert asked == [os.path.realpath(head)]
+    room = f"{sum(sizes) + DISK_RESERVE - 1:,} bytes free for the {sum(sizes):,} bytes"
+    assert facts["problems"] == [  # each node named once, not again as missing
+        f"node-n1: {sizes[0]:,} bytes of outputs to collect (2 file(s)), but the head's run "
+        f"directory {os.path.realpath(head)} has {room} of every node (+ {DISK_RESERVE:,} "
+        "kept free): nothing collected",
+        f"node-n2: {sizes[1]:,} bytes of outputs to collect (1 file(s)), but the head's run "
+        f"directory {os.path.realpath(head)} has {room} of every node (+ {DISK_RESERVE:,} "
+        "kept free): nothing collected"]
+    assert facts["files"] == 0 and not (head / "outputs" / "shards").exists()
+    assert all(source.sent == [] for source, _l in nodes)  # not a byte asked of a node
+    # room made: the same collection (a resume's) brings everything
+    facts = collect_nodes(str(head), nodes, cap=1 << 30, beat=beat,
+                          free=lambda _p: sum(sizes) + DISK_RESERVE)
+    assert facts["problems"] == [] and facts["files"] == 3
+    assert all((head / s).exists() for s in first + second)
 
 
 def test_the_nodes_stream_at_the_same_time(tmp_path: Path,

@@ -39,6 +39,7 @@ import logging
 import os
 import posixpath
 import tarfile
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,14 @@ from bot.dispatch.upload import Backoff, SSHNode, verify_fetched
 from bot.errors import DispatchError, NodeUnreachable
 from bot.node_programs import fetch_command
 from bot.node_programs.fetch_stream import MISSING, SOCKET
-from bot.nodes.ssh.fetch_staging import Budget, FetchLimits, held_files, link_records, prune
+from bot.nodes.ssh.fetch_staging import (
+    Budget,
+    FetchLimits,
+    held_files,
+    link_records,
+    prune,
+    record_fetched,
+)
 from bot.nodes.ssh.tar_reader import Member, TarReader, TarStreamError
 from bot.nodes.ssh.transfer import current_meter
 from runner.evidence import SUMS, parse_sums
@@ -102,6 +110,7 @@ class FetchJob:
     skip: tuple[str, ...]  # top-level names the node leaves out
     evidence: bool  # an evidence copy: every file is checked against its SHA256SUMS
     inputs: int = 0  # the run's expected inputs: its caps are sized for them (0: unknown)
+    max_bytes: int = 0  # the run's own bytes cap, sized by the bot in its spec (0: none)
 
     def shown(self, rel: str) -> str:
         return f"evidence copy {self.src}/{rel}" if self.evidence else rel
@@ -109,23 +118,31 @@ class FetchJob:
 
 def job_of(handle: RunHandle, layout: dict[str, Any]) -> FetchJob:
     evidence = layout.get("evidence") or {}
-    inputs = _expected_inputs(handle)
+    inputs, max_bytes = _sized_for(handle)
+    max_bytes = 0 if handle.ceiling else max_bytes
     if evidence.get("local") and evidence.get("remote"):
         return FetchJob(handle.run_id, f"{evidence['remote']}/{handle.run_id}",
                         Path(evidence["local"]), handle.run_id,
-                        f"{STAGING}-{handle.run_id}", (), True, inputs)
+                        f"{STAGING}-{handle.run_id}", (), True, inputs, max_bytes)
     return FetchJob(handle.run_id, layout["run_dir"], handle.run_dir, None, STAGING,
-                    tuple(sorted(BOT_RECORDS)), False, inputs)
+                    tuple(sorted(BOT_RECORDS)), False, inputs, max_bytes)
 
 
-def _expected_inputs(handle: RunHandle) -> int:
-    """The run's expected inputs, from the spec the bot wrote (0 when it cannot tell)."""
+def _sized_for(handle: RunHandle) -> tuple[int, int]:
+    """The run's expected inputs and its own bytes cap, from the spec the bot wrote (0
+    where it cannot tell)."""
     try:
         spec = json.loads(handle.spec_path.read_text(encoding="utf-8"))
-        count = spec["inputs"]["expected_count"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0
-    return count if isinstance(count, int) and count > 0 else 0
+    except (OSError, ValueError):
+        return 0, 0
+    return (_count(spec, "inputs", "expected_count"),
+            _count(spec, "results", "fetch_max_bytes"))
+
+
+def _count(spec: Any, section: str, key: str) -> int:
+    value = spec.get(section, {}).get(key) \
+        if isinstance(spec, dict) and isinstance(spec.get(section), dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 async def fetch_results(dispatcher: SSHDispatcher, handle: RunHandle, node: SSHNode,
@@ -140,11 +157,12 @@ async def fetch_results(dispatcher: SSHDispatcher, handle: RunHandle, node: SSHN
     if home is not None:
         refuse_evidence_home(handle, home, dispatcher.keep_out)
     try:
-        await _fetch(dispatcher, job, node)
+        measured = await _fetch(dispatcher, job, node)
     except FolderMissing:
         if not job.evidence:
             raise
-        await _fetch(dispatcher, job_of(handle, {**layout, "evidence": {}}), node)
+        measured = await _fetch(dispatcher, job_of(handle, {**layout, "evidence": {}}), node)
+    record_fetched(handle.run_dir, measured)
     if home is None:
         return None
     verify_fetched(handle, home)
@@ -152,24 +170,31 @@ async def fetch_results(dispatcher: SSHDispatcher, handle: RunHandle, node: SSHN
     return home
 
 
-async def _fetch(dispatcher: SSHDispatcher, job: FetchJob, node: SSHNode) -> None:
-    """``dispatcher.attempts`` tries, with its backoff between them."""
+async def _fetch(dispatcher: SSHDispatcher, job: FetchJob, node: SSHNode
+                 ) -> tuple[float, int, int]:
+    """``dispatcher.attempts`` tries, with its backoff between them; the complete try's
+    (seconds, files, bytes) its stream carried."""
     for attempt in range(dispatcher.attempts):
         try:
-            await dispatcher.guarded(node, lambda conn: _try(dispatcher, conn, job, node))
-            return
+            return await dispatcher.guarded(node,
+                                            lambda conn: _try(dispatcher, conn, job, node))
         except NodeUnreachable as exc:
             if attempt + 1 == dispatcher.attempts:
                 raise NodeUnreachable(f"cannot fetch the results of {job.run_id} after "
                                       f"{dispatcher.attempts} tries (what arrived is kept "
                                       f"for the next fetch): {exc}") from exc
             await asyncio.sleep(dispatcher.backoff.delay(attempt))
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
-async def _try(dispatcher: SSHDispatcher, conn: Any, job: FetchJob, node: SSHNode) -> None:
+async def _try(dispatcher: SSHDispatcher, conn: Any, job: FetchJob, node: SSHNode
+               ) -> tuple[float, int, int]:
     """One try: the stream read into the kept staging folder; complete, it replaces what
-    the bot host had. A cut keeps the staging folder; a refusal removes it."""
-    budget = Budget(job.run_id, dispatcher.fetch_limits.for_inputs(job.inputs),
+    the bot host had, and returns the seconds, files and bytes its stream carried (the
+    files a cut try left held aside). A cut keeps the staging folder; a refusal removes it."""
+    began = time.monotonic()
+    budget = Budget(job.run_id,
+                    dispatcher.fetch_limits.for_inputs(job.inputs).under(job.max_bytes),
                     current_meter())
     if budget.meter is not None:
         budget.meter.start()  # its bytes are learnt as the members arrive
@@ -185,6 +210,7 @@ async def _try(dispatcher: SSHDispatcher, conn: Any, job: FetchJob, node: SSHNod
             for name in sorted(os.listdir(staging.path)):
                 staging.replace_into(name, dest, name)
         dest.remove(job.staging)
+        return time.monotonic() - began, budget.sent_files, budget.sent_bytes
     except DispatchError:
         _drop_staging(dest, job.staging)
         raise

@@ -11,12 +11,14 @@ host had (``bot/nodes/ssh/fetch.py``).
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from bot.dispatch.host_tree import HostDir
+from bot.dispatch.upload import write_layout
 from bot.errors import DispatchError
 from bot.nodes.ssh.transfer import Meter
 from bot.pilot.fetch_caps import FetchCaps
@@ -30,6 +32,7 @@ FetchLimits = FetchCaps
 # The records of the run directory the bot reads once the run has ended that the evidence
 # copy holds: linked (or copied) from the fetched copy on the bot host, never fetched twice.
 RUN_RECORDS = ("balance.csv", "balance.json")
+LAYOUT_FILE = "remote.json"  # the SSH dispatch's record of the run (bot/dispatch/upload.py)
 log = logging.getLogger(__name__)
 
 
@@ -63,6 +66,7 @@ class Budget:
     def __init__(self, run_id: str, limits: FetchLimits, meter: Meter | None = None) -> None:
         self.run_id, self.limits, self.meter = run_id, limits, meter
         self.total = self.files = 0
+        self.sent_files = self.sent_bytes = 0  # what this try's stream carried (held aside)
 
     def file(self, rel: str, size: int, *, held: bool = False) -> None:
         """A file the node announces, ``size`` bytes: refused before a byte is read when
@@ -75,12 +79,22 @@ class Budget:
             raise self._over(rel, f"{size} bytes, over the cap of {self.limits.file_bytes} "
                                   "bytes per file", "PREFLIGHT_FETCH_MAX_FILE_BYTES")
         if self.total + size > self.limits.total_bytes:
+            if self.limits.sized:
+                raise DispatchError(
+                    f"run {self.run_id}: the results on the node are larger than its pilot "
+                    f"foretold: {rel!r}: it would bring the fetch to {self.total + size} "
+                    f"bytes, over this run's cap of {self.limits.total_bytes} bytes (sized "
+                    "from its pilot's evidence copy); the fetch is stopped there and nothing "
+                    "was replaced. Look at why, then `preflight fetch RUN` brings it back "
+                    "under the bot host's PREFLIGHT_FETCH_MAX_BYTES")
             raise self._over(rel, f"it would bring the fetch to {self.total + size} bytes, "
                                   f"over the cap of {self.limits.total_bytes} bytes",
                              "PREFLIGHT_FETCH_MAX_BYTES")
         if held:
             self.total += size
-        elif self.meter is not None:
+            return
+        self.sent_files += 1
+        if self.meter is not None:
             self.meter.expect(size, files=1)  # the fetch's ceiling grows with both
 
     def add(self, rel: str, done: int, more: int, size: int) -> None:
@@ -90,6 +104,7 @@ class Budget:
             raise self._over(rel, f"more than the {size} bytes its header announced",
                              "PREFLIGHT_FETCH_MAX_BYTES")
         self.total += more
+        self.sent_bytes += more
         if self.meter is not None:
             self.meter.moved(more)
 
@@ -98,6 +113,24 @@ class Budget:
             f"run {self.run_id}: the results on the node are too large: {rel!r}: {why}; the "
             f"fetch is stopped there and nothing was replaced (raise {setting} on the bot "
             "host, or leave less in the evidence copy)")
+
+
+def record_fetched(run_dir: Path, measured: tuple[float, int, int]) -> None:
+    """What the complete try's stream carried, in the run's ``remote.json`` (``fetched``:
+    ``{"seconds", "files", "bytes"}``): the forecast of a volume scales its fetch from it
+    (``bot/service/forecast_inputs.py``). A try that sent nothing (all held) measured no
+    rate: the record is left as it was. Best effort: the fetch itself has succeeded."""
+    seconds, files, size = measured
+    if files < 1:
+        return
+    path = run_dir / LAYOUT_FILE
+    try:
+        layout = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(layout, dict):
+            write_layout(path, {**layout, "fetched": {
+                "seconds": round(seconds, 3), "files": files, "bytes": size}})
+    except (OSError, ValueError) as exc:
+        log.warning("%s: the fetch's measure not recorded: %s", path, exc)
 
 
 def link_records(run_id: str, home: Path, run_dir: Path) -> None:
