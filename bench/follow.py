@@ -153,7 +153,8 @@ def recheck_seconds(service: Any, run_id: str) -> float:
     """CPU seconds of the bot's re-check of this run's balance (median of 3): what
     finishing a run costs per item, timed here on the database the follower wrote."""
     run = service.store.run(run_id)  # the typed record the follower reads
-    balance = service.follower._recorded(service.store.run_record(run_id), "balance")  # the runner's balance event
+    record = service.store.run_record(run_id)
+    balance = service.follower._recorded(record, "balance")  # the runner's balance event
     times = []
     for _ in range(3):
         start = time.process_time()
