@@ -55,7 +55,7 @@ class FetchCaps:
         they are."""
         if expected is None or expected < 0:
             return self
-        return self.under(max(BYTES_FLOOR, math.ceil(expected * HEADROOM)))
+        return self.under(_sized(expected))
 
     def under(self, total_bytes: int) -> FetchCaps:
         """These caps, the bytes in all no more than ``total_bytes`` (a run's own sized
@@ -67,6 +67,12 @@ class FetchCaps:
     def words(self) -> str:
         return (f"up to {self.files:,} files, {_gib(self.total_bytes)} in all, "
                 f"{_gib(self.file_bytes)} per file")
+
+
+def _sized(expected: float) -> int:
+    """A bytes cap for an evidence copy of ``expected`` bytes: × ``HEADROOM``, at least
+    ``BYTES_FLOOR`` (the one rule behind ``FetchCaps.for_bytes`` and ``sized_bytes``)."""
+    return max(BYTES_FLOOR, math.ceil(expected * HEADROOM))
 
 
 def _gib(n: float) -> str:
@@ -95,9 +101,7 @@ def sized_bytes(forecast: Mapping[str, Any] | None) -> int:
     ``HEADROOM``, at least ``BYTES_FLOOR``), written in its spec for its fetch, which
     holds it under the bot host's ceiling; 0: nothing to size it from."""
     expected = expected_evidence(forecast)
-    if expected is None:
-        return 0
-    return max(BYTES_FLOOR, math.ceil(expected[1] * HEADROOM))
+    return 0 if expected is None else _sized(expected[1])
 
 
 def volume_caps(ceiling: FetchCaps, inputs: int,
