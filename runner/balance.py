@@ -82,6 +82,10 @@ class Balance:
         }
 
 
+MISSING_LOST = ("its output was lost with the node that wrote it, so the ledger forgot it "
+                "(lost_outputs.jsonl): `preflight resume RUN` runs it again")
+
+
 class Tally:
     """The per-id rules, fed one expected id at a time (the balance of a large run is
     computed while streaming the ledger, without holding every result in memory).
@@ -92,8 +96,9 @@ class Tally:
     """
 
     def __init__(self, expected_refusals: Iterable[str], categories: Sequence[str],
-                 *, keep_rows: bool = True) -> None:
+                 *, keep_rows: bool = True, forgotten: Optional[Set[str]] = None) -> None:
         self.refusals = set(expected_refusals)
+        self.forgotten = forgotten or set()  # ids whose output was lost with its node
         self.allowed = list(categories)
         self.keep_rows = keep_rows
         self.accepted = 0
@@ -109,7 +114,8 @@ class Tally:
         (status, category, reason)), None when it never came."""
         self.expected += 1
         if res is None:
-            self.problems.append(Problem("missing", iid, "never returned (silent disappearance)"))
+            self.problems.append(Problem("missing", iid, MISSING_LOST if iid in self.forgotten
+                                         else "never returned (silent disappearance)"))
             return
         if not isinstance(res, tuple):
             res = (res.get("status"), res.get("category"), res.get("reason"))

@@ -8,7 +8,9 @@ are written in one transaction each; the database runs in WAL mode with
 lose the last batches, which resume then redoes, but never corrupts the file).
 
 Anomalies (ids a handler invented or returned twice, malformed results) are kept in their
-own table, so nothing the application said is silently dropped.
+own table, so nothing the application said is silently dropped. A row whose output was lost
+with its node before it was collected is moved to ``forgotten`` (``forget_outputs``): the
+input is no longer done, so a resume runs it again, and the row it had is kept there.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Set
 
 from runner.errors import RunnerError
 
@@ -38,6 +40,15 @@ CREATE TABLE IF NOT EXISTS anomalies (
     attempt INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS forgotten (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL,
+    category TEXT,
+    output TEXT NOT NULL,
+    why TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
 """
 
 
@@ -210,6 +221,39 @@ class Ledger:
         """Results that arrived for items already recorded, over every attempt."""
         row = self._conn.execute("SELECT value FROM meta WHERE key='re_executed'").fetchone()
         return int(row[0]) if row else 0
+
+    def forget_outputs(self, lost_file: Callable[[str], Optional[str]],
+                       why: Mapping[str, str]) -> Dict[str, int]:
+        """Forget the accepted rows whose output is in a lost file: ``lost_file(output)``
+        names that file (or None for an output that is not lost). Each such row moves to
+        ``forgotten`` with ``why[file]`` in one transaction, so a resume runs its input
+        again. Returns the rows forgotten per file (a file no row names is absent)."""
+        per_file: Dict[str, int] = {}
+        with self._tx():
+            lost: List[Any] = []
+            for iid, category, output in self._conn.execute(
+                    "SELECT id, category, output FROM items "
+                    "WHERE status = 'accepted' AND output IS NOT NULL"):
+                name = lost_file(output)
+                if name is not None:
+                    lost.append((iid, category, output, why.get(name, "output lost"),
+                                 self.attempt))
+                    per_file[name] = per_file.get(name, 0) + 1
+            self._conn.executemany(
+                "INSERT INTO forgotten(id, category, output, why, attempt) "
+                "VALUES (?, ?, ?, ?, ?)", lost)
+            self._conn.executemany("DELETE FROM items WHERE id = ?", [(r[0],) for r in lost])
+        return per_file
+
+    def forgotten(self) -> int:
+        """Rows forgotten because their output was lost, over every attempt (an input
+        forgotten twice counts twice)."""
+        return int(self._conn.execute("SELECT count(*) FROM forgotten").fetchone()[0])
+
+    def forgotten_ids(self) -> Set[str]:
+        """The ids forgotten and not recorded again since (a resume has not run them yet)."""
+        return {r[0] for r in self._conn.execute(
+            "SELECT DISTINCT id FROM forgotten WHERE id NOT IN (SELECT id FROM items)")}
 
     def _first_existing(self, ids: Sequence[str]) -> Optional[str]:
         """The id that broke uniqueness: repeated in the batch or already committed."""

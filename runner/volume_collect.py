@@ -20,8 +20,11 @@ naming each node, the bytes it needs and the bytes free, and nothing is collecte
 The stage fails, naming the node and the file, when a shard differs from its record, a
 node passes its cap (``volume.collect_max_bytes``), a node does not answer, or a file the
 ledger or the record names is on no node; what was collected stays, and ``preflight
-resume RUN`` collects the rest. With ``volume.outputs_on_nodes`` the files stay on their
-nodes and only each node's listing is written on the head.
+resume RUN`` collects the rest. A file on no node of a cluster whose every node answered,
+and not on the head as recorded, was lost with its node: its inputs are forgotten by the
+ledger and a resume runs them again (``runner/volume_lost.py``). With
+``volume.outputs_on_nodes`` the files stay on their nodes and only each node's listing is
+written on the head.
 """
 
 from __future__ import annotations
@@ -158,12 +161,16 @@ def _room(head: str, plans: List[Tuple[List[Want], NodeResult]],
 
 def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int,
                   beat: Beat, keep_on_nodes: bool = False,
-                  free: Callable[[str], int] = disk_free) -> Dict[str, Any]:
+                  free: Callable[[str], int] = disk_free,
+                  every_node_answered: bool = True) -> Dict[str, Any]:
     """Bring every node's outputs listed in ``nodes`` (a source and its listing) into
     ``run_dir/outputs``, the nodes in parallel, once the head is found to have room for
     them (``free``: its free bytes); then check every file the ledger or the record names
-    is on the head. Returns the facts; ``problems`` lists what failed, each naming the node
-    and the file (the stage fails on any)."""
+    is on the head. A file on no node (``every_node_answered``: the cluster's every node
+    gave its listing) and not on the head as recorded is lost: its inputs are forgotten
+    (``runner/volume_lost.py``), one problem says how many. Returns the facts;
+    ``problems`` lists what failed, each naming the node and the file (the stage fails on
+    any)."""
     began = time.monotonic()
     book = ShardBook(run_dir).read()
     recorded = {path: (size, sha) for path, (size, sha, _w) in book.items()}
@@ -207,30 +214,57 @@ def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int
         problems += result.problems
         named |= {f"{OUTPUTS}/{rel}" for rel in result.named}
     verified = {f"{OUTPUTS}/{rel}" for r in done for rel in r.verified}
-    for path, why in _missing(run_dir, head, book, listed | verified, verified, beat):
-        if path not in named:
+    lost: Dict[str, str] = {}
+    for path, why, nowhere in _missing(run_dir, head, book, listed | verified, verified, beat):
+        if path in named:
+            continue
+        if nowhere and every_node_answered:
+            lost[path] = why
+        else:
             problems.append(why)
+    forgotten = _forget(run_dir, lost, problems)
     facts: Dict[str, Any] = {
         "nodes": len(nodes), "files": sum(r.files for r in done),
         "bytes": sum(r.bytes for r in done),
         "present_files": sum(r.present_files for r in done),
         "present_bytes": sum(r.present_bytes for r in done),
         "recorded_shards": len(book), "cap_bytes": cap,
+        "lost_files": len(lost), "forgotten_inputs": forgotten,
         "seconds": round(time.monotonic() - began, 3),
         "per_node": [r.facts() for r in done][:PROBLEMS_SHOWN],
         "problems": problems[:PROBLEMS_SHOWN], "problems_total": len(problems)}
     return facts
 
 
+def _forget(run_dir: str, lost: Dict[str, str], problems: List[str]) -> int:
+    """The inputs whose outputs are in ``lost`` forgotten (``runner/volume_lost.py``), said
+    in one problem; returns how many."""
+    if not lost:
+        return 0
+    from runner.volume_lost import LOST_LOG, forget_lost
+
+    per_file = forget_lost(run_dir, lost, os.path.join(run_dir, BOOK))
+    count = sum(per_file.values())
+    if count:
+        first = min(per_file)
+        more = f" and {len(per_file) - 1:,} more" if len(per_file) > 1 else ""
+        problems.append(
+            f"{count:,} input(s) forgotten by the ledger, their outputs lost with the node "
+            f"that wrote them: {lost[first]}{more} ({LOST_LOG}); `preflight resume RUN` "
+            f"runs them again on the nodes left")
+    return count
+
+
 def _missing(run_dir: str, head: str, book: Dict[str, Tuple[int, str, str]],
-             listed: Set[str], verified: Set[str], beat: Beat) -> List[Tuple[str, str]]:
+             listed: Set[str], verified: Set[str],
+             beat: Beat) -> List[Tuple[str, str, bool]]:
     """The files the record or the ledger names that the head lacks (a shard: or holds
-    with other content than recorded), ``verified`` ones aside: (path, why)."""
+    with other content than recorded), ``verified`` ones aside: (path, why, on no node)."""
     expected: Dict[str, str] = {path: f"written by worker {w}"
                                 for path, (_s, _h, w) in book.items()}
     for path in _ledger_files(run_dir):
         expected.setdefault(path, "named by the ledger")
-    out: List[Tuple[str, str]] = []
+    out: List[Tuple[str, str, bool]] = []
     for n, (path, whence) in enumerate(sorted(expected.items())):
         if path in verified:
             continue
@@ -248,7 +282,7 @@ def _missing(run_dir: str, head: str, book: Dict[str, Tuple[int, str, str]],
             "on no node of the cluster"
         state = "differs from its record on the head" if os.path.lexists(full) else \
             "missing on the head"
-        out.append((path, f"{path} ({whence}): {state}, {where}"))
+        out.append((path, f"{path} ({whence}): {state}, {where}", path not in listed))
     return out
 
 
@@ -289,7 +323,8 @@ def collect(ctx: StageContext) -> Dict[str, Any]:
         nodes, problems = _node_sources(ray, ctx.run_dir, actors)
         cap = int(vspec.collect_max_bytes or DEFAULT_CAP)
         facts = collect_nodes(ctx.run_dir, nodes, cap=cap, beat=ctx.beat,
-                              keep_on_nodes=bool(vspec.outputs_on_nodes))
+                              keep_on_nodes=bool(vspec.outputs_on_nodes),
+                              every_node_answered=not problems)
     finally:
         volume_ray.stop(ray, actors, ctx.run_dir)
     problems += facts.get("problems") or []

@@ -46,6 +46,8 @@ def judge(run: Run, stages: list[dict[str, Any]],
         unexpected = _unexpected_refusals(balance)
         if unexpected is not None:
             checks.append(unexpected)
+        checks += [{"ok": True, "warn": True, "text": w.detail}  # run again after a lost node
+                   for w in balance.warnings if w.kind == "outputs_lost"][:1]
     evidence = run.evidence
     if evidence and evidence.fetch_error:
         # the results stayed on the node: what the events said is kept, but not taken as

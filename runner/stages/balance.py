@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from runner.balance import Balance, Problem, Tally, compute_balance
 from runner.files import atomic_open, write_json_atomic
@@ -38,9 +38,16 @@ def balance(ctx: StageContext) -> Dict[str, Any]:
     csv_path = os.path.join(ctx.run_dir, "balance.csv")
     try:
         with atomic_open(csv_path) as fh:
-            bal, sample, rows = _stream_balance(spec, items, ledger.rows(), fh)
+            bal, sample, rows = _stream_balance(spec, items, ledger.rows(), fh,
+                                                ledger.forgotten_ids())
         for a in ledger.anomalies():
             bal.problems.append(Problem(a.kind, a.id, a.detail))
+        forgotten = ledger.forgotten()
+        if forgotten:  # their inputs are missing until a resume runs them again
+            bal.warnings.insert(0, Problem("outputs_lost", None, (  # first: never capped off
+                f"{forgotten:,} ledger row(s) forgotten because their outputs were lost with "
+                f"the node that wrote them (lost_outputs.jsonl; the ledger's forgotten "
+                f"table): their inputs are run again by a resume")))
     except LedgerError as exc:
         raise StageFailure("balance", str(exc), hint="check the run directory") from exc
     finally:
@@ -76,8 +83,8 @@ CSV_COLUMNS = ["id", "status", "category", "reason", "output", "input_bytes"]
 
 
 def _stream_balance(spec: RunSpec, items: List[Item], rows: Iterable[Row],
-                    out: Any) -> Tuple[Balance, List[Dict[str, Any]],
-                                       Optional[List[Dict[str, Any]]]]:
+                    out: Any, forgotten: Optional[Set[str]] = None,
+                    ) -> Tuple[Balance, List[Dict[str, Any]], Optional[List[Dict[str, Any]]]]:
     """One pass over the inputs (sorted by id) and the ledger rows (sorted by id).
 
     Writes one balance.csv line per input (``missing`` for an id the ledger lacks), judges
@@ -85,7 +92,8 @@ def _stream_balance(spec: RunSpec, items: List[Item], rows: Iterable[Row],
     most JSON_ROWS_MAX inputs, the rows for balance.json. A ledger id that is not among
     the inputs (the inputs changed between attempts) is an ``invented`` problem.
     """
-    tally = Tally(spec.inputs.expected_refusals, _categories(spec), keep_rows=False)
+    tally = Tally(spec.inputs.expected_refusals, _categories(spec), keep_rows=False,
+                  forgotten=forgotten)
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     sampler = _Sampler(spec)

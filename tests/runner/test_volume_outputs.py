@@ -266,35 +266,51 @@ def test_a_node_that_stops_answering_keeps_what_came_and_is_named(
     assert not (head / "outputs" / "b.bin").exists()
 
 
-def test_a_file_the_ledger_names_on_no_node_is_named(
+def test_a_file_on_no_node_while_a_node_is_silent_is_named_and_nothing_forgotten(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     head, n1 = dirs(tmp_path, "head", "n1")
     ledger = Ledger.open(ledger_path(str(head)))
     ledger.record([Row("x", "accepted", output="outputs/shards/a1-w9-000001.jsonl#1")])
     ledger.close()
-    facts = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat)
+    facts = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat,
+                          every_node_answered=False)  # the silent node may still hold it
     assert facts["problems"] == ["outputs/shards/a1-w9-000001.jsonl (named by the ledger): "
                                  "missing on the head, on no node of the cluster"]
+    assert facts["forgotten_inputs"] == 0 and not (head / "lost_outputs.jsonl").exists()
+    with Ledger.open(ledger_path(str(head))) as kept:
+        assert [r.id for r in kept.rows()] == ["x"] and kept.forgotten() == 0
 
 
-@pytest.mark.parametrize("kind", ["link", "fifo"])
-def test_a_node_whose_outputs_hold_a_link_or_fifo_has_none_collected(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+def test_outputs_lost_with_their_node_are_forgotten_so_a_resume_runs_their_inputs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     head, n1, n2 = dirs(tmp_path, "head", "n1", "n2")
-    write(n1 / "outputs" / "item-1.txt", b"one")
-    if kind == "link":
-        (n1 / "outputs" / "leak.txt").symlink_to(Path.home() / ".ssh" / "id_ed25519")
-    else:
-        os.mkfifo(n1 / "outputs" / "leak.txt")
-    write(n2 / "outputs" / "item-2.txt", b"two")
-    facts = collect_nodes(str(head), [node(monkeypatch, n1), node(monkeypatch, n2)],
-                          cap=1 << 30, beat=beat)
-    why = "a symbolic link" if kind == "link" else "not a regular file"
-    assert facts["problems"] == [f"node-n1: outputs/leak.txt: {why}; none of its outputs "
-                                 "collected"]
-    assert facts["files"] == 1 and not (head / "outputs" / "item-1.txt").exists()
-    assert not (head / "outputs" / "leak.txt").exists()
-    assert (head / "outputs" / "item-2.txt").read_bytes() == b"two"
+    ledger = Ledger.open(ledger_path(str(head)))
+    kept = shards(head, n1, "a1-w1", 2, ledger=ledger)
+    gone = shards(head, n2, "a1-w2", 3, ledger=ledger)
+    ledger.record([Row("r", "refused", reason="bad input")])
+    ledger.close()
+    write(head / gone[1], b"a torn copy")  # differs from its record: no good copy anywhere
+    facts = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat)
+    assert facts["files"] == 2 and facts["lost_files"] == 3
+    assert facts["forgotten_inputs"] == 9  # 3 shards of 3 outputs
+    [problem] = facts["problems"]
+    assert problem.startswith("9 input(s) forgotten by the ledger, their outputs lost with "
+                              f"the node that wrote them: {gone[0]} (written by worker "
+                              "a1-w2@n2): missing on the head, on no node of the cluster "
+                              "and 2 more (lost_outputs.jsonl)")
+    assert "`preflight resume RUN` runs them again" in problem
+    with Ledger.open(ledger_path(str(head))) as after:
+        ids = {r.id for r in after.rows()}
+        assert ids == {"r"} | {f"a1-w1-{b}-{i}" for b in range(2) for i in range(3)}
+        assert after.forgotten() == 9
+        assert after.done_ids() == ids  # what a resume skips: the 9 are run again
+    lines = [json.loads(x) for x in (head / "lost_outputs.jsonl").read_text().splitlines()]
+    assert sorted(x["file"] for x in lines) == sorted(gone)
+    assert set(ShardBook(str(head)).read()) == set(kept)  # the next collection's record
+    assert (head / "lost" / gone[1]).read_bytes() == b"a torn copy"  # kept aside
+    assert not (head / gone[1]).exists()
+    again = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat)
+    assert again["problems"] == [] and again["forgotten_inputs"] == 0  # nothing lost now
 
 
 def test_a_head_file_of_the_same_name_is_kept_and_named(

@@ -6,6 +6,9 @@ dispatcher sets it on a node), so its worker writes its shards there, not in the
 run directory. The driver is the real runner (``python -m runner``) joining the cluster.
 After the items, the ``collect`` stage brings the node's shards to the head; a resume
 brings only the shard the head lost; a shard changed on its node fails the stage, named.
+A third node lost after its items, before the collection, takes its shards with it: the
+collection forgets their inputs in the ledger and fails saying so, and a resume runs them
+again on the two nodes left, every input then counted once.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,3 +119,57 @@ def test_collection_after_the_items_resumes_with_what_is_missing_and_names_a_tam
     assert f"outputs/shards/{node_shards[0]}" in message and str(node_dir) in message
     assert "refused, nothing replaced" in message and not lost.exists()
     assert json.loads((run_dir / "balance.json").read_text())["ok"]  # the balance still ran
+
+
+def test_a_node_lost_before_the_collection_has_its_inputs_run_again_by_a_resume(
+        two_nodes: Any, tmp_path: Path) -> None:
+    c, env, node_dir = two_nodes
+    shutil.rmtree(node_dir, ignore_errors=True)  # the first test's copy of its run
+    spec, ids = make_volume(tmp_path, COUNT, address=c.address)
+    set_params(spec, outputs=True)
+    third_dir = tmp_path / "node3" / "runs" / "r-vol"
+    for where in (node_dir, third_dir):
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "spec.json").write_text(spec.read_text())
+    os.environ[NODE_RUN_DIR_ENV] = str(third_dir)
+    try:
+        third = c.add_node(num_cpus=1, num_gpus=0)
+    finally:
+        os.environ.pop(NODE_RUN_DIR_ENV)
+    c.wait_for_nodes()
+    run_dir = tmp_path / "run"
+    _run(spec, run_dir, env, "--stages", "pilot")  # the items only: nothing collected yet
+    lost = sorted(p.name for p in (third_dir / "outputs" / "shards").glob("*.jsonl"))
+    assert lost, "the third node's worker wrote no shard"
+    c.remove_node(third)  # the node is gone, its shards with it
+
+    finished = _run(spec, run_dir, env, "--resume")
+    failed = _stage(run_dir, "collect")
+    assert finished["status"] == "failed", finished
+    assert finished["first_error"]["stage"] == "collect", finished["first_error"]
+    message = failed["error"]["message"]
+    forgotten = failed["facts"]["forgotten_inputs"]
+    assert forgotten > 0 and failed["facts"]["lost_files"] == len(lost)
+    assert f"{forgotten:,} input(s) forgotten by the ledger" in message
+    assert f"outputs/shards/{lost[0]}" in message and "runs them again" in message
+    balance = json.loads((run_dir / "balance.json").read_text())
+    assert not balance["ok"]
+    assert balance["accepted"] + balance["refused"] == COUNT - forgotten
+    missing = [p for p in balance["problems"] if p["kind"] == "missing"]
+    assert len(missing) == forgotten and all("lost with the node" in p["detail"]
+                                             for p in missing), missing[:3]
+
+    finished = _run(spec, run_dir, env, "--resume")
+    assert finished["status"] == "passed", finished
+    balance = json.loads((run_dir / "balance.json").read_text())
+    assert balance["ok"] and balance["total"] == COUNT
+    assert balance["warnings"][0]["kind"] == "outputs_lost"
+    assert f"{forgotten:,} ledger row(s) forgotten" in balance["warnings"][0]["detail"]
+    with open(run_dir / "balance.csv", encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted(row["id"] for row in rows) == sorted(ids)  # each input once
+    for row in rows:  # every output read on the head by its id, none from the lost node
+        if row["output"]:
+            assert read_output(str(run_dir), row["output"], row["id"])["n"] == \
+                int(row["id"][5:])
+            assert row["output"].split("#")[0].rsplit("/", 1)[-1] not in lost
