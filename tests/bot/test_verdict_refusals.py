@@ -46,3 +46,16 @@ def test_many_unexpected_refusals_are_counted_and_the_first_named() -> None:
     assert "doc-00005" not in text
     assert not [c for c in judge(run_of(balance=_balance()), STAGES, {})["checks"]
                 if c.get("warn")]
+
+
+def test_a_volume_whose_lost_outputs_were_run_again_says_so_in_a_passed_verdict() -> None:
+    lost = ("73 ledger row(s) forgotten because their outputs were lost with the node that "
+            "wrote them (lost_outputs.jsonl; the ledger's forgotten table): their inputs are "
+            "run again by a resume")
+    balance = _balance(("doc-00051", "empty page"))
+    balance["warnings"] = [{"kind": "outputs_lost", "id": None, "detail": lost},
+                           *balance["warnings"]]  # type: ignore[misc]
+    verdict = judge(run_of(balance=balance), STAGES, {"status": "passed"})
+    assert verdict["passed"]
+    warned = [c["text"] for c in verdict["checks"] if c.get("warn")]
+    assert warned[1:] == [lost] and warned[0].startswith("1 refusal(s) outside")
