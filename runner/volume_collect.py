@@ -39,6 +39,7 @@ from runner.ledger import Ledger, LedgerError, ledger_path
 from runner.outputs import OUTPUTS, file_of
 from runner.spec import NODE_RUN_DIR_ENV, NODE_WHERE_ENV
 from runner.stage import StageContext, StageFailure
+from runner.volume_lost import LOST_LOG, forget_lost, lost_files
 from runner.volume_stream import Beat, NodeResult, Piece, Source, Want, plan, present, stream
 
 BOOK = "node_shards.jsonl"
@@ -185,9 +186,11 @@ def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int
         kept = record_outputs(run_dir, [listing for _s, listing in nodes])
         return {**kept, "seconds": round(time.monotonic() - began, 3), "problems": []}
     jobs: List[Tuple[Source, Dict[str, Any]]] = []
+    gone = {path.removeprefix(f"{OUTPUTS}/") for path in lost_files(run_dir)}
     for source, listing in nodes:
         files: Dict[str, Any] = listing["files"] if isinstance(listing.get("files"), dict) \
             else {}
+        files = {rel: v for rel, v in files.items() if rel not in gone}  # run again since
         listed |= {f"{OUTPUTS}/{rel}" for rel in files}
         if listing.get("refused"):  # a link or a special file: none of this node's taken
             problems += [f"{source.where}: {why}; none of its outputs collected"
@@ -241,8 +244,6 @@ def _forget(run_dir: str, lost: Dict[str, str], problems: List[str]) -> int:
     in one problem; returns how many."""
     if not lost:
         return 0
-    from runner.volume_lost import LOST_LOG, forget_lost
-
     per_file = forget_lost(run_dir, lost, os.path.join(run_dir, BOOK))
     count = sum(per_file.values())
     if count:

@@ -18,7 +18,9 @@ between two finds the rest undone and does it again):
    outputs the evidence packs).
 
 A node that did not answer is not lost: nothing is forgotten while one is silent (its files
-may come back), the stage fails naming it, and a resume asks again.
+may come back), the stage fails naming it, and a resume asks again. A node that comes back
+after its files were found lost keeps them: they are not collected (``lost_files``), their
+inputs having been run again.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Set
 
 from runner.files import atomic_open
 from runner.ledger import Ledger, ledger_path
@@ -63,6 +65,26 @@ def forget_lost(run_dir: str, lost: Mapping[str, str], book_path: str) -> Dict[s
             os.makedirs(os.path.dirname(aside), exist_ok=True)
             os.replace(full, aside)
     return per_file
+
+
+def lost_files(run_dir: str) -> Set[str]:
+    """The files an earlier collection found lost (``lost_outputs.jsonl``): their inputs
+    were forgotten, so a copy that comes back with its node is left there, never collected
+    beside the outputs that replaced it (a torn line skipped)."""
+    out: Set[str] = set()
+    try:
+        fh = open(os.path.join(run_dir, LOST_LOG), encoding="utf-8")
+    except FileNotFoundError:
+        return out
+    with fh:
+        for raw in fh:
+            try:
+                name = json.loads(raw).get("file")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(name, str):
+                out.add(name)
+    return out
 
 
 def _lost_file(output: str, lost: Mapping[str, str]) -> Optional[str]:

@@ -311,6 +311,10 @@ def test_outputs_lost_with_their_node_are_forgotten_so_a_resume_runs_their_input
     assert not (head / gone[1]).exists()
     again = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat)
     assert again["problems"] == [] and again["forgotten_inputs"] == 0  # nothing lost now
+    back = node(monkeypatch, n2)  # the node comes back with its files: its inputs ran again
+    returned = collect_nodes(str(head), [node(monkeypatch, n1), back], cap=1 << 30, beat=beat)
+    assert returned["problems"] == [] and returned["files"] == 0 and back[0].sent == []
+    assert not any((head / path).exists() for path in gone)
 
 
 def test_a_head_file_of_the_same_name_is_kept_and_named(
