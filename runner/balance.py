@@ -168,8 +168,9 @@ def compute_balance(
 
     ``expected_count`` is the manifest's figure; when given it is the total the sums are
     checked against, and a listing of a different size is itself a problem. The first
-    result of an id counts; later ones are reported as duplicates. ``keep_rows=False``:
-    the sums and problems only, no per-id rows.
+    result of an id counts; later ones are reported as duplicates, except a ``rerun`` one
+    (its input run again after its output was lost with its node: it replaces the first).
+    ``keep_rows=False``: the sums and problems only, no per-id rows.
     """
     expected = list(dict.fromkeys(expected_ids))
     expected_set = set(expected)
@@ -198,7 +199,7 @@ def _check_one(result: Any, expected: Set[str], first: Dict[str, Outcome],
     if iid not in expected:
         problems.append(Problem("invented", iid, "not among the inputs"))
         return
-    if iid in first:
+    if iid in first and result.get("rerun") is not True:
         problems.append(Problem("duplicate", iid, "returned more than once"))
         return
     status = result.get("status")

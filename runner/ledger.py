@@ -250,10 +250,11 @@ class Ledger:
         forgotten twice counts twice)."""
         return int(self._conn.execute("SELECT count(*) FROM forgotten").fetchone()[0])
 
-    def forgotten_ids(self) -> Set[str]:
-        """The ids forgotten and not recorded again since (a resume has not run them yet)."""
-        return {r[0] for r in self._conn.execute(
-            "SELECT DISTINCT id FROM forgotten WHERE id NOT IN (SELECT id FROM items)")}
+    def forgotten_ids(self, *, pending: bool = True) -> Set[str]:
+        """The ids forgotten and not recorded again since (a resume has not run them yet);
+        ``pending=False``: every id ever forgotten."""
+        where = " WHERE id NOT IN (SELECT id FROM items)" if pending else ""
+        return {r[0] for r in self._conn.execute(f"SELECT DISTINCT id FROM forgotten{where}")}
 
     def _first_existing(self, ids: Sequence[str]) -> Optional[str]:
         """The id that broke uniqueness: repeated in the batch or already committed."""

@@ -190,20 +190,26 @@ class EventsMixin(StoreBase):
         key, after = self._run_key(run_id), -1
         while True:
             rows = self.db.execute(
-                "SELECT item_id, status, category, reason, seq FROM items WHERE run_key = ? "
-                "AND seq > ? ORDER BY seq LIMIT ?", [key, after, page]).fetchall()
-            for iid, status, category, reason, seq in rows:
-                yield {"id": iid, "status": status, "category": category, "reason": reason,
-                       "seq": seq}
+                "SELECT item_id, status, category, reason, seq, "
+                "extra IS NOT NULL AND json_extract(extra, '$.rerun') IS 1 FROM items "
+                "WHERE run_key = ? AND seq > ? ORDER BY seq LIMIT ?",
+                [key, after, page]).fetchall()
+            for iid, status, category, reason, seq, rerun in rows:
+                item = {"id": iid, "status": status, "category": category, "reason": reason,
+                        "seq": seq}
+                if rerun:  # run again after its output was lost (runner/volume_lost.py)
+                    item["rerun"] = True
+                yield item
             if len(rows) < page:
                 return
             after = rows[-1][4]
 
     def item_output(self, run_id: str, item_id: str) -> tuple[str, str | None] | None:
-        """(status, output reference) of the first recorded outcome of input ``item_id``,
+        """(status, output reference) of the latest recorded outcome of input ``item_id``
+        (a replay repeats the first; a ``rerun``, after its output was lost, replaces it),
         or None when none is recorded (``preflight outputs RUN ID``)."""
         row = self.db.execute("SELECT status, extra FROM items WHERE run_key = ? AND "
-                              "item_id = ? ORDER BY seq LIMIT 1",
+                              "item_id = ? ORDER BY seq DESC LIMIT 1",
                               [self._run_key(run_id), item_id]).fetchone()
         if row is None:
             return None

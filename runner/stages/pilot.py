@@ -33,6 +33,9 @@ class Recorder:
         self.all_ids = {it.id for it in items}
         self.total = len(items)
         self.recorded: Set[str] = set(done) & self.all_ids
+        # ids whose output was lost with its node (runner/volume_lost.py): recorded again,
+        # their event says so (``rerun``), so the bot takes it instead of the first
+        self.rerun: Set[str] = ledger.forgotten_ids() & self.all_ids
         self.sizes = {it.id: it.size for it in items}
         self.outputs_dir = os.path.join(ctx.run_dir, "outputs")
 
@@ -52,13 +55,22 @@ class Recorder:
         reported = _reported_seconds(results)
         for row in rows:
             self.recorded.add(row.id)
-            timing: Dict[str, Any] = {"input_bytes": self.sizes.get(row.id)}
+            timing: Dict[str, Any] = {"input_bytes": self.sizes.get(row.id),
+                                      **self._rerun(row.id)}
             seconds = share if share is not None else reported.get(row.id)
             if seconds is not None:
                 timing["elapsed_s"] = round(seconds, 6)
             self.ctx.emit("item.done", **row.to_result(), **timing)
         self.ctx.emit("progress", done=len(self.recorded), total=self.total)
         return len(rows)
+
+    def _rerun(self, iid: str) -> Dict[str, Any]:
+        """``{"rerun": True}`` for an id forgotten because its output was lost (its
+        earlier item event stands replaced), once; else nothing."""
+        if iid in self.rerun:
+            self.rerun.discard(iid)
+            return {"rerun": True}
+        return {}
 
     def record_first_wins(self, asked: Iterable[str], results: Any,
                           elapsed_s: Optional[float] = None) -> Tuple[int, int]:
@@ -83,7 +95,8 @@ class Recorder:
         new = [row for row in rows if row.id not in already]
         for row in new:
             self.recorded.add(row.id)
-            timing: Dict[str, Any] = {"input_bytes": self.sizes.get(row.id)}
+            timing: Dict[str, Any] = {"input_bytes": self.sizes.get(row.id),
+                                      **self._rerun(row.id)}
             if share is not None:
                 timing["elapsed_s"] = round(share, 6)
             self.ctx.emit("item.done", **row.to_result(), **timing)
@@ -279,22 +292,28 @@ def _clean_temp(outputs_dir: str) -> None:
 
 
 def _replay(ctx: StageContext, ledger: Ledger) -> int:
-    """Emit item.done for ledger items whose event never reached events.jsonl."""
-    seen = _done_ids_in_events(os.path.join(ctx.run_dir, "events.jsonl"))
+    """Emit item.done for ledger items whose event never reached events.jsonl (for an id
+    once forgotten, its ``rerun`` event: the one before it was of the lost output)."""
+    rerun = ledger.forgotten_ids(pending=False)
+    seen, seen_rerun = _done_ids_in_events(os.path.join(ctx.run_dir, "events.jsonl"))
     n = 0
     for row in ledger.rows():
-        if row.id not in seen:
-            ctx.emit("item.done", replayed=True, **row.to_result())
+        again = row.id in rerun
+        if row.id not in (seen_rerun if again else seen):
+            ctx.emit("item.done", replayed=True, **({"rerun": True} if again else {}),
+                     **row.to_result())
             n += 1
     return n
 
 
-def _done_ids_in_events(path: str) -> Set[str]:
+def _done_ids_in_events(path: str) -> Tuple[Set[str], Set[str]]:
+    """The ids with an item event in ``path``, and those with a ``rerun`` one."""
     ids: Set[str] = set()
+    reruns: Set[str] = set()
     try:
         fh = open(path, "rb")
     except OSError:
-        return ids
+        return ids, reruns
     with fh:
         for raw in fh:
             if not raw.endswith(b"\n") or (b'"item.done"' not in raw
@@ -304,5 +323,9 @@ def _done_ids_in_events(path: str) -> Set[str]:
                 events = expand_items([parse_line(raw.decode("utf-8"))])
             except ValueError:  # a torn or foreign line: its items are replayed
                 continue
-            ids.update(str(e.data.get("id")) for e in events if e.type == ITEM_DONE)
-    return ids
+            for e in events:
+                if e.type == ITEM_DONE:
+                    ids.add(str(e.data.get("id")))
+                    if e.data.get("rerun") is True:
+                        reruns.add(str(e.data.get("id")))
+    return ids, reruns

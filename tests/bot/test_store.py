@@ -70,6 +70,23 @@ def test_item_events_are_kept_once_and_read_back_whole_in_seq_order(tmp_path: Pa
     assert [i["id"] for i in store.items("r1")] == ["a", "b"]
 
 
+def test_an_item_run_again_after_its_output_was_lost_is_read_as_a_rerun(
+        tmp_path: Path) -> None:
+    store = Store(tmp_path / "p.db")
+    new_run(store)
+    store.record_events("r1", [
+        ev(1, "item.done", id="a", status="accepted", category="x",
+           output="outputs/shards/a1-w2-000001.jsonl#1"),
+        ev(2, "item.done", id="b", status="accepted", category="x"),
+        ev(3, "item.done", id="a", status="accepted", category="y", rerun=True,
+           output="outputs/shards/a2-w0-000001.jsonl#1")], 10)
+    items = list(store.iter_items("r1"))
+    assert [(i["id"], i.get("rerun")) for i in items] == [("a", None), ("b", None),
+                                                          ("a", True)]
+    # the output of its latest outcome: the first one's shard was lost
+    assert store.item_output("r1", "a") == ("accepted", "outputs/shards/a2-w0-000001.jsonl#1")
+
+
 def test_an_item_batch_is_recorded_row_by_row_and_read_back_as_its_item_events(
         tmp_path: Path) -> None:
     store = Store(tmp_path / "p.db")

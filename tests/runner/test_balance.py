@@ -41,6 +41,16 @@ def test_duplicate_id_counts_once() -> None:
     assert (bal.accepted, bal.refused) == (3, 1)
 
 
+def test_a_rerun_after_a_lost_output_replaces_the_first_result() -> None:
+    res = ok_results() + [{"id": "b", "status": "refused", "reason": "timeout",
+                           "rerun": True}]  # its output lost with its node, run again
+    bal = compute_balance(IDS, ["d"], CATS, res)
+    assert bal.problems == [] and (bal.accepted, bal.refused) == (2, 2)
+    assert [(w.kind, w.id) for w in bal.warnings] == [("unexpected_refusal", "b")]
+    forged = ok_results() + [{"id": "b", "status": "refused", "reason": "x", "rerun": 1}]
+    assert kinds(forged) == [("duplicate", "b")]  # only a JSON true replaces
+
+
 def test_missing_id_is_named_and_the_sum_is_checked() -> None:
     res = [r for r in ok_results() if r["id"] != "c"]
     assert kinds(res) == [("missing", "c"), ("count_mismatch", None)]

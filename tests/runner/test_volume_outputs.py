@@ -340,3 +340,29 @@ def test_outputs_kept_on_their_nodes_leave_each_nodes_listing_on_the_head(
     assert listing["files"] == {"renders/frame-1.exr": [
         70000, hashlib.sha256(big.read_bytes()).hexdigest()]}
     assert listing["run_dir"] == str(n1) and listing["refused"] == []
+
+
+def test_a_resume_replays_the_rerun_event_a_killed_runner_lost(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from runner.events import ITEM_DONE, EventWriter
+    from runner.stages.pilot import _replay
+
+    lost = "outputs/shards/a1-w2-000001.jsonl"
+    ledger = Ledger.open(ledger_path(str(tmp_path)))
+    ledger.record([Row("a", "accepted", "x", output=f"{lost}#1"), Row("b", "accepted", "x")])
+    assert ledger.forget_outputs(lambda o: lost if o.startswith(lost) else None,
+                                 {lost: "lost with its node"}) == {lost: 1}
+    assert ledger.forgotten_ids() == {"a"}
+    ledger.record([Row("a", "refused", reason="timeout")])  # run again by the resume
+    assert ledger.forgotten_ids() == set() and ledger.forgotten_ids(pending=False) == {"a"}
+    writer = EventWriter(str(tmp_path / "events.jsonl"), "r1")
+    for row in ledger.rows():  # the first attempt's events: the rerun's never written
+        writer.emit(ITEM_DONE, id=row.id, status="accepted", category="x")
+    writer.close()
+    emitted: list[tuple[str, dict[str, Any]]] = []
+    ctx = SimpleNamespace(run_dir=str(tmp_path), emit=lambda t, **d: emitted.append((t, d)))
+    assert _replay(ctx, ledger) == 1  # type: ignore[arg-type]
+    assert emitted == [(ITEM_DONE, {"replayed": True, "rerun": True, "id": "a",
+                                    "status": "refused", "reason": "timeout"})]
+    ledger.close()

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from runner.balance import compute_balance
 from runner.outputs import read_output
 from runner.spec import NODE_RUN_DIR_ENV
 from tests.runner.test_stages_kit import runner_env
@@ -165,6 +166,14 @@ def test_a_node_lost_before_the_collection_has_its_inputs_run_again_by_a_resume(
     assert balance["ok"] and balance["total"] == COUNT
     assert balance["warnings"][0]["kind"] == "outputs_lost"
     assert f"{forgotten:,} ledger row(s) forgotten" in balance["warnings"][0]["detail"]
+    done = [e.data for e in events(run_dir) if e.type == "item.done"]
+    reruns = [d["id"] for d in done if d.get("rerun")]
+    assert len(reruns) == len(set(reruns)) == forgotten  # each forgotten input's new event
+    spec_doc = json.loads(spec.read_text())  # the bot's recheck over every item event
+    recheck = compute_balance(ids, spec_doc["inputs"]["expected_refusals"], ["even", "odd"],
+                              done)
+    assert recheck.ok and (recheck.accepted, recheck.refused) == (
+        balance["accepted"], balance["refused"]), recheck.problems[:3]
     with open(run_dir / "balance.csv", encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert sorted(row["id"] for row in rows) == sorted(ids)  # each input once
