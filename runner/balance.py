@@ -82,7 +82,7 @@ class Balance:
         }
 
 
-MISSING_LOST = ("its output was lost with the node that wrote it, so the ledger forgot it "
+MISSING_LOST = ("its output was lost by the node that wrote it, so the ledger forgot it "
                 "(lost_outputs.jsonl): `preflight resume RUN` runs it again")
 
 

@@ -20,8 +20,8 @@ naming each node, the bytes it needs and the bytes free, and nothing is collecte
 The stage fails, naming the node and the file, when a shard differs from its record, a
 node passes its cap (``volume.collect_max_bytes``), a node does not answer, or a file the
 ledger or the record names is on no node; what was collected stays, and ``preflight
-resume RUN`` collects the rest. A file on no node of a cluster whose every node answered,
-and not on the head as recorded, was lost with its node: its inputs are forgotten by the
+resume RUN`` collects the rest. A shard on no node and not on the head as recorded, whose
+own node answered without it, was lost by that node: its inputs are forgotten by the
 ledger and a resume runs them again (``runner/volume_lost.py``). With
 ``volume.outputs_on_nodes`` the files stay on their nodes and only each node's listing is
 written on the head.
@@ -33,13 +33,13 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from runner.ledger import Ledger, LedgerError, ledger_path
 from runner.outputs import OUTPUTS, file_of
 from runner.spec import NODE_RUN_DIR_ENV, NODE_WHERE_ENV
 from runner.stage import StageContext, StageFailure
-from runner.volume_lost import LOST_LOG, forget_lost, lost_files
+from runner.volume_lost import LOST_LOG, forget_lost, is_shard, lost_files, set_aside
 from runner.volume_stream import Beat, NodeResult, Piece, Source, Want, plan, present, stream
 
 BOOK = "node_shards.jsonl"
@@ -58,11 +58,14 @@ class ShardBook:
     def __init__(self, run_dir: str) -> None:
         self.path = os.path.join(run_dir, BOOK)
 
-    def add(self, worker: str, shards: Any) -> None:
-        """Append what a worker says it wrote (checked: a malformed entry is left out)."""
+    def add(self, worker: str, shards: Any, prefix: Optional[str] = None) -> None:
+        """Append what a worker says it wrote (checked: a malformed entry is left out, and
+        with ``prefix``, the worker's ``a<attempt>-w<key>``, a shard of another name: a
+        worker cannot claim another's shard, whose honest copy would then look lost)."""
         lines = [json.dumps({"shard": s["shard"], "bytes": s["bytes"], "sha256": s["sha256"],
                              "worker": worker}, sort_keys=True) + "\n"
-                 for s in (shards if isinstance(shards, list) else []) if _valid(s)]
+                 for s in (shards if isinstance(shards, list) else []) if _valid(s)
+                 and (prefix is None or s["shard"].rsplit("/", 1)[-1].startswith(f"{prefix}-"))]
         if lines:
             with open(self.path, "a", encoding="utf-8") as fh:
                 fh.write("".join(lines))
@@ -110,6 +113,8 @@ class NodeOutputs:
         listing = node_listing(self.run_dir, max_total=1 << 62)  # the head applies the cap
         listing["where"] = os.environ.get(NODE_WHERE_ENV) \
             or f"{socket.gethostname()}:{self.run_dir}"
+        # the node as its workers name it in the shard record (runner.volume_workers.Worker)
+        listing["place"] = os.environ.get(NODE_WHERE_ENV) or socket.gethostname()
         return listing
 
     def read(self, pieces: List[Piece]) -> List[bytes]:
@@ -163,12 +168,13 @@ def _room(head: str, plans: List[Tuple[List[Want], NodeResult]],
 def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int,
                   beat: Beat, keep_on_nodes: bool = False,
                   free: Callable[[str], int] = disk_free,
-                  every_node_answered: bool = True) -> Dict[str, Any]:
+                  answered: Iterable[str] = ()) -> Dict[str, Any]:
     """Bring every node's outputs listed in ``nodes`` (a source and its listing) into
     ``run_dir/outputs``, the nodes in parallel, once the head is found to have room for
     them (``free``: its free bytes); then check every file the ledger or the record names
-    is on the head. A file on no node (``every_node_answered``: the cluster's every node
-    gave its listing) and not on the head as recorded is lost: its inputs are forgotten
+    is on the head. A shard on no node and not on the head as recorded, whose writer's
+    node answered (its place among the listings without a refusal, or in ``answered``:
+    the nodes sharing the head's directory), is lost: its inputs are forgotten
     (``runner/volume_lost.py``), one problem says how many. Returns the facts;
     ``problems`` lists what failed, each naming the node and the file (the stage fails on
     any)."""
@@ -186,7 +192,11 @@ def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int
         kept = record_outputs(run_dir, [listing for _s, listing in nodes])
         return {**kept, "seconds": round(time.monotonic() - began, 3), "problems": []}
     jobs: List[Tuple[Source, Dict[str, Any]]] = []
-    gone = {path.removeprefix(f"{OUTPUTS}/") for path in lost_files(run_dir)}
+    found_lost = lost_files(run_dir)
+    set_aside(run_dir, found_lost)  # one a killed runner left in outputs/
+    gone = {path.removeprefix(f"{OUTPUTS}/") for path in found_lost}
+    places = set(answered) | {str(listing.get("place")) for _s, listing in nodes
+                              if listing.get("place") and not listing.get("refused")}
     for source, listing in nodes:
         files: Dict[str, Any] = listing["files"] if isinstance(listing.get("files"), dict) \
             else {}
@@ -221,10 +231,13 @@ def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int
     for path, why, nowhere in _missing(run_dir, head, book, listed | verified, verified, beat):
         if path in named:
             continue
-        if nowhere and every_node_answered:
-            lost[path] = why
-        else:
-            problems.append(why)
+        writer = _place(book[path][2]) if path in book else None
+        if nowhere and writer is not None and is_shard(path):
+            if writer in places:
+                lost[path] = why
+                continue
+            why += f" (its node {writer} did not answer: nothing forgotten)"
+        problems.append(why)
     forgotten = _forget(run_dir, lost, problems)
     facts: Dict[str, Any] = {
         "nodes": len(nodes), "files": sum(r.files for r in done),
@@ -239,6 +252,12 @@ def collect_nodes(run_dir: str, nodes: List[Tuple[Source, Listing]], *, cap: int
     return facts
 
 
+def _place(worker: str) -> str:
+    """The node of a shard record's worker label (``w3@gpu-2[0,1]``: ``gpu-2``)."""
+    place = worker.split("@", 1)[-1]
+    return place.rpartition("[")[0] if place.endswith("]") and "[" in place else place
+
+
 def _forget(run_dir: str, lost: Dict[str, str], problems: List[str]) -> int:
     """The inputs whose outputs are in ``lost`` forgotten (``runner/volume_lost.py``), said
     in one problem; returns how many."""
@@ -250,9 +269,9 @@ def _forget(run_dir: str, lost: Dict[str, str], problems: List[str]) -> int:
         first = min(per_file)
         more = f" and {len(per_file) - 1:,} more" if len(per_file) > 1 else ""
         problems.append(
-            f"{count:,} input(s) forgotten by the ledger, their outputs lost with the node "
+            f"{count:,} input(s) forgotten by the ledger, their outputs lost by the node "
             f"that wrote them: {lost[first]}{more} ({LOST_LOG}); `preflight resume RUN` "
-            f"runs them again on the nodes left")
+            f"runs them again")
     return count
 
 
@@ -321,11 +340,10 @@ def collect(ctx: StageContext) -> Dict[str, Any]:
     actors: List[Any] = []
     try:
         ctx.beat("collect: listing the nodes' outputs")
-        nodes, problems = _node_sources(ray, ctx.run_dir, actors)
+        nodes, shared, problems = _node_sources(ray, ctx.run_dir, actors)
         cap = int(vspec.collect_max_bytes or DEFAULT_CAP)
         facts = collect_nodes(ctx.run_dir, nodes, cap=cap, beat=ctx.beat,
-                              keep_on_nodes=bool(vspec.outputs_on_nodes),
-                              every_node_answered=not problems)
+                              keep_on_nodes=bool(vspec.outputs_on_nodes), answered=shared)
     finally:
         volume_ray.stop(ray, actors, ctx.run_dir)
     problems += facts.get("problems") or []
@@ -340,10 +358,11 @@ def collect(ctx: StageContext) -> Dict[str, Any]:
     return facts
 
 
-def _node_sources(ray: Any, run_dir: str,
-                  actors: List[Any]) -> Tuple[List[Tuple[Source, Listing]], List[str]]:
+def _node_sources(ray: Any, run_dir: str, actors: List[Any],
+                  ) -> Tuple[List[Tuple[Source, Listing]], Set[str], List[str]]:
     """One ``NodeOutputs`` actor on every live node, and its listing (the head, or a node
-    sharing the head's run directory, left out); the nodes that did not answer, named."""
+    sharing the head's run directory, left out: its place kept, it answered); the nodes
+    that did not answer, named."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(NodeOutputs)
@@ -357,6 +376,7 @@ def _node_sources(ray: Any, run_dir: str,
     refs = [actor.listing.remote() for actor, _a in started]
     head = os.path.realpath(run_dir)
     out: List[Tuple[Source, Listing]] = []
+    shared: Set[str] = set()
     problems: List[str] = []
     for (actor, address), ref in zip(started, refs):
         try:
@@ -367,6 +387,8 @@ def _node_sources(ray: Any, run_dir: str,
             continue
         node_dir: Optional[str] = listing.get("run_dir") if isinstance(listing, dict) else None
         if not node_dir or os.path.realpath(str(node_dir)) == head:
+            if isinstance(listing, dict) and listing.get("place"):
+                shared.add(str(listing["place"]))
             continue  # this machine's run directory: its files are the head's
         out.append((RaySource(ray, actor, str(listing.get("where") or address)), listing))
-    return out, problems
+    return out, shared, problems

@@ -164,7 +164,8 @@ class Driver:
         """Results recorded first-wins by the writer's thread, off the hand-out loop
         (the shards holding their outputs first)."""
         def job() -> None:
-            self.book.add(worker.label, shards)
+            self.book.add(worker.label, shards,
+                          prefix=f"a{self.recorder.ledger.attempt}-w{worker.key}")
             new, again = self.recorder.record_first_wins(asked, results, elapsed_s=seconds)
             worker.done += new
             self.re_executed += again

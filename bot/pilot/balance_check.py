@@ -31,6 +31,9 @@ def balance_problems(raw: Any) -> list[str]:
         return [f"the balance event is {_shown(raw)}, not a JSON object"]
     found = [f"{k} is {_shown(raw.get(k))}, not a non-negative integer" for k in COUNTS
              if not _count(raw.get(k))]
+    if "forgotten_pending" in raw and not _count(raw.get("forgotten_pending")):
+        found.append(f"forgotten_pending is {_shown(raw.get('forgotten_pending'))}, not a "
+                     "non-negative integer")
     if not isinstance(raw.get("ok"), bool):
         found.append(f"ok is {_shown(raw.get('ok'))}, not true or false")
     for key in ("problems", "warnings", "sample"):

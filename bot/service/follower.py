@@ -371,6 +371,8 @@ class Follower:
                             for i in shown.rows()]}
         disagreements = [k for k in ("accepted", "refused", "total")
                          if ours.get(k) != balance.get(k)]
+        if _forgotten_explain(balance, ours):  # inputs of lost outputs, not run again yet
+            disagreements = []
         # The runner sees more than the events show (ids a handler invented or returned
         # twice stay in its ledger): only its claiming "ok" against the events is a lie.
         if balance.get("ok") and not ours.get("ok"):
@@ -395,6 +397,23 @@ class Follower:
         ``run``: the run as the caller read it (else its record is read here)."""
         after = (run if run is not None else self.store.run_record(run_id)).resume_seq
         return self.store.events_of_type(run_id, etype, after_seq=after)
+
+
+def _forgotten_explain(balance: dict[str, Any], ours: dict[str, Any]) -> bool:
+    """Whether the runner's balance, already not ok, differs from the bot's recount by
+    exactly its ``forgotten_pending`` inputs (accepted in the item events, forgotten by
+    the ledger when their outputs were lost with their node: runner/volume_lost.py), and
+    in nothing else: then the counts differ for that reason, not because the node lied."""
+    pending = balance.get("forgotten_pending")
+    if balance.get("ok") is not False or not isinstance(pending, int) \
+            or isinstance(pending, bool) or pending <= 0:
+        return False
+    counts = [d.get(k) for d in (balance, ours) for k in ("accepted", "refused")]
+    if not all(isinstance(v, int) for v in counts):
+        return False
+    accepted, refused, our_accepted, our_refused = (int(v) for v in counts)  # type: ignore[arg-type]
+    return our_accepted - accepted == pending and our_refused == refused \
+        and ours.get("total") == balance.get("total")
 
 
 class _Contact:

@@ -191,7 +191,7 @@ class EventsMixin(StoreBase):
         while True:
             rows = self.db.execute(
                 "SELECT item_id, status, category, reason, seq, "
-                "extra IS NOT NULL AND json_extract(extra, '$.rerun') IS 1 FROM items "
+                "extra IS NOT NULL AND json_type(extra, '$.rerun') = 'true' FROM items "
                 "WHERE run_key = ? AND seq > ? ORDER BY seq LIMIT ?",
                 [key, after, page]).fetchall()
             for iid, status, category, reason, seq, rerun in rows:
@@ -205,11 +205,15 @@ class EventsMixin(StoreBase):
             after = rows[-1][4]
 
     def item_output(self, run_id: str, item_id: str) -> tuple[str, str | None] | None:
-        """(status, output reference) of the latest recorded outcome of input ``item_id``
-        (a replay repeats the first; a ``rerun``, after its output was lost, replaces it),
-        or None when none is recorded (``preflight outputs RUN ID``)."""
+        """(status, output reference) of the outcome of input ``item_id`` the balance
+        counts: its latest ``rerun`` (run again after its output was lost), else its first
+        recorded (a replay repeats it), or None when none is recorded (``preflight outputs
+        RUN ID``)."""
         row = self.db.execute("SELECT status, extra FROM items WHERE run_key = ? AND "
-                              "item_id = ? ORDER BY seq DESC LIMIT 1",
+                              "item_id = ? ORDER BY (extra IS NOT NULL AND "
+                              "json_type(extra, '$.rerun') = 'true') DESC, "
+                              "CASE WHEN extra IS NOT NULL AND json_type(extra, '$.rerun') = "
+                              "'true' THEN -seq ELSE seq END LIMIT 1",
                               [self._run_key(run_id), item_id]).fetchone()
         if row is None:
             return None

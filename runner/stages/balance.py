@@ -37,15 +37,15 @@ def balance(ctx: StageContext) -> Dict[str, Any]:
     ledger = open_ledger(ctx, "balance")
     csv_path = os.path.join(ctx.run_dir, "balance.csv")
     try:
+        pending = ledger.forgotten_ids()  # forgotten, not run again yet
         with atomic_open(csv_path) as fh:
-            bal, sample, rows = _stream_balance(spec, items, ledger.rows(), fh,
-                                                ledger.forgotten_ids())
+            bal, sample, rows = _stream_balance(spec, items, ledger.rows(), fh, pending)
         for a in ledger.anomalies():
             bal.problems.append(Problem(a.kind, a.id, a.detail))
         forgotten = ledger.forgotten()
         if forgotten:  # their inputs are missing until a resume runs them again
             bal.warnings.insert(0, Problem("outputs_lost", None, (  # first: never capped off
-                f"{forgotten:,} ledger row(s) forgotten because their outputs were lost with "
+                f"{forgotten:,} ledger row(s) forgotten because their outputs were lost by "
                 f"the node that wrote them (lost_outputs.jsonl; the ledger's forgotten "
                 f"table): their inputs are run again by a resume")))
     except LedgerError as exc:
@@ -61,6 +61,8 @@ def balance(ctx: StageContext) -> Dict[str, Any]:
     write_json_atomic(os.path.join(ctx.run_dir, "balance.json"), doc)
     event = bal.to_dict()
     event["sample"] = _event_sample(sample)
+    if pending:  # the item events still count them: the bot's recount is told why
+        event["forgotten_pending"] = len(pending)
     for key in ("problems", "warnings"):
         if len(event[key]) > EVENT_PROBLEMS_MAX:
             event[f"{key}_count"] = len(event[key])

@@ -294,22 +294,22 @@ def _clean_temp(outputs_dir: str) -> None:
 def _replay(ctx: StageContext, ledger: Ledger) -> int:
     """Emit item.done for ledger items whose event never reached events.jsonl (for an id
     once forgotten, its ``rerun`` event: the one before it was of the lost output)."""
-    rerun = ledger.forgotten_ids(pending=False)
-    seen, seen_rerun = _done_ids_in_events(os.path.join(ctx.run_dir, "events.jsonl"))
+    owed = ledger.forgotten_counts()  # a rerun event per time the id was forgotten
+    seen, reruns = _done_ids_in_events(os.path.join(ctx.run_dir, "events.jsonl"))
     n = 0
     for row in ledger.rows():
-        again = row.id in rerun
-        if row.id not in (seen_rerun if again else seen):
+        again = row.id in owed
+        if (reruns.get(row.id, 0) < owed[row.id]) if again else row.id not in seen:
             ctx.emit("item.done", replayed=True, **({"rerun": True} if again else {}),
                      **row.to_result())
             n += 1
     return n
 
 
-def _done_ids_in_events(path: str) -> Tuple[Set[str], Set[str]]:
-    """The ids with an item event in ``path``, and those with a ``rerun`` one."""
+def _done_ids_in_events(path: str) -> Tuple[Set[str], Dict[str, int]]:
+    """The ids with an item event in ``path``, and how many ``rerun`` ones each has."""
     ids: Set[str] = set()
-    reruns: Set[str] = set()
+    reruns: Dict[str, int] = {}
     try:
         fh = open(path, "rb")
     except OSError:
@@ -327,5 +327,6 @@ def _done_ids_in_events(path: str) -> Tuple[Set[str], Set[str]]:
                 if e.type == ITEM_DONE:
                     ids.add(str(e.data.get("id")))
                     if e.data.get("rerun") is True:
-                        reruns.add(str(e.data.get("id")))
+                        iid = str(e.data.get("id"))
+                        reruns[iid] = reruns.get(iid, 0) + 1
     return ids, reruns

@@ -74,3 +74,17 @@ def test_items_are_read_a_page_at_a_time_in_seq_order(tmp_path: Path) -> None:
     store.record_events("r1", batch, 100)
     assert list(store.iter_items("r1", page=3)) == store.items("r1")
     assert [i["id"] for i in store.iter_items("r1", page=4)] == [f"i{n}" for n in range(1, 12)]
+
+
+def test_a_recount_over_by_the_inputs_forgotten_for_lost_outputs_is_explained() -> None:
+    from bot.service.follower import _forgotten_explain
+
+    runner = {"ok": False, "accepted": 90, "refused": 5, "total": 100, "forgotten_pending": 5}
+    ours = {"ok": True, "accepted": 95, "refused": 5, "total": 100}
+    assert _forgotten_explain(runner, ours)  # the 5 still accepted in the item events
+    assert not _forgotten_explain({**runner, "ok": True}, ours)  # an ok balance: no excuse
+    assert not _forgotten_explain({**runner, "forgotten_pending": 4}, ours)
+    assert not _forgotten_explain({**runner, "forgotten_pending": True}, ours)
+    assert not _forgotten_explain(runner, {**ours, "refused": 6})
+    assert not _forgotten_explain({k: v for k, v in runner.items()
+                                   if k != "forgotten_pending"}, ours)

@@ -67,6 +67,8 @@ def test_a_forged_balance_event_is_flagged_and_never_drawn(tmp_path: Path) -> No
      "problems is not a list of objects"),
     ({"accepted": 1, "refused": 0, "total": 1, "ok": True, "by_category": {"a": "1"}},
      "by_category is not a mapping"),
+    ({"accepted": 1, "refused": 0, "total": 2, "ok": False, "forgotten_pending": "1"},
+     "forgotten_pending is '1'"),
     (["not", "an", "object"], "not a JSON object")])
 def test_each_wrong_type_is_named(raw: Any, why: str) -> None:
     found = balance_problems(raw)

@@ -79,12 +79,17 @@ def test_an_item_run_again_after_its_output_was_lost_is_read_as_a_rerun(
            output="outputs/shards/a1-w2-000001.jsonl#1"),
         ev(2, "item.done", id="b", status="accepted", category="x"),
         ev(3, "item.done", id="a", status="accepted", category="y", rerun=True,
-           output="outputs/shards/a2-w0-000001.jsonl#1")], 10)
+           output="outputs/shards/a2-w0-000001.jsonl#1"),
+        ev(4, "item.done", id="b", status="refused", reason="x", rerun=1,
+           output="outputs/shards/forged.jsonl#1"),  # not JSON true: not a rerun
+        ev(5, "item.done", id="a", status="accepted", category="y", replayed=True,
+           output="outputs/shards/a1-w2-000001.jsonl#1")], 10)
     items = list(store.iter_items("r1"))
-    assert [(i["id"], i.get("rerun")) for i in items] == [("a", None), ("b", None),
-                                                          ("a", True)]
-    # the output of its latest outcome: the first one's shard was lost
+    assert [(i["id"], i.get("rerun")) for i in items] == [
+        ("a", None), ("b", None), ("a", True), ("b", None), ("a", None)]
+    # the outcome the balance counts: a's rerun (its first shard was lost), b's first
     assert store.item_output("r1", "a") == ("accepted", "outputs/shards/a2-w0-000001.jsonl#1")
+    assert store.item_output("r1", "b") == ("accepted", None)
 
 
 def test_an_item_batch_is_recorded_row_by_row_and_read_back_as_its_item_events(

@@ -49,7 +49,7 @@ def test_many_unexpected_refusals_are_counted_and_the_first_named() -> None:
 
 
 def test_a_volume_whose_lost_outputs_were_run_again_says_so_in_a_passed_verdict() -> None:
-    lost = ("73 ledger row(s) forgotten because their outputs were lost with the node that "
+    lost = ("73 ledger row(s) forgotten because their outputs were lost by the node that "
             "wrote them (lost_outputs.jsonl; the ledger's forgotten table): their inputs are "
             "run again by a resume")
     balance = _balance(("doc-00051", "empty page"))

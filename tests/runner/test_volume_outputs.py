@@ -24,7 +24,7 @@ import pytest
 from runner.evidence import copy_evidence
 from runner.ledger import Ledger, Row, ledger_path
 from runner.outputs import ShardWriter, read_output
-from runner.spec import NODE_RUN_DIR_ENV
+from runner.spec import NODE_RUN_DIR_ENV, NODE_WHERE_ENV
 from runner.volume_collect import BOOK, DISK_RESERVE, NodeOutputs, ShardBook, collect_nodes
 from runner.volume_stream import CHUNK, Piece
 
@@ -55,6 +55,7 @@ class Direct:
 
 def node(monkeypatch: pytest.MonkeyPatch, run_dir: Path, **kwargs: Any) -> tuple[Direct, Any]:
     monkeypatch.setenv(NODE_RUN_DIR_ENV, str(run_dir))
+    monkeypatch.setenv(NODE_WHERE_ENV, run_dir.parent.parent.name)  # its workers' place
     side = NodeOutputs()
     return Direct(side, f"node-{run_dir.parent.parent.name}", **kwargs), side.listing()
 
@@ -266,22 +267,46 @@ def test_a_node_that_stops_answering_keeps_what_came_and_is_named(
     assert not (head / "outputs" / "b.bin").exists()
 
 
-def test_a_file_on_no_node_while_a_node_is_silent_is_named_and_nothing_forgotten(
+def test_a_file_the_ledger_names_on_no_node_is_named_and_not_forgotten(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    head, n1 = dirs(tmp_path, "head", "n1")
+    head, n1 = dirs(tmp_path, "head", "n1")  # no worker recorded it: whose it is is unknown
     ledger = Ledger.open(ledger_path(str(head)))
-    ledger.record([Row("x", "accepted", output="outputs/shards/a1-w9-000001.jsonl#1")])
+    ledger.record([Row("x", "accepted", output="outputs/shards/a1-w9-000001.jsonl#1"),
+                   Row("y", "accepted", output="outputs/masks/y.png")])
     ledger.close()
-    facts = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat,
-                          every_node_answered=False)  # the silent node may still hold it
-    assert facts["problems"] == ["outputs/shards/a1-w9-000001.jsonl (named by the ledger): "
-                                 "missing on the head, on no node of the cluster"]
+    facts = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat)
+    assert facts["problems"] == [
+        "outputs/masks/y.png (named by the ledger): missing on the head, on no node of the "
+        "cluster", "outputs/shards/a1-w9-000001.jsonl (named by the ledger): missing on the "
+        "head, on no node of the cluster"]
     assert facts["forgotten_inputs"] == 0 and not (head / "lost_outputs.jsonl").exists()
     with Ledger.open(ledger_path(str(head))) as kept:
-        assert [r.id for r in kept.rows()] == ["x"] and kept.forgotten() == 0
+        assert [r.id for r in kept.rows()] == ["x", "y"] and kept.forgotten() == 0
 
 
-def test_outputs_lost_with_their_node_are_forgotten_so_a_resume_runs_their_inputs(
+def test_a_shard_whose_node_did_not_answer_or_refused_is_named_and_nothing_forgotten(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head, n1, n2 = dirs(tmp_path, "head", "n1", "n2")
+    ledger = Ledger.open(ledger_path(str(head)))
+    shards(head, n1, "a1-w1", 1, ledger=ledger)
+    gone = shards(head, n2, "a1-w2", 1, ledger=ledger)
+    ledger.close()
+    (n2 / gone[0]).unlink()
+    facts = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat)
+    assert facts["problems"] == [f"{gone[0]} (written by worker a1-w2@n2): missing on the "
+                                 "head, on no node of the cluster (its node n2 did not "
+                                 "answer: nothing forgotten)"]  # its Ray gone: it may return
+    write(n2 / "outputs" / "x.bin", bytes(10))
+    (n2 / "outputs" / "leak.txt").symlink_to(n2 / "outputs" / "x.bin")
+    refused = collect_nodes(str(head), [node(monkeypatch, n1), node(monkeypatch, n2)],
+                            cap=1 << 30, beat=beat)
+    assert refused["forgotten_inputs"] == 0 and len(refused["problems"]) == 2
+    assert "nothing forgotten" in refused["problems"][1]  # a node that refused: not heard
+    with Ledger.open(ledger_path(str(head))) as kept:
+        assert kept.count() == 6 and kept.forgotten() == 0
+
+
+def test_outputs_lost_by_their_node_are_forgotten_so_a_resume_runs_their_inputs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     head, n1, n2 = dirs(tmp_path, "head", "n1", "n2")
     ledger = Ledger.open(ledger_path(str(head)))
@@ -289,12 +314,16 @@ def test_outputs_lost_with_their_node_are_forgotten_so_a_resume_runs_their_input
     gone = shards(head, n2, "a1-w2", 3, ledger=ledger)
     ledger.record([Row("r", "refused", reason="bad input")])
     ledger.close()
+    saved = {path: (n2 / path).read_bytes() for path in gone}
+    for path in gone:
+        (n2 / path).unlink()  # the node's disk replaced: it answers, without them
     write(head / gone[1], b"a torn copy")  # differs from its record: no good copy anywhere
-    facts = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat)
+    facts = collect_nodes(str(head), [node(monkeypatch, n1), node(monkeypatch, n2)],
+                          cap=1 << 30, beat=beat)
     assert facts["files"] == 2 and facts["lost_files"] == 3
     assert facts["forgotten_inputs"] == 9  # 3 shards of 3 outputs
     [problem] = facts["problems"]
-    assert problem.startswith("9 input(s) forgotten by the ledger, their outputs lost with "
+    assert problem.startswith("9 input(s) forgotten by the ledger, their outputs lost by "
                               f"the node that wrote them: {gone[0]} (written by worker "
                               "a1-w2@n2): missing on the head, on no node of the cluster "
                               "and 2 more (lost_outputs.jsonl)")
@@ -302,7 +331,8 @@ def test_outputs_lost_with_their_node_are_forgotten_so_a_resume_runs_their_input
     with Ledger.open(ledger_path(str(head))) as after:
         ids = {r.id for r in after.rows()}
         assert ids == {"r"} | {f"a1-w1-{b}-{i}" for b in range(2) for i in range(3)}
-        assert after.forgotten() == 9
+        assert after.forgotten() == 9 and after.forgotten_ids() == \
+            {f"a1-w2-{b}-{i}" for b in range(3) for i in range(3)}
         assert after.done_ids() == ids  # what a resume skips: the 9 are run again
     lines = [json.loads(x) for x in (head / "lost_outputs.jsonl").read_text().splitlines()]
     assert sorted(x["file"] for x in lines) == sorted(gone)
@@ -311,10 +341,58 @@ def test_outputs_lost_with_their_node_are_forgotten_so_a_resume_runs_their_input
     assert not (head / gone[1]).exists()
     again = collect_nodes(str(head), [node(monkeypatch, n1)], cap=1 << 30, beat=beat)
     assert again["problems"] == [] and again["forgotten_inputs"] == 0  # nothing lost now
-    back = node(monkeypatch, n2)  # the node comes back with its files: its inputs ran again
+    for path, data in saved.items():
+        write(n2 / path, data)  # found again on the node: its inputs ran again meanwhile
+    back = node(monkeypatch, n2)
     returned = collect_nodes(str(head), [node(monkeypatch, n1), back], cap=1 << 30, beat=beat)
     assert returned["problems"] == [] and returned["files"] == 0 and back[0].sent == []
     assert not any((head / path).exists() for path in gone)
+
+
+def test_a_lost_shard_a_killed_runner_left_on_the_head_is_set_aside_and_the_log_read_whole(
+        tmp_path: Path) -> None:
+    from runner.volume_lost import LOST_LOG, forget_lost, lost_files
+
+    head, = dirs(tmp_path, "head")
+    first, second = "outputs/shards/a1-w2-000001.jsonl", "outputs/shards/a1-w2-000002.jsonl"
+    (head / LOST_LOG).write_text(json.dumps({"file": first, "why": "lost"}) + "\n"
+                                 + '{"file": "outputs/sha')  # killed mid-line
+    write(head / first, b"a copy step 4 never moved")
+    assert collect_nodes(str(head), [], cap=1 << 30, beat=beat)["problems"] == []
+    assert not (head / first).exists() and (head / "lost" / first).exists()
+    forget_lost(str(head), {second: "lost", "outputs/x.png": "not a shard", "../../etc":
+                            "not a shard"}, str(head / BOOK))
+    assert lost_files(str(head)) == {first, second}  # the torn line did not eat the next
+
+
+def test_a_worker_cannot_record_another_workers_shard(tmp_path: Path) -> None:
+    book = ShardBook(str(tmp_path))
+    own = {"shard": "outputs/shards/a2-w3-000001.jsonl", "bytes": 1, "sha256": "a" * 64}
+    other = {"shard": "outputs/shards/a2-w4-000001.jsonl", "bytes": 1, "sha256": "b" * 64}
+    longer = {"shard": "outputs/shards/a2-w31-000001.jsonl", "bytes": 1, "sha256": "c" * 64}
+    book.add("w3@gpu-2[0]", [own, other, longer], prefix="a2-w3")
+    assert set(book.read()) == {own["shard"]}
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_node_whose_outputs_hold_a_link_or_fifo_has_none_collected(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    head, n1, n2 = dirs(tmp_path, "head", "n1", "n2")
+    write(n1 / "outputs" / "item-1.txt", b"one")
+    if kind == "link":
+        (n1 / "outputs" / "leak.txt").symlink_to(Path.home() / ".ssh" / "id_ed25519")
+    else:
+        os.mkfifo(n1 / "outputs" / "leak.txt")
+    write(n2 / "outputs" / "item-2.txt", b"two")
+    facts = collect_nodes(str(head), [node(monkeypatch, n1), node(monkeypatch, n2)],
+                          cap=1 << 30, beat=beat)
+    why = "a symbolic link" if kind == "link" else "not a regular file"
+    assert facts["problems"] == [f"node-n1: outputs/leak.txt: {why}; none of its outputs "
+                                 "collected"]
+    assert facts["files"] == 1 and not (head / "outputs" / "item-1.txt").exists()
+    assert not (head / "outputs" / "leak.txt").exists()
+    assert (head / "outputs" / "item-2.txt").read_bytes() == b"two"
+
 
 
 def test_a_head_file_of_the_same_name_is_kept_and_named(
@@ -342,27 +420,37 @@ def test_outputs_kept_on_their_nodes_leave_each_nodes_listing_on_the_head(
     assert listing["run_dir"] == str(n1) and listing["refused"] == []
 
 
-def test_a_resume_replays_the_rerun_event_a_killed_runner_lost(tmp_path: Path) -> None:
+def test_a_resume_replays_the_rerun_events_a_killed_runner_lost(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
     from runner.events import ITEM_DONE, EventWriter
     from runner.stages.pilot import _replay
 
-    lost = "outputs/shards/a1-w2-000001.jsonl"
+    lost, again = "outputs/shards/a1-w2-000001.jsonl", "outputs/shards/a2-w0-000001.jsonl"
     ledger = Ledger.open(ledger_path(str(tmp_path)))
     ledger.record([Row("a", "accepted", "x", output=f"{lost}#1"), Row("b", "accepted", "x")])
-    assert ledger.forget_outputs(lambda o: lost if o.startswith(lost) else None,
-                                 {lost: "lost with its node"}) == {lost: 1}
+    assert ledger.forget_shards({lost: "lost by its node"}) == {lost: 1}
     assert ledger.forgotten_ids() == {"a"}
-    ledger.record([Row("a", "refused", reason="timeout")])  # run again by the resume
-    assert ledger.forgotten_ids() == set() and ledger.forgotten_ids(pending=False) == {"a"}
-    writer = EventWriter(str(tmp_path / "events.jsonl"), "r1")
+    ledger.record([Row("a", "accepted", "y", output=f"{again}#1")])  # run again
+    assert ledger.forgotten_ids() == set() and ledger.forgotten_counts() == {"a": 1}
+    events = tmp_path / "events.jsonl"
+    writer = EventWriter(str(events), "r1")
     for row in ledger.rows():  # the first attempt's events: the rerun's never written
         writer.emit(ITEM_DONE, id=row.id, status="accepted", category="x")
     writer.close()
     emitted: list[tuple[str, dict[str, Any]]] = []
     ctx = SimpleNamespace(run_dir=str(tmp_path), emit=lambda t, **d: emitted.append((t, d)))
     assert _replay(ctx, ledger) == 1  # type: ignore[arg-type]
+    assert emitted == [(ITEM_DONE, {"replayed": True, "rerun": True, "id": "a",
+                                    "status": "accepted", "category": "y",
+                                    "output": f"{again}#1"})]
+    writer = EventWriter.resume(str(events), "r1")  # that rerun event written this time
+    writer.emit(ITEM_DONE, id="a", status="accepted", category="y", rerun=True)
+    writer.close()
+    assert ledger.forget_shards({again: "lost again"}) == {again: 1}  # a second time
+    ledger.record([Row("a", "refused", reason="timeout")])
+    emitted.clear()
+    assert _replay(ctx, ledger) == 1  # type: ignore[arg-type]  # the second rerun's
     assert emitted == [(ITEM_DONE, {"replayed": True, "rerun": True, "id": "a",
                                     "status": "refused", "reason": "timeout"})]
     ledger.close()

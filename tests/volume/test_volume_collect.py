@@ -6,9 +6,9 @@ dispatcher sets it on a node), so its worker writes its shards there, not in the
 run directory. The driver is the real runner (``python -m runner``) joining the cluster.
 After the items, the ``collect`` stage brings the node's shards to the head; a resume
 brings only the shard the head lost; a shard changed on its node fails the stage, named.
-A third node lost after its items, before the collection, takes its shards with it: the
-collection forgets their inputs in the ledger and fails saying so, and a resume runs them
-again on the two nodes left, every input then counted once.
+A third node whose disk is wiped after its items, before the collection, answers without
+its shards: the collection forgets their inputs in the ledger and fails saying so, and a
+resume runs them again, every input then counted once.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 
 from runner.balance import compute_balance
 from runner.outputs import read_output
-from runner.spec import NODE_RUN_DIR_ENV
+from runner.spec import NODE_RUN_DIR_ENV, NODE_WHERE_ENV
 from tests.runner.test_stages_kit import runner_env
 from tests.volume.kit import cluster_env, events, kill_group, make_volume, set_params, start_runner
 
@@ -122,7 +122,7 @@ def test_collection_after_the_items_resumes_with_what_is_missing_and_names_a_tam
     assert json.loads((run_dir / "balance.json").read_text())["ok"]  # the balance still ran
 
 
-def test_a_node_lost_before_the_collection_has_its_inputs_run_again_by_a_resume(
+def test_a_node_that_lost_its_shards_before_the_collection_has_its_inputs_run_again(
         two_nodes: Any, tmp_path: Path) -> None:
     c, env, node_dir = two_nodes
     shutil.rmtree(node_dir, ignore_errors=True)  # the first test's copy of its run
@@ -132,17 +132,24 @@ def test_a_node_lost_before_the_collection_has_its_inputs_run_again_by_a_resume(
     for where in (node_dir, third_dir):
         where.mkdir(parents=True, exist_ok=True)
         (where / "spec.json").write_text(spec.read_text())
-    os.environ[NODE_RUN_DIR_ENV] = str(third_dir)
-    try:
-        third = c.add_node(num_cpus=1, num_gpus=0)
-    finally:
-        os.environ.pop(NODE_RUN_DIR_ENV)
+    def third_node() -> Any:  # named as the manifest would (its workers' place)
+        os.environ.update({NODE_RUN_DIR_ENV: str(third_dir), NODE_WHERE_ENV: "node-3"})
+        try:
+            return c.add_node(num_cpus=1, num_gpus=0)
+        finally:
+            os.environ.pop(NODE_RUN_DIR_ENV)
+            os.environ.pop(NODE_WHERE_ENV)
+
+    third = third_node()
     c.wait_for_nodes()
     run_dir = tmp_path / "run"
     _run(spec, run_dir, env, "--stages", "pilot")  # the items only: nothing collected yet
     lost = sorted(p.name for p in (third_dir / "outputs" / "shards").glob("*.jsonl"))
     assert lost, "the third node's worker wrote no shard"
-    c.remove_node(third)  # the node is gone, its shards with it
+    c.remove_node(third)  # the node's machine replaced: its disk wiped, then it is back
+    shutil.rmtree(third_dir / "outputs")
+    third = third_node()
+    c.wait_for_nodes()
 
     finished = _run(spec, run_dir, env, "--resume")
     failed = _stage(run_dir, "collect")
@@ -157,7 +164,7 @@ def test_a_node_lost_before_the_collection_has_its_inputs_run_again_by_a_resume(
     assert not balance["ok"]
     assert balance["accepted"] + balance["refused"] == COUNT - forgotten
     missing = [p for p in balance["problems"] if p["kind"] == "missing"]
-    assert len(missing) == forgotten and all("lost with the node" in p["detail"]
+    assert len(missing) == forgotten and all("lost by the node" in p["detail"]
                                              for p in missing), missing[:3]
 
     finished = _run(spec, run_dir, env, "--resume")
