@@ -14,7 +14,7 @@ the ones the balance expects (the service stores them on hearing the ``listed`` 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Protocol
+from typing import Any
 
 from bot.dispatch.base import RunHandle
 from bot.dispatch.corpus import (
@@ -26,23 +26,18 @@ from bot.dispatch.corpus import (
     write_listing,
 )
 from bot.dispatch.plan import plan_of
-from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
 from bot.node_programs.corpus_listing import Row, listing_digest
+from bot.nodes.base import Node
 from runner.inputs import item_id
 
 LIST_TIMEOUT_S = 3600.0  # a node reads and hashes its whole corpus (a terabyte at 500 MB/s)
 
 
-class Runs(Protocol):
-    def run(self, node: SSHNode, command: str, stdin: str = "",
-            timeout: float = 120, cap: int = ...) -> tuple[int, str, str]:
-        ...
-
-
-def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> int | None:
-    """The head's listing of a corpus only the nodes hold, checked and written to the run
-    directory; how many inputs it holds (None: the run's corpus is not such a one)."""
+def list_on_head(head: Node, handle: RunHandle) -> int | None:
+    """The head's listing (``head``: ``volume.nodes[0]``, else the volume's one node) of a
+    corpus only the nodes hold, checked and written to the run directory; how many inputs
+    it holds (None: the run's corpus is not such a one)."""
     spec = plan_of(handle).spec()
     on_nodes = corpus_on_nodes(handle, spec)
     if not on_nodes or not corpus_node_only(handle, spec):
@@ -52,8 +47,8 @@ def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> int | None:
     name = f"volume.nodes[0] ({head.where})"
     try:
         # an empty listing's digest: the node prints its rows unless its folder is empty
-        code, out, err = runs.run(head, corpus_command(head.python, on_nodes, pattern,
-                                                      listing_digest([]), head.workdir),
+        code, out, err = head.run(corpus_command(head.python, on_nodes, pattern,
+                                                 listing_digest([]), head.workdir),
                                   timeout=LIST_TIMEOUT_S,
                                   cap=listing_cap(int(inputs.get("expected_count") or 0)))
     except DispatchError as exc:

@@ -33,13 +33,7 @@ from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, json_obje
 from bot.dispatch.bot_records import fetched_name
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.plan import plan_of
-from bot.dispatch.upload import (
-    RUNNER_PACKAGE,
-    SSHNode,
-    UploadPlan,
-    mirror,
-    write_layout,
-)
+from bot.dispatch.upload import RUNNER_PACKAGE, UploadPlan, mirror, write_layout
 from bot.dispatch.volume_cluster import (
     RayNodeOf,
     default_ray_node,
@@ -73,21 +67,21 @@ class NodeDispatcher:
     # -- the Dispatcher protocol -----------------------------------------------------
     def start(self, handle: RunHandle) -> int | None:
         spec_node, node = self._node(handle)
-        nodes = volume_nodes(handle, spec_node.kind)
-        if not nodes:
+        specs = volume_nodes(handle, spec_node.kind)
+        if not specs:
             return self._launch(handle, spec_node, node, {}, plan_of(handle).spec())
-        runs = _Runs(self, handle)
-        end_earlier_cluster(runs, handle)  # a resume: nothing is sent under it
+        end_earlier_cluster(self.node_of, handle)  # a resume: nothing is sent under it
         try:
-            copies = [self._copy(handle, i, n) for i, n in enumerate(nodes)]
-            started = start_volume_cluster(runs, handle, copies, self.ray_node)
+            copies = [self._copy(handle, i, s, self.node_of(s)) for i, s in enumerate(specs)]
+            started = start_volume_cluster(self.node_of, handle, copies, self.ray_node)
             if started is None:
                 raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
-            handle.progress({"node": nodes[0].where, "index": 0, "phase": "launching"})
+            handle.progress({"node": self.node_of(specs[0]).where, "index": 0,
+                             "phase": "launching"})
             return self._launch(handle, spec_node, node, started.cluster.driver_env(),
                                 started.spec)
         except BaseException:
-            stop_volume_cluster(runs, handle)
+            stop_volume_cluster(self.node_of, handle)
             raise
 
     def _upload(self, handle: RunHandle, spec_node: NodeSpec, node: Node,
@@ -106,18 +100,17 @@ class NodeDispatcher:
                  **upload.run_files(handle)}
         return upload, files, {**changes.sent, "run": sum(len(d) for d in files.values())}
 
-    def _copy(self, handle: RunHandle, index: int, where: SSHNode) -> NodeCopy:
+    def _copy(self, handle: RunHandle, index: int, spec_node: NodeSpec,
+              node: Node) -> NodeCopy:
         """Volume node ``index``'s own copy of the run (with its card proof's spec), sent
         under its workdir's lock, which is let go once it is written."""
-        spec_node = plan_of(handle).volume_nodes[index]
-        node = self.node_of(spec_node)
         upload, files, sent = self._upload(handle, spec_node, node, plan_of(handle).spec())
         files.update(proof_files(upload))
         stream = (upload.hash_request().encode() + b"tar\n"
                   + _framed(_tar(files, upload.workdir)))  # no launch: the lock is let go
-        out = node.send_archive(upload.launch_command(where.python, False), stream)
+        out = node.send_archive(upload.launch_command(node.python, False), stream)
         _locked(out, node.where, upload.workdir)
-        handle.progress({"node": where.where, "index": index, "phase": "uploaded",
+        handle.progress({"node": node.where, "index": index, "phase": "uploaded",
                          "bytes": sum(sent.values())})
         return NodeCopy.of(upload)
 
@@ -168,7 +161,7 @@ class NodeDispatcher:
     def clean_up(self, handle: RunHandle) -> list[str]:
         """A several-node volume's Ray, stopped on every node; the problems met."""
         try:
-            return stop_volume_cluster(_Runs(self, handle), handle)
+            return stop_volume_cluster(self.node_of, handle)
         except DispatchError as exc:
             return [str(exc)]
 
@@ -221,7 +214,7 @@ class NodeDispatcher:
         self._stop_cluster(handle)
 
     def _stop_cluster(self, handle: RunHandle) -> None:
-        problems = stop_volume_cluster(_Runs(self, handle), handle)
+        problems = stop_volume_cluster(self.node_of, handle)
         if problems:
             raise DispatchError(f"run {handle.run_id}: Ray not stopped on every node: "
                                 + "; ".join(problems))
@@ -279,25 +272,6 @@ def _framed(data: bytes) -> bytes:
     parts = [f"{len(data[i:i + CHUNK])}\n".encode() + data[i:i + CHUNK]
              for i in range(0, len(data), CHUNK)]
     return b"".join(parts) + b"0\n"
-
-
-class _Runs:
-    """``volume_cluster``'s commands on a volume node (named by its ``SSHNode``: its
-    fields, workdir included, tell the nodes apart), run through that node's ``Node``."""
-
-    def __init__(self, dispatcher: NodeDispatcher, handle: RunHandle) -> None:
-        self.dispatcher, self.handle = dispatcher, handle
-
-    def run(self, node: SSHNode, command: str, stdin: str = "",
-            timeout: float = 120) -> tuple[int, str, str]:
-        specs = plan_of(self.handle).volume_nodes
-        listed = volume_nodes(self.handle)
-        try:
-            spec = specs[listed.index(node)]
-        except ValueError as exc:
-            raise DispatchError(f"run {self.handle.run_id}: {node.where} is not one of its "
-                                "volume.nodes") from exc
-        return self.dispatcher.node_of(spec).run(command, stdin.encode(), timeout)
 
 
 def _locked(out: str, where: str, workdir: str) -> list[str]:

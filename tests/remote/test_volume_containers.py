@@ -38,8 +38,7 @@ def layout(tmp_path: Path) -> Iterator[TwoNodesOneHost]:
 
 def test_a_two_node_volume_passes_on_containers(tmp_path: Path,
                                                 layout: TwoNodesOneHost) -> None:
-    # each container's workdir named in full: two containers at one address are told
-    # apart by it (a several-node volume's record of its Ray names nodes by their fields)
+    # each container's workdir named in full (the test reads each container's copy there)
     nodes = [{"kind": "container", "container": w.parent.name, "host": "127.0.0.1",
               "workdir": str(w), "python": sys.executable} for w in layout.workdirs]
     manifest, ids = write_project(tmp_path / "project", nodes, COUNT)
