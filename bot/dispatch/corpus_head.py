@@ -7,8 +7,9 @@ volume's one node) lists ``on_nodes`` with the runner's rule and checksums every
 inputs with distinct ids, the expected refusals among them, or the dispatch is refused
 naming the field. The listing is written to the run directory (``LISTING_FILE``, a header then
 one row a line): its rows
-are what every node's own listing must equal (``UploadPlan.corpus_check``), and its ids are
-the ones the balance expects (the service stores them on hearing the ``listed`` step).
+are what every node's own listing must equal (``UploadPlan.corpus_check``; ``check_on_node``
+asks a node through its ``Node``), and its ids are the ones the balance expects (the
+service stores them on hearing the ``listed`` step).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from bot.dispatch.base import RunHandle
 from bot.dispatch.corpus import (
+    check_listing,
     corpus_command,
     corpus_node_only,
     corpus_on_nodes,
@@ -26,6 +28,7 @@ from bot.dispatch.corpus import (
     write_listing,
 )
 from bot.dispatch.plan import plan_of
+from bot.dispatch.upload import UploadPlan
 from bot.errors import DispatchError
 from bot.node_programs.corpus_listing import Row, listing_digest
 from bot.nodes.base import Node
@@ -70,6 +73,22 @@ def list_on_head(head: Node, handle: RunHandle) -> int | None:
     handle.progress({"node": head.where, "index": 0, "phase": "listed", "count": len(rows),
                      "bytes": sum(r[1] for r in rows)})
     return len(rows)
+
+
+def check_on_node(node: Node, upload: UploadPlan) -> None:
+    """A node's own copy of a corpus already on the nodes (``upload.on_nodes``; nothing
+    when there is none) against its reference (``UploadPlan.corpus_check``: the bot's
+    checked copy, or the head's listing above): a DispatchError naming the node and the
+    first input that differs (``check_listing``)."""
+    if not upload.on_nodes:
+        return
+    command, reference = upload.corpus_check(node.python)
+    code, out, err = node.run(command, timeout=LIST_TIMEOUT_S,
+                              cap=listing_cap(reference.count))
+    if code != 0:
+        raise DispatchError(f"{node.where}: `{command[:80]}` failed (exit {code}): "
+                            f"{err.strip()[-600:]}")
+    check_listing(node.where, upload.on_nodes, reference, out, head=upload.head)
 
 
 def _check(name: str, on_nodes: str, pattern: str, rows: list[Row],

@@ -11,9 +11,12 @@ records never replaced). A several-node volume (``volume.nodes``, all of the hea
 first gets a copy of the run into every node's workdir, then the card proofs and Ray on
 every node (``volume_cluster.py``, as the SSH adapter's), the driver handed the cluster's
 token on the launch line only; Ray is stopped on every node by a stop, ``clean_up`` or the
-fetch. What it does not do yet, it refuses before anything is sent: a corpus already on
-the nodes, an evidence home on the bot host (the SSH adapter's dispatcher does those);
-the workdir locks of the nodes other than the head are not held while their Ray lives
+fetch. A corpus already on the nodes (``volume.inputs.on_nodes``) is listed on the head
+first when only the nodes hold it (``corpus_head.list_on_head``), and every node's copy is
+checked against its reference once the node has its copy of the run, before the launch
+(``corpus_head.check_on_node``). What it does not do yet, it refuses before anything is
+sent: an evidence home on the bot host (the SSH adapter's dispatcher does that); the
+workdir locks of the nodes other than the head are not held while their Ray lives
 (docs/architecture.md).
 """
 
@@ -32,6 +35,7 @@ from typing import Any
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, json_object
 from bot.dispatch.bot_records import fetched_name
 from bot.dispatch.card_proof import NodeCopy, proof_files
+from bot.dispatch.corpus_head import check_on_node, list_on_head
 from bot.dispatch.plan import plan_of
 from bot.dispatch.upload import RUNNER_PACKAGE, UploadPlan, mirror, write_layout
 from bot.dispatch.volume_cluster import (
@@ -68,6 +72,8 @@ class NodeDispatcher:
     def start(self, handle: RunHandle) -> int | None:
         spec_node, node = self._node(handle)
         specs = volume_nodes(handle, spec_node.kind)
+        # a corpus only the nodes hold: the head's listing first, every node's reference
+        list_on_head(self.node_of(specs[0]) if specs else node, handle)
         if not specs:
             return self._launch(handle, spec_node, node, {}, plan_of(handle).spec())
         end_earlier_cluster(self.node_of, handle)  # a resume: nothing is sent under it
@@ -91,10 +97,9 @@ class NodeDispatcher:
         (its launch plan's, or a volume head's with its cluster), rewritten for the node."""
         workdir = self._workdir(spec_node, node)
         upload = UploadPlan(workdir, handle, self.runner_package, spec)
-        if upload.on_nodes or upload.evidence:
-            what = "volume.inputs.on_nodes" if upload.on_nodes else "results.copy_to"
-            raise DispatchError(f"run {handle.run_id}: {spec_node.label}: {what} is not "
-                                "offered by this node kind; nothing was started")
+        if upload.evidence:
+            raise DispatchError(f"run {handle.run_id}: {spec_node.label}: results.copy_to is "
+                                "not offered by this node kind; nothing was started")
         changes = upload.changes({})
         files = {**{dst: src.read_bytes() for src, dst in changes.send},
                  **upload.run_files(handle)}
@@ -110,6 +115,7 @@ class NodeDispatcher:
                   + _framed(_tar(files, upload.workdir)))  # no launch: the lock is let go
         out = node.send_archive(upload.launch_command(node.python, False), stream)
         _locked(out, node.where, upload.workdir)
+        check_on_node(node, upload)  # its own copy of a corpus on the nodes, if any
         handle.progress({"node": node.where, "index": index, "phase": "uploaded",
                          "bytes": sum(sent.values())})
         return NodeCopy.of(upload)
@@ -117,6 +123,7 @@ class NodeDispatcher:
     def _launch(self, handle: RunHandle, spec_node: NodeSpec, node: Node,
                 env: dict[str, str], spec: dict[str, Any]) -> int:
         upload, files, sent = self._upload(handle, spec_node, node, spec)
+        check_on_node(node, upload)  # before the runner starts on it
         launch = f"launch {json.dumps(env)}\n" if env else "launch\n"
         stream = (upload.hash_request().encode() + b"tar\n"
                   + _framed(_tar(files, upload.workdir)) + launch.encode())
