@@ -14,9 +14,11 @@ token on the launch line only; Ray is stopped on every node by a stop, ``clean_u
 fetch. A corpus already on the nodes (``volume.inputs.on_nodes``) is listed on the head
 first when only the nodes hold it (``corpus_head.list_on_head``), and every node's copy is
 checked against its reference once the node has its copy of the run, before the launch
-(``corpus_head.check_on_node``). What it does not do yet, it refuses before anything is
-sent: an evidence home on the bot host (the SSH adapter's dispatcher does that); the
-workdir locks of the nodes other than the head are not held while their Ray lives
+(``corpus_head.check_on_node``). The nodes other than the head lock their workdir again
+once their Ray is up, for as long as it lives (the launcher's hold, ``ray_hold.py``; a
+node whose lock is taken meanwhile is warned of and the volume runs, as on SSH, where the
+lock is kept from the copy on). What it does not do yet, it refuses before anything is
+sent: an evidence home on the bot host (the SSH adapter's dispatcher does that)
 (docs/architecture.md).
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import posixpath
 import shlex
 import tarfile
@@ -48,10 +51,12 @@ from bot.dispatch.volume_cluster import (
 )
 from bot.errors import DispatchError, NodeUnreachable
 from bot.manifest.nodes import NodeSpec
+from bot.node_programs.ray_hold import HOLD_ENV
 from bot.nodes.base import Node
 from runner.events import Event, EventFormatError, parse_chunk, read_complete
 from runner.files import write_bytes_atomic
 
+log = logging.getLogger(__name__)
 CHUNK = 1 << 20  # bytes per framed chunk of the archive on the launcher's stdin
 FETCH_MAX_FILES = 100_000  # files a fetch brings back from the node's run directory
 FETCH_MAX_BYTES = 8 << 30  # bytes, all files together
@@ -78,10 +83,13 @@ class NodeDispatcher:
             return self._launch(handle, spec_node, node, {}, plan_of(handle).spec())
         end_earlier_cluster(self.node_of, handle)  # a resume: nothing is sent under it
         try:
-            copies = [self._copy(handle, i, s, self.node_of(s)) for i, s in enumerate(specs)]
-            started = start_volume_cluster(self.node_of, handle, copies, self.ray_node)
+            uploads = [self._copy(handle, i, s, self.node_of(s)) for i, s in enumerate(specs)]
+            started = start_volume_cluster(self.node_of, handle,
+                                           [NodeCopy.of(u) for u in uploads], self.ray_node)
             if started is None:
                 raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
+            for spec, upload, ray in list(zip(specs, uploads, started.cluster.nodes))[1:]:
+                self._hold(handle, self.node_of(spec), upload, ray.temp_dir)
             handle.progress({"node": self.node_of(specs[0]).where, "index": 0,
                              "phase": "launching"})
             return self._launch(handle, spec_node, node, started.cluster.driver_env(),
@@ -106,9 +114,9 @@ class NodeDispatcher:
         return upload, files, {**changes.sent, "run": sum(len(d) for d in files.values())}
 
     def _copy(self, handle: RunHandle, index: int, spec_node: NodeSpec,
-              node: Node) -> NodeCopy:
+              node: Node) -> UploadPlan:
         """Volume node ``index``'s own copy of the run (with its card proof's spec), sent
-        under its workdir's lock, which is let go once it is written."""
+        under its workdir's lock, which is let go once it is written; where it went."""
         upload, files, sent = self._upload(handle, spec_node, node, plan_of(handle).spec())
         files.update(proof_files(upload))
         stream = (upload.hash_request().encode() + b"tar\n"
@@ -118,7 +126,20 @@ class NodeDispatcher:
         check_on_node(node, upload)  # its own copy of a corpus on the nodes, if any
         handle.progress({"node": node.where, "index": index, "phase": "uploaded",
                          "bytes": sum(sent.values())})
-        return NodeCopy.of(upload)
+        return upload
+
+    @staticmethod
+    def _hold(handle: RunHandle, node: Node, upload: UploadPlan, temp_dir: str) -> None:
+        """A volume node other than the head: its workdir's lock taken again, held by the
+        launcher's hold for as long as the node's Ray (its group, in ``temp_dir``) lives.
+        A lock it cannot take is warned of: the volume can run, only the lock is lost."""
+        stream = f"launch {json.dumps({HOLD_ENV: temp_dir})}\n".encode()
+        try:
+            _launched(node.send_archive(upload.hold_command(node.python), stream),
+                      node.where, upload.workdir)
+        except (DispatchError, NodeUnreachable) as exc:
+            log.warning("run %s: %s keeps no workdir lock during the run: %s",
+                        handle.run_id, node.where, exc)
 
     def _launch(self, handle: RunHandle, spec_node: NodeSpec, node: Node,
                 env: dict[str, str], spec: dict[str, Any]) -> int:

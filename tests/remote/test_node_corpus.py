@@ -50,7 +50,7 @@ def test_every_container_is_held_to_the_heads_listing(tmp_path: Path) -> None:
         assert len(head_rows(handle.run_dir)) == COUNT and steps[0]["phase"] == "listed"
         for i, spec in enumerate(specs):
             copy = dispatcher._copy(handle, i, spec, dispatcher.node_of(spec))
-            sent = json.loads(Path(copy.run_dir, "spec.json").read_text())
+            sent = json.loads(Path(copy.remote_run_dir, "spec.json").read_text())
             assert sent["inputs"]["dir"] == str(shared)  # the node's own copy, in place
             assert not list(Path(nodes[i]["workdir"]).rglob("item-*"))  # none uploaded
         (shared / "item-00007.txt").write_bytes(b"changed")

@@ -20,6 +20,7 @@ from bot.service import PilotService
 from bot.settings import Settings
 from bot.store import Store
 from tests.bot.container_kind import container_kind
+from tests.processes import wait_until
 from tests.remote.volume_service_kit import TwoNodesOneHost, stop_everything, write_project
 
 COUNT = 40
@@ -65,4 +66,9 @@ def test_a_two_node_volume_passes_on_containers(tmp_path: Path,
     assert {w["run_dir"] for w in placed} == {f"{w}/runs/{volume}" for w in layout.workdirs}
     for workdir in layout.workdirs:  # each container had its own copy and its card proof
         assert (workdir / "runs" / volume / "spec.json").is_file()
+    # the second container's workdir was locked again while its Ray lived: the launcher's
+    # hold ran from its copy (its exit status there once Ray stopped), then let it go
+    second = layout.workdirs[1]
+    wait_until(lambda: (second / "runs" / volume / "exit_code").is_file(), "the hold's end", 30)
+    wait_until(lambda: not (second / "dispatch.lock").exists(), "box-2 let go", 30)
     assert not (tmp_path / "home" / "runs" / volume / "ray_cluster.json").exists()  # stopped
