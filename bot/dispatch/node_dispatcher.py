@@ -17,9 +17,9 @@ checked against its reference once the node has its copy of the run, before the 
 (``corpus_head.check_on_node``). The nodes other than the head lock their workdir again
 once their Ray is up, for as long as it lives (the launcher's hold, ``ray_hold.py``; a
 node whose lock is taken meanwhile is warned of and the volume runs, as on SSH, where the
-lock is kept from the copy on). What it does not do yet, it refuses before anything is
-sent: an evidence home on the bot host (the SSH adapter's dispatcher does that)
-(docs/architecture.md).
+lock is kept from the copy on). An evidence home on the bot host (``results.copy_to``)
+gets the node's evidence copy, checked and verified, at the fetch (``node_fetch.py``).
+What it does differently from the SSH kind's: docs/architecture.md, "Adding a node kind".
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ import posixpath
 import shlex
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, json_object
-from bot.dispatch.bot_records import fetched_name
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.corpus_head import check_on_node, list_on_head
+from bot.dispatch.node_fetch import fetch_over_node
 from bot.dispatch.plan import plan_of
 from bot.dispatch.upload import RUNNER_PACKAGE, UploadPlan, mirror, write_layout
 from bot.dispatch.volume_cluster import (
@@ -54,12 +54,9 @@ from bot.manifest.nodes import NodeSpec
 from bot.node_programs.ray_hold import HOLD_ENV
 from bot.nodes.base import Node
 from runner.events import Event, EventFormatError, parse_chunk, read_complete
-from runner.files import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20  # bytes per framed chunk of the archive on the launcher's stdin
-FETCH_MAX_FILES = 100_000  # files a fetch brings back from the node's run directory
-FETCH_MAX_BYTES = 8 << 30  # bytes, all files together
 
 
 class NodeDispatcher:
@@ -68,10 +65,13 @@ class NodeDispatcher:
 
     def __init__(self, node_of: Callable[[NodeSpec], Node], *,
                  runner_package: Path | None = None,
-                 ray_node: RayNodeOf = default_ray_node) -> None:
+                 ray_node: RayNodeOf = default_ray_node,
+                 keep_out: Sequence[Path | str] = ()) -> None:
         self.node_of = node_of
         self.runner_package = Path(runner_package or RUNNER_PACKAGE)
         self.ray_node = ray_node  # a several-node volume's Ray layout (volume_cluster.py)
+        # the bot's own folders (its runs folder, its state) no evidence home may touch
+        self.keep_out = tuple(Path(p) for p in keep_out)
 
     # -- the Dispatcher protocol -----------------------------------------------------
     def start(self, handle: RunHandle) -> int | None:
@@ -105,9 +105,6 @@ class NodeDispatcher:
         (its launch plan's, or a volume head's with its cluster), rewritten for the node."""
         workdir = self._workdir(spec_node, node)
         upload = UploadPlan(workdir, handle, self.runner_package, spec)
-        if upload.evidence:
-            raise DispatchError(f"run {handle.run_id}: {spec_node.label}: results.copy_to is "
-                                "not offered by this node kind; nothing was started")
         changes = upload.changes({})
         files = {**{dst: src.read_bytes() for src, dst in changes.send},
                  **upload.run_files(handle)}
@@ -150,7 +147,8 @@ class NodeDispatcher:
                   + _framed(_tar(files, upload.workdir)) + launch.encode())
         python = spec_node.python or "python3"
         layout = {"node": spec_node.model_dump(mode="json"), "run_dir": upload.remote_run_dir,
-                  "pid": None, "lock": upload.lock, "python": python, "uploaded": sent}
+                  "pid": None, "lock": upload.lock, "python": python,
+                  "evidence": upload.evidence, "uploaded": sent}
         # before the launch: a bot that dies from here on still finds the run ("starting")
         write_layout(handle.run_dir / "remote.json", layout)
         out = node.send_archive(upload.launch_command(python, handle.resume), stream)
@@ -204,26 +202,11 @@ class NodeDispatcher:
 
     def fetch_results(self, handle: RunHandle) -> Path | None:
         """The node's run directory, file by file, into the run directory (the bot's own
-        records left out), a volume's Ray stopped on every node first; no evidence copy
-        (refused at the start)."""
+        records left out), a volume's Ray stopped on every node first; an evidence home on
+        the bot host gets the node's evidence copy, verified (``node_fetch.py``)."""
         self._stop_cluster(handle)
         node, layout = self._located(handle)
-        run_dir = layout["run_dir"]
-        names = _listing(node, run_dir, str(layout.get("python") or "python3"))
-        total = 0
-        for rel in names:
-            parts = rel.split("/")
-            if not fetched_name(parts[0]) or rel.startswith("/") or ".." in parts:
-                continue
-            data = node.read_file(f"{run_dir}/{rel}")
-            total += len(data)
-            if total > FETCH_MAX_BYTES:
-                raise DispatchError(f"run {handle.run_id}: {node.where}: the run directory "
-                                    f"is over {FETCH_MAX_BYTES} bytes; fetch stopped")
-            dest = handle.run_dir.joinpath(*parts)
-            _safe_parent(handle.run_dir, dest)
-            write_bytes_atomic(dest, data)
-        return None
+        return fetch_over_node(handle, node, layout, self.keep_out)
 
     def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
         try:
@@ -323,39 +306,3 @@ def _launched(out: str, where: str, workdir: str) -> int:
         return int(lines[-1])
     except ValueError as exc:
         raise DispatchError(f"{where}: the launcher printed no pid: {out[-200:]!r}") from exc
-
-
-LISTING = ("import json, os, sys\nroot = sys.argv[1]\nout = []\n"
-           "for base, dirs, names in os.walk(root):\n"
-           "    dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(base, d))]\n"
-           "    for name in names:\n"
-           "        path = os.path.join(base, name)\n"
-           "        if os.path.isfile(path) and not os.path.islink(path):\n"
-           "            out.append(os.path.relpath(path, root))\n"
-           "print(json.dumps(out))\n")
-
-
-def _listing(node: Node, run_dir: str, python: str) -> list[str]:
-    """The regular files under the node's run directory (no link followed), relative."""
-    code, out, err = node.run(" ".join(shlex.quote(a) for a in
-                                       (python, "-c", LISTING, run_dir)), timeout=300)
-    try:
-        names = json.loads(out) if code == 0 else None
-    except ValueError:
-        names = None
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise DispatchError(f"{node.where}: cannot list {run_dir} ({err.strip()[:200]!r})")
-    if len(names) > FETCH_MAX_FILES:
-        raise DispatchError(f"{node.where}: {run_dir} holds over {FETCH_MAX_FILES} files")
-    return sorted(names)
-
-
-def _safe_parent(root: Path, dest: Path) -> None:
-    """Make ``dest``'s folders under ``root``, refusing a link on the way (a node's name
-    never leads out of the run directory)."""
-    here = root
-    for part in dest.relative_to(root).parts[:-1]:
-        here = here / part
-        if here.is_symlink():
-            raise DispatchError(f"{here}: a link in the run directory; fetch refused")
-        here.mkdir(exist_ok=True)

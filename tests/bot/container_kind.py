@@ -132,6 +132,7 @@ def container_kind(root: Path, ray_node: RayNodeOf = default_ray_node) -> NodeKi
         def node_of(spec: NodeSpec) -> ContainerNode:
             assert isinstance(spec, ContainerNodeSpec)
             return ContainerNode(root, spec)
-        return NodeDispatcher(node_of, ray_node=ray_node)
+        return NodeDispatcher(node_of, ray_node=ray_node,
+                              keep_out=(settings.runs_dir, settings.db_path.parent))
 
     return NodeKind("container", ContainerNodeSpec, build)
