@@ -27,6 +27,7 @@ from bot.dispatch.base import Decision, RunHandle
 from bot.dispatch.card_proof import NodeCopy, NodeProof, head_proof, prove_nodes
 from bot.dispatch.plan import plan_of
 from bot.dispatch.ray_cluster import RayCluster, RayNode, RayPorts, start_cluster, stop_cluster
+from bot.dispatch.upload import require_address
 from bot.errors import DispatchError
 from bot.manifest.nodes import NodeSpec
 from bot.nodes.base import Node
@@ -89,10 +90,7 @@ def volume_nodes(handle: RunHandle, kind: str | None = None) -> list[NodeSpec]:
         raise DispatchError(f"run {handle.run_id}: volume.nodes: several nodes must all be "
                             f"kind {kind} (one is kind {other.kind})")
     for node in nodes:
-        missing = [k for k in ("host", "workdir") if not getattr(node, k)]
-        if missing:
-            raise DispatchError(f"node.{missing[0]}: required for a node reached over the "
-                                "network")
+        require_address(node.model_dump())
     return list(nodes)
 
 

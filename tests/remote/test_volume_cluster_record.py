@@ -206,3 +206,14 @@ def test_is_alive_only_looks_and_release_stops_the_ray(tmp_path: Path) -> None:
     assert dispatcher.clean_up(handle) == []
     assert dispatcher.stopped == ["gpu-b", "gpu-a"]
     assert not (tmp_path / CLUSTER_FILE).exists()
+
+
+def test_a_volume_node_without_its_workdir_is_refused_naming_the_field(tmp_path: Path) -> None:
+    handle = _handle(tmp_path)
+    nodes = [{"kind": "ssh", "host": "gpu-a", "workdir": "/w"}, {"kind": "ssh", "host": "gpu-b"}]
+    (tmp_path / "manifest.yaml").write_text(yaml.safe_dump({"volume": {"nodes": nodes}}))
+    fake = _Node()
+    with pytest.raises(DispatchError, match="node.workdir: required for a node reached over "
+                                            "the network"):
+        start_volume_cluster(nodes_through(fake), handle, COPIES)
+    assert fake.ran == []  # nothing was asked of any node
