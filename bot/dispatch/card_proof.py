@@ -18,10 +18,11 @@ import shlex
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from bot.dispatch.upload import SSHNode, UploadPlan
+from bot.dispatch.upload import UploadPlan
 from bot.errors import DispatchError
+from bot.nodes.base import Node
 from runner.events import RUN_FINISHED
 from runner.spec import CARD_STAGES, CARD_VERDICTS, healthy_cards, stage_cards
 
@@ -31,12 +32,6 @@ PROOF_STAGES = ("prepare", "interpreter", "torch", "device", "compute", "interco
 # CARD_VERDICTS: failures that judge cards (runner/stages/cardset.py, compute_cards.py,
 # interconnect.py) leave ``healthy_cards`` in their facts, and the node goes on with those.
 PROOF_DIR, PROOF_SPEC = "card-proof", "card-proof.json"
-
-
-class Runs(Protocol):
-    def run(self, node: SSHNode, command: str, stdin: str = "",
-            timeout: float = 120) -> tuple[int, str, str]:
-        ...
 
 
 @dataclass(frozen=True)
@@ -65,7 +60,7 @@ def proof_files(plan: UploadPlan) -> dict[str, bytes]:
 def proof_command(copy: NodeCopy, python: str) -> str:
     """Runs the card stages on the node, from its own copy (a fresh probe directory), its
     output thrown away, then prints the proof's events file: what comes back is the
-    events the runner wrote, read through the capped reader (``SSHSessions.run``), never
+    events the runner wrote, read through the capped reader (``Node.run``), never
     whatever the project's modules print (they come first on its path)."""
     q = shlex.quote
     probe = f"{copy.run_dir}/{PROOF_DIR}"
@@ -99,7 +94,7 @@ class NodeProof:
                 "cards": None if self.cards is None else list(self.cards)}
 
 
-def prove_nodes(runs: Runs, nodes: Sequence[SSHNode], copies: Sequence[NodeCopy],
+def prove_nodes(nodes: Sequence[Node], copies: Sequence[NodeCopy],
                 gpus: bool, report: Callable[[dict[str, Any]], object] | None = None,
                 share: int | None = None) -> list[NodeProof]:
     """Every node's proof, run at the same time; the first refusal (by node order) wins.
@@ -107,7 +102,7 @@ def prove_nodes(runs: Runs, nodes: Sequence[SSHNode], copies: Sequence[NodeCopy]
     ``share``: the cards each node is rented for, the most a proof may offer."""
     def one(i: int) -> NodeProof:
         try:
-            out = runs.run(nodes[i], proof_command(copies[i], nodes[i].python), timeout=1200)
+            out = nodes[i].run(proof_command(copies[i], nodes[i].python), timeout=1200)
         except DispatchError as exc:  # unreachable, or no answer in time: name the node
             raise type(exc)(f"volume.nodes[{i}] ({nodes[i].where}): the card proof did not "
                             f"finish: {exc}; nothing was started") from exc
@@ -124,7 +119,7 @@ def prove_nodes(runs: Runs, nodes: Sequence[SSHNode], copies: Sequence[NodeCopy]
     return [f.result() for f in futures]
 
 
-def read_proof(index: int, node: SSHNode, gpus: bool, code: int, out: str,
+def read_proof(index: int, node: Node, gpus: bool, code: int, out: str,
                err: str, *, share: int | None = None) -> NodeProof:
     """The node's proof from the runner's events (its events file), or the refusal. The
     events are the node's word: typed here (a field of the wrong type refuses the node,
@@ -139,7 +134,7 @@ def read_proof(index: int, node: SSHNode, gpus: bool, code: int, out: str,
                             "nothing was started") from exc
 
 
-def _read_proof(name: str, index: int, node: SSHNode, gpus: bool, code: int, out: str,
+def _read_proof(name: str, index: int, node: Node, gpus: bool, code: int, out: str,
                 err: str, share: int | None) -> NodeProof:
     stages = _stage_events(out)
     if code not in (0, 1) or not stages:

@@ -7,17 +7,19 @@ volume's one node) lists ``on_nodes`` with the runner's rule and checksums every
 inputs with distinct ids, the expected refusals among them, or the dispatch is refused
 naming the field. The listing is written to the run directory (``LISTING_FILE``, a header then
 one row a line): its rows
-are what every node's own listing must equal (``UploadPlan.corpus_check``), and its ids are
-the ones the balance expects (the service stores them on hearing the ``listed`` step).
+are what every node's own listing must equal (``UploadPlan.corpus_check``; ``check_on_node``
+asks a node through its ``Node``), and its ids are the ones the balance expects (the
+service stores them on hearing the ``listed`` step).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Protocol
+from typing import Any
 
 from bot.dispatch.base import RunHandle
 from bot.dispatch.corpus import (
+    check_listing,
     corpus_command,
     corpus_node_only,
     corpus_on_nodes,
@@ -26,23 +28,19 @@ from bot.dispatch.corpus import (
     write_listing,
 )
 from bot.dispatch.plan import plan_of
-from bot.dispatch.upload import SSHNode
+from bot.dispatch.upload import UploadPlan
 from bot.errors import DispatchError
 from bot.node_programs.corpus_listing import Row, listing_digest
+from bot.nodes.base import Node
 from runner.inputs import item_id
 
 LIST_TIMEOUT_S = 3600.0  # a node reads and hashes its whole corpus (a terabyte at 500 MB/s)
 
 
-class Runs(Protocol):
-    def run(self, node: SSHNode, command: str, stdin: str = "",
-            timeout: float = 120, cap: int = ...) -> tuple[int, str, str]:
-        ...
-
-
-def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> int | None:
-    """The head's listing of a corpus only the nodes hold, checked and written to the run
-    directory; how many inputs it holds (None: the run's corpus is not such a one)."""
+def list_on_head(head: Node, handle: RunHandle) -> int | None:
+    """The head's listing (``head``: ``volume.nodes[0]``, else the volume's one node) of a
+    corpus only the nodes hold, checked and written to the run directory; how many inputs
+    it holds (None: the run's corpus is not such a one)."""
     spec = plan_of(handle).spec()
     on_nodes = corpus_on_nodes(handle, spec)
     if not on_nodes or not corpus_node_only(handle, spec):
@@ -52,8 +50,8 @@ def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> int | None:
     name = f"volume.nodes[0] ({head.where})"
     try:
         # an empty listing's digest: the node prints its rows unless its folder is empty
-        code, out, err = runs.run(head, corpus_command(head.python, on_nodes, pattern,
-                                                      listing_digest([]), head.workdir),
+        code, out, err = head.run(corpus_command(head.python, on_nodes, pattern,
+                                                 listing_digest([]), head.workdir),
                                   timeout=LIST_TIMEOUT_S,
                                   cap=listing_cap(int(inputs.get("expected_count") or 0)))
     except DispatchError as exc:
@@ -75,6 +73,22 @@ def list_on_head(runs: Runs, handle: RunHandle, head: SSHNode) -> int | None:
     handle.progress({"node": head.where, "index": 0, "phase": "listed", "count": len(rows),
                      "bytes": sum(r[1] for r in rows)})
     return len(rows)
+
+
+def check_on_node(node: Node, upload: UploadPlan) -> None:
+    """A node's own copy of a corpus already on the nodes (``upload.on_nodes``; nothing
+    when there is none) against its reference (``UploadPlan.corpus_check``: the bot's
+    checked copy, or the head's listing above): a DispatchError naming the node and the
+    first input that differs (``check_listing``)."""
+    if not upload.on_nodes:
+        return
+    command, reference = upload.corpus_check(node.python)
+    code, out, err = node.run(command, timeout=LIST_TIMEOUT_S,
+                              cap=listing_cap(reference.count))
+    if code != 0:
+        raise DispatchError(f"{node.where}: `{command[:80]}` failed (exit {code}): "
+                            f"{err.strip()[-600:]}")
+    check_listing(node.where, upload.on_nodes, reference, out, head=upload.head)
 
 
 def _check(name: str, on_nodes: str, pattern: str, rows: list[Row],

@@ -11,35 +11,36 @@ records never replaced). A several-node volume (``volume.nodes``, all of the hea
 first gets a copy of the run into every node's workdir, then the card proofs and Ray on
 every node (``volume_cluster.py``, as the SSH adapter's), the driver handed the cluster's
 token on the launch line only; Ray is stopped on every node by a stop, ``clean_up`` or the
-fetch. What it does not do yet, it refuses before anything is sent: a corpus already on
-the nodes, an evidence home on the bot host (the SSH adapter's dispatcher does those);
-the workdir locks of the nodes other than the head are not held while their Ray lives
-(docs/architecture.md).
+fetch. A corpus already on the nodes (``volume.inputs.on_nodes``) is listed on the head
+first when only the nodes hold it (``corpus_head.list_on_head``), and every node's copy is
+checked against its reference once the node has its copy of the run, before the launch
+(``corpus_head.check_on_node``). The nodes other than the head lock their workdir again
+once their Ray is up, for as long as it lives (the launcher's hold, ``ray_hold.py``; a
+node whose lock is taken meanwhile is warned of and the volume runs, as on SSH, where the
+lock is kept from the copy on). An evidence home on the bot host (``results.copy_to``)
+gets the node's evidence copy, checked and verified, at the fetch (``node_fetch.py``).
+What it does differently from the SSH kind's: docs/architecture.md, "Adding a node kind".
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 import posixpath
 import shlex
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error, json_object
-from bot.dispatch.bot_records import fetched_name
 from bot.dispatch.card_proof import NodeCopy, proof_files
+from bot.dispatch.corpus_head import check_on_node, list_on_head
+from bot.dispatch.node_fetch import fetch_over_node
 from bot.dispatch.plan import plan_of
-from bot.dispatch.upload import (
-    RUNNER_PACKAGE,
-    SSHNode,
-    UploadPlan,
-    mirror,
-    write_layout,
-)
+from bot.dispatch.upload import RUNNER_PACKAGE, UploadPlan, mirror, write_layout
 from bot.dispatch.volume_cluster import (
     RayNodeOf,
     default_ray_node,
@@ -50,13 +51,12 @@ from bot.dispatch.volume_cluster import (
 )
 from bot.errors import DispatchError, NodeUnreachable
 from bot.manifest.nodes import NodeSpec
+from bot.node_programs.ray_hold import HOLD_ENV
 from bot.nodes.base import Node
 from runner.events import Event, EventFormatError, parse_chunk, read_complete
-from runner.files import write_bytes_atomic
 
+log = logging.getLogger(__name__)
 CHUNK = 1 << 20  # bytes per framed chunk of the archive on the launcher's stdin
-FETCH_MAX_FILES = 100_000  # files a fetch brings back from the node's run directory
-FETCH_MAX_BYTES = 8 << 30  # bytes, all files together
 
 
 class NodeDispatcher:
@@ -65,29 +65,37 @@ class NodeDispatcher:
 
     def __init__(self, node_of: Callable[[NodeSpec], Node], *,
                  runner_package: Path | None = None,
-                 ray_node: RayNodeOf = default_ray_node) -> None:
+                 ray_node: RayNodeOf = default_ray_node,
+                 keep_out: Sequence[Path | str] = ()) -> None:
         self.node_of = node_of
         self.runner_package = Path(runner_package or RUNNER_PACKAGE)
         self.ray_node = ray_node  # a several-node volume's Ray layout (volume_cluster.py)
+        # the bot's own folders (its runs folder, its state) no evidence home may touch
+        self.keep_out = tuple(Path(p) for p in keep_out)
 
     # -- the Dispatcher protocol -----------------------------------------------------
     def start(self, handle: RunHandle) -> int | None:
         spec_node, node = self._node(handle)
-        nodes = volume_nodes(handle, spec_node.kind)
-        if not nodes:
+        specs = volume_nodes(handle, spec_node.kind)
+        # a corpus only the nodes hold: the head's listing first, every node's reference
+        list_on_head(self.node_of(specs[0]) if specs else node, handle)
+        if not specs:
             return self._launch(handle, spec_node, node, {}, plan_of(handle).spec())
-        runs = _Runs(self, handle)
-        end_earlier_cluster(runs, handle)  # a resume: nothing is sent under it
+        end_earlier_cluster(self.node_of, handle)  # a resume: nothing is sent under it
         try:
-            copies = [self._copy(handle, i, n) for i, n in enumerate(nodes)]
-            started = start_volume_cluster(runs, handle, copies, self.ray_node)
+            uploads = [self._copy(handle, i, s, self.node_of(s)) for i, s in enumerate(specs)]
+            started = start_volume_cluster(self.node_of, handle,
+                                           [NodeCopy.of(u) for u in uploads], self.ray_node)
             if started is None:
                 raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
-            handle.progress({"node": nodes[0].where, "index": 0, "phase": "launching"})
+            for spec, upload, ray in list(zip(specs, uploads, started.cluster.nodes))[1:]:
+                self._hold(handle, self.node_of(spec), upload, ray.temp_dir)
+            handle.progress({"node": self.node_of(specs[0]).where, "index": 0,
+                             "phase": "launching"})
             return self._launch(handle, spec_node, node, started.cluster.driver_env(),
                                 started.spec)
         except BaseException:
-            stop_volume_cluster(runs, handle)
+            stop_volume_cluster(self.node_of, handle)
             raise
 
     def _upload(self, handle: RunHandle, spec_node: NodeSpec, node: Node,
@@ -97,39 +105,50 @@ class NodeDispatcher:
         (its launch plan's, or a volume head's with its cluster), rewritten for the node."""
         workdir = self._workdir(spec_node, node)
         upload = UploadPlan(workdir, handle, self.runner_package, spec)
-        if upload.on_nodes or upload.evidence:
-            what = "volume.inputs.on_nodes" if upload.on_nodes else "results.copy_to"
-            raise DispatchError(f"run {handle.run_id}: {spec_node.label}: {what} is not "
-                                "offered by this node kind; nothing was started")
         changes = upload.changes({})
         files = {**{dst: src.read_bytes() for src, dst in changes.send},
                  **upload.run_files(handle)}
         return upload, files, {**changes.sent, "run": sum(len(d) for d in files.values())}
 
-    def _copy(self, handle: RunHandle, index: int, where: SSHNode) -> NodeCopy:
+    def _copy(self, handle: RunHandle, index: int, spec_node: NodeSpec,
+              node: Node) -> UploadPlan:
         """Volume node ``index``'s own copy of the run (with its card proof's spec), sent
-        under its workdir's lock, which is let go once it is written."""
-        spec_node = plan_of(handle).volume_nodes[index]
-        node = self.node_of(spec_node)
+        under its workdir's lock, which is let go once it is written; where it went."""
         upload, files, sent = self._upload(handle, spec_node, node, plan_of(handle).spec())
         files.update(proof_files(upload))
         stream = (upload.hash_request().encode() + b"tar\n"
                   + _framed(_tar(files, upload.workdir)))  # no launch: the lock is let go
-        out = node.send_archive(upload.launch_command(where.python, False), stream)
+        out = node.send_archive(upload.launch_command(node.python, False), stream)
         _locked(out, node.where, upload.workdir)
-        handle.progress({"node": where.where, "index": index, "phase": "uploaded",
+        check_on_node(node, upload)  # its own copy of a corpus on the nodes, if any
+        handle.progress({"node": node.where, "index": index, "phase": "uploaded",
                          "bytes": sum(sent.values())})
-        return NodeCopy.of(upload)
+        return upload
+
+    @staticmethod
+    def _hold(handle: RunHandle, node: Node, upload: UploadPlan, temp_dir: str) -> None:
+        """A volume node other than the head: its workdir's lock taken again, held by the
+        launcher's hold for as long as the node's Ray (its group, in ``temp_dir``) lives.
+        A lock it cannot take is warned of: the volume can run, only the lock is lost."""
+        stream = f"launch {json.dumps({HOLD_ENV: temp_dir})}\n".encode()
+        try:
+            _launched(node.send_archive(upload.hold_command(node.python), stream),
+                      node.where, upload.workdir)
+        except (DispatchError, NodeUnreachable) as exc:
+            log.warning("run %s: %s keeps no workdir lock during the run: %s",
+                        handle.run_id, node.where, exc)
 
     def _launch(self, handle: RunHandle, spec_node: NodeSpec, node: Node,
                 env: dict[str, str], spec: dict[str, Any]) -> int:
         upload, files, sent = self._upload(handle, spec_node, node, spec)
+        check_on_node(node, upload)  # before the runner starts on it
         launch = f"launch {json.dumps(env)}\n" if env else "launch\n"
         stream = (upload.hash_request().encode() + b"tar\n"
                   + _framed(_tar(files, upload.workdir)) + launch.encode())
         python = spec_node.python or "python3"
         layout = {"node": spec_node.model_dump(mode="json"), "run_dir": upload.remote_run_dir,
-                  "pid": None, "lock": upload.lock, "python": python, "uploaded": sent}
+                  "pid": None, "lock": upload.lock, "python": python,
+                  "evidence": upload.evidence, "uploaded": sent}
         # before the launch: a bot that dies from here on still finds the run ("starting")
         write_layout(handle.run_dir / "remote.json", layout)
         out = node.send_archive(upload.launch_command(python, handle.resume), stream)
@@ -168,7 +187,7 @@ class NodeDispatcher:
     def clean_up(self, handle: RunHandle) -> list[str]:
         """A several-node volume's Ray, stopped on every node; the problems met."""
         try:
-            return stop_volume_cluster(_Runs(self, handle), handle)
+            return stop_volume_cluster(self.node_of, handle)
         except DispatchError as exc:
             return [str(exc)]
 
@@ -183,26 +202,11 @@ class NodeDispatcher:
 
     def fetch_results(self, handle: RunHandle) -> Path | None:
         """The node's run directory, file by file, into the run directory (the bot's own
-        records left out), a volume's Ray stopped on every node first; no evidence copy
-        (refused at the start)."""
+        records left out), a volume's Ray stopped on every node first; an evidence home on
+        the bot host gets the node's evidence copy, verified (``node_fetch.py``)."""
         self._stop_cluster(handle)
         node, layout = self._located(handle)
-        run_dir = layout["run_dir"]
-        names = _listing(node, run_dir, str(layout.get("python") or "python3"))
-        total = 0
-        for rel in names:
-            parts = rel.split("/")
-            if not fetched_name(parts[0]) or rel.startswith("/") or ".." in parts:
-                continue
-            data = node.read_file(f"{run_dir}/{rel}")
-            total += len(data)
-            if total > FETCH_MAX_BYTES:
-                raise DispatchError(f"run {handle.run_id}: {node.where}: the run directory "
-                                    f"is over {FETCH_MAX_BYTES} bytes; fetch stopped")
-            dest = handle.run_dir.joinpath(*parts)
-            _safe_parent(handle.run_dir, dest)
-            write_bytes_atomic(dest, data)
-        return None
+        return fetch_over_node(handle, node, layout, self.keep_out)
 
     def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
         try:
@@ -221,7 +225,7 @@ class NodeDispatcher:
         self._stop_cluster(handle)
 
     def _stop_cluster(self, handle: RunHandle) -> None:
-        problems = stop_volume_cluster(_Runs(self, handle), handle)
+        problems = stop_volume_cluster(self.node_of, handle)
         if problems:
             raise DispatchError(f"run {handle.run_id}: Ray not stopped on every node: "
                                 + "; ".join(problems))
@@ -281,25 +285,6 @@ def _framed(data: bytes) -> bytes:
     return b"".join(parts) + b"0\n"
 
 
-class _Runs:
-    """``volume_cluster``'s commands on a volume node (named by its ``SSHNode``: its
-    fields, workdir included, tell the nodes apart), run through that node's ``Node``."""
-
-    def __init__(self, dispatcher: NodeDispatcher, handle: RunHandle) -> None:
-        self.dispatcher, self.handle = dispatcher, handle
-
-    def run(self, node: SSHNode, command: str, stdin: str = "",
-            timeout: float = 120) -> tuple[int, str, str]:
-        specs = plan_of(self.handle).volume_nodes
-        listed = volume_nodes(self.handle)
-        try:
-            spec = specs[listed.index(node)]
-        except ValueError as exc:
-            raise DispatchError(f"run {self.handle.run_id}: {node.where} is not one of its "
-                                "volume.nodes") from exc
-        return self.dispatcher.node_of(spec).run(command, stdin.encode(), timeout)
-
-
 def _locked(out: str, where: str, workdir: str) -> list[str]:
     """The launcher's output lines, once its first says the workdir's lock is ours."""
     lines = out.strip().splitlines()
@@ -321,39 +306,3 @@ def _launched(out: str, where: str, workdir: str) -> int:
         return int(lines[-1])
     except ValueError as exc:
         raise DispatchError(f"{where}: the launcher printed no pid: {out[-200:]!r}") from exc
-
-
-LISTING = ("import json, os, sys\nroot = sys.argv[1]\nout = []\n"
-           "for base, dirs, names in os.walk(root):\n"
-           "    dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(base, d))]\n"
-           "    for name in names:\n"
-           "        path = os.path.join(base, name)\n"
-           "        if os.path.isfile(path) and not os.path.islink(path):\n"
-           "            out.append(os.path.relpath(path, root))\n"
-           "print(json.dumps(out))\n")
-
-
-def _listing(node: Node, run_dir: str, python: str) -> list[str]:
-    """The regular files under the node's run directory (no link followed), relative."""
-    code, out, err = node.run(" ".join(shlex.quote(a) for a in
-                                       (python, "-c", LISTING, run_dir)), timeout=300)
-    try:
-        names = json.loads(out) if code == 0 else None
-    except ValueError:
-        names = None
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise DispatchError(f"{node.where}: cannot list {run_dir} ({err.strip()[:200]!r})")
-    if len(names) > FETCH_MAX_FILES:
-        raise DispatchError(f"{node.where}: {run_dir} holds over {FETCH_MAX_FILES} files")
-    return sorted(names)
-
-
-def _safe_parent(root: Path, dest: Path) -> None:
-    """Make ``dest``'s folders under ``root``, refusing a link on the way (a node's name
-    never leads out of the run directory)."""
-    here = root
-    for part in dest.relative_to(root).parts[:-1]:
-        here = here / part
-        if here.is_symlink():
-            raise DispatchError(f"{here}: a link in the run directory; fetch refused")
-        here.mkdir(exist_ok=True)

@@ -69,16 +69,16 @@ async def read_lines(stream: Any, take: Any, cap: int = NODE_OUTPUT_CAP) -> byte
             return bytes(buf)
 
 
-async def run_capped(conn: Any, command: str, *, where: str, stdin: str = "",
+async def run_capped(conn: Any, command: str, *, where: str, stdin: str | bytes = "",
                      cap: int = NODE_OUTPUT_CAP) -> tuple[int | None, str, str]:
-    """``command`` on ``conn``: (exit status, None when its connection dropped; stdout;
-    stderr as text), each stream read up to ``cap`` bytes, ``NodeOutputTooLarge`` past it
-    (both streams read at once: a command that fills one while the other is awaited would
-    wait for ever)."""
+    """``command`` on ``conn``, ``stdin`` (text or bytes) fed to it: (exit status, None
+    when its connection dropped; stdout; stderr as text), each stream read up to ``cap``
+    bytes, ``NodeOutputTooLarge`` past it (both streams read at once: a command that fills
+    one while the other is awaited would wait for ever)."""
     proc = await conn.create_process(command, encoding=None)
     try:
         if stdin:
-            proc.stdin.write(stdin.encode())
+            proc.stdin.write(stdin.encode() if isinstance(stdin, str) else stdin)
         proc.stdin.write_eof()
         out, err = await _both(proc, cap, where, command)
     except BaseException:

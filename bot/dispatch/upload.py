@@ -62,10 +62,7 @@ class SSHNode:
 
     @classmethod
     def from_dict(cls, node: dict[str, Any]) -> SSHNode:
-        missing = [k for k in ("host", "workdir") if not node.get(k)]
-        if missing:
-            raise DispatchError(f"node.{missing[0]}: required for a node reached over the "
-                                "network")
+        require_address(node)
         return cls(host=str(node["host"]), workdir=str(node["workdir"]),
                    port=int(node.get("port") or 22), user=node.get("user") or None,
                    python=str(node.get("python") or "python3"),
@@ -75,6 +72,15 @@ class SSHNode:
     @property
     def where(self) -> str:
         return f"{self.user + '@' if self.user else ''}{self.host}:{self.port}"
+
+
+def require_address(node: dict[str, Any]) -> None:
+    """A node reached over the network names its ``host`` and ``workdir`` (a DispatchError
+    naming the first missing)."""
+    missing = [k for k in ("host", "workdir") if not node.get(k)]
+    if missing:
+        raise DispatchError(f"node.{missing[0]}: required for a node reached over the "
+                            "network")
 
 
 ConnKey = tuple[str, int, Optional[str], Optional[str]]

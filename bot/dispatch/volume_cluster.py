@@ -1,15 +1,17 @@
-"""A volume's Ray cluster around an SSH dispatch: started before the driver, stopped after.
+"""A volume's Ray cluster around a dispatch: started before the driver, stopped after.
 
 When a volume run's manifest lists more than one node in ``volume.nodes`` (all of the
-head's kind: the SSH adapter's today), the SSH dispatcher puts the run into every node's
-own workdir (``NodeCopy``), proves each node's cards there (``bot/dispatch/card_proof.py``),
-starts Ray on every one of them (``bot/dispatch/ray_cluster.py``: the head on
-``volume.nodes[0]``, where the driver runs; each node offering the cards its proof left
-healthy), writes the head's address and the
+head's kind), the dispatcher puts the run into every node's own workdir (``NodeCopy``);
+this module, over each node's ``Node`` (``bot/nodes/base.py``: the kind's adapter, which
+the dispatcher hands in as ``node_of``), proves each node's cards there
+(``bot/dispatch/card_proof.py``), starts Ray on every one of them
+(``bot/dispatch/ray_cluster.py``: the head on ``volume.nodes[0]``, where the driver runs;
+each node offering the cards its proof left healthy), writes the head's address and the
 proofs into the run's spec (``volume.address``, ``volume.nodes``) and hands the run's token
 to the launcher on its standard input, which puts it in the driver's environment only.
-Which nodes run Ray (never the token) is kept in the run directory's ``ray_cluster.json``
-so a stop, the end of the run, or a restarted bot ends Ray on every node.
+Which nodes run Ray (never the token) is kept in the run directory's ``ray_cluster.json``,
+one row per node of ``volume.nodes`` in order, so a stop, the end of the run, or a
+restarted bot ends Ray on every node.
 """
 
 from __future__ import annotations
@@ -19,30 +21,25 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from bot.dispatch.base import Decision, RunHandle
 from bot.dispatch.card_proof import NodeCopy, NodeProof, head_proof, prove_nodes
 from bot.dispatch.plan import plan_of
 from bot.dispatch.ray_cluster import RayCluster, RayNode, RayPorts, start_cluster, stop_cluster
-from bot.dispatch.upload import SSHNode
+from bot.dispatch.upload import require_address
 from bot.errors import DispatchError
+from bot.manifest.nodes import NodeSpec
+from bot.nodes.base import Node
 from runner.files import write_text_atomic
 from runner.spec import node_share
 
 CLUSTER_FILE = "ray_cluster.json"
-RayNodeOf = Callable[[int, SSHNode, str, bool], RayNode]
+RayNodeOf = Callable[[int, Node, str, bool], RayNode]
+NodeOf = Callable[[NodeSpec], Node]  # the kind's adapter: a node section -> its Node
 
 
-class Runs(Protocol):
-    """What is needed of the dispatcher: one command on a node, ``stdin`` fed to it."""
-
-    def run(self, node: SSHNode, command: str, stdin: str = "",
-            timeout: float = 120) -> tuple[int, str, str]:
-        ...
-
-
-def default_ray_node(index: int, node: SSHNode, run_id: str, gpus: bool) -> RayNode:
+def default_ray_node(index: int, node: Node, run_id: str, gpus: bool) -> RayNode:
     """Node ``index`` of the cluster: the pinned ports (moved to ``ray_port`` when the
     manifest sets it), a temp dir of the run's own (short: Ray's sockets live there); its
     cards (None here) are those its card proof left."""
@@ -57,30 +54,31 @@ def default_ray_node(index: int, node: SSHNode, run_id: str, gpus: bool) -> RayN
 PORTS_APART = 100  # how far a node's layout moves from another's on the same host
 
 
-def apart(pairs: list[tuple[SSHNode, RayNode]]) -> list[tuple[SSHNode, RayNode]]:
+def apart(pairs: list[tuple[Node, RayNode]]) -> list[tuple[Node, RayNode]]:
     """Two volume nodes on one host (the same address) cannot share Ray's ports: a node
     whose ports the manifest left unset is moved ``PORTS_APART`` at a time until it shares
     none with an earlier node there (recorded in ``ray_cluster.json`` with the rest); two
     set by the manifest that overlap are refused, naming both."""
-    out: list[tuple[SSHNode, RayNode]] = []
-    for ssh, ray in pairs:
+    out: list[tuple[Node, RayNode]] = []
+    for node, ray in pairs:
         same = [(s, r) for s, r in out if r.address == ray.address]
         clash = next((s for s, r in same if r.ports.overlaps(ray.ports)), None)
-        if clash is not None and ssh.ray_port:
+        if clash is not None and node.ray_port:
             raise DispatchError(
-                f"{ssh.where}: volume.nodes ray_port {ssh.ray_port} overlaps the Ray ports "
+                f"{node.where}: volume.nodes ray_port {node.ray_port} overlaps the Ray ports "
                 f"of {clash.where} on the same host {ray.address}: set ray_port "
                 f"{PORTS_APART} or more apart")
         while any(r.ports.overlaps(ray.ports) for _, r in same):
             ray = replace(ray, ports=ray.ports.shifted(PORTS_APART))
-        out.append((ssh, ray))
+        out.append((node, ray))
     return out
 
 
-def volume_nodes(handle: RunHandle, kind: str | None = None) -> list[SSHNode]:
+def volume_nodes(handle: RunHandle, kind: str | None = None) -> list[NodeSpec]:
     """The nodes of a volume run that lists several in ``volume.nodes`` ([] for any other
-    run: one node's volume starts a local Ray on that node); with ``kind`` (the calling
-    adapter's own: this module names none), a DispatchError unless all are of it."""
+    run: one node's volume starts a local Ray on that node), each with its ``host`` and
+    ``workdir`` (a DispatchError naming the field); with ``kind`` (the calling adapter's
+    own: this module names none), a DispatchError unless all are of it."""
     plan = plan_of(handle)
     if not plan.spec().get("volume"):
         return []
@@ -91,12 +89,14 @@ def volume_nodes(handle: RunHandle, kind: str | None = None) -> list[SSHNode]:
     if other is not None:
         raise DispatchError(f"run {handle.run_id}: volume.nodes: several nodes must all be "
                             f"kind {kind} (one is kind {other.kind})")
-    return [SSHNode.from_dict(n.model_dump(mode="json")) for n in nodes]
+    for node in nodes:
+        require_address(node.model_dump())
+    return list(nodes)
 
 
-def end_earlier_cluster(runs: Runs, handle: RunHandle) -> None:
+def end_earlier_cluster(node_of: NodeOf, handle: RunHandle) -> None:
     """Stop the Ray an earlier attempt of this run left (a resume), or refuse naming why."""
-    left = stop_volume_cluster(runs, handle)
+    left = stop_volume_cluster(node_of, handle)
     if left:
         raise DispatchError(f"run {handle.run_id}: the Ray of its earlier attempt could not "
                             "be stopped: " + "; ".join(left))
@@ -112,20 +112,21 @@ class VolumeStart:
     spec: dict[str, Any]
 
 
-def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCopy],
+def start_volume_cluster(node_of: NodeOf, handle: RunHandle, copies: Sequence[NodeCopy],
                          ray_node: RayNodeOf = default_ray_node) -> VolumeStart | None:
     """Prove every node's cards from its own copy of the run (``copies``, one per node of
-    ``volume.nodes``, already uploaded), then start Ray on every node; the head's spec
-    points at it. None for any other run. A failed proof refuses before any Ray starts;
-    the nodes are recorded before the first ``ray start``. The head's spec is also kept in
-    the run directory (``spec.json``: what the head was sent, read by no dispatch)."""
-    nodes = volume_nodes(handle)
+    ``volume.nodes``, already uploaded), then start Ray on every node, each reached through
+    ``node_of`` (its kind's adapter); the head's spec points at it. None for any other run.
+    A failed proof refuses before any Ray starts; the nodes are recorded before the first
+    ``ray start``. The head's spec is also kept in the run directory (``spec.json``: what
+    the head was sent, read by no dispatch)."""
+    nodes = [node_of(spec) for spec in volume_nodes(handle)]
     if not nodes:
         return None
     if len(copies) != len(nodes):
         raise DispatchError(f"run {handle.run_id}: {len(nodes)} volume node(s) but "
                             f"{len(copies)} copies of the run")
-    end_earlier_cluster(runs, handle)
+    end_earlier_cluster(node_of, handle)
     spec = plan_of(handle).spec()
     gpus = bool(spec["volume"].get("gpus"))
     decisions: list[Decision] = []
@@ -135,7 +136,7 @@ def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCop
         if answer is not None:
             decisions.append(answer)
 
-    proofs = prove_nodes(runs, nodes, copies, gpus, hear, share=node_cards(spec, len(nodes)))
+    proofs = prove_nodes(nodes, copies, gpus, hear, share=node_cards(spec, len(nodes)))
     # hearing the proofs, the service may have widened the driver's time limit to the
     # forecast on the proven nodes (bot/service/proven.py): its answer, not a file edit
     limits = [d.time_limit_s for d in decisions if d.time_limit_s is not None]
@@ -144,8 +145,8 @@ def start_volume_cluster(runs: Runs, handle: RunHandle, copies: Sequence[NodeCop
     pairs = apart([(n, _placed(ray_node(i, n, handle.run_id, gpus), proof, copy))
                    for i, (n, proof, copy) in enumerate(zip(nodes, proofs, copies))])
     _write(handle.run_dir / CLUSTER_FILE,
-           {"nodes": [{"ssh": asdict(s), "ray": asdict(r)} for s, r in pairs]})
-    cluster = start_cluster(_shell(runs, pairs), [r for _, r in pairs],
+           {"nodes": [{"node": n.where, "ray": asdict(r)} for n, r in pairs]})
+    cluster = start_cluster(_shell(pairs), [r for _, r in pairs],
                             lambda i, ray: hear({"node": ray.where, "index": i,
                                                  "phase": "ray_up"}))
     spec["volume"] = {**spec["volume"], "address": cluster.address,
@@ -176,38 +177,48 @@ def _placed(node: RayNode, proof: NodeProof, copy: NodeCopy) -> RayNode:
     return replace(node, cards=cards, package_root=copy.package_root, run_dir=copy.run_dir)
 
 
-def stop_volume_cluster(runs: Runs, handle: RunHandle) -> list[str]:
-    """End this run's Ray on every node it was started on (nothing when there is none);
-    returns the problems met. The record is removed once every node is stopped."""
+def stop_volume_cluster(node_of: NodeOf, handle: RunHandle) -> list[str]:
+    """End this run's Ray on every node it was started on (nothing when there is none),
+    each reached through ``node_of``; returns the problems met. The record is removed once
+    every node is stopped."""
     path = handle.run_dir / CLUSTER_FILE
     try:
-        pairs = _read(path)
+        rays = _read(path)
     except FileNotFoundError:  # none, or another bot process stopped it and removed it
         return []
-    problems = stop_cluster(_shell(runs, pairs), [r for _, r in pairs])
+    specs = volume_nodes(handle)
+    if len(specs) != len(rays):
+        raise DispatchError(f"{path}: {len(rays)} node(s) run this volume's Ray, but the run "
+                            f"lists {len(specs)} in volume.nodes")
+    pairs = [(node_of(spec), ray) for spec, ray in zip(specs, rays)]
+    other = next((n for n, r in pairs if n.where != r.where), None)
+    if other is not None:
+        raise DispatchError(f"{path}: {other.where} of volume.nodes is not the node its row "
+                            "names")
+    problems = stop_cluster(_shell(pairs), rays)
     if not problems:
         path.unlink(missing_ok=True)
     return problems
 
 
-def _shell(runs: Runs, pairs: list[tuple[SSHNode, RayNode]]) -> Any:
+def _shell(pairs: list[tuple[Node, RayNode]]) -> Any:
     # by where and temp dir, not identity: start_cluster sizes each node's ports anew
-    by_key = {(r.where, r.temp_dir): s for s, r in pairs}
+    by_key = {(r.where, r.temp_dir): n for n, r in pairs}
 
     def shell(node: RayNode, command: str, stdin: str = "") -> tuple[int, str, str]:
-        return runs.run(by_key[(node.where, node.temp_dir)], command, stdin, timeout=180)
+        return by_key[(node.where, node.temp_dir)].run(command, stdin.encode(), timeout=180)
 
     return shell
 
 
-def _read(path: Path) -> list[tuple[SSHNode, RayNode]]:
-    """The record's nodes; FileNotFoundError when there is none."""
+def _read(path: Path) -> list[RayNode]:
+    """The record's Ray nodes, in ``volume.nodes`` order; FileNotFoundError when there is
+    none."""
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))["nodes"]
-        return [(SSHNode(**row["ssh"]),
-                 RayNode(**{**row["ray"], "ports": RayPorts(**row["ray"]["ports"]),
-                            "cards": None if row["ray"]["cards"] is None
-                            else tuple(row["ray"]["cards"])})) for row in rows]
+        return [RayNode(**{**row["ray"], "ports": RayPorts(**row["ray"]["ports"]),
+                           "cards": None if row["ray"]["cards"] is None
+                           else tuple(row["ray"]["cards"])}) for row in rows]
     except FileNotFoundError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -3,10 +3,15 @@
 A kind that can run a command on its node and read a file there is a ``Node``; the rest
 (what to send, the launcher's lock and launch, following the events, probing and
 stopping the runner, fetching the results) is written once above it
-(``bot/dispatch/node_dispatcher.py``). A Kubernetes pod is ``kubectl exec -i POD --``;
-the tests' ``container`` kind is a fake ``exec`` program. The SSH adapter (``ssh/``)
-still has its own dispatcher: its sessions stream the upload against the node's hashes
-and carry a several-node volume (docs/architecture.md, "How to add a node kind").
+(``bot/dispatch/node_dispatcher.py``), and so are a several-node volume's steps on each
+node (its card proof, Ray up and down, the head's listing of a corpus only the nodes hold:
+``volume_cluster.py``, ``card_proof.py``, ``corpus_head.py``), which also ask where the
+node is (``host``, ``python``, ``workdir``, ``ray_port``). A Kubernetes pod is
+``kubectl exec -i POD --``; the tests' ``container`` kind is a fake ``exec`` program; an
+SSH node is ``ssh/adapter.py``'s ``SSHAdapter``, over the SSH dispatcher's sessions. That
+dispatcher still does the start, the follower and the fetch itself (its sessions stream
+the upload against the node's hashes, meter every copy, hold the volume nodes' locks and
+bring an evidence copy home: docs/architecture.md, "Adding a node kind").
 
 This module imports nothing of ours: the dispatch above and the adapters below both
 import it.
@@ -28,10 +33,35 @@ class Node(Protocol):
         """The node in a message's words (``container gpu-1``, ``pod/trainer-0``)."""
         ...
 
-    def run(self, command: str, stdin: bytes = b"",
-            timeout: float = 120.0) -> tuple[int, str, str]:
+    @property
+    def host(self) -> str:
+        """The address the node's peers reach it at (a volume's Ray head is
+        ``host:port``; the card proof names it)."""
+        ...
+
+    @property
+    def python(self) -> str:
+        """The node's interpreter: the manifest's ``node.python``, else ``python3``."""
+        ...
+
+    @property
+    def workdir(self) -> str:
+        """``node.workdir`` as the manifest writes it (relative or ``~/``: under the node's
+        home); "" when it names none."""
+        ...
+
+    @property
+    def ray_port(self) -> int | None:
+        """A volume node's first Ray port (``volume.nodes[].ray_port``; None: the default
+        layout, ``bot/dispatch/volume_cluster.py``)."""
+        ...
+
+    def run(self, command: str, stdin: bytes = b"", timeout: float = 120.0,
+            cap: int | None = None) -> tuple[int, str, str]:
         """Run a shell command on the node, ``stdin`` fed to it: (exit status, stdout,
-        stderr). Output is capped by the adapter; the command runs in the node's home."""
+        stderr). Each stream is read up to ``cap`` bytes (None: the adapter's own cap),
+        ``bot.dispatch.node_output.NodeOutputTooLarge`` past it; the command runs in the
+        node's home."""
         ...
 
     def send_archive(self, command: str, stream: bytes, timeout: float = 900.0) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from bot.dispatch.node_dispatcher import NodeDispatcher
+from bot.dispatch.node_output import NODE_OUTPUT_CAP, too_large
 from bot.dispatch.volume_cluster import RayNodeOf, default_ray_node
 from bot.errors import DispatchError, NodeUnreachable
 from bot.manifest.nodes import NodeSpec
@@ -52,13 +53,30 @@ class ContainerNodeSpec(NodeSpec):
 class ContainerNode:
     """The ``Node`` protocol over the fake ``exec`` program."""
 
-    def __init__(self, root: Path, name: str) -> None:
-        self.folder = root / name
-        self.name = name
+    def __init__(self, root: Path, spec: ContainerNodeSpec) -> None:
+        self.folder = root / spec.container
+        self.name = spec.container
+        self.spec = spec
 
     @property
     def where(self) -> str:
         return f"container {self.name}"
+
+    @property
+    def host(self) -> str:
+        return self.spec.host or ""
+
+    @property
+    def python(self) -> str:
+        return self.spec.python or "python3"
+
+    @property
+    def workdir(self) -> str:
+        return self.spec.workdir or ""
+
+    @property
+    def ray_port(self) -> int | None:
+        return self.spec.ray_port
 
     def _exec(self, command: str, stdin: bytes, timeout: float) -> tuple[int, bytes, bytes]:
         try:
@@ -70,9 +88,13 @@ class ContainerNode:
             raise NodeUnreachable(f"{self.where}: {done.stderr.decode().strip()}")
         return done.returncode, done.stdout, done.stderr
 
-    def run(self, command: str, stdin: bytes = b"",
-            timeout: float = 120.0) -> tuple[int, str, str]:
+    def run(self, command: str, stdin: bytes = b"", timeout: float = 120.0,
+            cap: int | None = None) -> tuple[int, str, str]:
         code, out, err = self._exec(command, stdin, timeout)
+        limit = NODE_OUTPUT_CAP if cap is None else cap
+        for stream, data in (("output", out), ("error", err)):
+            if len(data) > limit:
+                raise too_large(self.where, f"`{command[:80]}`", stream, limit)
         return code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
     def send_archive(self, command: str, stream: bytes, timeout: float = 900.0) -> str:
@@ -109,7 +131,8 @@ def container_kind(root: Path, ray_node: RayNodeOf = default_ray_node) -> NodeKi
     def build(settings: Settings) -> NodeDispatcher:
         def node_of(spec: NodeSpec) -> ContainerNode:
             assert isinstance(spec, ContainerNodeSpec)
-            return ContainerNode(root, spec.container)
-        return NodeDispatcher(node_of, ray_node=ray_node)
+            return ContainerNode(root, spec)
+        return NodeDispatcher(node_of, ray_node=ray_node,
+                              keep_out=(settings.runs_dir, settings.db_path.parent))
 
     return NodeKind("container", ContainerNodeSpec, build)

@@ -4,6 +4,7 @@ through its fake ``exec`` program, and it is gone once unregistered."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,6 +71,28 @@ def test_a_pilot_passes_on_a_container(tmp_path: Path, containers: Path) -> None
         on_node = containers / "box-1" / "work" / "runs" / run_id
         assert (on_node / "events.jsonl").is_file() and (on_node / "exit_code").is_file()
         assert (Path(run["run_dir"]) / "balance.json").is_file()  # fetched back
+    finally:
+        service.close()
+
+
+def test_a_pilots_evidence_copy_comes_home_verified_from_a_container(
+        tmp_path: Path, containers: Path) -> None:
+    """``results.copy_to`` on the bot host: the node's evidence copy is fetched through the
+    container's ``Node`` into the home and verified there (the node-agnostic fetch)."""
+    settings = Settings.from_env({"PREFLIGHT_HOME": str(tmp_path / "home")})
+    service = PilotService(settings, Store(settings.db_path),
+                           registry.make_dispatchers(settings), RecordingNotifier())
+    try:
+        manifest = write_manifest(tmp_path / "project", extra=node_text(), copy_to=True)
+        run_id = service.submit(load_manifest_file(manifest), submitter="bob").run_id
+        service.starter.start(run_id)
+        run = service.follower.follow(run_id, timeout=180)
+        assert run["status"] == "awaiting_decision", run.get("first_error")
+        home = tmp_path / "project" / "evidence" / run_id
+        assert (home / "SHA256SUMS").is_file() and (home / "balance.json").is_file()
+        report = json.loads((Path(run["run_dir"]) / "evidence-fetch.json").read_text())
+        assert report["ok"] is True, report
+        assert not [p for p in home.parent.iterdir() if p.name.startswith(".fetch")]
     finally:
         service.close()
 

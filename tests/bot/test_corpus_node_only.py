@@ -23,6 +23,7 @@ from bot.dispatch.corpus_head import list_on_head
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
 from bot.node_programs.corpus_listing import listing_digest
+from bot.nodes.ssh.adapter import SSHAdapter
 from tests.bot.manifest_helpers import dump, load, locs, make_project, merged
 from tests.bot.runs import run_of
 
@@ -130,7 +131,7 @@ HEAD = SSHNode(host="gpu-1.example.net", workdir="/w", port=2222, user="gpu",
 def test_the_head_lists_the_corpus_and_every_other_node_is_held_to_it(tmp_path: Path) -> None:
     folder = corpus(tmp_path)
     handle, steps = handle_for(tmp_path, folder)
-    assert list_on_head(LocalRuns(), handle, HEAD) == 3
+    assert list_on_head(SSHAdapter(LocalRuns(), HEAD), handle) == 3
     rows = head_rows(handle.run_dir)
     assert [r[0] for r in rows] == ["doc-1.txt", "doc-2.txt", "doc-3.txt"]
     # the listing kept as JSON Lines: a header, then one row a line
@@ -173,7 +174,7 @@ def test_the_heads_listing_is_held_to_the_manifests_rules(
         spec["inputs"]["pattern"] = inputs["pattern"]
         handle.spec_path.write_text(json.dumps(spec))
     with pytest.raises(DispatchError) as refused:
-        list_on_head(LocalRuns(), handle, HEAD)
+        list_on_head(SSHAdapter(LocalRuns(), HEAD), handle)
     assert why in str(refused.value) and "volume.nodes[0] (gpu@gpu-1.example.net:2222)" in \
         str(refused.value)
     assert not (handle.run_dir / LISTING_FILE).exists() and steps == []
@@ -183,14 +184,15 @@ def test_a_head_without_the_folder_is_refused_saying_so(tmp_path: Path) -> None:
     handle, _ = handle_for(tmp_path, tmp_path / "absent")
     with pytest.raises(DispatchError, match=r"volume.inputs.on_nodes .*absent cannot be listed "
                                             "on the head node"):
-        list_on_head(LocalRuns(), handle, HEAD)
+        list_on_head(SSHAdapter(LocalRuns(), HEAD), handle)
 
 
 def test_a_corpus_the_bot_holds_is_not_listed_on_the_head(tmp_path: Path) -> None:
     folder = corpus(tmp_path)
     handle, steps = handle_for(tmp_path, folder, dir="data/pilote")
     runs = LocalRuns()
-    assert list_on_head(runs, handle, HEAD) is None and runs.commands == [] and steps == []
+    assert list_on_head(SSHAdapter(runs, HEAD), handle) is None
+    assert runs.commands == [] and steps == []
 
 
 def test_through_the_service_the_heads_listing_gives_the_volume_its_ids_and_count(
@@ -207,7 +209,8 @@ def test_through_the_service_the_heads_listing_gives_the_volume_its_ids_and_coun
     class HeadListing(kit.ProvingDispatcher):
         def start(self, handle: Any) -> int | None:
             if json.loads(Path(handle.spec_path).read_text(encoding="utf-8")).get("volume"):
-                list_on_head(LocalRuns(), handle, HEAD)  # what the SSH dispatcher does first
+                # what the SSH dispatcher does first
+                list_on_head(SSHAdapter(LocalRuns(), HEAD), handle)
             return super().start(handle)
 
     original = kit.VOLUME_IDS

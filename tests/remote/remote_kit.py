@@ -17,8 +17,10 @@ from typing import Any
 from bot.dispatch.ray_cluster import RayPorts
 from bot.dispatch.upload import RUNNER_PACKAGE
 from bot.manifest.load import LoadedManifest, load_manifest, load_manifest_file
+from bot.manifest.nodes import NodeSpec
 from bot.messages.model import RecordingNotifier
 from bot.node_programs import NODE_RAY
+from bot.nodes.ssh.adapter import SSHAdapter
 from bot.nodes.ssh.dispatcher import SSHDispatcher
 from bot.service import PilotService
 from bot.service.leases import lease_guard_for, set_state
@@ -211,3 +213,10 @@ def command_kind(command: str) -> str:
     if len(argv) > 3 and argv[1:3] == ["-c", NODE_RAY] and argv[3] in ("start", "stop"):
         return argv[3]
     return "probe"
+
+
+def nodes_through(runs: Any) -> Callable[[NodeSpec], SSHAdapter]:
+    """The ``node_of`` of a volume's steps for a fake of the sessions' ``run`` (a
+    ``run(node, command, stdin, timeout)`` that answers without SSH): each node section's
+    SSH node, its commands through ``runs``."""
+    return lambda spec: SSHAdapter.of(runs, spec)

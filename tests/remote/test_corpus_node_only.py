@@ -17,6 +17,7 @@ from bot.dispatch.corpus import head_rows, listing_header
 from bot.dispatch.corpus_head import list_on_head
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
+from bot.nodes.ssh.adapter import SSHAdapter
 from tests.remote.sshd_server import Sshd
 from tests.remote.test_volume_copies import COUNT, SIZE, dispatcher, prepare
 
@@ -50,7 +51,7 @@ def test_the_head_lists_it_over_ssh_and_every_node_is_held_to_that(
     steps: list[dict[str, Any]] = []
     handle = node_only_run(tmp_path, nodes, shared, steps)
     d = dispatcher([sshd, sshd2], tmp_path / "known_hosts")
-    assert list_on_head(d, handle, SSHNode.from_dict(nodes[0])) == COUNT
+    assert list_on_head(SSHAdapter(d, SSHNode.from_dict(nodes[0])), handle) == COUNT
     rows = head_rows(handle.run_dir)
     assert len(rows) == COUNT and {r[1] for r in rows} == {SIZE}
     assert steps[0]["phase"] == "listed" and steps[0]["count"] == COUNT
@@ -69,7 +70,7 @@ def test_a_corpus_changed_after_the_heads_listing_is_refused(
     nodes = [sshd.node(tmp_path / "n0"), sshd2.node(tmp_path / "n1")]
     handle = node_only_run(tmp_path, nodes, shared, [])
     d = dispatcher([sshd, sshd2], tmp_path / "known_hosts")
-    list_on_head(d, handle, SSHNode.from_dict(nodes[0]))
+    list_on_head(SSHAdapter(d, SSHNode.from_dict(nodes[0])), handle)
     (shared / "item-00007.txt").write_bytes(b"\x07" * (SIZE - 1) + b"!")  # same size
     with pytest.raises(DispatchError) as refused:
         prepare(d, handle, nodes)
@@ -90,7 +91,7 @@ def test_a_head_whose_corpus_is_short_is_refused_before_anything_is_sent(
     try:
         with pytest.raises(DispatchError, match=rf"holds {COUNT - 1} input\(s\), "
                                                 rf"volume.inputs.expected_count says {COUNT}"):
-            list_on_head(d, handle, SSHNode.from_dict(nodes[0]))
+            list_on_head(SSHAdapter(d, SSHNode.from_dict(nodes[0])), handle)
     finally:
         d.close()
     assert not (tmp_path / "n0" / "runs").exists()

@@ -30,6 +30,7 @@ BOT_SIDE = """
 import json, re, sys
 from pathlib import Path
 from bot.dispatch.card_proof import NodeCopy, prove_nodes
+from bot.nodes.ssh.adapter import SSHAdapter
 from bot.nodes.ssh.dispatcher import SSHDispatcher
 from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
@@ -46,7 +47,7 @@ assert dispatcher.run(node, "true")[0] == 0  # the session up: the baseline coun
 base = status("VmRSS")
 Path("/proc/self/clear_refs").write_text("5")  # the peak from here on
 try:
-    prove_nodes(dispatcher, [node], [NodeCopy(**args["copy"])], False)
+    prove_nodes([SSHAdapter(dispatcher, node)], [NodeCopy(**args["copy"])], False)
     error = ""
 except DispatchError as exc:
     error = str(exc)

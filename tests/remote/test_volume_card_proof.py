@@ -27,7 +27,7 @@ from runner.spec import healthy_cards
 from runner.stage import StageContext
 from runner.volume import report_node_proofs
 from tests.bot.runs import run_of
-from tests.remote.remote_kit import command_kind
+from tests.remote.remote_kit import command_kind, nodes_through
 from tests.runner.test_stages_kit import REPO, runner_env
 from tests.volume.kit import events, make_volume
 
@@ -112,7 +112,7 @@ def test_each_node_starts_ray_offering_exactly_the_cards_its_proof_left(
         tmp_path: Path) -> None:
     handle, copies = _handle(tmp_path)
     nodes = _Nodes({"gpu-a": gpu_proof(4), "gpu-b": gpu_proof(2)})
-    cluster = start_volume_cluster(nodes, handle, copies)
+    cluster = start_volume_cluster(nodes_through(nodes), handle, copies)
     assert cluster is not None
     assert [k for k, _, _ in nodes.ran] == ["proof"] * 2 + ["probe"] * 2 + ["start"] * 2
     for host, cards, role in (("gpu-a", "0,1,2,3", ["--head", "--port", "6380"]),
@@ -142,7 +142,7 @@ def test_a_cpu_node_with_more_cores_than_the_worker_port_range_gets_a_port_per_w
     nodes = _Nodes({h: _line("torch", "passed", {}) + _line("device", "passed",
                                                            {"device": "cpu"})
                     for h in HOSTS}, cores={"gpu-a": 4, "gpu-b": 128})
-    assert start_volume_cluster(nodes, handle, copies) is not None
+    assert start_volume_cluster(nodes_through(nodes), handle, copies) is not None
     ranges = {}
     for host in HOSTS:
         [command] = nodes.started(host)
@@ -169,7 +169,7 @@ def test_a_card_stage_that_passed_with_its_verdict_kept_excludes_the_card(
            + _line("compute", "passed", {"healthy_cards": [0, 2]})
            + _line("interconnect", "passed", {"healthy_cards": [0, 2]}))
     nodes = _Nodes({"gpu-a": gpu_proof(2), "gpu-b": out})
-    assert start_volume_cluster(nodes, handle, copies) is not None
+    assert start_volume_cluster(nodes_through(nodes), handle, copies) is not None
     [command] = nodes.started("gpu-b")
     assert " CUDA_VISIBLE_DEVICES=0,2 " in command and "--num-gpus 2 " in command
     proof = json.loads(handle.spec_path.read_text())["volume"]["nodes"][1]
@@ -190,7 +190,7 @@ def test_a_card_in_every_slow_pair_of_the_interconnect_is_left_out(tmp_path: Pat
            + _line("compute", "passed", {"cards": rows, "healthy_cards": [0, 1, 2, 3]})
            + _line("interconnect", "passed", link))
     nodes = _Nodes({"gpu-a": gpu_proof(2), "gpu-b": out})
-    assert start_volume_cluster(nodes, handle, copies) is not None
+    assert start_volume_cluster(nodes_through(nodes), handle, copies) is not None
     [command] = nodes.started("gpu-b")
     assert " CUDA_VISIBLE_DEVICES=0,1,3 " in command and "--num-gpus 3 " in command
     proof = json.loads(handle.spec_path.read_text())["volume"]["nodes"][1]
@@ -209,7 +209,7 @@ def test_the_proof_reads_healthy_cards_by_the_runner_s_one_rule(tmp_path: Path) 
            + _line("compute", "passed", {"cards": rows, "healthy_cards": [True, 2]})
            + _line("interconnect", "passed", {"healthy_cards": "all"}))
     nodes = _Nodes({"gpu-a": gpu_proof(2), "gpu-b": out})
-    assert start_volume_cluster(nodes, handle, copies) is not None
+    assert start_volume_cluster(nodes_through(nodes), handle, copies) is not None
     [command] = nodes.started("gpu-b")
     assert healthy_cards({"device": device, "compute": {"healthy_cards": [True, 2]}}) == [0, 2]
     assert " CUDA_VISIBLE_DEVICES=0,2 " in command and "--num-gpus 2 " in command
@@ -222,7 +222,7 @@ def test_a_faulty_card_is_left_out_and_told_to_the_user(tmp_path: Path) -> None:
     handle, copies = _handle(tmp_path)
     wrong = "bfloat16 matmul differs from the CPU reference: max relative error 0.5"
     nodes = _Nodes({"gpu-a": gpu_proof(2), "gpu-b": gpu_proof(3, wrong={1: wrong})})
-    assert start_volume_cluster(nodes, handle, copies) is not None
+    assert start_volume_cluster(nodes_through(nodes), handle, copies) is not None
     [command] = nodes.started("gpu-b")
     assert " CUDA_VISIBLE_DEVICES=0,2 " in command and "--num-gpus 2 " in command
     spec = json.loads(handle.spec_path.read_text())
@@ -247,7 +247,7 @@ def test_a_gpu_node_whose_stages_judge_no_card_offers_every_card_it_sees(
     handle, copies = _handle(tmp_path)  # blender's Cycles devices: no healthy_cards
     cycles = _line("device", "passed", {"device": "optix", "count": 2})
     nodes = _Nodes({"gpu-a": gpu_proof(2), "gpu-b": cycles})
-    assert start_volume_cluster(nodes, handle, copies) is not None
+    assert start_volume_cluster(nodes_through(nodes), handle, copies) is not None
     [command] = nodes.started("gpu-b")
     assert "CUDA_VISIBLE_DEVICES" not in command and "--num-gpus" not in command
     proof = json.loads(handle.spec_path.read_text())["volume"]["nodes"][1]
@@ -267,7 +267,7 @@ def test_a_node_without_a_healthy_card_refuses_before_any_ray_starts(
     nodes = _Nodes({"gpu-a": gpu_proof(2), "gpu-b": proof})
     with pytest.raises(DispatchError, match=r"volume.nodes\[1\] \(gpu-b:22, python python3\): "
                                             + why.replace("(s)", r"\(s\)")):
-        start_volume_cluster(nodes, handle, copies)
+        start_volume_cluster(nodes_through(nodes), handle, copies)
     assert [k for k, _, _ in nodes.ran] == ["proof", "proof"]  # no version probe, no start
     assert not (tmp_path / CLUSTER_FILE).exists()
 
@@ -285,7 +285,7 @@ def test_a_node_that_cannot_be_reached_during_its_proof_is_named(tmp_path: Path)
     nodes = _Gone({"gpu-a": gpu_proof(2)})
     with pytest.raises(NodeUnreachable, match=r"volume.nodes\[1\] \(gpu-b:22\): the card proof "
                                               r"did not finish: gpu-b:22: cannot connect"):
-        start_volume_cluster(nodes, handle, copies)
+        start_volume_cluster(nodes_through(nodes), handle, copies)
     assert "start" not in [k for k, _, _ in nodes.ran]
 
 

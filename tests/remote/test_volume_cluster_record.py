@@ -17,7 +17,7 @@ from bot.dispatch.volume_cluster import CLUSTER_FILE, start_volume_cluster
 from bot.errors import DispatchError, NodeUnreachable
 from bot.nodes.ssh.dispatcher import SSHDispatcher
 from runner.raypin import RAY_VERSION
-from tests.remote.remote_kit import command_kind
+from tests.remote.remote_kit import command_kind, nodes_through
 
 
 class _Node:
@@ -60,13 +60,13 @@ def _handle(tmp_path: Path, hosts: tuple[str, ...] = ("gpu-a", "gpu-b")) -> RunH
 def test_a_resume_stops_the_earlier_attempts_ray_before_starting_anew(tmp_path: Path) -> None:
     handle = _handle(tmp_path)
     node = _Node()
-    first = start_volume_cluster(node, handle, COPIES)
+    first = start_volume_cluster(nodes_through(node), handle, COPIES)
     kinds = [k for k, _ in node.ran]
     assert first is not None and kinds == ["proof"] * 2 + ["probe"] * 2 + ["start"] * 2
     record = (tmp_path / CLUSTER_FILE).read_text()
     assert first.cluster.token not in record and "gpu-b" in record
     node.ran.clear()
-    second = start_volume_cluster(node, handle, COPIES)  # the resume
+    second = start_volume_cluster(nodes_through(node), handle, COPIES)  # the resume
     assert second is not None and second.cluster.token != first.cluster.token
     assert node.ran[:2] == [("stop", "gpu-b"), ("stop", "gpu-a")]  # the head last
     assert json.loads(handle.spec_path.read_text())["volume"]["address"] == "gpu-a:6380"
@@ -75,11 +75,11 @@ def test_a_resume_stops_the_earlier_attempts_ray_before_starting_anew(tmp_path: 
 
 def test_an_earlier_ray_that_cannot_be_stopped_refuses_the_new_start(tmp_path: Path) -> None:
     handle = _handle(tmp_path)
-    assert start_volume_cluster(_Node(), handle, COPIES) is not None
+    assert start_volume_cluster(nodes_through(_Node()), handle, COPIES) is not None
     stuck = _Node(stop_fails=True)
     with pytest.raises(DispatchError, match="earlier attempt could not be stopped: gpu-b:22: "
                                             "stopping Ray failed .*permission denied"):
-        start_volume_cluster(stuck, handle, COPIES)
+        start_volume_cluster(nodes_through(stuck), handle, COPIES)
     assert "start" not in [k for k, _ in stuck.ran] and (tmp_path / CLUSTER_FILE).exists()
 
 
@@ -105,7 +105,7 @@ def test_a_head_out_of_reach_stops_every_other_node_and_keeps_its_record(
         tmp_path: Path) -> None:
     hosts = ("gpu-a", "gpu-b", "gpu-c")
     handle = _handle(tmp_path, hosts)
-    assert start_volume_cluster(_Node(), handle, COPIES + COPIES[:1]) is not None
+    assert start_volume_cluster(nodes_through(_Node()), handle, COPIES + COPIES[:1]) is not None
     dispatcher = _HeadGone({"gpu-a"})
     problems = dispatcher.clean_up(handle)
     assert dispatcher.stopped == ["gpu-c", "gpu-b"]  # every other node, the head last
@@ -126,8 +126,8 @@ def test_an_unreadable_record_is_a_problem_named_not_a_crash(tmp_path: Path) -> 
 
 def _ports(tmp_path: Path) -> list[tuple[str, int, int]]:
     rows = json.loads((tmp_path / CLUSTER_FILE).read_text())["nodes"]
-    return [(r["ssh"]["where"] if "where" in r["ssh"] else r["ssh"]["host"],
-             r["ray"]["ports"]["gcs"], r["ray"]["ports"]["min_worker"]) for r in rows]
+    return [(r["ray"]["address"], r["ray"]["ports"]["gcs"], r["ray"]["ports"]["min_worker"])
+            for r in rows]
 
 
 def test_two_nodes_on_one_host_get_ray_ports_apart_and_a_set_port_is_kept(
@@ -136,18 +136,18 @@ def test_two_nodes_on_one_host_get_ray_ports_apart_and_a_set_port_is_kept(
     "GCS has become overloaded"): the second is moved 100 up, recorded; a node's
     volume.nodes ray_port is its own; two set ports that overlap are refused (issue 37)."""
     handle = _handle(tmp_path, hosts=("gpu-a", "gpu-a"))
-    assert start_volume_cluster(_Node(), handle, COPIES) is not None
+    assert start_volume_cluster(nodes_through(_Node()), handle, COPIES) is not None
     assert _ports(tmp_path) == [("gpu-a", 6380, 11000), ("gpu-a", 6480, 11100)]
     nodes = [{"kind": "ssh", "host": "gpu-a", "workdir": "/w"},
              {"kind": "ssh", "host": "gpu-a", "workdir": "/w2", "ray_port": 7000}]
     (tmp_path / "manifest.yaml").write_text(yaml.safe_dump({"volume": {"nodes": nodes}}))
-    assert start_volume_cluster(_Node(), handle, COPIES) is not None
+    assert start_volume_cluster(nodes_through(_Node()), handle, COPIES) is not None
     assert _ports(tmp_path) == [("gpu-a", 6380, 11000), ("gpu-a", 7000, 11620)]
     nodes[0]["ray_port"] = 7050
     (tmp_path / "manifest.yaml").write_text(yaml.safe_dump({"volume": {"nodes": nodes}}))
     with pytest.raises(DispatchError, match="gpu-a:22: volume.nodes ray_port 7000 overlaps the "
                                             "Ray ports of gpu-a:22 on the same host gpu-a"):
-        start_volume_cluster(_Node(), handle, COPIES)
+        start_volume_cluster(nodes_through(_Node()), handle, COPIES)
 
 
 def test_a_ray_port_in_use_is_named_before_ray_starts(tmp_path: Path) -> None:
@@ -199,10 +199,21 @@ class _Dead(_HeadGone):
 def test_is_alive_only_looks_and_release_stops_the_ray(tmp_path: Path) -> None:
     """Finding the runner dead stops nothing: the follower releases its Ray (issue 33)."""
     handle = _handle(tmp_path, ("gpu-a", "gpu-b"))
-    assert start_volume_cluster(_Node(), handle, COPIES) is not None
+    assert start_volume_cluster(nodes_through(_Node()), handle, COPIES) is not None
     dispatcher = _Dead(set())
     assert dispatcher.is_alive(handle) is False
     assert dispatcher.stopped == [] and (tmp_path / CLUSTER_FILE).exists()
     assert dispatcher.clean_up(handle) == []
     assert dispatcher.stopped == ["gpu-b", "gpu-a"]
     assert not (tmp_path / CLUSTER_FILE).exists()
+
+
+def test_a_volume_node_without_its_workdir_is_refused_naming_the_field(tmp_path: Path) -> None:
+    handle = _handle(tmp_path)
+    nodes = [{"kind": "ssh", "host": "gpu-a", "workdir": "/w"}, {"kind": "ssh", "host": "gpu-b"}]
+    (tmp_path / "manifest.yaml").write_text(yaml.safe_dump({"volume": {"nodes": nodes}}))
+    fake = _Node()
+    with pytest.raises(DispatchError, match="node.workdir: required for a node reached over "
+                                            "the network"):
+        start_volume_cluster(nodes_through(fake), handle, COPIES)
+    assert fake.ran == []  # nothing was asked of any node

@@ -20,6 +20,7 @@ from bot.service import PilotService
 from bot.settings import Settings
 from bot.store import Store
 from tests.bot.container_kind import container_kind
+from tests.processes import wait_until
 from tests.remote.volume_service_kit import TwoNodesOneHost, stop_everything, write_project
 
 COUNT = 40
@@ -38,8 +39,7 @@ def layout(tmp_path: Path) -> Iterator[TwoNodesOneHost]:
 
 def test_a_two_node_volume_passes_on_containers(tmp_path: Path,
                                                 layout: TwoNodesOneHost) -> None:
-    # each container's workdir named in full: two containers at one address are told
-    # apart by it (a several-node volume's record of its Ray names nodes by their fields)
+    # each container's workdir named in full (the test reads each container's copy there)
     nodes = [{"kind": "container", "container": w.parent.name, "host": "127.0.0.1",
               "workdir": str(w), "python": sys.executable} for w in layout.workdirs]
     manifest, ids = write_project(tmp_path / "project", nodes, COUNT)
@@ -66,4 +66,9 @@ def test_a_two_node_volume_passes_on_containers(tmp_path: Path,
     assert {w["run_dir"] for w in placed} == {f"{w}/runs/{volume}" for w in layout.workdirs}
     for workdir in layout.workdirs:  # each container had its own copy and its card proof
         assert (workdir / "runs" / volume / "spec.json").is_file()
+    # the second container's workdir was locked again while its Ray lived: the launcher's
+    # hold ran from its copy (its exit status there once Ray stopped), then let it go
+    second = layout.workdirs[1]
+    wait_until(lambda: (second / "runs" / volume / "exit_code").is_file(), "the hold's end", 30)
+    wait_until(lambda: not (second / "dispatch.lock").exists(), "box-2 let go", 30)
     assert not (tmp_path / "home" / "runs" / volume / "ray_cluster.json").exists()  # stopped

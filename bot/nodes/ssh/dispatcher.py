@@ -56,9 +56,11 @@ from bot.dispatch.volume_cluster import (
     volume_nodes,
 )
 from bot.errors import DispatchError, NodeUnreachable
+from bot.manifest.nodes import NodeSpec
 from bot.node_programs import probe_command, stop_command
 from bot.node_programs.ray_hold import HOLD_ENV
 from bot.nodes.ssh import KIND
+from bot.nodes.ssh.adapter import SSHAdapter
 from bot.nodes.ssh.fetch import FetchLimits, fetch_results
 from bot.nodes.ssh.node import SSHNodes, release_launcher
 from bot.nodes.ssh.transfer import TransferLimits, TransferWatch, use_meter
@@ -123,11 +125,12 @@ class SSHDispatcher(SSHNodes):
     def _start(self, handle: RunHandle) -> int | None:
         env: dict[str, str] = {}
         spec = plan_of(handle).spec()  # a volume head's: the cluster's (VolumeStart.spec)
-        nodes = volume_nodes(handle, KIND)
+        nodes = [self.adapter(spec).node for spec in volume_nodes(handle, KIND)]
         # a corpus only the nodes hold: the head's listing first, every node's reference
-        list_on_head(self, handle, nodes[0] if nodes else SSHNode.from_dict(self.node_of(handle)))
+        head = nodes[0] if nodes else SSHNode.from_dict(self.node_of(handle))
+        list_on_head(SSHAdapter(self, head), handle)
         if nodes:
-            end_earlier_cluster(self, handle)  # a resume: nothing is sent under it
+            end_earlier_cluster(self.adapter, handle)  # a resume: nothing is sent under it
             started = self._volume_cluster(handle, nodes)
             env, spec = started.cluster.driver_env(), started.spec
         try:
@@ -140,8 +143,12 @@ class SSHDispatcher(SSHNodes):
                             lambda: self._dispatch(handle, node, env, spec)),
                 watch, watch.meter(node.where, "upload"), [node]), None)
         except BaseException:
-            stop_volume_cluster(self, handle)
+            stop_volume_cluster(self.adapter, handle)
             raise
+
+    def adapter(self, spec: NodeSpec) -> SSHAdapter:
+        """A node section's node as a ``Node`` (``adapter.py``), over these sessions."""
+        return SSHAdapter.of(self, spec)
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
         """Raises ``NodeUnreachable`` while the node cannot be reached (also while the
@@ -176,7 +183,7 @@ class SSHDispatcher(SSHNodes):
         first; the problems met (an unreachable head's among them, the record kept with
         them so the next call tries again)."""
         try:
-            return stop_volume_cluster(self, handle)
+            return stop_volume_cluster(self.adapter, handle)
         except DispatchError as exc:
             return [str(exc)]
 
@@ -223,7 +230,7 @@ class SSHDispatcher(SSHNodes):
         self._stop_cluster(handle)
 
     def _stop_cluster(self, handle: RunHandle) -> None:
-        problems = stop_volume_cluster(self, handle)
+        problems = stop_volume_cluster(self.adapter, handle)
         if problems:
             raise DispatchError(f"run {handle.run_id}: Ray not stopped on every node: "
                                 + "; ".join(problems))
@@ -241,7 +248,7 @@ class SSHDispatcher(SSHNodes):
         try:
             copies = self._call(self.watched(self._prepare_all(handle, nodes, held, watch),
                                              watch, nodes=nodes), None)
-            started = start_volume_cluster(self, handle, copies, self.ray_node)
+            started = start_volume_cluster(self.adapter, handle, copies, self.ray_node)
             if started is None:
                 raise DispatchError(f"run {handle.run_id}: volume.nodes changed meanwhile")
         except BaseException:
