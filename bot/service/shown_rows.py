@@ -23,13 +23,24 @@ class ShownRows:
 
     def seen(self, items: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         for item in items:
-            self.count += 1
+            if item.get("rerun") is True:  # run again after its output was lost: it
+                self._drop(str(item.get("id")))  # replaces the row of its first outcome
+            else:
+                self.count += 1
             if item.get("status") == "refused":
                 if len(self.refused) < MAX_TABLE_ROWS:
                     self.refused.append(item)
             else:
                 self._keep(item)
             yield item
+
+    def _drop(self, iid: str) -> None:
+        """The row kept for ``iid``, if any, let go (a few hundred rows looked at)."""
+        self.refused = [i for i in self.refused if str(i.get("id")) != iid]
+        kept = [e for e in self.accepted if e[0].text != iid]
+        if len(kept) != len(self.accepted):
+            self.accepted = kept
+            heapq.heapify(self.accepted)
 
     def _keep(self, item: dict[str, Any]) -> None:
         iid = str(item.get("id"))

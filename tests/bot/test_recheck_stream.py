@@ -88,3 +88,16 @@ def test_a_recount_over_by_the_inputs_forgotten_for_lost_outputs_is_explained() 
     assert not _forgotten_explain(runner, {**ours, "refused": 6})
     assert not _forgotten_explain({k: v for k, v in runner.items()
                                    if k != "forgotten_pending"}, ours)
+
+
+def test_a_rerun_replaces_its_first_row_in_the_rows_shown_and_counts_once() -> None:
+    first = [{"id": "doc-1", "status": "accepted", "category": "a", "reason": None},
+             {"id": "doc-2", "status": "refused", "category": None, "reason": "empty"}]
+    again = [{"id": "doc-1", "status": "refused", "category": None, "reason": "timeout",
+              "rerun": True},
+             {"id": "doc-2", "status": "accepted", "category": "b", "reason": None,
+              "rerun": True}]
+    shown = ShownRows()
+    assert list(shown.seen(iter(first + again))) == first + again
+    assert shown.count == 2
+    assert shown.rows() == sorted(again, key=lambda i: str(i["id"]))
