@@ -52,8 +52,14 @@ from bot.dispatch.volume_cluster import (
 from bot.errors import DispatchError, NodeUnreachable
 from bot.manifest.nodes import NodeSpec
 from bot.node_programs.ray_hold import HOLD_ENV
-from bot.nodes.base import Node
-from runner.events import Event, EventFormatError, parse_chunk, read_complete
+from bot.nodes.base import Node, TailReader
+from runner.events import (
+    READ_WINDOW_MAX,
+    Event,
+    EventFormatError,
+    parse_chunk,
+    read_complete,
+)
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20  # bytes per framed chunk of the archive on the launcher's stdin
@@ -80,7 +86,7 @@ class NodeDispatcher:
         # a corpus only the nodes hold: the head's listing first, every node's reference
         list_on_head(self.node_of(specs[0]) if specs else node, handle)
         if not specs:
-            return self._launch(handle, spec_node, node, {}, plan_of(handle).spec())
+            return self._launch_runner(handle, spec_node, node, {}, plan_of(handle).spec())
         end_earlier_cluster(self.node_of, handle)  # a resume: nothing is sent under it
         try:
             uploads = [self._copy(handle, i, s, self.node_of(s)) for i, s in enumerate(specs)]
@@ -92,7 +98,7 @@ class NodeDispatcher:
                 self._hold(handle, self.node_of(spec), upload, ray.temp_dir)
             handle.progress({"node": self.node_of(specs[0]).where, "index": 0,
                              "phase": "launching"})
-            return self._launch(handle, spec_node, node, started.cluster.driver_env(),
+            return self._launch_runner(handle, spec_node, node, started.cluster.driver_env(),
                                 started.spec)
         except BaseException:
             stop_volume_cluster(self.node_of, handle)
@@ -103,7 +109,7 @@ class NodeDispatcher:
         """What goes to the node: the plan, every file (node path → bytes: a fresh copy,
         nothing asked of the node first), and the bytes by kind; ``spec`` is the run's
         (its launch plan's, or a volume head's with its cluster), rewritten for the node."""
-        workdir = self._workdir(spec_node, node)
+        workdir = self._node_workdir(spec_node, node)
         upload = UploadPlan(workdir, handle, self.runner_package, spec)
         changes = upload.changes({})
         files = {**{dst: src.read_bytes() for src, dst in changes.send},
@@ -138,7 +144,7 @@ class NodeDispatcher:
             log.warning("run %s: %s keeps no workdir lock during the run: %s",
                         handle.run_id, node.where, exc)
 
-    def _launch(self, handle: RunHandle, spec_node: NodeSpec, node: Node,
+    def _launch_runner(self, handle: RunHandle, spec_node: NodeSpec, node: Node,
                 env: dict[str, str], spec: dict[str, Any]) -> int:
         upload, files, sent = self._upload(handle, spec_node, node, spec)
         check_on_node(node, upload)  # before the runner starts on it
@@ -157,6 +163,9 @@ class NodeDispatcher:
         return pid
 
     def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
+        """Raises ``NodeUnreachable`` while the node cannot be reached (a kind that waits
+        between tries raises it while it waits): the caller decides how long to keep
+        trying. A line over the reader's window is skipped, logged, the rest read."""
         node, layout = self._located(handle)
         path = layout["run_dir"] + "/events.jsonl"
         local = handle.run_dir / "events.jsonl"
@@ -167,8 +176,12 @@ class NodeDispatcher:
             except FileNotFoundError:
                 return b""
 
-        chunk, start, _skipped = read_complete(read, offset,
-                                               keep=lambda at, data: mirror(local, at, data))
+        chunk, start, skipped = read_complete(read, offset,
+                                              keep=lambda at, data: mirror(local, at, data))
+        for at, length in skipped:  # the line stays in the file (and its local copy)
+            log.warning("run %s: %s on %s: the line at byte %d is %d bytes, over the "
+                        "reader's %d MiB: skipped, the events after it are read",
+                        handle.run_id, path, node.where, at, length, READ_WINDOW_MAX >> 20)
         try:
             events, new_offset = parse_chunk(chunk, start, expand=False)
         except EventFormatError as exc:
@@ -178,6 +191,8 @@ class NodeDispatcher:
         return events, new_offset
 
     def is_alive(self, handle: RunHandle) -> bool:
+        """Whether the runner answers on its node (unreachable is not dead). It only looks:
+        an ended runner's volume Ray is stopped by ``clean_up`` or ``fetch_results``."""
         node, layout = self._located(handle)
         try:
             return node.probe(layout.get("pid"), layout["run_dir"]) not in ("dead", "done")
@@ -185,7 +200,10 @@ class NodeDispatcher:
             return True  # unknown is not dead
 
     def clean_up(self, handle: RunHandle) -> list[str]:
-        """A several-node volume's Ray, stopped on every node; the problems met."""
+        """The runner ended, or its head is out of reach for good (the follower gave up):
+        this volume's Ray (if any) is stopped on every node that answers, the others
+        first; the problems met (an unreachable head's among them, the record kept with
+        them so the next call tries again)."""
         try:
             return stop_volume_cluster(self.node_of, handle)
         except DispatchError as exc:
@@ -209,19 +227,30 @@ class NodeDispatcher:
         return fetch_over_node(handle, node, layout, self.keep_out)
 
     def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
+        """The end of ``runner.log`` on the node ("" while the node cannot be reached):
+        the node's own read of a file's tail where it has one (``TailReader``), else
+        ``tail -c`` run there."""
         try:
             node, layout = self._located(handle)
-            code, out, _err = node.run(
-                f"tail -c {int(limit)} {shlex.quote(layout['run_dir'] + '/runner.log')}",
-                timeout=60)
+            path = layout["run_dir"] + "/runner.log"
+            if isinstance(node, TailReader):
+                return node.read_tail(path, int(limit)).decode("utf-8", errors="replace")
+            code, out, _err = node.run(f"tail -c {int(limit)} {shlex.quote(path)}", timeout=60)
         except (DispatchError, NodeUnreachable):
             return ""
         return out if code == 0 else ""
 
     def stop(self, handle: RunHandle) -> None:
+        """Raises ``NodeUnreachable`` when the node cannot be reached: nothing was stopped.
+        A run stopped while it is being started (no ``remote.json`` yet: no runner) has
+        only its volume's Ray, if any, to stop on every node."""
         if (handle.run_dir / "remote.json").exists():  # else stopped while starting
             node, layout = self._located(handle)
-            node.stop(layout.get("pid"), layout["run_dir"])
+            try:
+                node.stop(layout.get("pid"), layout["run_dir"])
+            except NodeUnreachable as exc:
+                raise NodeUnreachable(f"cannot stop run {handle.run_id}: {exc}; its runner "
+                                      "may still be running, try again") from exc
         self._stop_cluster(handle)
 
     def _stop_cluster(self, handle: RunHandle) -> None:
@@ -253,7 +282,7 @@ class NodeDispatcher:
         return self._node(handle)[1], layout
 
     @staticmethod
-    def _workdir(spec_node: NodeSpec, node: Node) -> str:
+    def _node_workdir(spec_node: NodeSpec, node: Node) -> str:
         """The node's workdir: as written when absolute, else under the node's home."""
         workdir = spec_node.workdir or "preflight"
         if workdir.startswith("/"):

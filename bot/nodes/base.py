@@ -8,10 +8,13 @@ node (its card proof, Ray up and down, the head's listing of a corpus only the n
 ``volume_cluster.py``, ``card_proof.py``, ``corpus_head.py``), which also ask where the
 node is (``host``, ``python``, ``workdir``, ``ray_port``). A Kubernetes pod is
 ``kubectl exec -i POD --``; the tests' ``container`` kind is a fake ``exec`` program; an
-SSH node is ``ssh/adapter.py``'s ``SSHAdapter``, over the SSH dispatcher's sessions. That
-dispatcher still does the start, the follower and the fetch itself (its sessions stream
-the upload against the node's hashes, meter every copy, hold the volume nodes' locks and
-bring an evidence copy home: docs/architecture.md, "Adding a node kind").
+SSH node is ``ssh/adapter.py``'s ``SSHAdapter``, over the SSH dispatcher's sessions: that
+dispatcher is a ``NodeDispatcher`` whose follower (events, probe, exit code, log tail,
+stop) runs over the adapter, and which overrides the start and the fetch with its own
+(its sessions stream the upload against the node's hashes, meter every copy, hold the
+volume nodes' locks, resume a cut fetch and bring an evidence copy home:
+docs/architecture.md, "Adding a node kind"). A ``Node`` that reads a file's tail itself
+is also a ``TailReader`` (the log tail; the others' is ``tail -c`` through ``run``).
 
 This module imports nothing of ours: the dispatch above and the adapters below both
 import it.
@@ -19,7 +22,7 @@ import it.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from bot.node_programs import probe_command, stop_command
 
@@ -82,6 +85,16 @@ class Node(Protocol):
 
     def stop(self, pid: int | None, run_dir: str) -> None:
         """Stop that runner (``shell_stop``: its process group, SIGTERM then SIGKILL)."""
+        ...
+
+
+@runtime_checkable
+class TailReader(Protocol):
+    """A ``Node`` that reads a file's tail itself (the SSH kind, over SFTP: no session of a
+    login shell at each look); the others' log tail is ``tail -c`` through ``run``."""
+
+    def read_tail(self, path: str, limit: int) -> bytes:
+        """The last ``limit`` bytes of a file on the node (b"" when there is none)."""
         ...
 
 

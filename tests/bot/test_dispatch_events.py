@@ -52,7 +52,7 @@ def test_a_node_line_that_is_no_event_is_a_dispatch_error_naming_run_file_and_no
                        project_dir=tmp_path)
     dispatcher = _NodeEvents(good + b"not an event\n")
     try:
-        with pytest.raises(DispatchError, match=r"run r7: /w/runs/r7/events\.jsonl on gpu-a "
+        with pytest.raises(DispatchError, match=r"run r7: /w/runs/r7/events\.jsonl on gpu-a:22 "
                                                 r"has a line that is not an event") as caught:
             dispatcher.read_events(handle, 0)
         assert isinstance(caught.value.__cause__, EventFormatError)

@@ -19,9 +19,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bot.dispatch.upload import SSHNode
+from bot.dispatch.upload import RUNNER_PACKAGE, SSHNode
 from bot.node_programs.fetch_stream import HELD
-from bot.nodes.ssh.dispatcher import RUNNER_PACKAGE, SSHDispatcher
+from bot.nodes.ssh.dispatcher import SSHDispatcher
 from bot.service.handles import handle_for
 from tests.remote.remote_kit import (
     REPO,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -192,7 +193,7 @@ def test_a_ray_port_in_use_is_named_before_ray_starts(tmp_path: Path) -> None:
 class _Dead(_HeadGone):
     """The runner is found dead on its node (the probe's answer, without SSH)."""
 
-    def _probe(self, handle: RunHandle) -> str:
+    async def _probe_files(self, node: SSHNode, pid: Any, run_dir: str) -> str | None:
         return "dead"
 
 
@@ -200,12 +201,17 @@ def test_is_alive_only_looks_and_release_stops_the_ray(tmp_path: Path) -> None:
     """Finding the runner dead stops nothing: the follower releases its Ray (issue 33)."""
     handle = _handle(tmp_path, ("gpu-a", "gpu-b"))
     assert start_volume_cluster(nodes_through(_Node()), handle, COPIES) is not None
+    (tmp_path / "remote.json").write_text(json.dumps({"node": handle.node,
+                                                      "run_dir": "/w/runs/r-1", "pid": 7}))
     dispatcher = _Dead(set())
-    assert dispatcher.is_alive(handle) is False
-    assert dispatcher.stopped == [] and (tmp_path / CLUSTER_FILE).exists()
-    assert dispatcher.clean_up(handle) == []
-    assert dispatcher.stopped == ["gpu-b", "gpu-a"]
-    assert not (tmp_path / CLUSTER_FILE).exists()
+    try:
+        assert dispatcher.is_alive(handle) is False
+        assert dispatcher.stopped == [] and (tmp_path / CLUSTER_FILE).exists()
+        assert dispatcher.clean_up(handle) == []
+        assert dispatcher.stopped == ["gpu-b", "gpu-a"]
+        assert not (tmp_path / CLUSTER_FILE).exists()
+    finally:
+        dispatcher.close()  # the probe's event loop thread
 
 
 def test_a_volume_node_without_its_workdir_is_refused_naming_the_field(tmp_path: Path) -> None:

@@ -2,12 +2,15 @@
 dispatcher's sessions (``SSHNodes``: one connection per node, ``guarded``'s rule of
 "answered" against "unreachable", the private event loop thread).
 
-What the node-agnostic steps of a several-node volume ask of a node (its card proof, Ray
-up and down, the head's corpus listing: ``bot/dispatch/volume_cluster.py``,
-``card_proof.py``, ``corpus_head.py``) goes through here. Its commands go through the
+It is the SSH dispatcher's ``node_of``: the follower (``NodeDispatcher``'s: events, probe,
+exit code, log tail, stop) and the node-agnostic steps of a several-node volume (its card
+proof, Ray up and down, the head's corpus listing: ``bot/dispatch/volume_cluster.py``,
+``card_proof.py``, ``corpus_head.py``) go through here. Its commands go through the
 sessions' ``run`` (so a dispatcher that wraps ``run`` sees them all); ``read_file`` reads
-over SFTP, ``probe`` the runner's /proc entry over SFTP (the shell's rule where the node
-has no /proc).
+over SFTP (the sessions' ``_read``), ``read_tail`` a file's end over SFTP, ``probe`` the
+runner's /proc entry over SFTP (the shell's rule where the node has no /proc). After a
+drop, ``read_file`` and ``probe`` raise ``NodeUnreachable`` while the backoff says not
+to try yet (the follower's look is then "no contact", the runner unknown, not dead).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from bot.dispatch.upload import SSHNode
 from bot.errors import DispatchError
 from bot.manifest.nodes import NodeSpec
 from bot.nodes.base import shell_probe, shell_stop
-from bot.nodes.ssh.library import asyncssh
 from bot.nodes.ssh.node import SSHNodes
 
 
@@ -79,21 +81,23 @@ class SSHAdapter:
         return out
 
     def read_file(self, path: str, offset: int = 0, size: int | None = None) -> bytes:
-        async def work(conn: Any) -> bytes | None:
-            sftp = await self.sessions.sftp_of(conn)
-            try:
-                async with sftp.open(path, "rb") as fh:
-                    await fh.seek(offset)
-                    return bytes(await fh.read(-1 if size is None else size))
-            except asyncssh.SFTPNoSuchFile:
-                return None  # raised below: guarded takes an OSError for a lost node
-
-        data = self.sessions._call(self.sessions.guarded(self.node, work), 60)
+        """Over SFTP (``SSHSessions._read``); ``NodeUnreachable`` while the backoff after a
+        drop says not to try yet."""
+        self.sessions._may_try(self.node)
+        data = self.sessions._call(
+            self.sessions._read(self.node, path, offset, -1 if size is None else size), 60)
         if data is None:
             raise FileNotFoundError(path)
         return data
 
+    def read_tail(self, path: str, limit: int) -> bytes:
+        """The last ``limit`` bytes of a node's file over SFTP (``TailReader``)."""
+        return self.sessions._call(self.sessions._read_tail(self.node, path, limit), 60)
+
     def probe(self, pid: int | None, run_dir: str) -> str:
+        """The runner's /proc entry read over SFTP, the shell's rule where the node has no
+        /proc; ``NodeUnreachable`` while the backoff after a drop says not to try yet."""
+        self.sessions._may_try(self.node)
         state = self.sessions._call(self.sessions._probe_files(self.node, pid, run_dir), 60)
         return state if state is not None else shell_probe(self, pid, run_dir)
 

@@ -10,11 +10,14 @@
   local ``remote.json``, and only then starts the runner detached (own session, output to
   ``runner.log``, exit status to ``exit_code``) and adds its pid to ``remote.json``. A
   bot that dies at any point still finds the run; without a pid it is "starting", not dead.
-- ``read_events`` reads the remote ``events.jsonl`` from a byte offset and mirrors the
-  complete lines locally. After a drop it reconnects with exponential backoff; while
-  unreachable it returns nothing (and ``is_alive`` says yes: unknown is not dead).
+- The follower (``read_events``, ``is_alive``, ``exit_code``, ``log_tail``, ``stop``,
+  ``clean_up``) is ``NodeDispatcher``'s, over the SSH adapter (``adapter.py``): the
+  events read over SFTP from a byte offset and mirrored locally; after a drop the node is
+  reconnected with exponential backoff, and while the backoff says not to try the
+  adapter raises ``NodeUnreachable`` (``is_alive`` says yes: unknown is not dead).
 - ``fetch_results`` mirrors the remote run directory back and, when ``results.copy_to`` is
-  a path on the bot host, brings the evidence copy back there and verifies it.
+  a path on the bot host, brings the evidence copy back there and verifies it (streamed,
+  resumed after a cut: ``fetch.py``).
 
 The service calls these methods synchronously; the SSH work runs on a private event loop
 thread. Call ``close`` when done. What is sent and run on the node, and the local files,
@@ -31,18 +34,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bot.dispatch.base import LOG_TAIL_BYTES, RunHandle, events_error
+from bot.dispatch.base import RunHandle
 from bot.dispatch.card_proof import NodeCopy, proof_files
 from bot.dispatch.corpus import check_listing, listing_cap
 from bot.dispatch.corpus_head import list_on_head
+from bot.dispatch.node_dispatcher import NodeDispatcher
 from bot.dispatch.plan import plan_of
 from bot.dispatch.upload import (
-    RUNNER_PACKAGE,
     SSHNode,
     UploadPlan,
-    conn_key,
     locate,
-    mirror,
     node_section,
     write_layout,
 )
@@ -57,14 +58,13 @@ from bot.dispatch.volume_cluster import (
 )
 from bot.errors import DispatchError, NodeUnreachable
 from bot.manifest.nodes import NodeSpec
-from bot.node_programs import probe_command, stop_command
 from bot.node_programs.ray_hold import HOLD_ENV
+from bot.nodes.base import Node
 from bot.nodes.ssh import KIND
 from bot.nodes.ssh.adapter import SSHAdapter
 from bot.nodes.ssh.fetch import FetchLimits, fetch_results
 from bot.nodes.ssh.node import SSHNodes, release_launcher
 from bot.nodes.ssh.transfer import TransferLimits, TransferWatch, use_meter
-from runner.events import READ_WINDOW_MAX, Event, EventFormatError, parse_chunk, read_complete
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -79,16 +79,19 @@ PREPARE_FIXED_S = 900.0  # per PREPARE_AT_ONCE nodes
 FETCH_FIXED_S = 900.0
 
 
-class SSHDispatcher(SSHNodes):
-    """The Dispatcher protocol over what ``SSHNodes`` does on a node, itself over the
-    sessions of ``SSHSessions``."""
+class SSHDispatcher(SSHNodes, NodeDispatcher):
+    """``NodeDispatcher`` over the SSH adapter (its ``node_of`` is ``adapter``): the
+    follower (events, probe, exit code, log tail, stop, a volume's Ray stopped) is
+    ``NodeDispatcher``'s; the start (the held upload conversation, a volume's copies) and
+    the fetch (streamed, resumable) are this class's own, over what ``SSHNodes`` does on a
+    node, itself over the sessions of ``SSHSessions``."""
 
     def __init__(self, *, known_hosts: Path | str | None = None,
                  client_keys: Sequence[Path | str] | None = None,
                  ssh_config: Path | str | None = None, use_agent: bool = True,
                  runner_package: Path | None = None, connect_timeout: float = 15.0,
                  backoff: tuple[float, float] = (0.25, 30.0), attempts: int = 4,
-                 node_of: Callable[[RunHandle], dict[str, Any]] | None = None,
+                 section_of: Callable[[RunHandle], dict[str, Any]] | None = None,
                  ray_node: RayNodeOf = default_ray_node,
                  fetch_limits: FetchLimits | None = None,
                  transfer_limits: TransferLimits | None = None,
@@ -96,15 +99,13 @@ class SSHDispatcher(SSHNodes):
         super().__init__(known_hosts=known_hosts, client_keys=client_keys,
                          ssh_config=ssh_config, use_agent=use_agent,
                          connect_timeout=connect_timeout, backoff=backoff)
-        self.runner_package = Path(runner_package or RUNNER_PACKAGE)
+        NodeDispatcher.__init__(self, self.adapter, runner_package=runner_package,
+                                ray_node=ray_node, keep_out=keep_out)
         self.attempts = attempts  # tries of a dispatch and of a results fetch
         self.fetch_limits = fetch_limits or FetchLimits()  # the most a fetch brings back
-        # the bot's own folders (its runs folder, its state) no evidence home may touch
-        self.keep_out = tuple(Path(p) for p in keep_out)
         # when a copy to or from a node has failed: its stall limit and floor rate
         self.transfer_limits = transfer_limits or TransferLimits()
-        self.node_of = node_of or node_section
-        self.ray_node = ray_node  # a several-node volume's Ray layout (volume_cluster.py)
+        self.section_of = section_of or node_section  # a run's node section
         self.uploaded: dict[str, dict[str, int]] = {}  # run id -> bytes by kind
         self.uploaded_files: dict[str, list[str]] = {}  # run id -> remote paths written
 
@@ -127,14 +128,14 @@ class SSHDispatcher(SSHNodes):
         spec = plan_of(handle).spec()  # a volume head's: the cluster's (VolumeStart.spec)
         nodes = [self.adapter(spec).node for spec in volume_nodes(handle, KIND)]
         # a corpus only the nodes hold: the head's listing first, every node's reference
-        head = nodes[0] if nodes else SSHNode.from_dict(self.node_of(handle))
+        head = nodes[0] if nodes else SSHNode.from_dict(self.section_of(handle))
         list_on_head(SSHAdapter(self, head), handle)
         if nodes:
             end_earlier_cluster(self.adapter, handle)  # a resume: nothing is sent under it
             started = self._volume_cluster(handle, nodes)
             env, spec = started.cluster.driver_env(), started.spec
         try:
-            node = SSHNode.from_dict(self.node_of(handle))
+            node = SSHNode.from_dict(self.section_of(handle))
             if nodes:  # the last step a stop can still end before the driver starts
                 handle.progress({"node": node.where, "index": 0, "phase": "launching"})
             watch = TransferWatch(self.transfer_limits, DISPATCH_FIXED_S)
@@ -150,51 +151,6 @@ class SSHDispatcher(SSHNodes):
         """A node section's node as a ``Node`` (``adapter.py``), over these sessions."""
         return SSHAdapter.of(self, spec)
 
-    def read_events(self, handle: RunHandle, offset: int) -> tuple[list[Event], int]:
-        """Raises ``NodeUnreachable`` while the node cannot be reached (also while the
-        backoff says not to try yet): the caller decides how long to keep trying."""
-        node, layout = locate(handle)
-        self._may_try(node)
-        path = layout["run_dir"] + "/events.jsonl"
-        local = handle.run_dir / "events.jsonl"
-        chunk, start, skipped = read_complete(
-            lambda at, size: self._call(self._read(node, path, at, size), 60), offset,
-            keep=lambda at, data: mirror(local, at, data))
-        for at, length in skipped:  # the line stays in the file (and its local copy)
-            log.warning("run %s: %s on %s: the line at byte %d is %d bytes, over the "
-                        "reader's %d MiB: skipped, the events after it are read",
-                        handle.run_id, path, node.host, at, length, READ_WINDOW_MAX >> 20)
-        try:
-            events, new_offset = parse_chunk(chunk, start, expand=False)
-        except EventFormatError as exc:
-            raise events_error(handle, f"{path} on {node.host}", exc) from exc
-        if new_offset > start:
-            mirror(local, start, chunk[: new_offset - start])
-        return events, new_offset
-
-    def is_alive(self, handle: RunHandle) -> bool:
-        """Whether the runner answers on its node (unreachable is not dead). It only looks:
-        an ended runner's volume Ray is stopped by ``clean_up`` or ``fetch_results``."""
-        return self._probe(handle) not in ("dead", "done")
-
-    def clean_up(self, handle: RunHandle) -> list[str]:
-        """The runner ended, or its head is out of reach for good (the follower gave up):
-        this volume's Ray (if any) is stopped on every node that answers, the others
-        first; the problems met (an unreachable head's among them, the record kept with
-        them so the next call tries again)."""
-        try:
-            return stop_volume_cluster(self.adapter, handle)
-        except DispatchError as exc:
-            return [str(exc)]
-
-    def exit_code(self, handle: RunHandle) -> int | None:
-        node, layout = locate(handle)
-        try:
-            raw = self._call(self._read(node, layout["run_dir"] + "/exit_code", 0), 60)
-        except NodeUnreachable:
-            return None
-        return int(raw) if raw.strip().isdigit() else None
-
     def fetch_results(self, handle: RunHandle) -> Path | None:
         """The run has ended: its volume's Ray (if any) is stopped on every node first. The
         copy runs as long as bytes move (``bot/nodes/ssh/transfer.py``)."""
@@ -204,36 +160,6 @@ class SSHDispatcher(SSHNodes):
         return self._call(self.watched(fetch_results(self, handle, node, layout), watch,
                                        watch.meter(node.where, "results fetch"), [node]),
                           None)
-
-    def log_tail(self, handle: RunHandle, limit: int = LOG_TAIL_BYTES) -> str:
-        """The end of ``runner.log`` on the node ("" while the node cannot be reached)."""
-        node, layout = locate(handle)
-        try:
-            data = self._call(self._read_tail(node, layout["run_dir"] + "/runner.log", limit), 60)
-        except NodeUnreachable:
-            return ""
-        return data.decode("utf-8", errors="replace")
-
-    def stop(self, handle: RunHandle) -> None:
-        """Raises ``NodeUnreachable`` when the node cannot be reached: nothing was stopped.
-        A run stopped while it is being started (no ``remote.json`` yet: no runner) has
-        only its volume's Ray, if any, to stop on every node."""
-        if not (handle.run_dir / "remote.json").exists():
-            self._stop_cluster(handle)
-            return
-        node, layout = locate(handle)
-        try:
-            self._call(self._exec(node, stop_command(layout.get("pid"), layout["run_dir"])), 60)
-        except NodeUnreachable as exc:
-            raise NodeUnreachable(f"cannot stop run {handle.run_id}: {exc}; its runner may "
-                                  "still be running, try again") from exc
-        self._stop_cluster(handle)
-
-    def _stop_cluster(self, handle: RunHandle) -> None:
-        problems = stop_volume_cluster(self.adapter, handle)
-        if problems:
-            raise DispatchError(f"run {handle.run_id}: Ray not stopped on every node: "
-                                + "; ".join(problems))
 
     # -- start -------------------------------------------------------------------------
     def _volume_cluster(self, handle: RunHandle, nodes: list[SSHNode]) -> VolumeStart:
@@ -388,18 +314,9 @@ class SSHDispatcher(SSHNodes):
         write_layout(handle.run_dir / "remote.json", {**layout, "pid": pid})
         return pid
 
-    # -- state and results -------------------------------------------------------------
-    def _probe(self, handle: RunHandle) -> str:
-        """``probe_command``'s answer, read over SFTP where the node has /proc (a command
-        would cost a session, its login shell's start-up, at every look of the follower)."""
+    # -- where -------------------------------------------------------------------------
+    def _located(self, handle: RunHandle) -> tuple[Node, dict[str, Any]]:
+        """The run's node (the handle's, else the one ``remote.json`` recorded: ``locate``)
+        as a ``Node`` over these sessions, and the run's layout there."""
         node, layout = locate(handle)
-        if not self.backoff.may_try(conn_key(node)):
-            return "unknown"
-        try:
-            state = self._call(self._probe_files(node, layout.get("pid"), layout["run_dir"]), 60)
-            if state is None:  # no /proc on the node: the shell's kill -0
-                command = probe_command(layout.get("pid"), layout["run_dir"])
-                state = self._call(self._exec(node, command), 60).strip()
-            return state or "unknown"
-        except NodeUnreachable:
-            return "unknown"
+        return SSHAdapter(self, node), layout

@@ -4,8 +4,9 @@ The node's side of the launcher's protocol (``bot/node_programs/launcher.py``): 
 workdir's lock and read the node's file hashes (``_lock``), send one archive stream
 (``_stream``), remove stale files (``_remove``), launch the runner (``_launch``); where the
 workdir is (``_workdir``); whether the runner lives, read from its /proc entry over SFTP
-(``_probe_files``). ``SSHDispatcher`` (``dispatcher.py``) composes a start, a volume's
-copies and the follower's looks out of these; the tests reach them as its seams.
+(``_probe_files``). ``SSHDispatcher`` (``dispatcher.py``) composes a start and a
+volume's copies out of these, ``SSHAdapter`` (``adapter.py``) the follower's probe; the
+tests reach them as seams.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """SSH sessions to the nodes (asyncssh): connections with host-key checks, a private event
 loop thread, and ``guarded``, the one place that tells "the node answered" from "we could
-not reach it". ``SSHDispatcher`` (ssh.py) builds the Dispatcher protocol on top of it.
+not reach it". ``SSHDispatcher`` (``dispatcher.py``) and ``SSHAdapter`` (``adapter.py``,
+the follower's reads and looks) are built on top of it.
 """
 
 from __future__ import annotations
@@ -246,15 +247,17 @@ class SSHSessions:
         return out
 
     async def _read(self, node: SSHNode, path: str, offset: int,
-                    size: int = READ_LIMIT) -> bytes:
-        async def work(conn: Any) -> bytes:
+                    size: int = READ_LIMIT) -> bytes | None:
+        """``size`` bytes of a node's file from ``offset`` (-1: to its end), over SFTP;
+        None when there is no such file (``guarded`` takes an OSError for a lost node)."""
+        async def work(conn: Any) -> bytes | None:
             sftp = await self.sftp_of(conn)
             try:
                 async with sftp.open(path, "rb") as fh:
                     await fh.seek(offset)
                     return bytes(await fh.read(size))
             except asyncssh.SFTPNoSuchFile:
-                return b""
+                return None
 
         return await self.guarded(node, work)
 
