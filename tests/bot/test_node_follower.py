@@ -115,3 +115,38 @@ def test_the_log_tail_is_tail_run_on_a_node_without_its_own_read(tmp_path: Path)
 def test_the_log_tail_is_empty_while_the_node_cannot_be_reached(tmp_path: Path,
                                                                 node: ShellNode) -> None:
     assert _On(node).log_tail(_handle(tmp_path)) == ""
+
+
+def test_closing_the_ssh_sessions_ends_a_call_another_thread_waits_on() -> None:
+    """A run's end fetching its results on the bot's run-end thread, while the bot stops and
+    closes its sessions: the fetch hears NodeUnreachable at once instead of waiting on a
+    stopped loop for ever (the process then never exited)."""
+    import asyncio
+    import threading
+    import time
+
+    from bot.nodes.ssh.session import SSHSessions
+
+    sessions = SSHSessions(use_agent=False)
+    heard: list[BaseException] = []
+    started = threading.Event()
+
+    async def transfer() -> None:  # a fetch that has not finished
+        started.set()
+        await asyncio.sleep(3600)
+
+    def fetch() -> None:
+        try:
+            sessions._call(transfer(), None)
+        except BaseException as exc:  # noqa: BLE001 - what the caller hears
+            heard.append(exc)
+
+    waiting = threading.Thread(target=fetch, daemon=True)
+    waiting.start()
+    assert started.wait(10)
+    began = time.monotonic()
+    sessions.close()
+    waiting.join(10)
+    assert not waiting.is_alive() and time.monotonic() - began < 10
+    assert len(heard) == 1 and isinstance(heard[0], NodeUnreachable)
+    assert "sessions were closed" in str(heard[0])

@@ -7,6 +7,7 @@ the follower's reads and looks) are built on top of it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -84,6 +85,9 @@ class SSHSessions:
         if loop is None or thread is None:
             return
         asyncio.run_coroutine_threadsafe(self._close_all(), loop).result(30)
+        # what another thread still waits on (a run's end fetching its results) ends now,
+        # cancelled: its caller hears NodeUnreachable instead of waiting on a stopped loop
+        asyncio.run_coroutine_threadsafe(_cancel_others(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         loop.close()
@@ -104,6 +108,9 @@ class SSHSessions:
         future = asyncio.run_coroutine_threadsafe(coro, loop)
         try:
             return future.result(timeout)
+        except concurrent.futures.CancelledError as exc:
+            raise NodeUnreachable("the bot's SSH sessions were closed (the bot is stopping) "
+                                  "before the node answered") from exc
         except TimeoutError as exc:
             if future.done():  # the coroutine's own timeout, not ours
                 raise
@@ -273,3 +280,13 @@ class SSHSessions:
                 return b""
 
         return await self.guarded(node, work)
+
+
+async def _cancel_others() -> None:
+    """Cancel every task of the running loop but this one, and let each unwind."""
+    me = asyncio.current_task()
+    others = [t for t in asyncio.all_tasks() if t is not me]
+    for task in others:
+        task.cancel()
+    if others:
+        await asyncio.wait(others, timeout=20)
