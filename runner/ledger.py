@@ -52,6 +52,10 @@ CREATE TABLE IF NOT EXISTS forgotten (
 """
 
 
+# the shard an output reference (``outputs/shards/<name>.jsonl#<line>``) names, in SQL
+_SHARD_OF = "substr({0}, 1, instr({0}, '#') - 1)"
+
+
 class LedgerError(RunnerError, RuntimeError):
     """The ledger file cannot be opened or written (translated from sqlite3)."""
 
@@ -228,7 +232,6 @@ class Ledger:
         with its why, in one transaction, so a resume runs its input again. Matched by
         SQLite in one pass over the rows (a million rows in about a second). Returns the
         rows forgotten per shard (a shard no row names is absent)."""
-        shard = "substr(i.output, 1, instr(i.output, '#') - 1)"
         with self._tx():
             self._conn.execute("CREATE TEMP TABLE IF NOT EXISTS lost_shards "
                                "(path TEXT PRIMARY KEY, why TEXT NOT NULL)")
@@ -239,10 +242,10 @@ class Ledger:
             self._conn.execute(
                 f"INSERT INTO forgotten (id, category, output, why, attempt) "
                 f"SELECT i.id, i.category, i.output, l.why, ? FROM items i "
-                f"JOIN lost_shards l ON l.path = {shard} "
+                f"JOIN lost_shards l ON l.path = {_SHARD_OF.format('i.output')} "
                 f"WHERE i.status = 'accepted' AND instr(i.output, '#') > 0", (self.attempt,))
             per_file = {str(path): int(n) for path, n in self._conn.execute(
-                "SELECT substr(output, 1, instr(output, '#') - 1), count(*) FROM forgotten "
+                f"SELECT {_SHARD_OF.format('output')}, count(*) FROM forgotten "
                 "WHERE n > ? GROUP BY 1", before)}
             self._conn.execute(
                 "DELETE FROM items WHERE id IN (SELECT id FROM forgotten WHERE n > ?)", before)

@@ -68,6 +68,20 @@ def file_of(text: str) -> str:
     return found.path if found else text
 
 
+def shard_prefix(attempt: int, key: int) -> str:
+    """The names of a worker's shards begin ``a<attempt>-w<key>-`` (``ShardWriter``): the
+    driver holds what a worker records to its own prefix."""
+    return f"a{attempt}-w{key}"
+
+
+def is_shard(path: str) -> bool:
+    """A run-relative path of a worker's shard (``outputs/shards/<name>.jsonl``)."""
+    parts = path.split("/")
+    return len(parts) == 3 and parts[:2] == [OUTPUTS, SHARDS] \
+        and parts[2].endswith(SHARD_SUFFIX) and parts[2] not in (".", "..") \
+        and "#" not in parts[2]
+
+
 class ShardWriter:
     """On a worker: a batch's outputs into one shard of ``run_dir/outputs/shards``.
 

@@ -36,10 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from runner.ledger import Ledger, LedgerError, ledger_path
-from runner.outputs import OUTPUTS, file_of
+from runner.outputs import OUTPUTS, file_of, is_shard
 from runner.spec import NODE_RUN_DIR_ENV, NODE_WHERE_ENV
 from runner.stage import StageContext, StageFailure
-from runner.volume_lost import LOST_LOG, forget_lost, is_shard, lost_files, set_aside
+from runner.volume_lost import LOST_LOG, forget_lost, lost_files, set_aside
 from runner.volume_stream import Beat, NodeResult, Piece, Source, Want, plan, present, stream
 
 BOOK = "node_shards.jsonl"

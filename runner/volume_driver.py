@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from runner import events as ev
 from runner.handler_errors import keep
+from runner.outputs import shard_prefix
 from runner.recording import ItemRecorder, RecordWriter
 from runner.stage import StageContext, StageFailure
 from runner.volume_collect import ShardBook
@@ -165,7 +166,7 @@ class Driver:
         (the shards holding their outputs first)."""
         def job() -> None:
             self.book.add(worker.label, shards,
-                          prefix=f"a{self.recorder.ledger.attempt}-w{worker.key}")
+                          prefix=shard_prefix(self.recorder.ledger.attempt, worker.key))
             new, again = self.recorder.record_first_wins(asked, results, elapsed_s=seconds)
             worker.done += new
             self.re_executed += again

@@ -38,7 +38,7 @@ from typing import Dict, Iterable, Mapping, Set
 
 from runner.files import atomic_open
 from runner.ledger import Ledger, ledger_path
-from runner.outputs import OUTPUTS, SHARDS
+from runner.outputs import OUTPUTS, SHARDS, is_shard
 
 LOST_LOG = "lost_outputs.jsonl"
 LOST_DIR = "lost"
@@ -72,13 +72,6 @@ def forget_lost(run_dir: str, lost: Mapping[str, str], book_path: str) -> Dict[s
     _drop_from_book(book_path, lost)
     set_aside(run_dir, lost)
     return per_file
-
-
-def is_shard(path: str) -> bool:
-    """A run-relative path of a worker's shard (``outputs/shards/<name>.jsonl``)."""
-    parts = path.split("/")
-    return len(parts) == 3 and parts[:2] == [OUTPUTS, SHARDS] and parts[2].endswith(".jsonl") \
-        and parts[2] not in (".", "..") and "#" not in parts[2]
 
 
 def set_aside(run_dir: str, shards: Iterable[str]) -> None:

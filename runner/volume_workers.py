@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from runner import events as ev
+from runner.outputs import shard_prefix
 from runner.stage import StageContext, StageFailure
 from runner.volume_queue import Batch
 
@@ -206,7 +207,7 @@ def worker_factory(ctx: StageContext, ray: Any, vspec: Any,
     spec = ctx.spec.to_dict()
     outputs = os.path.join(ctx.run_dir, "outputs")
     path = list(sys.path)
-    return lambda key: cls.remote(spec, outputs, path, device, f"a{attempt}-w{key}")
+    return lambda key: cls.remote(spec, outputs, path, device, shard_prefix(attempt, key))
 
 
 def start_workers(ctx: StageContext, ray: Any, vspec: Any, cpu_workers: int,

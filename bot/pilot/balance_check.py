@@ -17,7 +17,8 @@ from bot.pilot.record import Run
 COUNTS = ("accepted", "refused", "total")
 
 
-def _count(value: Any) -> bool:
+def is_count(value: Any) -> bool:
+    """A non-negative integer (not a boolean)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -30,8 +31,8 @@ def balance_problems(raw: Any) -> list[str]:
     if not isinstance(raw, dict):
         return [f"the balance event is {_shown(raw)}, not a JSON object"]
     found = [f"{k} is {_shown(raw.get(k))}, not a non-negative integer" for k in COUNTS
-             if not _count(raw.get(k))]
-    if "forgotten_pending" in raw and not _count(raw.get("forgotten_pending")):
+             if not is_count(raw.get(k))]
+    if "forgotten_pending" in raw and not is_count(raw.get("forgotten_pending")):
         found.append(f"forgotten_pending is {_shown(raw.get('forgotten_pending'))}, not a "
                      "non-negative integer")
     if not isinstance(raw.get("ok"), bool):
@@ -43,7 +44,7 @@ def balance_problems(raw: Any) -> list[str]:
             found.append(f"{key} is not a list of objects")
     by_cat = raw.get("by_category")
     if by_cat is not None and not (isinstance(by_cat, dict)
-                                   and all(_count(v) for v in by_cat.values())):
+                                   and all(is_count(v) for v in by_cat.values())):
         found.append("by_category is not a mapping of categories to counts")
     return found
 

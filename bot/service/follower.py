@@ -25,7 +25,7 @@ from bot.errors import (
 )
 from bot.messages.volume_view import NOTE_TYPES as VOLUME_NOTES
 from bot.messages.volume_view import progress_of
-from bot.pilot.balance_check import checked_balance
+from bot.pilot.balance_check import checked_balance, is_count
 from bot.pilot.cards import CARD_STAGES
 from bot.pilot.clock import now_utc
 from bot.pilot.death import runner_death
@@ -403,16 +403,14 @@ def _forgotten_explain(balance: dict[str, Any], ours: dict[str, Any]) -> bool:
     """Whether the runner's balance, already not ok, differs from the bot's recount by
     exactly its ``forgotten_pending`` inputs (accepted in the item events, forgotten by
     the ledger when their outputs were lost with their node: runner/volume_lost.py), and
-    in nothing else: then the counts differ for that reason, not because the node lied."""
+    in nothing else: then the counts differ for that reason, not because the node lied.
+    ``balance`` is as ``checked_balance`` gives it: its counts and ``forgotten_pending``
+    type-checked, or a flagged one without them."""
     pending = balance.get("forgotten_pending")
-    if balance.get("ok") is not False or not isinstance(pending, int) \
-            or isinstance(pending, bool) or pending <= 0:
+    if balance.get("ok") is not False or not is_count(pending) or not pending:
         return False
-    counts = [d.get(k) for d in (balance, ours) for k in ("accepted", "refused")]
-    if not all(isinstance(v, int) for v in counts):
-        return False
-    accepted, refused, our_accepted, our_refused = (int(v) for v in counts)  # type: ignore[arg-type]
-    return our_accepted - accepted == pending and our_refused == refused \
+    return ours.get("accepted") == balance.get("accepted", 0) + pending \
+        and ours.get("refused") == balance.get("refused") \
         and ours.get("total") == balance.get("total")
 
 

@@ -44,6 +44,9 @@ from runner.events import (
     utc_now,
 )
 
+# an item event of an input run again after its output was lost (runner/volume_lost.py):
+# its ``extra`` holds a JSON true under ``rerun``
+RERUN = "(extra IS NOT NULL AND json_type(extra, '$.rerun') = 'true')"
 STAGE_STATE = {"stage.started": "running", "stage.passed": "passed",
                "stage.failed": "failed", "stage.skipped": "skipped"}
 
@@ -190,8 +193,7 @@ class EventsMixin(StoreBase):
         key, after = self._run_key(run_id), -1
         while True:
             rows = self.db.execute(
-                "SELECT item_id, status, category, reason, seq, "
-                "extra IS NOT NULL AND json_type(extra, '$.rerun') = 'true' FROM items "
+                f"SELECT item_id, status, category, reason, seq, {RERUN} FROM items "
                 "WHERE run_key = ? AND seq > ? ORDER BY seq LIMIT ?",
                 [key, after, page]).fetchall()
             for iid, status, category, reason, seq, rerun in rows:
@@ -210,10 +212,8 @@ class EventsMixin(StoreBase):
         recorded (a replay repeats it), or None when none is recorded (``preflight outputs
         RUN ID``)."""
         row = self.db.execute("SELECT status, extra FROM items WHERE run_key = ? AND "
-                              "item_id = ? ORDER BY (extra IS NOT NULL AND "
-                              "json_type(extra, '$.rerun') = 'true') DESC, "
-                              "CASE WHEN extra IS NOT NULL AND json_type(extra, '$.rerun') = "
-                              "'true' THEN -seq ELSE seq END LIMIT 1",
+                              f"item_id = ? ORDER BY {RERUN} DESC, "
+                              f"CASE WHEN {RERUN} THEN -seq ELSE seq END LIMIT 1",
                               [self._run_key(run_id), item_id]).fetchone()
         if row is None:
             return None

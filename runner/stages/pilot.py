@@ -325,8 +325,8 @@ def _done_ids_in_events(path: str) -> Tuple[Set[str], Dict[str, int]]:
                 continue
             for e in events:
                 if e.type == ITEM_DONE:
-                    ids.add(str(e.data.get("id")))
+                    iid = str(e.data.get("id"))
+                    ids.add(iid)
                     if e.data.get("rerun") is True:
-                        iid = str(e.data.get("id"))
                         reruns[iid] = reruns.get(iid, 0) + 1
     return ids, reruns
