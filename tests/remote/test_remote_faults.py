@@ -7,6 +7,7 @@ import os
 import signal
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from bot.schedule import BotScheduler, watch_runs
 from bot.service.handles import handle_for
@@ -79,13 +80,22 @@ def test_bot_restarted_mid_run_restores_jobs_and_resumes_from_the_stored_offset(
 
         events_file = workdir / "runs" / run_id / "events.jsonl"
 
+        seen_last: dict[str, Any] = {}  # what the last look saw, named if the wait fails
+
         def finished() -> bool:  # the verdict in, and the runner's file read to its end
             watch_runs(second.service, datetime.now(timezone.utc))
             run = second.store.get_run(run_id)
+            seen_last.update(status=run["status"], finished_at=run["finished_at"],
+                             events_offset=run["events_offset"],
+                             file_size=events_file.stat().st_size,
+                             ending=second.service.follower.ends.busy(run_id))
             return (run["status"] == "awaiting_decision" and run["finished_at"] is not None
                     and run["events_offset"] == events_file.stat().st_size)
 
-        wait_for(finished, timeout=60, what="the watch to consume the rest of the run")
+        try:
+            wait_for(finished, timeout=60, what="the watch to consume the rest of the run")
+        except AssertionError as exc:  # an intermittent failure under load: say where it was
+            raise AssertionError(f"{exc}; last seen: {seen_last}") from exc
         assert_exactly_once(second, run_id, workdir / "runs" / run_id)
         # the new process posted only what it consumed itself: no stage posted twice
         new_items = [e for e in second.store.events(run_id, after_seq=seen["last_seq"])
